@@ -1,0 +1,17 @@
+"""mdmem: memory for AI agents that people can read, edit, review and erase.
+
+Each memory is a markdown note with YAML frontmatter in a git repository. The public
+surface is :class:`MemoryRepo` and the result and error types below.
+"""
+from __future__ import annotations
+
+from .errors import BadInput, Conflict, MdmemError, NoteInvalid, NotFound, Refused
+from .note import Note
+from .repo import MemoryRepo, ReviewItem, Version, WriteResult
+from .store import StoredNote
+
+__all__ = [
+    "MemoryRepo", "Note", "StoredNote", "WriteResult", "Version", "ReviewItem",
+    "MdmemError", "BadInput", "NoteInvalid", "Refused", "Conflict", "NotFound",
+]
+__version__ = "0.1.0"

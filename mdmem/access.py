@@ -1,0 +1,72 @@
+"""Identity and the one visibility rule (DESIGN 5).
+
+Every read path (get, keys, history walks, recall's index filter, views, consolidation,
+MCP tools) asks this module and nothing else whether a user may see a note. The rule:
+a user sees a note when they own its private root or are a member of its team.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .errors import BadInput, Refused
+from .layout import check_name
+
+
+def require_user(user: str | None, *, env: str = "MDMEM_USER") -> str:
+    """The acting user; there is no default identity."""
+    if user is None or user == "":
+        raise BadInput(f"identity: every call names who is acting (--as USER or {env})")
+    return check_name(user, "user")
+
+
+def user_from_env(explicit: str | None) -> str:
+    return require_user(explicit or os.environ.get("MDMEM_USER"))
+
+
+@dataclass(frozen=True)
+class Access:
+    teams: dict[str, frozenset[str]]
+    erasers: frozenset[str] = frozenset()
+
+    def teams_of(self, user: str) -> list[str]:
+        return sorted(t for t, members in self.teams.items() if user in members)
+
+    def readable_roots(self, user: str) -> list[str]:
+        """The scope roots whose notes ``user`` may see. Index filters are built from this."""
+        require_user(user)
+        return [f"private/{user}"] + [f"team/{t}" for t in self.teams_of(user)]
+
+    def may_read_root(self, user: str, root: str) -> bool:
+        return root in self.readable_roots(user)
+
+    def readers_of_root(self, root: str) -> frozenset[str]:
+        scope, _, name = root.partition("/")
+        if scope == "private":
+            return frozenset({name})
+        return self.teams.get(name, frozenset())
+
+    def check_write(self, user: str, root: str) -> None:
+        """Writers: the owner of a private root, members of a team."""
+        scope, _, name = root.partition("/")
+        if scope == "private" and name != user:
+            raise Refused(f"scope: {user} may not write to {root}; only {name} writes there")
+        if scope == "team":
+            if name not in self.teams:
+                raise Refused(f"team: no team {name!r} in mdmem.toml; known teams: {', '.join(sorted(self.teams)) or 'none'}")
+            if user not in self.teams[name]:
+                raise Refused(f"team: {user} is not a member of team {name} and may not write to {root}")
+
+    def check_forget(self, user: str, roots: list[str]) -> None:
+        """Erasure: owners may forget their own private notes; anything else needs the eraser role."""
+        if user in self.erasers:
+            return
+        others = [r for r in roots if r != f"private/{user}"]
+        if others:
+            raise Refused(f"forget: {user} may erase only their own private notes; {', '.join(sorted(others))} "
+                          "needs the eraser role in mdmem.toml ([roles] erasers = [...])")
+
+    def derived_scope_ok(self, derived_root: str, input_roots: list[str]) -> bool:
+        """A derived note may be read only by people who may read every input."""
+        readers = self.readers_of_root(derived_root)
+        return all(readers <= self.readers_of_root(r) for r in input_roots)

@@ -1,0 +1,33 @@
+"""mdmem init PATH --team payments=alice,bob"""
+from __future__ import annotations
+
+from ..errors import BadInput
+from ..repo import MemoryRepo
+from .context import add_common
+
+
+def register(sub) -> None:
+    p = sub.add_parser("init", help="make a new memory repository")
+    p.add_argument("path")
+    p.add_argument("--team", action="append", default=[], metavar="TEAM=USER,USER",
+                   help="a team and its members; repeat for more teams")
+    add_common(p, identity=False, repo=False)
+    p.set_defaults(run=run)
+
+
+def parse_teams(values: list[str]) -> dict[str, list[str]]:
+    teams: dict[str, list[str]] = {}
+    for value in values:
+        team, sep, members = value.partition("=")
+        if not sep or not team or not members:
+            raise BadInput(f"--team: {value!r}; write TEAM=USER,USER (like payments=alice,bob)")
+        teams[team.strip()] = [m.strip() for m in members.split(",") if m.strip()]
+    return teams
+
+
+def run(ctx) -> int:
+    repo = MemoryRepo.init(ctx.args.path, teams=parse_teams(ctx.args.team), now=ctx.now)
+    ctx.emit({"path": str(repo.root), "teams": {t: sorted(m) for t, m in repo.config.teams.items()},
+              "commit": repo.store.head()},
+             f"Initialised memory repo in {repo.root} ({len(repo.config.teams)} team(s)).")
+    return 0

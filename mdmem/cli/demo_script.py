@@ -1,0 +1,45 @@
+"""The demo's steps, kept apart from the command so tests can run them."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import Refused
+from ..repo import MemoryRepo
+
+T0 = "2026-10-01T09:00:00Z"
+T1 = "2026-10-15T09:00:00Z"
+
+
+def walk(path: Path) -> list[dict]:
+    steps: list[dict] = []
+
+    def step(title: str, output: str) -> None:
+        steps.append({"title": title, "output": output})
+
+    repo = MemoryRepo.init(path, teams={"payments": ["alice", "bob", "dana"]}, now=T0)
+    step("init", f"memory repo at {path} with team payments = alice, bob, dana")
+    r = repo.remember("Billing deploys only on Tuesdays and Thursdays", as_user="bob", kind="fact",
+                      subject="service:billing", key="deploy.window", scope="team", team="payments", now=T0)
+    step("remember (bob, team fact)", f"{r.status}: {r.path}")
+    r = repo.remember("Billing deploys any weekday before 3pm", as_user="bob", kind="fact",
+                      subject="service:billing", key="deploy.window", scope="team", team="payments", now=T1)
+    step("supersede by key", f"{r.status}: {r.path} (superseded version {r.superseded[:10]})")
+    r = repo.remember("I only deploy billing on Mondays because of the finance close", as_user="alice",
+                      kind="fact", subject="service:billing", key="deploy.window", scope="private", now=T1)
+    step("a private note under the same key", f"{r.status}: {r.path} (the team fact stays live)")
+    try:
+        repo.remember("Billing deploys whenever CI is green", as_user="bob", kind="fact",
+                      subject="service:billing", key="deploys", scope="team", team="payments", now=T1)
+    except Refused as exc:
+        step("the gate refuses a paraphrase under a new key", str(exc))
+    r = repo.remember("Billing p99 latency is 180ms (from the dashboard)", as_user="bob", kind="fact",
+                      subject="service:billing", key="latency.p99", scope="team", team="payments",
+                      source="tool:grafana", new_key=True, now=T1)
+    step("an untrusted source is held for review", f"{r.status}: review id {r.review_id} ({r.reason})")
+    got = repo.get(as_user="dana", subject="service:billing", kind="fact", key="deploy.window", now=T1)
+    step("get (dana)", f"{got.path}: {got.note.text}")
+    hist = repo.history(as_user="bob", subject="service:billing", kind="fact", key="deploy.window",
+                        scope="team", team="payments")
+    step("history from git (bob)", "\n".join(
+        f"{v.commit[:10]} {v.time:%Y-%m-%d} {v.op:<9} {v.actor}: {v.note.text}" for v in hist))
+    return steps

@@ -1,0 +1,51 @@
+"""Entry point: parse, dispatch to the command's module, map errors to exit codes."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+
+from ..errors import MdmemError
+from .context import Ctx
+
+# One module per command; each defines register(subparsers) and run(ctx) -> int.
+COMMANDS = ["init", "remember", "get", "keys", "history", "retire", "sweep", "consolidate",
+            "review", "check", "demo"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mdmem", description="Memory for AI agents, as markdown notes in git.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        module = importlib.import_module(f"mdmem.cli.cmd_{name.replace('-', '_')}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    ctx = Ctx(args)
+    try:
+        code = args.run(ctx)
+    except MdmemError as exc:
+        if ctx.json:
+            json.dump(exc.to_dict(), sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        print(f"mdmem: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    return int(code or 0)
+
+
+def entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

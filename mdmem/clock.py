@@ -1,0 +1,71 @@
+"""Time parsing and formatting. All stored times are UTC ISO-8601 with a trailing Z."""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+
+from .errors import BadInput
+
+UTC = _dt.timezone.utc
+
+
+def utcnow() -> _dt.datetime:
+    return _dt.datetime.now(UTC).replace(microsecond=0)
+
+
+def parse_time(value, *, field: str = "time") -> _dt.datetime:
+    """Accept a datetime, date or ISO-8601 string; naive values are taken as UTC."""
+    if isinstance(value, _dt.datetime):
+        dt = value
+    elif isinstance(value, _dt.date):
+        dt = _dt.datetime(value.year, value.month, value.day)
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.endswith("Z") or text.endswith("z"):
+            text = text[:-1] + "+00:00"
+        try:
+            dt = _dt.datetime.fromisoformat(text)
+        except ValueError:
+            raise BadInput(f"{field}: {value!r} is not an ISO-8601 time (like 2026-10-15T09:00:00Z)") from None
+    else:
+        raise BadInput(f"{field}: expected an ISO-8601 time, got {type(value).__name__}")
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC)
+
+
+def format_time(dt: _dt.datetime | None) -> str | None:
+    if dt is None:
+        return None
+    dt = dt.astimezone(UTC)
+    if dt.microsecond:
+        return dt.isoformat().replace("+00:00", "Z")
+    return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def resolve_now(now=None) -> _dt.datetime:
+    """``now`` if given, else ``MDMEM_NOW`` from the environment, else the clock."""
+    if now is not None:
+        return parse_time(now, field="now")
+    env = os.environ.get("MDMEM_NOW")
+    if env:
+        return parse_time(env, field="MDMEM_NOW")
+    return utcnow()
+
+
+def parse_duration(value, *, field: str = "ttl") -> _dt.timedelta:
+    """``3600``/``"90s"``/``"15m"``/``"2h"``/``"7d"`` or a timedelta."""
+    if isinstance(value, _dt.timedelta):
+        return value
+    if isinstance(value, (int, float)):
+        return _dt.timedelta(seconds=value)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+        try:
+            if text and text[-1] in units:
+                return _dt.timedelta(seconds=float(text[:-1]) * units[text[-1]])
+            return _dt.timedelta(seconds=float(text))
+        except ValueError:
+            pass
+    raise BadInput(f"{field}: {value!r} is not a duration (like 90s, 15m, 2h, 7d)")

@@ -1,0 +1,1 @@
+"""The disposable cache beside the notes: full-text index, vectors, embedding cache."""

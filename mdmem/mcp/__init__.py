@@ -1,0 +1,1 @@
+"""The MCP server: one identity per server, one tool per module."""

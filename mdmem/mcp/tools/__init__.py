@@ -1,0 +1,1 @@
+"""MCP tools, one per module."""

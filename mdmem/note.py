@@ -1,0 +1,145 @@
+"""The note model: frontmatter read/write and schema validation (DESIGN 3)."""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import re
+from dataclasses import dataclass, field, replace
+
+import frontmatter
+import yaml
+
+from .clock import format_time, parse_time
+from .errors import BadInput, NoteInvalid
+
+FIELDS = ("id", "kind", "subject", "key", "scope", "team", "owner", "source", "valid_from",
+          "valid_until", "expires_at", "derived_from")
+REQUIRED = ("id", "kind", "subject", "scope", "owner", "source", "valid_from")
+_SOURCE_RE = re.compile(r"^(user|agent|human:[^\s]+|tool:[^\s]+|web:[^\s]+|system:[^\s]+)$")
+
+
+def check_source(source: str, *, where: str = "source") -> str:
+    if not isinstance(source, str) or not _SOURCE_RE.match(source):
+        raise BadInput(f"{where}: {source!r} is not a source; use user, agent, human:<name>, "
+                       "tool:<name>, web:<url> or system:<job>")
+    return source
+
+
+@dataclass(frozen=True)
+class Note:
+    id: str
+    kind: str
+    subject: str
+    scope: str
+    owner: str
+    source: str
+    valid_from: _dt.datetime
+    text: str
+    key: str | None = None
+    team: str | None = None
+    valid_until: _dt.datetime | None = None
+    expires_at: _dt.datetime | None = None
+    derived_from: tuple[str, ...] = field(default_factory=tuple)
+
+    def is_live(self, now: _dt.datetime) -> bool:
+        """Live at ``now``: started, not ended, not expired (checked at read time)."""
+        if self.valid_from > now:
+            return False
+        if self.valid_until is not None and self.valid_until <= now:
+            return False
+        if self.expires_at is not None and self.expires_at <= now:
+            return False
+        return True
+
+    def first_line(self) -> str:
+        return self.text.strip().splitlines()[0] if self.text.strip() else ""
+
+    def evolve(self, **changes) -> "Note":
+        return replace(self, **changes)
+
+    def metadata(self) -> dict:
+        meta = {
+            "id": self.id, "kind": self.kind, "subject": self.subject, "key": self.key,
+            "scope": self.scope, "team": self.team, "owner": self.owner, "source": self.source,
+            "valid_from": format_time(self.valid_from), "valid_until": format_time(self.valid_until),
+            "expires_at": format_time(self.expires_at), "derived_from": list(self.derived_from),
+        }
+        if self.scope != "team":
+            meta.pop("team")
+        return meta
+
+    def dumps(self) -> str:
+        post = frontmatter.Post(self.text.strip() + "\n", **self.metadata())
+        return frontmatter.dumps(post, sort_keys=False) + "\n"
+
+    def to_dict(self) -> dict:
+        return {**self.metadata(), "text": self.text.strip()}
+
+
+def content_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _time_field(meta: dict, name: str, path: str, *, required: bool) -> _dt.datetime | None:
+    value = meta.get(name)
+    if value in (None, ""):
+        if required:
+            raise NoteInvalid(path, name, "missing; an ISO-8601 time like 2026-10-15T09:00:00Z")
+        return None
+    try:
+        return parse_time(value, field=name)
+    except BadInput:
+        raise NoteInvalid(path, name, f"{value!r} is not an ISO-8601 time") from None
+
+
+def parse_note(path: str, data: str | bytes) -> Note:
+    """Parse and validate one note; every problem names the path and the field."""
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise NoteInvalid(path, "file", "not UTF-8 text") from None
+    if not data.startswith("---"):
+        raise NoteInvalid(path, "frontmatter", "missing; a note starts with a '---' YAML block")
+    try:
+        post = frontmatter.loads(data)
+    except (yaml.YAMLError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise NoteInvalid(path, "frontmatter", f"YAML does not parse: {reason}") from None
+    meta = post.metadata
+    if not isinstance(meta, dict) or not meta:
+        raise NoteInvalid(path, "frontmatter", "empty or not a mapping")
+    unknown = sorted(set(meta) - set(FIELDS))
+    if unknown:
+        raise NoteInvalid(path, unknown[0], f"unknown field; known fields: {', '.join(FIELDS)}")
+    for name in REQUIRED:
+        if meta.get(name) in (None, ""):
+            raise NoteInvalid(path, name, "missing")
+    for name in ("id", "kind", "subject", "scope", "owner", "source"):
+        if not isinstance(meta[name], str):
+            raise NoteInvalid(path, name, f"must be a string, got {type(meta[name]).__name__}")
+    if meta["scope"] not in ("team", "private"):
+        raise NoteInvalid(path, "scope", f"{meta['scope']!r}: must be team or private")
+    if meta["scope"] == "team" and not meta.get("team"):
+        raise NoteInvalid(path, "team", "missing; a team-scoped note names its team")
+    try:
+        check_source(meta["source"])
+    except BadInput as exc:
+        raise NoteInvalid(path, "source", str(exc).split(": ", 1)[1]) from None
+    derived = meta.get("derived_from") or []
+    if not isinstance(derived, list) or not all(isinstance(d, str) for d in derived):
+        raise NoteInvalid(path, "derived_from", "must be a list of note ids")
+    key = meta.get("key")
+    if key is not None and not isinstance(key, str):
+        key = str(key)
+    text = post.content.strip()
+    if not text:
+        raise NoteInvalid(path, "body", "empty; a note needs text below the frontmatter")
+    return Note(
+        id=meta["id"], kind=meta["kind"], subject=meta["subject"], scope=meta["scope"],
+        owner=meta["owner"], source=meta["source"],
+        valid_from=_time_field(meta, "valid_from", path, required=True),
+        valid_until=_time_field(meta, "valid_until", path, required=False),
+        expires_at=_time_field(meta, "expires_at", path, required=False),
+        text=text, key=key, team=meta.get("team"), derived_from=tuple(derived),
+    )

@@ -1,0 +1,524 @@
+"""MemoryRepo: the operations, wiring layout, access, the gate and git together."""
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ulid import ULID
+
+from . import layout
+from .access import Access, require_user
+from .clock import format_time, parse_duration, parse_time, resolve_now
+from .config import CONFIG_NAME, Config, render_config
+from .contracts import SUMMARY_KEY, Contract
+from .errors import BadInput, Conflict, NotFound, NoteInvalid, Refused
+from .gate import check_key_reuse, judge_source
+from .gitstore import BranchMoved, GitStore, Trailers, parse_trailers
+from .note import Note, check_source, parse_note
+from .store import StoredNote, live_in_dir, read_note, scan_notes
+from .template import read_template
+
+REVIEW_PREFIX = "review/"
+_WRITE_RETRIES = 3
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What the gate said: ``committed`` (commit, path, version, superseded) or ``held`` (review_id)."""
+
+    status: str
+    path: str
+    commit: str | None = None
+    version: str | None = None
+    superseded: str | None = None
+    review_id: str | None = None
+    reason: str | None = None
+    note_id: str | None = None
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Version:
+    """One version of a note from git."""
+
+    commit: str
+    time: _dt.datetime
+    op: str
+    actor: str
+    source: str
+    version: str | None
+    note: Note | None  # None where this commit deleted the note
+
+    def to_dict(self) -> dict:
+        return {"commit": self.commit, "time": format_time(self.time), "op": self.op, "actor": self.actor,
+                "source": self.source, "version": self.version,
+                "text": self.note.text if self.note else None,
+                "note": self.note.to_dict() if self.note else None}
+
+
+@dataclass(frozen=True)
+class ReviewItem:
+    review_id: str
+    path: str
+    note: Note
+    actor: str
+    reason: str
+    commit: str
+
+    def to_dict(self) -> dict:
+        return {"review_id": self.review_id, "path": self.path, "actor": self.actor,
+                "reason": self.reason, "commit": self.commit, "note": self.note.to_dict()}
+
+
+@dataclass
+class _Pending:
+    """A write the gate has accepted, ready to commit."""
+
+    path: str
+    note: Note
+    op: str
+    superseded: str | None
+    extra_trailers: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+
+class MemoryRepo:
+    """A memory repository: notes in git, kinds, scopes, the write gate and history."""
+
+    def __init__(self, root: Path, config: Config, store: GitStore):
+        self.root = Path(root)
+        self.config = config
+        self.store = store
+        self.access = Access(config.teams, config.erasers)
+        self.contracts = config.contracts
+        self._index = None
+
+    # --- opening --------------------------------------------------------------------
+    @classmethod
+    def init(cls, path, *, teams: dict[str, list[str]] | None = None, as_user: str = "mdmem",
+             now=None) -> "MemoryRepo":
+        root = Path(path)
+        if (root / CONFIG_NAME).exists():
+            raise BadInput(f"{root}: already a memory repo ({CONFIG_NAME} exists); nothing changed")
+        if (root / ".git").exists():
+            raise BadInput(f"{root}: already a git repository; mdmem init makes a new one")
+        if root.exists() and any(root.iterdir()):
+            raise BadInput(f"{root}: folder is not empty; give mdmem init an empty or new folder")
+        teams = teams or {}
+        files = {
+            CONFIG_NAME: render_config(teams).encode(),
+            "README.md": read_template("README.md").encode(),
+            "MEMORY.md": read_template("MEMORY.md").encode(),
+            ".gitignore": read_template("gitignore").encode(),
+        }
+        root.mkdir(parents=True, exist_ok=True)
+        when = resolve_now(now)
+        store = GitStore.init(root, files, actor=as_user, when=when,
+                              message="mdmem init\n\n" + Trailers("init", as_user, "system:init").render())
+        hook = Path(store.repo.path) / "hooks" / "pre-commit"
+        hook.parent.mkdir(parents=True, exist_ok=True)
+        hook.write_text(read_template("hooks/pre-commit"), encoding="utf-8")
+        hook.chmod(0o755)
+        repo = cls.open(root)
+        repo._after_write()
+        return repo
+
+    @classmethod
+    def open(cls, path) -> "MemoryRepo":
+        root = Path(path)
+        config = Config.load(root)
+        if not (root / ".git").exists():
+            raise BadInput(f"{root}: not a git repository")
+        return cls(root, config, GitStore(root))
+
+    @classmethod
+    def find(cls, start=None) -> "MemoryRepo":
+        """The memory repo at or above ``start`` (the current folder by default)."""
+        here = Path(start or Path.cwd()).resolve()
+        for folder in (here, *here.parents):
+            if (folder / CONFIG_NAME).exists():
+                return cls.open(folder)
+        raise BadInput(f"{here}: not inside a memory repo (no {CONFIG_NAME} here or above); "
+                       "pass --repo PATH or set MDMEM_REPO")
+
+    # --- helpers --------------------------------------------------------------------
+    def _root_for(self, user: str, scope: str, team: str | None, owner: str | None) -> str:
+        if scope == "private":
+            return layout.scope_root("private", owner=owner or user)
+        return layout.scope_root(scope, team=team)
+
+    def _path_for(self, root: str, contract: Contract, subject: str, key: str | None,
+                  when: _dt.datetime, text: str) -> str:
+        if contract.keyed:
+            return layout.keyed_path(root, subject, contract.name, key)
+        slug = layout.check_key(key) if key else f"{layout.slugify(text)}-{str(ULID())[-6:].lower()}"
+        return layout.episode_path(root, subject, when, slug)
+
+    def _read(self, path: str) -> StoredNote | None:
+        return read_note(self.root, path, self.contracts)
+
+    def _visible_stored(self, user: str, path: str) -> StoredNote:
+        loc = layout.parse_path(path)
+        if not self.access.may_read_root(user, loc.root):
+            raise NotFound(f"{path}: no such note visible to {user}")
+        stored = self._read(path)
+        if stored is None:
+            raise NotFound(f"{path}: no such note visible to {user}")
+        return stored
+
+    # --- writing --------------------------------------------------------------------
+    def remember(self, text: str, *, as_user: str, kind: str, subject: str, key: str | None = None,
+                 scope: str = "private", team: str | None = None, owner: str | None = None,
+                 source: str = "user", ttl=None, valid_from=None, new_key: bool = False,
+                 expect_version: str | None = None, derived_from: list[str] | None = None,
+                 now=None) -> WriteResult:
+        """Write one note through the gate: committed, held for review, or refused (raised)."""
+        user = require_user(as_user)
+        contract = self.contracts.resolve(kind)
+        layout.check_subject(subject)
+        check_source(source)
+        if not isinstance(text, str) or not text.strip():
+            raise BadInput("text: a note needs text")
+        if contract.keyed and not key and contract.name != "summary":
+            raise BadInput(f"key: kind {contract.name} is keyed; pass a key (like deploy.window)")
+        if contract.name == "summary":
+            key = key or SUMMARY_KEY
+        when = resolve_now(now)
+        start = parse_time(valid_from, field="valid_from") if valid_from is not None else when
+        ttl_delta = parse_duration(ttl) if ttl is not None else contract.default_ttl
+        root = self._root_for(user, scope, team, owner)
+        path = self._path_for(root, contract, subject, key, start, text)
+        note = Note(id=str(ULID()), kind=contract.name, subject=subject, key=key, scope=scope,
+                    team=team if scope == "team" else None, owner=user, source=source,
+                    valid_from=start, expires_at=(start + ttl_delta) if ttl_delta else None,
+                    derived_from=tuple(derived_from or ()), text=text.strip())
+        # Write permission is checked before provenance: a hold never bypasses scope.
+        self.access.check_write(user, root)
+        provenance = judge_source(source, contract, self.config.trusted_sources)
+        if not provenance.trusted:
+            with self.store.locked():
+                pending = self._prepare(user, path, note, contract, new_key=new_key,
+                                        expect_version=expect_version, now=when)
+                return self._hold(user, path, pending.note, provenance.reason, when)
+        return self._commit_pending(
+            user, when, lambda: self._prepare(user, path, note, contract, new_key=new_key,
+                                              expect_version=expect_version, now=when))
+
+    def _prepare(self, user: str, path: str, note: Note, contract: Contract, *, new_key: bool,
+                 expect_version: str | None, now: _dt.datetime, op: str | None = None) -> _Pending:
+        """The gate's checks against the current state; call under the lock."""
+        loc = layout.parse_path(path)
+        self.access.check_write(user, loc.root)
+        current = self._read_for_write(path)
+        head_version = self.store.blob_id(path) if self.store.head() else None
+        if current is not None and current.version != head_version:
+            raise Conflict(f"{path}: has uncommitted edits in the work tree; commit or discard them first")
+        if contract.append_only and current is not None:
+            raise Refused(f"{path}: episodes are append-only; this episode exists already, "
+                          "write a new episode instead")
+        if expect_version is not None and expect_version != head_version:
+            raise Conflict(f"{path}: changed since version {expect_version} (now {head_version or 'absent'}); "
+                           "read it again and retry")
+        if contract.keyed and contract.name != "summary":
+            folder = layout.kind_dir(loc.root, note.subject, contract.name)
+            live = [s.note.key for s in live_in_dir(self.root, folder, self.contracts, now)]
+            check_key_reuse(note.key, live, new_key=new_key,
+                            what=f"{note.subject} {contract.name} in {loc.root}")
+        if note.derived_from or contract.name == "summary":
+            self._check_derivation(loc.root, note)
+        if current is not None:
+            note = note.evolve(id=current.note.id)
+        return _Pending(path, note, op or ("supersede" if current is not None else "create"),
+                        current.version if current is not None else None)
+
+    def _read_for_write(self, path: str) -> StoredNote | None:
+        try:
+            return self._read(path)
+        except NoteInvalid as exc:
+            raise Conflict(f"{exc}; fix the note by hand (mdmem check) before writing over it") from None
+
+    def _check_derivation(self, root: str, note: Note) -> None:
+        ids = set(note.derived_from)
+        found: dict[str, str] = {}
+        if ids:
+            for stored in self._all_notes():
+                if stored.note.id in ids:
+                    found[stored.note.id] = stored.root
+        missing = ids - set(found)
+        if missing:
+            raise Refused(f"derived_from: no live note with id {', '.join(sorted(missing))}")
+        if not self.access.derived_scope_ok(root, list(found.values())):
+            raise Refused(f"scope: a derived note in {root} would be wider than its inputs in "
+                          f"{', '.join(sorted(set(found.values())))}; derive per scope")
+
+    def _all_notes(self) -> list[StoredNote]:
+        return scan_notes(self.root, self.contracts)[0]
+
+    def _commit_pending(self, user: str, when: _dt.datetime, prepare, *, op: str | None = None,
+                        evidence: tuple[str, ...] = ()) -> WriteResult:
+        for attempt in range(_WRITE_RETRIES):
+            with self.store.locked():
+                pending = prepare()
+                message = self._message(pending, user, op or pending.op, evidence)
+                try:
+                    commit = self.store.commit({pending.path: pending.note.dumps().encode()}, message,
+                                               actor=user, when=when)
+                except BranchMoved:
+                    if attempt == _WRITE_RETRIES - 1:
+                        raise
+                    continue
+                self._after_write()
+                version = self.store.blob_id(pending.path, commit)
+                return WriteResult("committed", pending.path, commit=commit, version=version,
+                                   superseded=pending.superseded, note_id=pending.note.id)
+        raise AssertionError("unreachable")
+
+    def _message(self, pending: _Pending, user: str, op: str, evidence: tuple[str, ...]) -> str:
+        n = pending.note
+        ident = f"{n.subject}/{n.key}" if n.key else f"{n.subject} {pending.path.rsplit('/', 1)[-1]}"
+        trailers = Trailers(op, user, n.source, evidence or tuple(n.derived_from), pending.extra_trailers)
+        return f"remember {n.kind} {ident}\n\n{trailers.render()}"
+
+    def _after_write(self) -> None:
+        self.store.maybe_gc()
+
+    # --- review hold ----------------------------------------------------------------
+    def _hold(self, user: str, path: str, note: Note, reason: str, when: _dt.datetime) -> WriteResult:
+        review_id = str(ULID()).lower()[-10:]
+        branch = f"refs/heads/{REVIEW_PREFIX}{review_id}"
+        base = self.store.head()
+        trailers = Trailers("hold", user, note.source, extra=(("Memory-Hold-Reason", reason),))
+        message = f"hold {note.kind} {note.subject}/{note.key or path.rsplit('/', 1)[-1]}\n\n{trailers.render()}"
+        # The held commit sits on main's tip in a branch of its own, out of the work tree.
+        self.store.repo.references.create(branch, base)
+        commit = self.store.commit({path: note.dumps().encode()}, message, actor=user, when=when,
+                                   branch=branch, worktree=False)
+        return WriteResult("held", path, commit=commit, review_id=review_id, reason=reason, note_id=note.id)
+
+    def review_list(self, *, as_user: str) -> list[ReviewItem]:
+        user = require_user(as_user)
+        items = []
+        for name in self.store.branches(REVIEW_PREFIX):
+            item = self._review_item(name[len(REVIEW_PREFIX):])
+            if item and self.access.may_read_root(user, layout.parse_path(item.path).root):
+                items.append(item)
+        return items
+
+    def _review_item(self, review_id: str) -> ReviewItem | None:
+        branch = self.store.repo.branches.local.get(REVIEW_PREFIX + review_id)
+        if branch is None:
+            return None
+        commit = self.store.repo[branch.target]
+        parent = commit.parents[0] if commit.parents else None
+        diff = self.store.repo.diff(parent.tree if parent else None, commit.tree) if parent else None
+        paths = [d.delta.new_file.path for d in diff] if diff is not None else []
+        if not paths:
+            return None
+        path = paths[0]
+        note = parse_note(path, self.store.repo[commit.tree[path].id].data)
+        t = parse_trailers(commit.message)
+        return ReviewItem(review_id, path, note, t.get("actor", ""), t.get("hold-reason", ""), str(commit.id))
+
+    def _review_or_missing(self, user: str, review_id: str) -> ReviewItem:
+        item = self._review_item(review_id)
+        if item is None or not self.access.may_read_root(user, layout.parse_path(item.path).root):
+            raise NotFound(f"review {review_id}: no held write with that id visible to {user}")
+        return item
+
+    def approve(self, review_id: str, *, as_user: str, new_key: bool = False, now=None) -> WriteResult:
+        """A person approves a held write: it is committed to main through the gate's other checks."""
+        user = require_user(as_user)
+        item = self._review_or_missing(user, review_id)
+        contract = self.contracts.resolve(item.note.kind)
+        when = resolve_now(now)
+
+        def prepare():
+            pending = self._prepare(user, item.path, item.note, contract, new_key=new_key,
+                                    expect_version=None, now=when)
+            pending.extra_trailers = (("Memory-Approved-By", user), ("Memory-Review", review_id))
+            return pending
+
+        result = self._commit_pending(item.actor or user, when, prepare, op="approve",
+                                      evidence=(item.commit,))
+        self.store.delete_branch(REVIEW_PREFIX + review_id)
+        return result
+
+    def reject(self, review_id: str, *, as_user: str) -> ReviewItem:
+        user = require_user(as_user)
+        item = self._review_or_missing(user, review_id)
+        self.access.check_write(user, layout.parse_path(item.path).root)
+        with self.store.locked():
+            self.store.delete_branch(REVIEW_PREFIX + review_id)
+        return item
+
+    # --- reading --------------------------------------------------------------------
+    def _candidate_paths(self, user: str, subject: str, kind: str, key: str | None,
+                         scope: str | None, team: str | None) -> list[str]:
+        contract = self.contracts.resolve(kind)
+        if scope:
+            roots = [self._root_for(user, scope, team, None)]
+        else:
+            roots = self.access.readable_roots(user)
+        return [layout.keyed_path(r, subject, contract.name, key or SUMMARY_KEY) for r in roots]
+
+    def get(self, *, as_user: str, path: str | None = None, subject: str | None = None,
+            kind: str | None = None, key: str | None = None, scope: str | None = None,
+            team: str | None = None, now=None) -> StoredNote:
+        """The live version of one note: by path, or by subject + kind + key (an exact lookup).
+
+        Without a scope the user's private note wins over team notes of the same key.
+        """
+        user = require_user(as_user)
+        when = resolve_now(now)
+        if path:
+            stored = self._visible_stored(user, path)
+            if not stored.note.is_live(when):
+                raise NotFound(f"{path}: not live at {format_time(when)} (ended or expired)")
+            return stored
+        if not (subject and kind):
+            raise BadInput("get: pass a path, or subject and kind (and key for keyed kinds)")
+        contract = self.contracts.resolve(kind)
+        if contract.keyed and not key and contract.name != "summary":
+            raise BadInput(f"key: kind {contract.name} is keyed; get needs the key")
+        for candidate in self._candidate_paths(user, subject, kind, key, scope, team):
+            if not self.access.may_read_root(user, layout.parse_path(candidate).root):
+                continue
+            stored = self._read(candidate)
+            if stored is not None and stored.note.is_live(when):
+                return stored
+        raise NotFound(f"{subject} {contract.name} {key or ''}: no live note visible to {user}".replace("  ", " "))
+
+    def keys(self, *, as_user: str, subject: str, kind: str, scope: str | None = None,
+             team: str | None = None, now=None) -> list[dict]:
+        """Live keys for a subject and kind in every root the user may read."""
+        user = require_user(as_user)
+        contract = self.contracts.resolve(kind)
+        when = resolve_now(now)
+        roots = [self._root_for(user, scope, team, None)] if scope else self.access.readable_roots(user)
+        out = []
+        for root in roots:
+            if not self.access.may_read_root(user, root):
+                continue
+            for stored in live_in_dir(self.root, layout.kind_dir(root, subject, contract.name), self.contracts, when):
+                out.append({"key": stored.note.key, "root": root, "path": stored.path,
+                            "version": stored.version, "first_line": stored.note.first_line()})
+        return out
+
+    def notes(self, *, as_user: str, now=None, include_ended: bool = False) -> list[StoredNote]:
+        """Every note the user may see (live ones unless ``include_ended``)."""
+        user = require_user(as_user)
+        when = resolve_now(now)
+        out = []
+        for root in self.access.readable_roots(user):
+            for stored in scan_notes(self.root, self.contracts, root)[0]:
+                if include_ended or stored.note.is_live(when):
+                    out.append(stored)
+        return out
+
+    def check(self) -> tuple[list[StoredNote], list[NoteInvalid]]:
+        return scan_notes(self.root, self.contracts)
+
+    def history(self, *, as_user: str, path: str | None = None, subject: str | None = None,
+                kind: str | None = None, key: str | None = None, scope: str | None = None,
+                team: str | None = None, at=None) -> list[Version]:
+        """Every version of one note from git, newest first; with ``at``, the one current then."""
+        user = require_user(as_user)
+        if not path:
+            if not (subject and kind):
+                raise BadInput("history: pass a path, or subject and kind and key")
+            paths = self._candidate_paths(user, subject, kind, key, scope, team)
+            path = next((p for p in paths if self.store.log(p)), None)
+            if path is None:
+                raise NotFound(f"{subject} {kind} {key or ''}: no history visible to {user}")
+        loc = layout.parse_path(path)
+        if not self.access.may_read_root(user, loc.root):
+            raise NotFound(f"{path}: no such note visible to {user}")
+        versions = []
+        for entry in self.store.log(path):
+            note = None
+            if entry.blob is not None:
+                try:
+                    note = parse_note(path, self.store.read_blob(entry.blob))
+                except NoteInvalid:
+                    note = None
+                if note is not None and not self._version_visible(user, note):
+                    break  # the walk stops at the first version the user may not see
+            t = entry.trailers
+            versions.append(Version(entry.commit, entry.time, t.get("op", "edit"), t.get("actor", entry.author),
+                                    t.get("source", "human"), entry.blob, note))
+        if not versions:
+            raise NotFound(f"{path}: no history visible to {user}")
+        if at is not None:
+            when = parse_time(at, field="at")
+            for v in versions:
+                if v.time <= when:
+                    if v.note is None or not v.note.is_live(when):
+                        raise NotFound(f"{path}: not live at {format_time(when)}")
+                    return [v]
+            raise NotFound(f"{path}: did not exist at {format_time(when)}")
+        return versions
+
+    def _version_visible(self, user: str, note: Note) -> bool:
+        root = f"team/{note.team}" if note.scope == "team" else f"private/{note.owner}"
+        return self.access.may_read_root(user, root)
+
+    # --- lifecycle ------------------------------------------------------------------
+    def retire(self, *, as_user: str, path: str, valid_until=None, expect_version: str | None = None,
+               now=None) -> WriteResult:
+        """Mark a note as no longer true from ``valid_until`` (default now)."""
+        user = require_user(as_user)
+        when = resolve_now(now)
+        end = parse_time(valid_until, field="valid_until") if valid_until is not None else when
+
+        def prepare():
+            stored = self._visible_stored(user, path)
+            self.access.check_write(user, stored.root)
+            if expect_version is not None and expect_version != stored.version:
+                raise Conflict(f"{path}: changed since version {expect_version}; read it again")
+            if stored.note.valid_until is not None and stored.note.valid_until <= end:
+                raise BadInput(f"{path}: already ended at {format_time(stored.note.valid_until)}")
+            return _Pending(path, stored.note.evolve(valid_until=end), "retire", stored.version)
+
+        return self._commit_pending(user, when, prepare)
+
+    def sweep(self, *, as_user: str, now=None) -> dict:
+        """Remove expired notes the user may write, in one commit."""
+        user = require_user(as_user)
+        when = resolve_now(now)
+        with self.store.locked():
+            expired = []
+            for root in self.access.readable_roots(user):
+                try:
+                    self.access.check_write(user, root)
+                except Refused:
+                    continue
+                expired += [s for s in scan_notes(self.root, self.contracts, root)[0]
+                            if s.note.expires_at is not None and s.note.expires_at <= when]
+            if not expired:
+                return {"removed": [], "commit": None}
+            message = (f"sweep {len(expired)} expired note(s)\n\n"
+                       + Trailers("expire", user, "system:sweep",
+                                  tuple(s.note.id for s in expired)).render())
+            commit = self.store.commit({s.path: None for s in expired}, message, actor=user, when=when)
+            self._after_write()
+        return {"removed": [s.path for s in expired], "commit": commit}
+
+    def consolidate(self, *, as_user: str, subject: str, scope: str = "team", team: str | None = None,
+                    now=None) -> WriteResult:
+        """A deterministic digest of one scope's live notes about one subject."""
+        from .consolidate import build_digest
+
+        user = require_user(as_user)
+        when = resolve_now(now)
+        root = self._root_for(user, scope, team, None)
+        if not self.access.may_read_root(user, root):
+            raise Refused(f"consolidate: {user} may not read {root}")
+        inputs = [s for s in scan_notes(self.root, self.contracts, f"{root}/{layout.subject_dir(subject)}")[0]
+                  if s.note.is_live(when) and s.note.kind != "summary" and s.note.subject == subject]
+        if not inputs:
+            raise NotFound(f"consolidate: no live notes about {subject} in {root}")
+        text = build_digest(subject, root, inputs)
+        return self.remember(text, as_user=user, kind="summary", subject=subject, scope=scope, team=team,
+                             source="system:consolidate", derived_from=[s.note.id for s in inputs], now=when)
