@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mdmem import MemoryRepo
+
+T0 = "2026-10-01T09:00:00Z"
+T1 = "2026-10-15T09:00:00Z"
+TEAMS = {"payments": ["alice", "bob", "dana"], "search": ["carol"]}
+
+
+@pytest.fixture
+def repo(tmp_path) -> MemoryRepo:
+    return MemoryRepo.init(tmp_path / "mem", teams=TEAMS, now=T0)
+
+
+def snapshot(root: Path) -> dict:
+    """HEAD, every ref, the index file and every work-tree file: what 'unchanged' means."""
+    refs = subprocess.run(["git", "-C", str(root), "for-each-ref", "--format=%(refname) %(objectname)"],
+                          capture_output=True, text=True).stdout
+    files = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in (".git", ".mdmem")]
+        for name in filenames:
+            p = Path(dirpath) / name
+            files[str(p.relative_to(root))] = p.read_bytes()
+    index = (root / ".git" / "index").read_bytes()
+    return {"refs": refs, "files": files, "index": index}
+
+
+def git_status(root: Path) -> str:
+    return subprocess.run(["git", "-C", str(root), "status", "--porcelain"], capture_output=True, text=True).stdout
+
+
+def run_cli(*args, env=None, cwd=None, input=None):
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("MDMEM_USER", None) if env is None or "MDMEM_USER" not in env else None
+    return subprocess.run([sys.executable, "-m", "mdmem.cli.main", *args], capture_output=True, text=True,
+                          env=full_env, cwd=cwd, input=input)
+
+
+def team_fact(repo, text, key="deploy.window", user="bob", subject="service:billing", now=T0, **kw):
+    return repo.remember(text, as_user=user, kind="fact", subject=subject, key=key, scope="team",
+                         team="payments", now=now, **kw)

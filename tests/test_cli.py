@@ -1,0 +1,98 @@
+import json
+
+import pytest
+from conftest import run_cli, snapshot
+
+
+@pytest.fixture
+def cli_repo(tmp_path):
+    path = tmp_path / "mem"
+    r = run_cli("init", str(path), "--team", "payments=alice,bob,dana", "--team", "search=carol",
+                "--now", "2026-10-01T09:00:00Z")
+    assert r.returncode == 0, r.stderr
+    return path
+
+
+def remember(path, *extra, user="bob"):
+    args = ["remember", "Billing deploys any weekday", "--kind", "fact", "--subject", "service:billing",
+            "--key", "deploy.window", "--scope", "team", "--team", "payments", "--repo", str(path), "--json", *extra]
+    if user:
+        args += ["--as", user]
+    return run_cli(*args)
+
+
+def test_init_twice_is_refused(cli_repo):
+    r = run_cli("init", str(cli_repo))
+    assert r.returncode == 2 and "already a memory repo" in r.stderr
+
+
+def test_remember_then_get_as_json(cli_repo):
+    r = remember(cli_repo)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["status"] == "committed" and out["path"].endswith("deploy.window.md")
+    g = run_cli("get", "--subject", "service:billing", "--kind", "fact", "--key", "deploy.window",
+                "--repo", str(cli_repo), "--as", "dana", "--json")
+    assert json.loads(g.stdout)["text"] == "Billing deploys any weekday"
+
+
+def test_missing_identity_exits_2_and_writes_nothing(cli_repo):
+    before = snapshot(cli_repo)
+    r = remember(cli_repo, user=None)
+    assert r.returncode == 2 and "--as USER or MDMEM_USER" in r.stderr
+    assert snapshot(cli_repo) == before
+
+
+def test_identity_from_the_environment(cli_repo):
+    args = ["keys", "--subject", "service:billing", "--kind", "fact", "--repo", str(cli_repo)]
+    assert run_cli(*args, env={"MDMEM_USER": "bob"}).returncode == 0
+
+
+@pytest.mark.parametrize("extra,user,code", [
+    (["--team", "search"], "bob", 3),          # not a member: refused
+    (["--source", "tool:grafana"], "bob", 4),  # untrusted: held for review
+    (["--expect-version", "0" * 40], "bob", 5),  # stale version: conflict
+    (["--kind", "gossip"], "bob", 2),           # unknown kind: bad input
+])
+def test_exit_codes(cli_repo, extra, user, code):
+    r = remember(cli_repo, *extra, user=user)
+    assert r.returncode == code, (r.stdout, r.stderr)
+
+
+def test_not_found_exits_6(cli_repo):
+    r = run_cli("get", "--subject", "user:alice", "--kind", "profile", "--key", "standup",
+                "--repo", str(cli_repo), "--as", "bob")
+    assert r.returncode == 6
+
+
+def test_check_lists_path_field_reason_and_exits_2(cli_repo):
+    remember(cli_repo)
+    note = cli_repo / "team/payments/service/billing/fact/deploy.window.md"
+    note.write_text(note.read_text().replace("kind: fact", "kind: gossip"))
+    r = run_cli("check", "--repo", str(cli_repo))
+    assert r.returncode == 2
+    assert "team/payments/service/billing/fact/deploy.window.md: kind: unknown kind 'gossip'" in r.stderr
+    assert "gossip" in note.read_text()  # left untouched on disk
+
+
+def test_review_list_and_approve(cli_repo):
+    out = json.loads(remember(cli_repo, "--source", "tool:grafana").stdout)
+    listed = json.loads(run_cli("review", "list", "--repo", str(cli_repo), "--as", "dana", "--json").stdout)
+    assert [i["review_id"] for i in listed] == [out["review_id"]]
+    r = run_cli("review", "approve", out["review_id"], "--repo", str(cli_repo), "--as", "dana")
+    assert r.returncode == 0, r.stderr
+
+
+def test_history_via_cli_with_now_replay(cli_repo):
+    remember(cli_repo, "--now", "2026-10-02T09:00:00Z")
+    r = run_cli("history", "--subject", "service:billing", "--kind", "fact", "--key", "deploy.window",
+                "--repo", str(cli_repo), "--as", "alice", "--json")
+    [v] = json.loads(r.stdout)
+    assert v["time"] == "2026-10-02T09:00:00Z" and v["actor"] == "bob"
+
+
+def test_demo_runs(tmp_path):
+    r = run_cli("demo", "--path", str(tmp_path / "demo"), "--json")
+    assert r.returncode == 0, r.stderr
+    titles = [s["title"] for s in json.loads(r.stdout)["steps"]]
+    assert "the gate refuses a paraphrase under a new key" in titles

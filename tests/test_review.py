@@ -1,0 +1,37 @@
+import pytest
+from conftest import T0, T1, git_status
+
+from mdmem import NotFound
+
+
+def held(repo):
+    return repo.remember("Gateway timeout is 30000", as_user="bob", kind="fact", subject="service:billing",
+                         key="gateway.timeout", scope="team", team="payments", source="tool:repo_read", now=T0)
+
+
+def test_held_writes_are_invisible_until_approved(repo):
+    r = held(repo)
+    with pytest.raises(NotFound):
+        repo.get(as_user="bob", subject="service:billing", kind="fact", key="gateway.timeout", now=T0)
+    out = repo.approve(r.review_id, as_user="dana", now=T1)
+    assert out.status == "committed" and git_status(repo.root) == ""
+    got = repo.get(as_user="bob", subject="service:billing", kind="fact", key="gateway.timeout", now=T1)
+    assert got.note.source == "tool:repo_read" and got.note.text == "Gateway timeout is 30000"
+    assert repo.review_list(as_user="bob") == []
+    log = repo.store.git("log", "-1", "--format=%B")
+    assert "Memory-Op: approve" in log and "Memory-Approved-By: dana" in log
+
+
+def test_reject_drops_the_held_write(repo):
+    r = held(repo)
+    repo.reject(r.review_id, as_user="alice")
+    assert repo.review_list(as_user="alice") == []
+    with pytest.raises(NotFound):
+        repo.approve(r.review_id, as_user="alice")
+
+
+def test_people_outside_the_scope_do_not_see_held_writes(repo):
+    r = held(repo)
+    assert repo.review_list(as_user="carol") == []
+    with pytest.raises(NotFound):
+        repo.approve(r.review_id, as_user="carol")
