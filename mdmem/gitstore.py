@@ -82,6 +82,7 @@ class GitStore:
         self.root = Path(root)
         self.repo = pygit2.Repository(str(self.root))
         self.lock_dir = self.root / ".mdmem" / "locks"
+        self._index: pygit2.Index | None = None
 
     # --- creation -------------------------------------------------------------------
     @classmethod
@@ -250,8 +251,12 @@ class GitStore:
         return str(oid)
 
     def _sync_worktree(self, changes: dict[str, bytes | None]) -> None:
-        index = self.repo.index
-        index.read()
+        # One Index object per store; re-read only when the file changed on disk
+        # (someone else wrote it), which saves a full parse per write in long-lived processes.
+        if self._index is None:
+            self._index = self.repo.index
+        index = self._index
+        index.read(force=False)
         for path, data in changes.items():
             full = self.root / path
             if data is None:

@@ -221,7 +221,8 @@ class MemoryRepo:
         if expect_version is not None and expect_version != head_version:
             raise Conflict(f"{path}: changed since version {expect_version} (now {head_version or 'absent'}); "
                            "read it again and retry")
-        if contract.keyed and contract.name != "summary":
+        # Only a new key without new_key=True needs the folder's live keys.
+        if contract.keyed and contract.name != "summary" and current is None and not new_key:
             folder = layout.kind_dir(loc.root, note.subject, contract.name)
             live = [s.note.key for s in live_in_dir(self.root, folder, self.contracts, now)]
             check_key_reuse(note.key, live, new_key=new_key,
