@@ -94,6 +94,7 @@ class MemoryRepo:
         self.access = Access(config.teams, config.erasers)
         self.contracts = config.contracts
         self._index = None
+        self._recall = None
 
     # --- opening --------------------------------------------------------------------
     @classmethod
@@ -353,6 +354,36 @@ class MemoryRepo:
         with self.store.locked():
             self.store.delete_branch(REVIEW_PREFIX + review_id)
         return item
+
+    # --- the index and recall ---------------------------------------------------------
+    @property
+    def index(self):
+        """The disposable cache beside the notes (created on first use)."""
+        if self._index is None:
+            from .index.sync import NoteIndex
+            self._index = NoteIndex(self)
+        return self._index
+
+    def reindex(self, *, rebuild: bool = False, progress: bool = False):
+        """Catch the index up with the notes (or rebuild it from them)."""
+        if rebuild:
+            return self.index.rebuild(progress=progress)
+        return self.index.sync(worktree=True, progress=progress)
+
+    def recall(self, query: str, *, as_user: str, k: int = 5, kinds: list[str] | None = None,
+               subject: str | None = None, key: str | None = None, at=None, include_history: bool = False,
+               now=None):
+        """Live notes the user may see that answer ``query``, best first (see :mod:`mdmem.recall`)."""
+        from .recall import Recall
+
+        if self._recall is None:
+            self._recall = Recall(self, self.index)
+        return self._recall(query, as_user=as_user, k=k, kinds=kinds, subject=subject, key=key, at=at,
+                            include_history=include_history, now=now)
+
+    def close(self) -> None:
+        if self._index is not None:
+            self._index.close()
 
     # --- reading --------------------------------------------------------------------
     def _candidate_paths(self, user: str, subject: str, kind: str, key: str | None,

@@ -1,0 +1,36 @@
+"""mdmem recall QUERY [--kind K ...] [--subject S] [-k N] [--at TIME] [--history]"""
+from __future__ import annotations
+
+from .context import add_common
+
+
+def register(sub) -> None:
+    p = sub.add_parser("recall", help="find the live notes that answer a question")
+    p.add_argument("query")
+    p.add_argument("--kind", action="append", dest="kinds", help="restrict to a kind (repeatable)")
+    p.add_argument("--subject")
+    p.add_argument("--key", help="with --kind profile: an exact key lookup")
+    p.add_argument("-k", type=int, default=5, help="how many results (default 5)")
+    p.add_argument("--at", help="the state as of a past time")
+    p.add_argument("--history", action="store_true", help="include superseded versions (what was it before?)")
+    add_common(p)
+    p.set_defaults(run=run)
+
+
+def run(ctx) -> int:
+    a = ctx.args
+    repo = ctx.repo()
+    hits = repo.recall(a.query, as_user=ctx.user, k=a.k, kinds=a.kinds, subject=a.subject, key=a.key,
+                       at=a.at, include_history=a.history, now=ctx.now)
+    lines = []
+    for h in hits:
+        tag = "" if h.current else " (past)"
+        lines.append(f"{h.score:.4f}  {h.kind:<9} {h.path}{tag}\n          {h.text.splitlines()[0]}")
+    broken = repo.index.broken()
+    if ctx.json:
+        ctx.emit({"hits": [h.to_dict() for h in hits], "broken": broken})
+    else:
+        ctx.emit(None, "\n".join(lines) or "(nothing above the score floor)")
+        for path, reason in broken.items():
+            print(f"warning: {path}: {reason} (kept out of the index until fixed)")
+    return 0

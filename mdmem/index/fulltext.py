@@ -1,0 +1,109 @@
+"""The Whoosh full-text index: BM25F over body, key and subject, with stored note fields.
+
+Two indexes share one schema: ``current`` holds the version of each note in the work
+tree; ``versions`` holds every committed version with the span of time it was current
+(for ``at`` and history recall). Both are caches under ``.mdmem/``.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import re
+import shutil
+from pathlib import Path
+
+from whoosh import index as windex
+from whoosh import query as Q
+from whoosh.analysis import STOP_WORDS, StemmingAnalyzer
+from whoosh.lang.porter2 import stem as porter2_stem
+from whoosh.fields import ID, NUMERIC, STORED, TEXT, Schema
+from whoosh.scoring import BM25F
+
+from ..store import StoredNote
+
+NEVER = 2**62  # sentinel "no end" for numeric time fields
+# Questions are full of words that say nothing about the answer ("what does ... do?").
+# "now" and "current" stay: superseding notes often say them.
+QUESTION_WORDS = frozenset("""what which who whom whose where why how do does did done i im am my me
+mine our ours was were been being has had having there their them they he she his her its
+should would could shall might must these those about into than then so such any some
+ever also just very get got go goes went like right""".split())
+# Porter2 (Snowball English): Porter 1 stems "deploy" and "deployments" apart.
+ANALYZER = StemmingAnalyzer(stemfn=porter2_stem, stoplist=STOP_WORDS | QUESTION_WORDS)
+# Field weights for BM25F: the key often carries the only word a superseding note shares
+# with its question (PAYGW_TIMEOUT_MS is in the key gateway.timeout's question, not its text).
+FIELD_BOOSTS = {"body": 1.0, "key_text": 1.2, "subject_text": 0.4}
+
+
+def make_schema() -> Schema:
+    return Schema(
+        doc_id=ID(stored=True, unique=True),  # path for current; path@commit for versions
+        path=ID(stored=True), root=ID(stored=True), kind=ID(stored=True), subject=ID(stored=True),
+        key=ID(stored=True), key_text=TEXT(analyzer=ANALYZER), subject_text=TEXT(analyzer=ANALYZER),
+        body=TEXT(analyzer=ANALYZER, stored=True), scope=ID(stored=True), team=ID(stored=True),
+        owner=ID(stored=True), source=ID(stored=True), note_id=ID(stored=True), version=ID(stored=True),
+        valid_from=NUMERIC(stored=True, bits=64, signed=True), valid_until=NUMERIC(stored=True, bits=64, signed=True),
+        expires_at=NUMERIC(stored=True, bits=64, signed=True), start=NUMERIC(stored=True, bits=64, signed=True),
+        end=NUMERIC(stored=True, bits=64, signed=True), commit=STORED(),
+    )
+
+
+def ts(dt: _dt.datetime | None) -> int:
+    return NEVER if dt is None else int(dt.timestamp())
+
+
+def words(text: str) -> str:
+    """Keys and subjects as words: deploy.window -> deploy window."""
+    return re.sub(r"[._:/\-]+", " ", text or "")
+
+
+def note_doc(stored: StoredNote, *, doc_id: str | None = None, start: int = 0, end: int = NEVER,
+             commit: str = "") -> dict:
+    n = stored.note
+    return dict(doc_id=doc_id or stored.path, path=stored.path, root=stored.root, kind=n.kind, subject=n.subject,
+                key=n.key or "", key_text=words(n.key or ""), subject_text=words(n.subject), body=n.text,
+                scope=n.scope, team=n.team or "", owner=n.owner, source=n.source, note_id=n.id,
+                version=stored.version, valid_from=ts(n.valid_from), valid_until=ts(n.valid_until),
+                expires_at=ts(n.expires_at), start=start, end=end, commit=commit)
+
+
+def open_or_create(folder: Path):
+    if folder.exists() and windex.exists_in(str(folder)):
+        return windex.open_dir(str(folder))
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    return windex.create_in(str(folder), make_schema())
+
+
+def query_terms(text: str) -> list[str]:
+    seen, out = set(), []
+    for token in ANALYZER(text):
+        if token.text not in seen:
+            seen.add(token.text)
+            out.append(token.text)
+    return out
+
+
+def text_query(text: str) -> Q.Query | None:
+    """An OR over analysed terms in each field; the user's text is never parsed as syntax."""
+    terms = query_terms(text)
+    if not terms:
+        return None
+    return Q.Or([Q.Term(field, t, boost=boost) for t in terms for field, boost in FIELD_BOOSTS.items()])
+
+
+def live_filter(searcher, roots: list[str], at: int, extra: list[Q.Query]) -> set[int]:
+    """Docnums the user may see that are live at ``at``: the filter applied before ranking."""
+    allowed = set(searcher.docs_for_query(Q.Or([Q.Term("root", r) for r in roots]))) if roots else set()
+    if not allowed:
+        return allowed
+    for q in extra:
+        allowed &= set(searcher.docs_for_query(q))
+    dead = Q.Or([Q.NumericRange("valid_from", at + 1, None), Q.NumericRange("valid_until", None, at),
+                 Q.NumericRange("expires_at", None, at)])
+    allowed -= set(searcher.docs_for_query(dead))
+    return allowed
+
+
+def weighting() -> BM25F:
+    return BM25F(B=0.75, K1=1.2)

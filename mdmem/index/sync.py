@@ -1,0 +1,321 @@
+"""NoteIndex: keeps the full-text index, the vectors and the embedding cache following the
+notes, incrementally: from the commit it last reflected to HEAD, then the work tree.
+
+Deleting ``.mdmem/`` loses nothing: the next call rebuilds from the notes.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pygit2
+from filelock import FileLock
+
+from ..errors import NoteInvalid
+from ..layout import is_note_path
+from ..store import StoredNote, iter_note_paths, read_note
+from . import fulltext
+from .embedders import Embedder, make_embedder
+from .vectors import EmbeddingCache, VectorStore, cache_key
+
+SCHEMA_VERSION = 5
+WORKTREE_CHECK_SECONDS = 1.0
+
+
+@dataclass
+class SyncReport:
+    indexed: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    broken: dict[str, str] = field(default_factory=dict)
+    rebuilt: bool = False
+    embedded: int = 0
+    cached: int = 0
+
+    def to_dict(self) -> dict:
+        return {"indexed": len(self.indexed), "removed": len(self.removed), "broken": self.broken,
+                "rebuilt": self.rebuilt, "embedded": self.embedded, "from_cache": self.cached}
+
+
+def embedding_text(stored: StoredNote) -> str:
+    """The key goes in with the text: a superseding note often shares no other word with its question."""
+    n = stored.note
+    return f"{fulltext.words(n.key)}: {n.text}" if n.key else n.text
+
+
+class NoteIndex:
+    def __init__(self, repo):
+        self.repo = repo
+        self.base = repo.root / ".mdmem"
+        self.state_path = self.base / "state.json"
+        self._embedder: Embedder | None | bool = False  # False: not yet made
+        self._ix = None
+        self._searcher = None
+        self._root_sets: dict[tuple, set[int]] = {}
+        self._vectors: VectorStore | None = None
+        self._cache: EmbeddingCache | None = None
+        self._last_worktree_check = 0.0
+        self.worktree_check_seconds = WORKTREE_CHECK_SECONDS
+
+    # --- parts ----------------------------------------------------------------------
+    @property
+    def embedder(self) -> Embedder | None:
+        if self._embedder is False:
+            self._embedder = make_embedder(self.repo.config.embedder)
+        return self._embedder
+
+    @property
+    def model_id(self) -> str:
+        return self.embedder.model_id if self.embedder is not None else "none"
+
+    @property
+    def vectors(self) -> VectorStore:
+        if self._vectors is None:
+            self._vectors = VectorStore(self.base / "vectors.sqlite")
+        return self._vectors
+
+    @property
+    def cache(self) -> EmbeddingCache:
+        if self._cache is None:
+            self._cache = EmbeddingCache(self.base / "embeddings.sqlite")
+        return self._cache
+
+    def _lock(self) -> FileLock:
+        (self.base / "locks").mkdir(parents=True, exist_ok=True)
+        return FileLock(str(self.base / "locks" / "index.lock"), timeout=120)
+
+    def _load_state(self) -> dict:
+        try:
+            return json.loads(self.state_path.read_text())
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    def _save_state(self, state: dict) -> None:
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
+        tmp.replace(self.state_path)
+
+    def close(self) -> None:
+        for part in (self._searcher,):
+            if part is not None:
+                part.close()
+        self._searcher = None
+        for store in (self._vectors, self._cache):
+            if store is not None:
+                store.close()
+        self._vectors = self._cache = None
+        self._ix = None
+
+    # --- catching up ------------------------------------------------------------------
+    def sync(self, *, worktree: bool | None = None, progress: bool = False) -> SyncReport:
+        """Catch up with HEAD (diff from the recorded commit) and with the work tree."""
+        state = self._load_state()
+        head = self.repo.store.head()
+        now = time.monotonic()
+        check_tree = worktree if worktree is not None else (now - self._last_worktree_check >= self.worktree_check_seconds)
+        needs_rebuild = (state.get("schema") != SCHEMA_VERSION or state.get("model") != self.model_id
+                         or not fulltext.windex.exists_in(str(self.base / "fulltext")))
+        if not needs_rebuild and state.get("commit") == head and not check_tree:
+            return SyncReport()
+        with self._lock():
+            state = self._load_state()
+            if needs_rebuild or (state.get("commit") and state["commit"] not in self.repo.store.repo):
+                return self._rebuild(progress=progress)
+            changed: set[str] = set()
+            if state.get("commit") != head:
+                changed |= self._committed_changes(state.get("commit"), head)
+            dirty = dict(state.get("dirty", {}))
+            if check_tree:
+                self._last_worktree_check = now
+                current_dirty = self._worktree_dirty()
+                changed |= set(dirty) | set(current_dirty)
+                dirty = current_dirty
+            changed |= set(state.get("broken", {}))
+            report = self._apply(sorted(changed), state.get("broken", {}), progress=progress)
+            self._save_state({"schema": SCHEMA_VERSION, "model": self.model_id, "commit": head,
+                              "dirty": dirty, "broken": report.broken})
+            return report
+
+    def _committed_changes(self, old: str | None, new: str | None) -> set[str]:
+        repo = self.repo.store.repo
+        if new is None:
+            return set()
+        new_tree = repo[new].tree
+        diff = repo.diff(repo[old].tree, new_tree) if old else new_tree.diff_to_tree(swap=True)
+        diff.find_similar()
+        paths = set()
+        for patch in diff.deltas:
+            paths.add(patch.old_file.path)
+            paths.add(patch.new_file.path)
+        return {p for p in paths if is_note_path(p)}
+
+    def _worktree_dirty(self) -> dict[str, str]:
+        """Note files whose work-tree content differs from HEAD (edited, new, deleted)."""
+        out = {}
+        for path, flags in self.repo.store.repo.status(untracked_files="all").items():
+            if not is_note_path(path) or flags == pygit2.GIT_STATUS_IGNORED:
+                continue
+            full = self.repo.root / path
+            out[path] = str(pygit2.hash(full.read_bytes())) if full.exists() else "deleted"
+        return out
+
+    def _apply(self, paths: list[str], broken: dict, *, progress: bool) -> SyncReport:
+        report = SyncReport(broken={p: r for p, r in broken.items() if p not in paths})
+        ix = self._open()
+        upserts: list[StoredNote] = []
+        removals: list[str] = []
+        for path in paths:
+            try:
+                stored = read_note(self.repo.root, path, self.repo.contracts)
+            except NoteInvalid as exc:
+                report.broken[path] = f"{exc.field}: {exc.reason}"
+                removals.append(path)
+                continue
+            if stored is None:
+                removals.append(path)
+            else:
+                upserts.append(stored)
+        if upserts or removals:
+            writer = ix.writer()
+            try:
+                for path in removals:
+                    writer.delete_by_term("doc_id", path)
+                for stored in upserts:
+                    writer.update_document(**fulltext.note_doc(stored))
+                writer.commit()
+            except BaseException:
+                writer.cancel()
+                raise
+            self._embed_into_store(upserts, report, progress=progress)
+            self.vectors.delete([p for p in removals])
+            self._refresh()
+        report.indexed = [s.path for s in upserts]
+        report.removed = removals
+        return report
+
+    def _embed_into_store(self, notes: list[StoredNote], report: SyncReport, *, progress: bool) -> None:
+        if self.embedder is None or not notes:
+            return
+        texts = [embedding_text(s) for s in notes]
+        keys = [cache_key(self.model_id, t) for t in texts]
+        found = self.cache.get_many(sorted(set(keys)))
+        missing = sorted({k: t for k, t in zip(keys, texts) if k not in found}.items())
+        report.cached = len(notes) - sum(1 for k in keys if k not in found)
+        if missing:
+            vectors = self._embed_with_progress([t for _, t in missing], progress)
+            fresh = {k: v for (k, _), v in zip(missing, vectors)}
+            self.cache.put_many(self.model_id, fresh)
+            found.update(fresh)
+            report.embedded = len(missing)
+        self.vectors.upsert(self.model_id, [(fulltext.note_doc(s), k, found[k]) for s, k in zip(notes, keys)])
+
+    def _embed_with_progress(self, texts: list[str], progress: bool) -> np.ndarray:
+        if not progress or len(texts) < 64:
+            return self.embedder.embed_documents(texts)
+        from rich.progress import Progress
+
+        parts = []
+        with Progress(transient=True, console=_stderr_console()) as bar:
+            task = bar.add_task(f"embedding with {self.model_id}", total=len(texts))
+            for i in range(0, len(texts), 256):
+                parts.append(self.embedder.embed_documents(texts[i:i + 256]))
+                bar.advance(task, len(texts[i:i + 256]))
+        return np.vstack(parts)
+
+    def rebuild(self, *, progress: bool = False) -> SyncReport:
+        with self._lock():
+            return self._rebuild(progress=progress)
+
+    def _rebuild(self, *, progress: bool) -> SyncReport:
+        """From scratch: the notes in the work tree. Vectors found in the cache cost nothing."""
+        self.close()
+        shutil.rmtree(self.base / "fulltext", ignore_errors=True)
+        shutil.rmtree(self.base / "versions", ignore_errors=True)
+        (self.base / "vectors.sqlite").unlink(missing_ok=True)
+        head = self.repo.store.head()
+        paths = iter_note_paths(self.repo.root)
+        report = SyncReport(rebuilt=True)
+        notes: list[StoredNote] = []
+        iterator = paths
+        bar = None
+        if progress and paths:
+            from rich.progress import Progress
+            bar = Progress(transient=True, console=_stderr_console())
+            bar.start()
+            task = bar.add_task("reading notes", total=len(paths))
+        for path in iterator:
+            try:
+                stored = read_note(self.repo.root, path, self.repo.contracts)
+            except NoteInvalid as exc:
+                report.broken[path] = f"{exc.field}: {exc.reason}"
+                continue
+            if stored is not None:
+                notes.append(stored)
+            if bar:
+                bar.advance(task)
+        if bar:
+            bar.stop()
+        ix = self._open()
+        writer = ix.writer(limitmb=256)
+        for stored in notes:
+            writer.add_document(**fulltext.note_doc(stored))
+        writer.commit()
+        self._embed_into_store(notes, report, progress=progress)
+        self._refresh()
+        report.indexed = [s.path for s in notes]
+        self._save_state({"schema": SCHEMA_VERSION, "model": self.model_id, "commit": head,
+                          "dirty": self._worktree_dirty(), "broken": report.broken})
+        self._last_worktree_check = time.monotonic()
+        return report
+
+    # --- searching ------------------------------------------------------------------
+    def _open(self):
+        if self._ix is None:
+            self._ix = fulltext.open_or_create(self.base / "fulltext")
+        return self._ix
+
+    def _refresh(self) -> None:
+        if self._searcher is not None:
+            self._searcher.close()
+        self._searcher = None
+        self._root_sets.clear()
+
+    def searcher(self):
+        if self._searcher is None:
+            self._searcher = self._open().searcher(weighting=fulltext.weighting())
+            self._root_sets.clear()
+        return self._searcher
+
+    def allowed_docs(self, roots: list[str], at: int, kinds: list[str] | None, subject: str | None) -> set[int]:
+        """Docnums the caller may see and that are live at ``at``: the visibility filter,
+        cached per identity for as long as the searcher lives."""
+        from whoosh import query as Q
+
+        s = self.searcher()
+        key = tuple(sorted(roots))
+        if key not in self._root_sets:
+            self._root_sets[key] = set(s.docs_for_query(Q.Or([Q.Term("root", r) for r in roots]))) if roots else set()
+        allowed = set(self._root_sets[key])
+        if kinds:
+            allowed &= set(s.docs_for_query(Q.Or([Q.Term("kind", k) for k in kinds])))
+        if subject:
+            allowed &= set(s.docs_for_query(Q.Term("subject", subject)))
+        dead = Q.Or([Q.NumericRange("valid_from", at + 1, None), Q.NumericRange("valid_until", None, at),
+                     Q.NumericRange("expires_at", None, at)])
+        allowed -= set(s.docs_for_query(dead))
+        return allowed
+
+    def embed_query(self, text: str) -> np.ndarray | None:
+        return self.embedder.embed_query(text) if self.embedder is not None else None
+
+    def broken(self) -> dict[str, str]:
+        return self._load_state().get("broken", {})
+
+
+def _stderr_console():
+    from rich.console import Console
+    return Console(file=sys.stderr)

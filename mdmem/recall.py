@@ -1,0 +1,234 @@
+"""Recall: candidates filtered by identity and liveness first, then BM25F and cosine fused by
+reciprocal rank, each kind's read rule, and a score floor (DESIGN 7).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+
+from .access import require_user
+from .clock import format_time, parse_time, resolve_now
+from .contracts import READ_EXACT_KEY, READ_NEWEST, READ_RANK_EVENTS
+from .errors import BadInput, NotFound
+from .index import fulltext
+from .index.sync import NoteIndex
+from .index.versions import VersionsIndex, utc
+from .index.vectors import cache_key
+
+RRF_K = 60
+CANDIDATES = 50
+# Without kinds, an episode must match clearly better to beat a note about what is true
+# now: measured on lifecycle_60days and contracts_14days (see benchmarks/).
+EPISODE_WEIGHT = 0.5
+# Below this cosine a note is unrelated, unless its words cover the question well.
+COSINE_FLOOR = 0.25
+COVERAGE_FLOOR = 0.5
+BM25_ONLY_COVERAGE_FLOOR = 0.25
+
+
+@dataclass(frozen=True)
+class Hit:
+    path: str
+    kind: str
+    subject: str
+    key: str | None
+    scope: str
+    team: str | None
+    owner: str
+    source: str
+    text: str
+    score: float
+    version: str
+    valid_from: _dt.datetime | None
+    valid_until: _dt.datetime | None = None
+    expires_at: _dt.datetime | None = None
+    current: bool = True
+    commit: str | None = None
+    bm25: float | None = None
+    cosine: float | None = None
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        for name in ("valid_from", "valid_until", "expires_at"):
+            d[name] = format_time(d[name])
+        return d
+
+
+def _hit(fields: dict, score: float, *, current: bool, bm25, cosine) -> Hit:
+    return Hit(path=fields["path"], kind=fields["kind"], subject=fields["subject"], key=fields["key"] or None,
+               scope=fields["scope"], team=fields["team"] or None, owner=fields["owner"], source=fields["source"],
+               text=fields["body"], score=round(score, 6), version=fields["version"],
+               valid_from=utc(fields["valid_from"]), valid_until=utc(fields["valid_until"]),
+               expires_at=utc(fields["expires_at"]), current=current, commit=fields.get("commit") or None,
+               bm25=None if bm25 is None else round(bm25, 4), cosine=None if cosine is None else round(cosine, 4))
+
+
+class Recall:
+    def __init__(self, repo, index: NoteIndex):
+        self.repo = repo
+        self.index = index
+        self._versions: VersionsIndex | None = None
+
+    def __call__(self, query: str, *, as_user: str, k: int = 5, kinds=None, subject: str | None = None,
+                 key: str | None = None, at=None, include_history: bool = False, now=None) -> list[Hit]:
+        user = require_user(as_user)
+        if not isinstance(query, str) or not query.strip():
+            raise BadInput("query: recall needs a question or some words")
+        if k < 1:
+            raise BadInput("k: must be at least 1")
+        when = resolve_now(now)
+        contracts = [self.repo.contracts.resolve(x) for x in (kinds or [])]
+        kind_names = sorted({c.name for c in contracts}) or None
+        roots = self.repo.access.readable_roots(user)  # the one visibility rule
+        if key and kind_names and all(c.read_rule == READ_EXACT_KEY for c in contracts) and at is None:
+            return self._exact(user, kind_names, subject, key, when)
+        self.index.sync()
+        qv = self.index.embed_query(query)
+        if at is not None or include_history:
+            return self._search_versions(query, qv, roots, kind_names, subject, k, when,
+                                         at=parse_time(at, field="at") if at is not None else None)
+        searcher = self.index.searcher()
+        allowed = self.index.allowed_docs(roots, fulltext.ts(when), kind_names, subject)
+        bm25 = self._bm25(searcher, query, allowed)
+        vec = []
+        if qv is not None:
+            vec = self.index.vectors.search(qv, roots=roots, at=fulltext.ts(when), kinds=kind_names,
+                                            subject=subject, limit=CANDIDATES)
+        fields = {f["path"]: f for f, _, _ in bm25}
+        missing = [p for p, _ in vec if p not in fields]
+        for docnum in self._docnums(searcher, missing):
+            f = searcher.stored_fields(docnum)
+            fields[f["path"]] = f
+        cos = dict(vec)
+        if qv is not None:
+            need = [p for p in fields if p not in cos]
+            cos.update(self.index.vectors.cosines(qv, need))
+        ranked = self._fuse([(f["path"], s, c) for f, s, c in bm25], [p for p, _ in vec], cos, qv is not None)
+        hits = [(path, score) for path, score in ranked]
+        return self._apply_rules(hits, fields, cos, {f["path"]: (s, c) for f, s, c in bm25}, contracts, k,
+                                 explicit=kind_names is not None)
+
+    # --- parts ----------------------------------------------------------------------
+    def _exact(self, user, kind_names, subject, key, when) -> list[Hit]:
+        if not subject:
+            raise BadInput("subject: an exact key lookup needs the subject too")
+        try:
+            stored = self.repo.get(as_user=user, subject=subject, kind=kind_names[0], key=key, now=when)
+        except NotFound:
+            return []
+        doc = fulltext.note_doc(stored)
+        return [_hit(doc, 1.0, current=True, bm25=None, cosine=None)]
+
+    @staticmethod
+    def _docnums(searcher, paths: list[str]) -> list[int]:
+        out = []
+        for p in paths:
+            n = searcher.document_number(doc_id=p)
+            if n is not None:
+                out.append(n)
+        return out
+
+    @staticmethod
+    def _bm25(searcher, query: str, allowed: set[int]) -> list[tuple[dict, float, float]]:
+        """(stored fields, BM25F score, coverage of the query's terms), filtered first."""
+        q = fulltext.text_query(query)
+        if q is None or not allowed:
+            return []
+        # Coverage counts only words some note has: a word no note contains can't be matched
+        # by any of them, so it should not make every note look unrelated.
+        terms = {t for t in fulltext.query_terms(query)
+                 if any(searcher.doc_frequency(f, t) for f in fulltext.FIELD_BOOSTS)}
+        results = searcher.search(q, filter=allowed, limit=CANDIDATES, terms=True)
+        out = []
+        for hit in results:
+            matched = {t.decode() if isinstance(t, bytes) else t for _, t in hit.matched_terms()}
+            out.append((dict(hit.fields()), hit.score, len(matched & terms) / max(1, len(terms))))
+        return out
+
+    @staticmethod
+    def _fuse(bm25: list[tuple[str, float, float]], vec: list[str], cos: dict[str, float],
+              have_vectors: bool) -> list[tuple[str, float]]:
+        scores: dict[str, float] = {}
+        for rank, (path, _, coverage) in enumerate(bm25):
+            scores[path] = scores.get(path, 0.0) + 1.0 / (RRF_K + rank + 1)
+        for rank, path in enumerate(vec):
+            scores[path] = scores.get(path, 0.0) + 1.0 / (RRF_K + rank + 1)
+        # The floor: never present an unrelated note as the best evidence.
+        coverage = {p: c for p, _, c in bm25}
+        kept = {}
+        for path, score in scores.items():
+            if have_vectors:
+                ok = cos.get(path, 0.0) >= COSINE_FLOOR or coverage.get(path, 0.0) >= COVERAGE_FLOOR
+            else:
+                ok = coverage.get(path, 0.0) >= BM25_ONLY_COVERAGE_FLOOR
+            if ok:
+                kept[path] = score
+        return sorted(kept.items(), key=lambda kv: (-kv[1], kv[0]))
+
+    def _apply_rules(self, ranked, fields, cos, bm25, contracts, k, *, explicit: bool,
+                     current: bool = True) -> list[Hit]:
+        hits = []
+        for path, score in ranked:
+            f = fields[path]
+            contract = self.repo.contracts.resolve(f["kind"])
+            if not explicit and contract.read_rule == READ_RANK_EVENTS:
+                score *= EPISODE_WEIGHT
+            b = bm25.get(path, (None, None))[0]
+            hits.append(_hit(f, score, current=current, bm25=b, cosine=cos.get(path)))
+        hits.sort(key=lambda h: (-h.score, h.path))
+        if contracts and all(c.read_rule == READ_NEWEST for c in contracts):
+            hits.sort(key=lambda h: (h.valid_from or _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)), reverse=True)
+        return hits[:k]
+
+    def _search_versions(self, query, qv, roots, kind_names, subject, k, when, *, at) -> list[Hit]:
+        if self._versions is None:
+            self._versions = VersionsIndex(self.index)
+        self._versions.ensure()
+        s = self._versions.searcher()
+        allowed = self._versions.allowed_docs(roots, at=fulltext.ts(at) if at else None,
+                                              until=fulltext.ts(when), kinds=kind_names, subject=subject)
+        if not allowed:
+            return []
+        bm25 = self._bm25(s, query, allowed)
+        fields = {f["doc_id"]: f for f, _, _ in bm25}
+        cos: dict[str, float] = {}
+        vec: list[str] = []
+        if qv is not None and self.index.embedder is not None:
+            docs = {s.stored_fields(n)["doc_id"]: s.stored_fields(n) for n in allowed}
+            texts = {d: _embedding_text(f) for d, f in docs.items()}
+            keys = {d: cache_key(self.index.model_id, t) for d, t in texts.items()}
+            found = self.index.cache.get_many(sorted(set(keys.values())))
+            missing = sorted({keys[d]: texts[d] for d in texts if keys[d] not in found}.items())
+            if missing:
+                fresh = dict(zip([m for m, _ in missing], self.index.embedder.embed_documents([t for _, t in missing])))
+                self.index.cache.put_many(self.index.model_id, fresh)
+                found.update(fresh)
+            cos = {d: float(found[keys[d]] @ qv) for d in docs}
+            vec = sorted(cos, key=lambda d: -cos[d])[:CANDIDATES]
+            for d in vec:
+                fields.setdefault(d, docs[d])
+        ranked = self._fuse([(f["doc_id"], sc, c) for f, sc, c in bm25], vec, cos, qv is not None)
+        bm = {f["doc_id"]: (sc, c) for f, sc, c in bm25}
+        out = []
+        now_ts = fulltext.ts(when)
+        for doc_id, score in ranked:
+            f = fields[doc_id]
+            is_current = f["end"] >= fulltext.NEVER and f["valid_until"] > now_ts and f["expires_at"] > now_ts
+            b = bm.get(doc_id, (None, None))[0]
+            out.append(_hit(f, score, current=is_current if at is None else True, bm25=b, cosine=cos.get(doc_id)))
+        if at is None:
+            out = _past_before_current(out)
+        return out[:k]
+
+
+def _embedding_text(fields: dict) -> str:
+    return f"{fulltext.words(fields['key'])}: {fields['body']}" if fields["key"] else fields["body"]
+
+
+def _past_before_current(hits: list[Hit]) -> list[Hit]:
+    """History recall answers "what was it before?": within one note, its past versions
+    come before its current one; notes keep the order of their best version."""
+    order: dict[str, int] = {}
+    for i, h in enumerate(hits):
+        order.setdefault(h.path, i)
+    return sorted(hits, key=lambda h: (order[h.path], h.current, -(h.valid_from.timestamp() if h.valid_from else 0)))
