@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import scenario, table, wants_json  # noqa: E402
+from _common import embedder_modes, scenario, table, use_embedder, wants_json  # noqa: E402
 
 from mdmem import MemoryRepo, Refused  # noqa: E402
 
@@ -76,7 +76,49 @@ def score_writes(repo, now):
     return current, two_live, touched
 
 
+def score_recall(repo, now):
+    correct = stale = wrong = 0
+    for u in DATA["updates"]:
+        hits = repo.recall(u["probe"], as_user="dana", k=1, now=now)
+        top = hits[0].text if hits else None
+        correct += top == u["new"]
+        stale += top == u["old"]
+        wrong += top not in (u["new"], u["old"])
+    neighbours = sum(1 for n in DATA["neighbours"]
+                     if (h := repo.recall(n["probe"], as_user="dana", k=1, now=now)) and h[0].text == n["value"])
+    return correct, stale, wrong, neighbours
+
+
+def ttl_check(repo, now):
+    t = DATA["ttl"]
+    repo.remember(t["value"], as_user=t["writer"], kind=t["kind"], subject=t["subject"], key=t["key"],
+                  scope="team", team="payments", ttl=f"{t['ttl_hours']}h", now=now)
+    before = repo.recall(t["probe"], as_user="dana", k=1, now=now)
+    later = now + dt.timedelta(days=t["advance_days"])
+    after = repo.recall(t["probe"], as_user="dana", k=3, now=later)
+    top_after = after[0] if after else None
+    return (bool(before) and before[0].text == t["value"],
+            all(h.text != t["value"] for h in after),
+            "nothing" if top_after is None else f"{top_after.text[:40]} (cos {top_after.cosine})")
+
+
 def main():
+    recall_rows = []
+    for mode in embedder_modes():
+        with tempfile.TemporaryDirectory() as tmp:
+            repo, now, _ = build(Path(tmp) / "mem", True)
+            use_embedder(repo, mode)
+            c, st, w, nb = score_recall(repo, now)
+            freeze_found, freeze_gone, after = ttl_check(repo, now)
+            recall_rows.append([mode, f"{c}/10", f"{st}/10", f"{w}/10", f"{nb}/5",
+                                "yes" if freeze_found else "NO", "yes" if freeze_gone else "NO", after])
+    seed = DATA["seed_result_static_model"]
+    for name in ("raw", "key_supersession"):
+        recall_rows.append([f"seed: static model, {name}", f"{seed[name]['correct']}/10", f"{seed[name]['stale']}/10",
+                            f"{seed[name]['wrong']}/10", seed["neighbours_intact_at_cosine_0.80"], "", "", ""])
+    table("stale_facts: Dana's top-1 after the key-gated updates", ["embedder", "correct", "stale", "wrong",
+          "neighbours answer", "freeze found", "freeze gone after 4d", "top answer after expiry"], recall_rows,
+          as_json=wants_json())
     rows = []
     for gated in (True, False):
         with tempfile.TemporaryDirectory() as tmp:

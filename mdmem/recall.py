@@ -4,6 +4,7 @@ reciprocal rank, each kind's read rule, and a score floor (DESIGN 7).
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from dataclasses import dataclass
 
 from .access import require_user
@@ -15,15 +16,40 @@ from .index.sync import NoteIndex
 from .index.versions import VersionsIndex, utc
 from .index.vectors import cache_key
 
+import os
+
+FUSION = os.environ.get("MDMEM_FUSION", "linear")
+BM25_WEIGHT = 0.3
 RRF_K = 60
 CANDIDATES = 50
-# Without kinds, an episode must match clearly better to beat a note about what is true
-# now: measured on lifecycle_60days and contracts_14days (see benchmarks/).
+# Without kinds, the pool that does not fit the question's tense is weighted down: an
+# episode must match clearly better to beat a note about what is true now, and the other
+# way round for questions about what happened. Measured on lifecycle_60days and
+# contracts_14days (see benchmarks/).
 EPISODE_WEIGHT = 0.5
 # Below this cosine a note is unrelated, unless its words cover the question well.
 COSINE_FLOOR = 0.25
 COVERAGE_FLOOR = 0.5
 BM25_ONLY_COVERAGE_FLOOR = 0.25
+
+
+# A question about what happened: past tense and event words. Without kinds, such a
+# question may be answered by episodes; any other by notes about what is true now.
+_EVENT_INTENT = re.compile(r"\b(did|didn't|happened|happen|went|caused|ever|last time|ago|yesterday|"
+                           r"incident|outage|complain(ed)?|fail(ed)?|broke)\b", re.IGNORECASE)
+
+
+# A question about the asker's own current state ("what am I editing right now?") is read
+# from working memory first, whose contract is recency rather than word overlap.
+_WORKING_INTENT = re.compile(r"\b(am i|i am|i'm|my current|my task|this task)\b", re.IGNORECASE)
+
+
+def working_intent(query: str) -> bool:
+    return bool(_WORKING_INTENT.search(query))
+
+
+def event_intent(query: str) -> bool:
+    return bool(_EVENT_INTENT.search(query))
 
 
 @dataclass(frozen=True)
@@ -103,10 +129,26 @@ class Recall:
         if qv is not None:
             need = [p for p in fields if p not in cos]
             cos.update(self.index.vectors.cosines(qv, need))
-        ranked = self._fuse([(f["path"], s, c) for f, s, c in bm25], [p for p, _ in vec], cos, qv is not None)
-        hits = [(path, score) for path, score in ranked]
-        return self._apply_rules(hits, fields, cos, {f["path"]: (s, c) for f, s, c in bm25}, contracts, k,
-                                 explicit=kind_names is not None)
+        exempt: set[str] = set()
+        if kind_names is None and working_intent(query):
+            # The working contract is recency: its live notes skip the word-overlap floor.
+            for docnum in allowed & set(searcher.docs_for_query(fulltext.Q.Term("kind", "working"))):
+                f = searcher.stored_fields(docnum)
+                fields[f["path"]] = f
+                exempt.add(f["path"])
+            if qv is not None:
+                cos.update(self.index.vectors.cosines(qv, [p for p in exempt if p not in cos]))
+        ranked = self._fuse([(f["path"], s, c) for f, s, c in bm25], [p for p, _ in vec], cos, qv is not None,
+                            exempt=exempt)
+        if contracts and all(c.read_rule == READ_NEWEST for c in contracts):
+            # Working memory: every live note of the kind, newest first; recency is the rule.
+            ranked = [(searcher.stored_fields(n)["path"], 0.0) for n in allowed]
+            for docnum in allowed:
+                f = searcher.stored_fields(docnum)
+                fields[f["path"]] = f
+        return self._apply_rules(ranked, fields, cos, {f["path"]: (s, c) for f, s, c in bm25}, contracts, k,
+                                 explicit=kind_names is not None, events=event_intent(query),
+                                 working=bool(exempt))
 
     # --- parts ----------------------------------------------------------------------
     def _exact(self, user, kind_names, subject, key, when) -> list[Hit]:
@@ -145,33 +187,55 @@ class Recall:
             out.append((dict(hit.fields()), hit.score, len(matched & terms) / max(1, len(terms))))
         return out
 
-    @staticmethod
-    def _fuse(bm25: list[tuple[str, float, float]], vec: list[str], cos: dict[str, float],
-              have_vectors: bool) -> list[tuple[str, float]]:
+    def _fuse(self, bm25: list[tuple[str, float, float]], vec: list[str], cos: dict[str, float],
+              have_vectors: bool, exempt: set[str] = frozenset()) -> list[tuple[str, float]]:
+        """Fused scores above the floor, best first.
+
+        ``linear`` (the default): cosine plus BM25F scaled to the best BM25F score, so how far
+        apart two notes are counts, not only their order. ``rrf``: reciprocal rank fusion.
+        Both are measured by the benchmarks (MDMEM_FUSION=rrf).
+        """
+        floor = self.repo.config.score_floor
+        floor = COSINE_FLOOR if floor is None else float(floor)
         scores: dict[str, float] = {}
-        for rank, (path, _, coverage) in enumerate(bm25):
-            scores[path] = scores.get(path, 0.0) + 1.0 / (RRF_K + rank + 1)
-        for rank, path in enumerate(vec):
-            scores[path] = scores.get(path, 0.0) + 1.0 / (RRF_K + rank + 1)
-        # The floor: never present an unrelated note as the best evidence.
+        top_bm25 = max((b for _, b, _ in bm25), default=0.0) or 1.0
+        if FUSION == "rrf":
+            for rank, (path, _, _) in enumerate(bm25):
+                scores[path] = scores.get(path, 0.0) + 1.0 / (RRF_K + rank + 1)
+            for rank, path in enumerate(vec):
+                scores[path] = scores.get(path, 0.0) + 1.0 / (RRF_K + rank + 1)
+        else:
+            for path in set(vec) | {p for p, _, _ in bm25} | set(exempt):
+                scores[path] = cos.get(path, 0.0) if have_vectors else 0.0
+            for path, b, _ in bm25:
+                scores[path] += BM25_WEIGHT * b / top_bm25
+        # The floor: never present an unrelated note as the best evidence. A negative
+        # [recall] score_floor in mdmem.toml turns it off (benchmarks measure both).
         coverage = {p: c for p, _, c in bm25}
         kept = {}
         for path, score in scores.items():
-            if have_vectors:
-                ok = cos.get(path, 0.0) >= COSINE_FLOOR or coverage.get(path, 0.0) >= COVERAGE_FLOOR
+            if floor < 0:
+                ok = True
+            elif have_vectors:
+                ok = cos.get(path, 0.0) >= floor or coverage.get(path, 0.0) >= COVERAGE_FLOOR
             else:
                 ok = coverage.get(path, 0.0) >= BM25_ONLY_COVERAGE_FLOOR
-            if ok:
+            if ok or path in exempt:
                 kept[path] = score
         return sorted(kept.items(), key=lambda kv: (-kv[1], kv[0]))
 
-    def _apply_rules(self, ranked, fields, cos, bm25, contracts, k, *, explicit: bool,
-                     current: bool = True) -> list[Hit]:
+    def _apply_rules(self, ranked, fields, cos, bm25, contracts, k, *, explicit: bool, events: bool,
+                     working: bool = False, current: bool = True) -> list[Hit]:
         hits = []
         for path, score in ranked:
             f = fields[path]
             contract = self.repo.contracts.resolve(f["kind"])
-            if not explicit and contract.read_rule == READ_RANK_EVENTS:
+            # An episode with an expiry ("freeze until Friday") is a condition that holds until
+            # then, so it answers "now" questions like a fact does.
+            is_event = contract.read_rule == READ_RANK_EVENTS and f["expires_at"] >= fulltext.NEVER
+            if not explicit and is_event != events:
+                score *= EPISODE_WEIGHT
+            if not explicit and working and contract.read_rule != READ_NEWEST:
                 score *= EPISODE_WEIGHT
             b = bm25.get(path, (None, None))[0]
             hits.append(_hit(f, score, current=current, bm25=b, cosine=cos.get(path)))
