@@ -180,6 +180,8 @@ class NoteIndex:
             else:
                 upserts.append(stored)
         if upserts or removals:
+            # Embed first: an unreachable embedder fails before anything is written.
+            self._embed_into_store(upserts, report, progress=progress)
             writer = ix.writer()
             try:
                 for path in removals:
@@ -190,7 +192,6 @@ class NoteIndex:
             except BaseException:
                 writer.cancel()
                 raise
-            self._embed_into_store(upserts, report, progress=progress)
             self.vectors.delete([p for p in removals])
             self._refresh()
         report.indexed = [s.path for s in upserts]
@@ -259,12 +260,12 @@ class NoteIndex:
                 bar.advance(task)
         if bar:
             bar.stop()
+        self._embed_into_store(notes, report, progress=progress)
         ix = self._open()
         writer = ix.writer(limitmb=256)
         for stored in notes:
             writer.add_document(**fulltext.note_doc(stored))
         writer.commit()
-        self._embed_into_store(notes, report, progress=progress)
         self._refresh()
         report.indexed = [s.path for s in notes]
         self._save_state({"schema": SCHEMA_VERSION, "model": self.model_id, "commit": head,

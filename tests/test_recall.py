@@ -1,0 +1,157 @@
+import datetime as dt
+import shutil
+import subprocess
+import sys
+
+from conftest import T0, T1, team_fact
+
+from mdmem import MemoryRepo
+
+
+def seed(repo):
+    team_fact(repo, "Billing deploys only on Tuesdays and Thursdays")
+    team_fact(repo, "Billing deploys any weekday before 3pm", now=T1)
+    team_fact(repo, "Refunds are allowed within 30 days", key="refund.window", new_key=True, now=T1)
+    repo.remember("My own note: I only deploy billing on Mondays", as_user="alice", kind="fact",
+                  subject="service:billing", key="deploy.window", now=T1)
+    repo.remember("Search ranking moves to a learned model in Q1", as_user="carol", kind="decision",
+                  subject="service:search", key="ranking", scope="team", team="search", now=T1)
+
+
+def test_recall_returns_the_current_version_only(repo):
+    seed(repo)
+    hits = repo.recall("When is billing allowed to deploy?", as_user="bob", now=T1)
+    assert hits[0].text == "Billing deploys any weekday before 3pm"
+    assert all("Tuesdays" not in h.text for h in hits)
+    assert {"path", "kind", "subject", "key", "scope", "team", "owner", "source", "text", "score", "version",
+            "valid_from"} <= set(hits[0].to_dict())
+
+
+def test_each_user_sees_only_their_scopes(repo):
+    seed(repo)
+    alice = [h.text for h in repo.recall("when do I deploy billing", as_user="alice", k=10, now=T1)]
+    bob = [h.text for h in repo.recall("when do I deploy billing", as_user="bob", k=10, now=T1)]
+    carol = [h.text for h in repo.recall("deploy billing ranking", as_user="carol", k=10, now=T1)]
+    assert any("Mondays" in t for t in alice) and not any("Mondays" in t for t in bob)
+    assert all("Billing" not in t and "billing" not in t for t in carol)
+
+
+def test_history_path_answers_what_it_was_before(repo):
+    seed(repo)
+    hits = repo.recall("When could billing deploy before?", as_user="bob", include_history=True, now=T1)
+    assert hits[0].text == "Billing deploys only on Tuesdays and Thursdays" and not hits[0].current
+    assert hits[0].commit
+
+
+def test_at_gives_the_state_at_a_past_time(repo):
+    seed(repo)
+    hits = repo.recall("When is billing allowed to deploy?", as_user="bob", at="2026-10-05T00:00:00Z", now=T1)
+    assert hits[0].text == "Billing deploys only on Tuesdays and Thursdays"
+    assert all("Refunds" not in h.text for h in hits)  # written later
+
+
+def test_an_expired_working_note_is_never_recalled_without_a_sweep(repo):
+    repo.remember("Working branch is feature/fx-rounding-fix", as_user="ali", kind="working",
+                  subject="task:current", key="branch", source="agent", now=T0)
+    assert repo.recall("which branch am I on", as_user="ali", now=T0)[0].key == "branch"
+    later = "2026-10-01T10:00:01Z"
+    assert repo.recall("which branch am I on", as_user="ali", now=later) == []
+    assert repo.recall("branch", as_user="ali", kinds=["working"], now=later) == []
+    assert repo.recall("branch", as_user="ali", include_history=True, now=later)[0].current is False
+
+
+def test_working_memory_is_newest_first(repo):
+    repo.remember("Editing InvoiceService.cs", as_user="ali", kind="working", subject="task:current", key="a",
+                  source="agent", ttl="8h", now=T0)
+    repo.remember("Editing PaymentController.cs", as_user="ali", kind="working", subject="task:current", key="b",
+                  source="agent", ttl="8h", new_key=True, now="2026-10-01T10:00:00Z")
+    hits = repo.recall("anything", as_user="ali", kinds=["scratch"], now="2026-10-01T11:00:00Z")
+    assert [h.key for h in hits] == ["b", "a"]
+
+
+def test_profile_reads_are_exact_key_lookups(repo):
+    repo.remember("Prefers async standups", as_user="alice", kind="preference", subject="user:alice",
+                  key="standup", now=T0)
+    repo.remember("Works in Europe/Istanbul", as_user="alice", kind="profile", subject="user:alice",
+                  key="timezone", new_key=True, now=T0)
+    hits = repo.recall("meetings", as_user="alice", kinds=["profile"], subject="user:alice", key="timezone", now=T0)
+    assert [h.key for h in hits] == ["timezone"]
+    assert repo.recall("x", as_user="bob", kinds=["profile"], subject="user:alice", key="timezone", now=T0) == []
+
+
+def test_the_floor_keeps_unrelated_notes_out(repo):
+    seed(repo)
+    assert repo.recall("What colour is the office cat?", as_user="bob", now=T1) == []
+
+
+def test_a_hand_edit_is_found_under_its_new_text(repo):
+    seed(repo)
+    r = repo.recall("refund window", as_user="bob", now=T1)[0]
+    note = repo.root / r.path
+    note.write_text(note.read_text().replace("within 30 days", "within 45 days for marketplace orders"))
+    fresh = MemoryRepo.open(repo.root)
+    assert "45 days" in fresh.recall("refund window", as_user="bob", now=T1)[0].text
+    repo.index.worktree_check_seconds = 0
+    assert "45 days" in repo.recall("marketplace refunds", as_user="bob", now=T1)[0].text
+
+
+def test_a_broken_note_never_breaks_recall_for_the_others(repo):
+    seed(repo)
+    r = repo.recall("refund window", as_user="bob", now=T1)[0]
+    (repo.root / r.path).write_text("---\nkind: [\n---\nbroken")
+    fresh = MemoryRepo.open(repo.root)
+    hits = fresh.recall("When is billing allowed to deploy?", as_user="bob", now=T1)
+    assert hits[0].text == "Billing deploys any weekday before 3pm"
+    assert r.path in fresh.index.broken()
+    assert all(h.path != r.path for h in fresh.recall("refund", as_user="bob", now=T1))
+    assert (repo.root / r.path).read_text().startswith("---\nkind: [")  # untouched
+
+
+def test_deleting_the_cache_gives_the_same_answers(repo):
+    seed(repo)
+    before = [(h.path, h.text) for h in repo.recall("billing deploy", as_user="bob", k=5, now=T1)]
+    repo.close()
+    shutil.rmtree(repo.root / ".mdmem")
+    fresh = MemoryRepo.open(repo.root)
+    assert [(h.path, h.text) for h in fresh.recall("billing deploy", as_user="bob", k=5, now=T1)] == before
+
+
+def test_the_index_follows_a_pull_with_renames_and_deletions(repo):
+    seed(repo)
+    repo.recall("refunds", as_user="bob", now=T1)
+    r = repo.recall("refunds", as_user="bob", now=T1)[0]
+    new = r.path.replace("refund.window", "refund.policy")
+    text = (repo.root / r.path).read_text().replace("key: refund.window", "key: refund.policy")
+    (repo.root / new).write_text(text)
+    (repo.root / r.path).unlink()
+    subprocess.run(["git", "-C", str(repo.root), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(repo.root), "commit", "-qm", "rename", "--no-verify"], check=True)
+    hits = repo.recall("refunds", as_user="bob", now=T1)
+    assert [h.path for h in hits if "refund" in h.path] == [new]
+
+
+def test_two_processes_syncing_at_once(repo):
+    seed(repo)
+    code = ("import sys; from mdmem import MemoryRepo; r = MemoryRepo.open(sys.argv[1]); "
+            "print(r.recall('billing deploy', as_user='bob', now='2026-10-15T09:00:00Z')[0].text)")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(repo.root)], stdout=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=120)[0].strip() for p in procs]
+    assert outs == ["Billing deploys any weekday before 3pm"] * 2
+
+
+def test_recall_names_the_user(repo):
+    import pytest
+    from mdmem import BadInput
+    with pytest.raises(BadInput):
+        repo.recall("x", as_user=None)
+
+
+def test_cli_recall_json(repo):
+    import json
+    from conftest import run_cli
+    seed(repo)
+    r = run_cli("recall", "When is billing allowed to deploy?", "--repo", str(repo.root), "--as", "dana",
+                "--json", "--now", T1)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["hits"][0]["text"] == "Billing deploys any weekday before 3pm"
