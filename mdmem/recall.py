@@ -109,13 +109,13 @@ class Recall:
         if key and kind_names and all(c.read_rule == READ_EXACT_KEY for c in contracts) and at is None:
             return self._exact(user, kind_names, subject, key, when)
         self.index.sync()
-        qv = self.index.embed_query(query)
         if at is not None or include_history:
-            return self._search_versions(query, qv, roots, kind_names, subject, k, when,
-                                         at=parse_time(at, field="at") if at is not None else None)
+            return self._search_versions(query, self.index.embed_query(query), roots, kind_names, subject, k,
+                                         when, at=parse_time(at, field="at") if at is not None else None)
         searcher = self.index.searcher()
         allowed = self.index.allowed_docs(roots, fulltext.ts(when), kind_names, subject)
         bm25 = self._bm25(searcher, query, allowed)
+        qv = self.index.embed_query(query)
         vec = []
         if qv is not None:
             vec = self.index.vectors.search(qv, roots=roots, at=fulltext.ts(when), kinds=kind_names,
@@ -173,7 +173,7 @@ class Recall:
     @staticmethod
     def _bm25(searcher, query: str, allowed: set[int]) -> list[tuple[dict, float, float]]:
         """(stored fields, BM25F score, coverage of the query's terms), filtered first."""
-        q = fulltext.text_query(query)
+        q = fulltext.text_query(query, searcher)
         if q is None or not allowed:
             return []
         # Coverage counts only words some note has: a word no note contains can't be matched

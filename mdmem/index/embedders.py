@@ -59,6 +59,9 @@ class MiniLMEmbedder:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads or min(2, os.cpu_count() or 1)
         options.inter_op_num_threads = 1
+        # Idle worker threads spinning after each call steal the CPU that the full-text
+        # search runs on next (2 cores here).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self.input_names = {i.name for i in self.session.get_inputs()}
         self.tokenizer = Tokenizer.from_file(str(_ASSETS / "minilm-tokenizer.json"))

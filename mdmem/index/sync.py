@@ -23,7 +23,7 @@ from . import fulltext
 from .embedders import Embedder, make_embedder
 from .vectors import EmbeddingCache, VectorStore, cache_key
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 WORKTREE_CHECK_SECONDS = 1.0
 
 

@@ -15,9 +15,23 @@ def cache_key(model_id: str, text: str) -> str:
     return hashlib.sha256(f"{model_id}\x00{text}".encode()).hexdigest()
 
 
+class _Tx:
+    """One explicit transaction (autocommit mode would commit, and sync, every row)."""
+
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+
+    def __enter__(self):
+        self.db.execute("BEGIN IMMEDIATE")
+        return self.db
+
+    def __exit__(self, exc_type, *rest):
+        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     path.parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(str(path), timeout=30, isolation_level=None)
+    db = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
     db.execute("PRAGMA secure_delete=ON")
     db.execute("PRAGMA journal_mode=DELETE")
     return db
@@ -38,13 +52,13 @@ class EmbeddingCache:
         return out
 
     def put_many(self, model_id: str, items: dict[str, np.ndarray]) -> None:
-        with self.db:
+        with _Tx(self.db):
             self.db.executemany("INSERT OR REPLACE INTO cache VALUES (?, ?, ?)",
                                 [(k, model_id, v.astype(np.float32).tobytes()) for k, v in items.items()])
 
     def purge(self, keys: list[str]) -> int:
         n = 0
-        with self.db:
+        with _Tx(self.db):
             for k in keys:
                 n += self.db.execute("DELETE FROM cache WHERE key = ?", (k,)).rowcount
         self.db.execute("VACUUM")
@@ -52,15 +66,6 @@ class EmbeddingCache:
 
     def has(self, key: str) -> bool:
         return self.db.execute("SELECT 1 FROM cache WHERE key = ?", (key,)).fetchone() is not None
-
-    def cosines(self, query: np.ndarray, paths: list[str]) -> dict[str, float]:
-        if not self._loaded:
-            self._load()
-        rows = [(p, self._row[p]) for p in paths if p in self._row]
-        if not rows or self._matrix.shape[1] != query.shape[0]:
-            return {}
-        sims = self._matrix[[r for _, r in rows]] @ query
-        return {p: float(x) for (p, _), x in zip(rows, sims)}
 
     def close(self) -> None:
         self.db.close()
@@ -82,7 +87,7 @@ class VectorStore:
 
     def upsert(self, model_id: str, rows: list[tuple[dict, str, np.ndarray]]) -> None:
         """rows: (the note's index document, its cache key, its vector)."""
-        with self.db:
+        with _Tx(self.db):
             self.db.executemany(
                 "INSERT OR REPLACE INTO vectors VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(d["path"], d["root"], d["kind"], d["subject"], d["valid_from"], d["valid_until"],
@@ -91,16 +96,11 @@ class VectorStore:
 
     def delete(self, paths) -> int:
         n = 0
-        with self.db:
+        with _Tx(self.db):
             for p in paths:
                 n += self.db.execute("DELETE FROM vectors WHERE path = ?", (p,)).rowcount
         self._loaded = False
         return n
-
-    def clear(self) -> None:
-        with self.db:
-            self.db.execute("DELETE FROM vectors")
-        self._loaded = False
 
     def vacuum(self) -> None:
         self.db.execute("VACUUM")
@@ -112,13 +112,20 @@ class VectorStore:
         rows = self.db.execute(f"SELECT {self._COLS}, vec FROM vectors ORDER BY path").fetchall()
         self._paths = [r[0] for r in rows]
         self._row = {p: i for i, p in enumerate(self._paths)}
-        self._root = np.array([r[1] for r in rows], dtype=object)
-        self._kind = np.array([r[2] for r in rows], dtype=object)
-        self._subject = np.array([r[3] for r in rows], dtype=object)
+        # Roots, kinds and subjects as integer codes, so the filters are fast numpy compares.
+        self._codes: dict[str, dict[str, int]] = {}
+        self._cols: dict[str, np.ndarray] = {}
+        for col, i in (("root", 1), ("kind", 2), ("subject", 3)):
+            codes = self._codes[col] = {}
+            self._cols[col] = np.array([codes.setdefault(r[i], len(codes)) for r in rows], dtype=np.int32)
         self._times = np.array([r[4:7] for r in rows], dtype=np.int64).reshape(-1, 3)
         self._matrix = (np.vstack([np.frombuffer(r[7], dtype=np.float32) for r in rows])
                         if rows else np.zeros((0, 1), dtype=np.float32))
         self._loaded = True
+
+    def _match(self, col: str, values: list[str]) -> np.ndarray:
+        codes = [self._codes[col][v] for v in values if v in self._codes[col]]
+        return np.isin(self._cols[col], np.array(codes, dtype=np.int32))
 
     def search(self, query: np.ndarray, *, roots: list[str], at: int, kinds: list[str] | None = None,
                subject: str | None = None, limit: int = 50) -> list[tuple[str, float]]:
@@ -127,18 +134,19 @@ class VectorStore:
             self._load()
         if not self._paths or self._matrix.shape[1] != query.shape[0]:
             return []
-        mask = np.isin(self._root, roots)
+        mask = self._match("root", roots)
         if kinds:
-            mask &= np.isin(self._kind, kinds)
+            mask &= self._match("kind", kinds)
         if subject:
-            mask &= self._subject == subject
+            mask &= self._match("subject", [subject])
         t = self._times
         mask &= (t[:, 0] <= at) & (t[:, 1] > at) & (t[:, 2] > at)
         idx = np.flatnonzero(mask)
         if not len(idx):
             return []
         sims = self._matrix[idx] @ query if len(idx) < len(self._paths) // 2 else (self._matrix @ query)[idx]
-        top = np.argsort(-sims)[:limit]
+        top = np.argpartition(-sims, limit)[:limit] if len(sims) > limit else np.arange(len(sims))
+        top = top[np.argsort(-sims[top])]
         return [(self._paths[idx[i]], float(sims[i])) for i in top]
 
     def cosines(self, query: np.ndarray, paths: list[str]) -> dict[str, float]:
