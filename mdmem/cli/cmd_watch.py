@@ -1,0 +1,41 @@
+"""mdmem watch [--commit] [--for SECONDS]: reindex notes as people save them."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from ..watch import Watcher
+from .context import add_common
+
+
+def register(sub) -> None:
+    p = sub.add_parser("watch", help="validate and reindex notes as people save them")
+    p.add_argument("--commit", action="store_true", help="also commit valid human edits")
+    p.add_argument("--for", dest="seconds", type=float, help="stop after this many seconds")
+    add_common(p, identity=False)
+    p.set_defaults(run=run)
+
+
+def run(ctx) -> int:
+    def show(event):
+        if ctx.json:
+            print(json.dumps(event.to_dict()), flush=True)
+        else:
+            stream = sys.stderr if event.status in ("invalid", "error") else sys.stdout
+            print(f"{event.status:<9} {event.path} {event.detail}".rstrip(), file=stream, flush=True)
+
+    watcher = Watcher(ctx.repo(), show, commit=ctx.args.commit).start()
+    if not ctx.json:
+        print(f"watching {watcher.root} (Ctrl-C to stop)", flush=True)
+    else:
+        print(json.dumps({"status": "watching", "path": str(watcher.root)}), flush=True)
+    try:
+        deadline = time.monotonic() + ctx.args.seconds if ctx.args.seconds else None
+        while deadline is None or time.monotonic() < deadline:
+            time.sleep(0.1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        watcher.stop()
+    return 0

@@ -1,0 +1,145 @@
+"""`mdmem watch`: when a person saves a note, validate it and catch the index up within a
+second; optionally commit valid human edits with ``Memory-Source: human:<git user>``.
+
+A note that breaks the schema is reported with path, field and reason, kept out of the
+index until it is fixed, and never touched on disk.
+"""
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+from .errors import NoteInvalid
+from .gitstore import Trailers
+from .layout import is_note_path
+from .store import read_note
+
+DEBOUNCE_SECONDS = 0.15
+
+
+@dataclass
+class WatchEvent:
+    path: str
+    status: str  # indexed | removed | invalid | committed
+    detail: str = ""
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "status": self.status, "detail": self.detail}
+
+
+def git_user(root) -> str:
+    name = subprocess.run(["git", "-C", str(root), "config", "user.name"], capture_output=True, text=True).stdout.strip()
+    return "".join(ch if ch.isalnum() or ch in "._-" else "-" for ch in name) or "unknown"
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, watcher: "Watcher"):
+        self.watcher = watcher
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        for raw in (getattr(event, "src_path", ""), getattr(event, "dest_path", "")):
+            if raw:
+                self.watcher.touch(raw)
+
+
+class Watcher:
+    def __init__(self, repo, on_event: Callable[[WatchEvent], None], *, commit: bool = False):
+        self.repo = repo
+        self.on_event = on_event
+        self.commit = commit
+        self.root = repo.root.resolve()
+        self._pending: set[str] = set()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._observer = Observer()
+        self._worker = threading.Thread(target=self._run, name="mdmem-watch", daemon=True)
+
+    def touch(self, raw: str) -> None:
+        try:
+            rel = str(type(self.root)(raw).resolve().relative_to(self.root)).replace("\\", "/")
+        except ValueError:
+            return
+        if rel.startswith((".git/", ".mdmem/")) or not is_note_path(rel):
+            return
+        with self._lock:
+            self._pending.add(rel)
+        self._wake.set()
+
+    def start(self) -> "Watcher":
+        self.repo.index.sync(worktree=True)
+        self._observer.schedule(_Handler(self), str(self.root), recursive=True)
+        self._observer.start()
+        self._worker.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._observer.stop()
+        self._observer.join(timeout=5)
+        self._worker.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait()
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            time.sleep(DEBOUNCE_SECONDS)  # editors write in bursts: save, rename, chmod
+            with self._lock:
+                paths, self._pending = sorted(self._pending), set()
+            if paths:
+                try:
+                    self._handle(paths)
+                except Exception as exc:  # a watcher must outlive one bad event
+                    self.on_event(WatchEvent("", "error", str(exc)))
+
+    def _handle(self, paths: list[str]) -> None:
+        report = self.repo.index.sync(worktree=True)
+        valid: dict[str, bytes | None] = {}
+        for path in paths:
+            if path in report.broken:
+                self.on_event(WatchEvent(path, "invalid", report.broken[path]))
+                continue
+            full = self.repo.root / path
+            if not full.exists():
+                self.on_event(WatchEvent(path, "removed"))
+                valid[path] = None
+                continue
+            try:
+                read_note(self.repo.root, path, self.repo.contracts)
+            except NoteInvalid as exc:
+                self.on_event(WatchEvent(path, "invalid", f"{exc.field}: {exc.reason}"))
+                continue
+            self.on_event(WatchEvent(path, "indexed"))
+            valid[path] = full.read_bytes()
+        if self.commit and valid:
+            self._commit(valid)
+
+    def _commit(self, changes: dict[str, bytes | None]) -> None:
+        store = self.repo.store
+        with store.locked():
+            head = store.head()
+            dirty = {p: d for p, d in changes.items()
+                     if (store.blob_id(p, head) if head else None) != (store.worktree_blob_id(p))}
+            if not dirty:
+                return
+            user = git_user(self.repo.root)
+            op = "edit" if all(d is not None for d in dirty.values()) else "delete"
+            message = (f"human {op}: {', '.join(sorted(dirty))}\n\n"
+                       + Trailers(op, user, f"human:{user}").render())
+            commit = store.commit(dirty, message, actor=user, when=_now())
+        for path in dirty:
+            self.on_event(WatchEvent(path, "committed", commit))
+
+
+def _now():
+    from .clock import resolve_now
+    return resolve_now()
