@@ -190,20 +190,25 @@ class GitStore:
         return sorted(name for name in self.repo.branches.local if name.startswith(prefix))
 
     # --- writing --------------------------------------------------------------------
-    def _edit_tree(self, tree: pygit2.Tree | None, parts: list[str], blob: pygit2.Oid | None) -> pygit2.Oid | None:
-        """A copy of ``tree`` with one path set to ``blob`` (or removed); None if it empties."""
+    def _edit_tree(self, tree: pygit2.Tree | None, edits: dict[tuple[str, ...], pygit2.Oid | None]) -> pygit2.Oid | None:
+        """A copy of ``tree`` with each path set to its blob (or removed), every changed tree
+        written once; None if the tree ends up empty."""
         builder = self.repo.TreeBuilder(tree) if tree is not None else self.repo.TreeBuilder()
-        name = parts[0]
-        existing = tree[name] if tree is not None and name in tree else None
-        if len(parts) == 1:
-            if blob is None:
-                if existing is not None:
-                    builder.remove(name)
+        groups: dict[str, dict[tuple[str, ...], pygit2.Oid | None]] = {}
+        for parts, blob in edits.items():
+            name = parts[0]
+            if len(parts) == 1:
+                if blob is None:
+                    if tree is not None and name in tree:
+                        builder.remove(name)
+                else:
+                    builder.insert(name, blob, pygit2.GIT_FILEMODE_BLOB)
             else:
-                builder.insert(name, blob, pygit2.GIT_FILEMODE_BLOB)
-        else:
+                groups.setdefault(name, {})[parts[1:]] = blob
+        for name, sub_edits in groups.items():
+            existing = tree[name] if tree is not None and name in tree else None
             sub = self.repo[existing.id] if existing is not None and existing.type_str == "tree" else None
-            new_sub = self._edit_tree(sub, parts[1:], blob)
+            new_sub = self._edit_tree(sub, sub_edits)
             if new_sub is None:
                 if existing is not None:
                     builder.remove(name)
@@ -214,15 +219,10 @@ class GitStore:
         return builder.write()
 
     def _tree_with(self, base: pygit2.Tree | None, changes: dict[str, bytes | None]) -> pygit2.Oid:
-        tree = base
-        oid = base.id if base is not None else None
-        for path, data in changes.items():
-            blob = self.repo.create_blob(data) if data is not None else None
-            oid = self._edit_tree(tree, path.split("/"), blob)
-            if oid is None:
-                oid = self.repo.TreeBuilder().write()
-            tree = self.repo[oid]
-        return oid
+        edits = {tuple(path.split("/")): (self.repo.create_blob(data) if data is not None else None)
+                 for path, data in changes.items()}
+        oid = self._edit_tree(base, edits)
+        return oid if oid is not None else self.repo.TreeBuilder().write()
 
     def commit(self, changes: dict[str, bytes | None], message: str, *, actor: str,
                when: _dt.datetime, branch: str | None = None, worktree: bool = True) -> str:

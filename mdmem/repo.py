@@ -95,6 +95,8 @@ class MemoryRepo:
         self.contracts = config.contracts
         self._index = None
         self._recall = None
+        self._meta_cache = None
+        self._root_blobs = None
 
     # --- opening --------------------------------------------------------------------
     @classmethod
@@ -123,7 +125,7 @@ class MemoryRepo:
         hook.write_text(read_template("hooks/pre-commit"), encoding="utf-8")
         hook.chmod(0o755)
         repo = cls.open(root)
-        repo._after_write()
+        repo.render(as_user=as_user, now=when)
         return repo
 
     @classmethod
@@ -265,8 +267,8 @@ class MemoryRepo:
                 pending = prepare()
                 message = self._message(pending, user, op or pending.op, evidence)
                 try:
-                    commit = self.store.commit({pending.path: pending.note.dumps().encode()}, message,
-                                               actor=user, when=when)
+                    commit = self._commit_changes({pending.path: pending.note.dumps().encode()}, message,
+                                                  actor=user, when=when)
                 except BranchMoved:
                     if attempt == _WRITE_RETRIES - 1:
                         raise
@@ -285,6 +287,89 @@ class MemoryRepo:
 
     def _after_write(self) -> None:
         self.store.maybe_gc()
+
+    # --- MEMORY views ---------------------------------------------------------------
+    @property
+    def _meta(self):
+        if self._meta_cache is None:
+            from .views import MetaCache
+            self._meta_cache = MetaCache(self.root / ".mdmem" / "viewmeta.sqlite")
+        return self._meta_cache
+
+    def _scope_view(self, root: str, overlay: dict[str, bytes | None], when: _dt.datetime, *,
+                    max_lines: int | None = None, max_bytes: int | None = None) -> str:
+        from .views import RootBlobs, render_scope
+
+        if self._root_blobs is None:
+            self._root_blobs = RootBlobs(self.store)
+        entries = self._meta.entries(self.store, self._root_blobs.get(root, self.store.head(), overlay))
+        return render_scope(root, entries, when, readers=sorted(self.access.readers_of_root(root)),
+                            max_lines=max_lines or self.config.view_max_lines,
+                            max_bytes=max_bytes or self.config.view_max_bytes)
+
+    def _views_for(self, changes: dict[str, bytes | None], when: _dt.datetime) -> dict[str, bytes]:
+        """The scope views a change alters, regenerated to go into the same commit."""
+        from .views import view_path
+
+        roots = sorted({"/".join(p.split("/")[:2]) for p in changes if layout.is_note_path(p)})
+        out = {}
+        for root in roots:
+            text = self._scope_view(root, changes, when).encode()
+            path = view_path(root)
+            head = self.store.head()
+            current = self.store.read_at(path, head) if head else None
+            if current != text:
+                out[path] = text
+        return out
+
+    def _commit_changes(self, changes: dict[str, bytes | None], message: str, *, actor: str,
+                        when: _dt.datetime) -> str:
+        """Commit note changes with the views they alter (call under the lock)."""
+        return self.store.commit({**changes, **self._views_for(changes, when)}, message, actor=actor, when=when)
+
+    def render(self, *, as_user: str, now=None) -> dict:
+        """Regenerate the root MEMORY.md and every scope view in one commit."""
+        from .views import VIEW_NAME, render_root, view_path
+
+        user = require_user(as_user)
+        when = resolve_now(now)
+        with self.store.locked():
+            roots = sorted({"/".join(p.split("/")[:2]) for p in self._tracked_note_paths()}
+                           | {f"team/{t}" for t in self.config.teams})
+            changes = {VIEW_NAME: render_root(self.config).encode()}
+            for root in roots:
+                changes[view_path(root)] = self._scope_view(root, {}, when).encode()
+            head = self.store.head()
+            changes = {p: d for p, d in changes.items() if self.store.read_at(p, head) != d}
+            if not changes:
+                return {"commit": None, "views": []}
+            message = "render MEMORY views\n\n" + Trailers("render", user, "system:render").render()
+            commit = self.store.commit(changes, message, actor=user, when=when)
+        return {"commit": commit, "views": sorted(changes)}
+
+    def _tracked_note_paths(self) -> list[str]:
+        head = self.store.head()
+        if head is None:
+            return []
+        out = self.store.git("ls-tree", "-r", "--name-only", head, "--", "team", "private")
+        return [p for p in out.splitlines() if layout.is_note_path(p)]
+
+    def startup(self, *, as_user: str, now=None) -> str:
+        """The view one user starts from: the root guide, their teams and their private scope,
+        composed within the budget. Carries only what this user may see."""
+        from .views import render_root
+
+        user = require_user(as_user)
+        when = resolve_now(now)
+        guide = render_root(self.config)
+        roots = self.access.readable_roots(user)
+        lines_left = max(40, self.config.view_max_lines - guide.count("\n"))
+        bytes_left = max(4000, self.config.view_max_bytes - len(guide.encode()))
+        parts = [guide]
+        for root in roots:
+            parts.append(self._scope_view(root, {}, when, max_lines=max(20, lines_left // len(roots)),
+                                          max_bytes=max(2000, bytes_left // len(roots))))
+        return f"# Startup view for {user}\n\n" + "\n".join(parts)
 
     # --- review hold ----------------------------------------------------------------
     def _hold(self, user: str, path: str, note: Note, reason: str, when: _dt.datetime) -> WriteResult:
@@ -384,6 +469,9 @@ class MemoryRepo:
     def close(self) -> None:
         if self._index is not None:
             self._index.close()
+        if self._meta_cache is not None:
+            self._meta_cache.close()
+            self._meta_cache = None
 
     # --- reading --------------------------------------------------------------------
     def _candidate_paths(self, user: str, subject: str, kind: str, key: str | None,
@@ -533,7 +621,7 @@ class MemoryRepo:
             message = (f"sweep {len(expired)} expired note(s)\n\n"
                        + Trailers("expire", user, "system:sweep",
                                   tuple(s.note.id for s in expired)).render())
-            commit = self.store.commit({s.path: None for s in expired}, message, actor=user, when=when)
+            commit = self._commit_changes({s.path: None for s in expired}, message, actor=user, when=when)
             self._after_write()
         return {"removed": [s.path for s in expired], "commit": commit}
 
