@@ -466,6 +466,52 @@ class MemoryRepo:
         return self._recall(query, as_user=as_user, k=k, kinds=kinds, subject=subject, key=key, at=at,
                             include_history=include_history, now=now)
 
+    def _reset_caches(self) -> None:
+        """After a history rewrite every in-process cache describes commits that are gone."""
+        self.close()
+        self._index = self._recall = self._meta_cache = self._root_blobs = None
+        self.store = GitStore(self.root)
+
+    # --- erasure ----------------------------------------------------------------------
+    def forget(self, *, as_user: str, subject: str | None = None, owner: str | None = None,
+               paths: list[str] | None = None, texts: list[str] | None = None, dry_run: bool = False,
+               push: bool = False, now=None) -> dict:
+        """Erase notes from every version of history and every copy (see :mod:`mdmem.erasure`).
+        Returns the plan (dry run) or the receipt; never the erased text."""
+        from .erasure import build_plan, execute
+
+        user = require_user(as_user)
+        when = resolve_now(now)
+        with self.store.locked():
+            plan = build_plan(self, subject=subject, owner=owner, paths=paths, texts=texts)
+            roots = plan.roots
+            if texts:
+                roots = sorted(set(roots) | set(self._roots_holding(texts)))
+            self.access.check_forget(user, roots)
+            if dry_run:
+                return {"dry_run": True, **plan.to_dict()}
+            if not plan.paths and not plan.copies and not texts:
+                raise NotFound("forget: nothing matches those targets")
+            return execute(self, plan, as_user=user, when=when, push=push)
+
+    def _roots_holding(self, texts: list[str]) -> list[str]:
+        """Scope roots whose files (now or in history) contain any of ``texts``."""
+        roots = set()
+        for text in texts:
+            out = self.store.git("log", "--all", "--format=", "--name-only", "-S", text, check=False)
+            roots |= {"/".join(p.split("/")[:2]) for p in out.splitlines() if p.startswith(("team/", "private/"))}
+            out = self.store.git("grep", "-l", "-F", text, check=False)
+            roots |= {"/".join(p.split("/")[:2]) for p in out.splitlines() if p.startswith(("team/", "private/"))}
+        return sorted(roots)
+
+    def prove_gone(self, needles: list[str], *, as_user: str, subject: str | None = None,
+                   owner: str | None = None, allow_paths: list[str] | None = None) -> dict:
+        """Check every place mdmem controls for the needles; name what it cannot reach."""
+        from .proof import prove_gone
+
+        return prove_gone(self, needles, as_user=require_user(as_user), subject=subject, owner=owner,
+                          allow_paths=allow_paths)
+
     def close(self) -> None:
         if self._index is not None:
             self._index.close()

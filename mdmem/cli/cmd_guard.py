@@ -1,0 +1,28 @@
+"""mdmem guard BARE_REPO: install a pre-receive hook refusing pushes of erased history;
+mdmem guard --check (run by that hook) reads the pushed refs on standard input."""
+from __future__ import annotations
+
+import sys
+
+from .context import add_common
+
+
+def register(sub) -> None:
+    p = sub.add_parser("guard", help="protect a bare remote from pushes that bring erased history back")
+    p.add_argument("bare", nargs="?", help="the bare repository to protect")
+    p.add_argument("--check", action="store_true", help="(used by the hook) check refs from standard input")
+    add_common(p, identity=False, repo=False)
+    p.set_defaults(run=run)
+
+
+def run(ctx) -> int:
+    from ..sync import check_push, install_guard
+
+    if ctx.args.check:
+        problems = check_push(ctx.args.bare or ".", sys.stdin.read())
+        for p in problems:
+            print(f"mdmem: refused: {p}", file=sys.stderr)
+        return 3 if problems else 0
+    path = install_guard(ctx.args.bare)
+    ctx.emit({"hook": str(path)}, f"installed {path}")
+    return 0

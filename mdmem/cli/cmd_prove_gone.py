@@ -1,0 +1,37 @@
+"""mdmem prove-gone --needle TEXT ... [--subject S] [--owner U] [--allow-path P]"""
+from __future__ import annotations
+
+from ..errors import ProofFailed
+from .context import add_common
+
+
+def register(sub) -> None:
+    p = sub.add_parser("prove-gone", help="check every place mdmem controls for erased text")
+    p.add_argument("--needle", action="append", required=True, dest="needles")
+    p.add_argument("--subject")
+    p.add_argument("--owner")
+    p.add_argument("--allow-path", action="append", dest="allow_paths", default=[],
+                   help="a reviewed note that may keep mentioning the person (from the mention scan)")
+    add_common(p)
+    p.set_defaults(run=run)
+
+
+def run(ctx) -> int:
+    a = ctx.args
+    report = ctx.repo().prove_gone(a.needles, as_user=ctx.user, subject=a.subject, owner=a.owner,
+                                   allow_paths=a.allow_paths)
+    lines = []
+    for i, item in enumerate(report["needles"]):
+        lines.append(f"needle {i + 1}: {'PASS' if item['pass'] else 'FAIL'}")
+        for name, check in item["checks"].items():
+            lines.append(f"  {'ok  ' if check['pass'] else 'FAIL'} {name}" +
+                         (f": {', '.join(check['where'][:5])}" if check["where"] else ""))
+        if item["nearest"]:
+            lines.append(f"  nearest remaining note (for review): {item['nearest']['path']} "
+                         f"(cosine {item['nearest']['cosine']})")
+    for name, check in report["scope"].items():
+        lines.append(f"{'ok  ' if check['pass'] else 'FAIL'} {name}")
+    lines.append("cannot vouch for:")
+    lines += [f"  - {x}" for x in report["cannot_reach"]]
+    ctx.emit(report, "\n".join(lines))
+    return 0 if report["pass"] else ProofFailed.exit_code

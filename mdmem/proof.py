@@ -1,0 +1,207 @@
+"""prove-gone: check, for each needle, every place mdmem controls, and name what it cannot
+reach (DESIGN 9). A proof that only runs queries passes while the text is still on disk, so
+this one reads bytes: every git object decompressed (reachable or not), every file.
+
+Mentions a person reviewed and kept (``allow_paths``, usually the mention scan of the
+erasure) are not failures: their notes, the views that quote them and the index entries
+built from them may legitimately hold a name.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from . import layout
+from .errors import Refused
+from .store import scan_notes
+
+
+def _check(where: list[str]) -> dict:
+    return {"pass": not where, "where": sorted(set(where))[:50]}
+
+
+def _cat_all_objects(root: Path):
+    """(oid, type, content) for every object in the repository, reachable or not, loose or packed."""
+    proc = subprocess.Popen(["git", "-C", str(root), "cat-file", "--batch-all-objects", "--batch",
+                             "--unordered"], stdout=subprocess.PIPE)
+    stream = proc.stdout
+    while True:
+        header = stream.readline()
+        if not header:
+            break
+        oid, kind, size = header.decode().split()
+        data = stream.read(int(size))
+        stream.read(1)
+        yield oid, kind, data
+    proc.wait()
+
+
+def _allowed(repo, allow_paths: list[str]) -> tuple[set[str], list[str], list[str]]:
+    """Blob ids of every version of the allowed notes, their texts, and their [[links]]."""
+    blobs, texts = set(), []
+    for path in allow_paths:
+        for commit in repo.store.git("log", "--all", "--format=%H", "--", path, check=False).split():
+            oid = repo.store.blob_id(path, commit)
+            if oid:
+                blobs.add(oid)
+                data = repo.store.read_blob(oid).decode("utf-8", "replace")
+                texts.append(data.split("---", 2)[-1].strip() if data.startswith("---") else data)
+    return blobs, texts, [f"[[{p}]]" for p in allow_paths]
+
+
+def _explained(data: str, needle: str, texts: list[str], links: list[str]) -> bool:
+    """Every line holding the needle quotes an allowed note (a view line, a digest line)."""
+    for line in data.splitlines():
+        if needle in line and not any(link in line for link in links) and not any(
+                t_line.strip() and t_line.strip() in line for t in texts for t_line in t.splitlines()
+                if needle in t_line):
+            return False
+    return True
+
+
+def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=None, allow_paths=None) -> dict:
+    if not needles:
+        from .errors import BadInput
+        raise BadInput("prove-gone: give at least one --needle")
+    if not (as_user in repo.access.erasers or owner == as_user or subject == f"user:{as_user}"):
+        raise Refused(f"prove-gone: {as_user} may prove erasure of their own data only (--owner {as_user}); "
+                      "anything else needs the eraser role in mdmem.toml")
+    allow_paths = list(allow_paths or [])
+    allowed_blobs, allowed_texts, links = _allowed(repo, allow_paths)
+    root = repo.root
+    git_dir = Path(repo.store.repo.path)
+    objects = list(_cat_all_objects(root))
+    live, _ = scan_notes(root, repo.contracts)
+    files = _work_tree_files(root)
+    meta_files = [p for p in git_dir.rglob("*") if p.is_file() and "objects" not in p.relative_to(git_dir).parts[:1]]
+    cache_dir = root / ".mdmem"
+    index_files = [p for p in cache_dir.rglob("*") if p.is_file() and p.parts[len(cache_dir.parts)] in
+                   ("fulltext", "versions")] if cache_dir.exists() else []
+    stash = repo.store.git("stash", "list", check=False)
+    report = {"needles": [], "subject": subject, "owner": owner}
+    for needle in needles:
+        nb = needle.encode()
+        checks = {}
+        checks["live_notes"] = _check([s.path for s in live if needle in s.note.text and s.path not in allow_paths])
+        bad_objects = []
+        for oid, kind, data in objects:
+            if nb in data and oid not in allowed_blobs:
+                text = data.decode("utf-8", "replace")
+                if kind == "blob" and allow_paths and _explained(text, needle, allowed_texts, links):
+                    continue
+                bad_objects.append(f"{kind} {oid}")
+        checks["git_objects"] = _check(bad_objects)
+        checks["refs_reflogs_stash_notes"] = _check(
+            [str(p.relative_to(root)) for p in meta_files if nb in p.read_bytes()]
+            + (["stash"] if needle in stash else []))
+        checks["work_tree"] = _check([rel for rel, p in files if nb in p.read_bytes() and rel not in allow_paths
+                                      and not _explained(p.read_text("utf-8", "replace"), needle, allowed_texts, links)])
+        checks["fulltext_index"] = _index_check(repo, index_files, needle, allowed_texts)
+        checks["vector_store"] = _sqlite_check(cache_dir / "vectors.sqlite", nb, allowed_texts, needle)
+        checks["embedding_cache"] = _sqlite_check(cache_dir / "embeddings.sqlite", nb, [], needle)
+        checks["view_cache"] = _sqlite_check(cache_dir / "viewmeta.sqlite", nb, allowed_texts, needle)
+        checks["memory_views"] = _check([rel for rel, p in files if rel.endswith("MEMORY.md") and nb in p.read_bytes()
+                                         and not _explained(p.read_text("utf-8", "replace"), needle,
+                                                            allowed_texts, links)])
+        report["needles"].append({"needle_index": len(report["needles"]), "checks": checks,
+                                  "pass": all(c["pass"] for c in checks.values()),
+                                  "nearest": _nearest(repo, needle, as_user)})
+    report["scope"] = _scope_checks(repo, [s for s in live if s.path not in allow_paths], subject, owner)
+    report["cannot_reach"] = cannot_reach(repo)
+    report["pass"] = all(n["pass"] for n in report["needles"]) and all(c["pass"] for c in report["scope"].values())
+    return report
+
+
+def _work_tree_files(root: Path) -> list[tuple[str, Path]]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in (".git", ".mdmem")]
+        for name in filenames:
+            p = Path(dirpath) / name
+            out.append((str(p.relative_to(root)), p))
+    return out
+
+
+def _count(data: bytes, nb: bytes) -> int:
+    return data.count(nb)
+
+
+def _index_check(repo, files: list[Path], needle: str, allowed_texts: list[str]) -> dict:
+    """Raw bytes of the Whoosh files: at most the copies the allowed notes explain."""
+    nb = needle.encode()
+    found = sum(_count(p.read_bytes(), nb) for p in files)
+    explained = sum(t.count(needle) for t in allowed_texts) * 2  # current index + versions index
+    where = [str(p.relative_to(repo.root)) for p in files if nb in p.read_bytes()]
+    return _check(where if found > explained else [])
+
+
+def _sqlite_check(path: Path, nb: bytes, allowed_texts: list[str], needle: str) -> dict:
+    if not path.exists():
+        return _check([])
+    data = path.read_bytes()
+    for suffix in ("-journal", "-wal"):
+        extra = path.with_name(path.name + suffix)
+        if extra.exists():
+            data += extra.read_bytes()
+    found = data.count(nb)
+    explained = sum(t.count(needle) for t in allowed_texts)
+    return _check([path.name] if found > explained else [])
+
+
+def _scope_checks(repo, live, subject, owner) -> dict:
+    out = {}
+    tracked = repo.store.git("ls-files", check=False).splitlines()
+    if subject:
+        sub = layout.subject_dir(subject) + "/"
+        out["no_note_for_subject"] = _check([s.path for s in live if s.note.subject == subject]
+                                            + [p for p in tracked if "/".join(p.split("/")[2:]).startswith(sub)])
+    if owner:
+        out["no_private_root_for_owner"] = _check([p for p in tracked if p.startswith(f"private/{owner}/")])
+        out["no_note_owned"] = _check([s.path for s in live if s.note.owner == owner])
+    vec = repo.root / ".mdmem" / "vectors.sqlite"
+    if vec.exists() and (subject or owner):
+        from .index.vectors import VectorStore
+        vs = VectorStore(vec)
+        rows = vs.paths()
+        vs.close()
+        live_paths = {s.path for s in live}
+        orphans = [p for p in rows if p not in live_paths]
+        if subject:
+            orphans += [p for p in rows if "/".join(p.split("/")[2:]).startswith(layout.subject_dir(subject) + "/")]
+        if owner:
+            orphans += [p for p in rows if p.startswith(f"private/{owner}/")]
+        out["no_orphaned_vectors"] = _check(orphans)
+    return out
+
+
+def _nearest(repo, needle: str, user: str) -> dict | None:
+    """The most similar remaining note the asker may see: a pointer for review, not a verdict."""
+    try:
+        index = repo.index
+        index.sync()
+        qv = index.embed_query(needle)
+        if qv is None:
+            return None
+        from .index.fulltext import NEVER
+        hits = index.vectors.search(qv, roots=repo.access.readable_roots(user), at=NEVER - 1, limit=1)
+    except Exception:
+        return None
+    if not hits:
+        return None
+    return {"path": hits[0][0], "cosine": round(hits[0][1], 3)}
+
+
+def cannot_reach(repo) -> list[str]:
+    out = []
+    for name in repo.store.git("remote", check=False).split():
+        url = repo.store.git("remote", "get-url", name, check=False).strip()
+        out.append(f"remote {name} ({url}): holds whatever was last pushed; after `forget --push` it must "
+                   "also expire its reflogs and gc before old objects are gone there")
+    out.append("other clones of this repository (each must re-clone or run `mdmem sync`, which refuses erased history)")
+    out.append("backups, snapshots and freed disk blocks of this machine")
+    backend = repo.config.embedder.backend
+    if backend in ("ollama", "openai"):
+        out.append(f"the embedding provider ({backend} at {repo.config.embedder.url}) saw the text when it was embedded")
+    out.append("anyone or anything that read the memory before (agents' transcripts, exports)")
+    return out
