@@ -52,6 +52,7 @@ class Plan:
     review_branches: list[str] = field(default_factory=list)
     needles: list[str] = field(default_factory=list)
     people: list[str] = field(default_factory=list)
+    scrub: bool = True
 
     @property
     def roots(self) -> list[str]:
@@ -77,9 +78,21 @@ class Plan:
         return out
 
 
+_PHONE = re.compile(r"\+?\d[\d ().-]{5,}\d")
+_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(\.[\w-]+)+")
+
+
+def _identifiers(text: str) -> list[str]:
+    """Phone numbers and e-mail addresses in an erased text: a copy elsewhere often quotes
+    just these ("the user gave their number 555-0142"), not the whole line."""
+    out = [m.group(0) for m in _EMAIL.finditer(text)]
+    out += [m.group(0) for m in _PHONE.finditer(text) if sum(ch.isdigit() for ch in m.group(0)) >= 7]
+    return out
+
+
 def _scrub_lines(text: str) -> list[str]:
     """Every version's body, line by line: a copy quoted elsewhere is usually one line of it."""
-    out = [text.strip()]
+    out = [text.strip(), *_identifiers(text)]
     for line in text.splitlines():
         line = line.strip().lstrip("-*> ").strip()
         if len(line) >= MIN_SCRUB_LINE:
@@ -89,7 +102,9 @@ def _scrub_lines(text: str) -> list[str]:
     return out
 
 
-def build_plan(repo, *, subject=None, owner=None, paths=None, texts=None) -> Plan:
+def build_plan(repo, *, subject=None, owner=None, paths=None, texts=None, scrub: bool = True) -> Plan:
+    """What forget will do. ``scrub=False`` removes the notes but leaves copies quoted
+    elsewhere (measured by forget_phone.json; the default scrubs)."""
     if not (subject or owner or paths or texts):
         raise BadInput("forget: name what to erase: --subject, --owner, --path or --text")
     if subject:
@@ -135,6 +150,7 @@ def build_plan(repo, *, subject=None, owner=None, paths=None, texts=None) -> Pla
                 body, key = store.read_blob(oid).decode("utf-8", "replace"), None
             plan.versions.append(ErasedVersion(path, line, oid, key, body))
     plan.commits = sorted(commits)
+    plan.scrub = scrub
     needles = {n for v in plan.versions for n in _scrub_lines(v.text)} | set(texts)
     plan.needles = sorted(needles, key=lambda n: (-len(n), n))
     if owner:
@@ -186,6 +202,24 @@ def _branch_touches(store, branch: str, plan: Plan) -> bool:
 
 # --- execution ------------------------------------------------------------------------
 
+_VIEWS_ONLY_CALLBACK = """
+if not filename.endswith(b"MEMORY.md"):
+    return (filename, mode, blob_id)
+needles = value.data.get("needles")
+if needles is None:
+    import json
+    with open(NEEDLES_FILE, encoding="utf-8") as f:
+        needles = value.data["needles"] = [n.encode() for n in json.load(f)]
+contents = value.get_contents_by_identifier(blob_id)
+new = contents
+for needle in needles:
+    new = new.replace(needle, b"[removed]")
+if new == contents:
+    return (filename, mode, blob_id)
+return (filename, mode, value.insert_file_with_contents(new))
+"""
+
+
 def _filter_repo(root: Path, args: list[str]) -> None:
     cmd = [sys.executable, "-c", "import git_filter_repo, sys; sys.argv[0] = 'git-filter-repo'; git_filter_repo.main()",
            "--force", "--quiet", *args]
@@ -228,29 +262,41 @@ def execute(repo, plan: Plan, *, as_user: str, when: _dt.datetime, push: bool) -
     counts.update(_count_index_entries(repo, plan))
     repo.close()
     _clear_git_leftovers(store)
+    # filter-repo drops the origin remote (to stop an accidental push); keep the config.
+    saved_remotes = {name: store.git("remote", "get-url", name).strip() for name in remotes(store)}
     with tempfile.TemporaryDirectory(prefix="mdmem-forget-") as tmp:
         args = []
         if plan.paths:
             paths_file = Path(tmp) / "paths.txt"
             paths_file.write_text("\n".join(plan.paths) + "\n", encoding="utf-8")
             args += ["--invert-paths", "--paths-from-file", str(paths_file)]
-        expressions = _literal_file(Path(tmp) / "text.txt", plan.needles, [])
-        args += ["--replace-text", str(expressions)]
-        messages = _literal_file(Path(tmp) / "messages.txt", plan.needles, plan.people)
-        args += ["--replace-message", str(messages)]
+        if plan.needles and plan.scrub:
+            args += ["--replace-text", str(_literal_file(Path(tmp) / "text.txt", plan.needles, []))]
+        elif plan.needles:
+            # Without scrubbing copies, the MEMORY views (derived, history included) are still
+            # scrubbed: only other notes keep their quotes.
+            needles_file = Path(tmp) / "needles.json"
+            needles_file.write_text(json.dumps(plan.needles), encoding="utf-8")
+            args += ["--file-info-callback", _VIEWS_ONLY_CALLBACK.replace("NEEDLES_FILE", repr(str(needles_file)))]
+        if plan.needles or plan.people:
+            args += ["--replace-message", str(_literal_file(Path(tmp) / "messages.txt", plan.needles, plan.people))]
         for person in plan.people:
             pattern = re.escape(person).encode()
             callback = (f"import re\nreturn re.sub(rb'(?i)\\b{pattern.decode()}\\b', b'{REMOVED}', "
                         "{0})")
             args += ["--name-callback", callback.format("name"), "--email-callback", callback.format("email")]
         _filter_repo(store.root, args)
+    for name, url in saved_remotes.items():
+        if name not in remotes(store):
+            store.git("remote", "add", name, url)
     git_dir = Path(store.repo.path)
     rewritten = _rewritten_commits(git_dir / "filter-repo" / "commit-map")
     shutil.rmtree(git_dir / "filter-repo", ignore_errors=True)
     for ref in store.git("for-each-ref", "--format=%(refname)", "refs/original/").split():
         store.git("update-ref", "-d", ref, check=False)
     for branch in store.branches("review/"):
-        if not store.git("diff", "--name-only", f"{branch}~1", branch, check=False).strip():
+        # A held write whose note was erased leaves its branch on a commit that is no hold.
+        if "Memory-Op: hold" not in store.git("log", "-1", "--format=%B", branch, check=False):
             store.delete_branch(branch)
     _clear_git_leftovers(store)
     removed_files = _scrub_untracked(repo, plan)

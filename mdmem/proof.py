@@ -97,7 +97,7 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
             + (["stash"] if needle in stash else []))
         checks["work_tree"] = _check([rel for rel, p in files if nb in p.read_bytes() and rel not in allow_paths
                                       and not _explained(p.read_text("utf-8", "replace"), needle, allowed_texts, links)])
-        checks["fulltext_index"] = _index_check(repo, index_files, needle, allowed_texts)
+        checks["fulltext_index"] = _index_check(repo, index_files, needle, allowed_texts, allow_paths)
         checks["vector_store"] = _sqlite_check(cache_dir / "vectors.sqlite", nb, allowed_texts, needle)
         checks["embedding_cache"] = _sqlite_check(cache_dir / "embeddings.sqlite", nb, [], needle)
         checks["view_cache"] = _sqlite_check(cache_dir / "viewmeta.sqlite", nb, allowed_texts, needle)
@@ -107,7 +107,7 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
         report["needles"].append({"needle_index": len(report["needles"]), "checks": checks,
                                   "pass": all(c["pass"] for c in checks.values()),
                                   "nearest": _nearest(repo, needle, as_user)})
-    report["scope"] = _scope_checks(repo, [s for s in live if s.path not in allow_paths], subject, owner)
+    report["scope"] = _scope_checks(repo, live, allow_paths, subject, owner)
     report["cannot_reach"] = cannot_reach(repo)
     report["pass"] = all(n["pass"] for n in report["needles"]) and all(c["pass"] for c in report["scope"].values())
     return report
@@ -127,13 +127,30 @@ def _count(data: bytes, nb: bytes) -> int:
     return data.count(nb)
 
 
-def _index_check(repo, files: list[Path], needle: str, allowed_texts: list[str]) -> dict:
-    """Raw bytes of the Whoosh files: at most the copies the allowed notes explain."""
+def _index_check(repo, files: list[Path], needle: str, allowed_texts: list[str], allow_paths: list[str]) -> dict:
+    """Whoosh compresses stored fields, so a raw byte scan alone would pass with the text
+    still there: read every stored document, deleted ones included (they linger in segment
+    files until a merge), and also scan the raw bytes."""
+    from whoosh import index as windex
+
+    where = []
+    for name in ("fulltext", "versions"):
+        folder = repo.root / ".mdmem" / name
+        if not windex.exists_in(str(folder)):
+            continue
+        with windex.open_dir(str(folder)).reader() as reader:
+            for docnum in range(reader.doc_count_all()):
+                fields = reader.stored_fields(docnum)
+                if any(isinstance(v, str) and needle in v for v in fields.values()):
+                    deleted = reader.is_deleted(docnum)
+                    if deleted or fields.get("path") not in allow_paths:
+                        where.append(f"{name}: {fields.get('doc_id')}{' (deleted, lingering)' if deleted else ''}")
     nb = needle.encode()
-    found = sum(_count(p.read_bytes(), nb) for p in files)
-    explained = sum(t.count(needle) for t in allowed_texts) * 2  # current index + versions index
-    where = [str(p.relative_to(repo.root)) for p in files if nb in p.read_bytes()]
-    return _check(where if found > explained else [])
+    raw = [str(p.relative_to(repo.root)) for p in files if nb in p.read_bytes()]
+    explained = sum(t.count(needle) for t in allowed_texts) * 2
+    if sum(p.read_bytes().count(nb) for p in files) > explained:
+        where += raw
+    return _check(where)
 
 
 def _sqlite_check(path: Path, nb: bytes, allowed_texts: list[str], needle: str) -> dict:
@@ -149,8 +166,9 @@ def _sqlite_check(path: Path, nb: bytes, allowed_texts: list[str], needle: str) 
     return _check([path.name] if found > explained else [])
 
 
-def _scope_checks(repo, live, subject, owner) -> dict:
+def _scope_checks(repo, live_all, allow_paths, subject, owner) -> dict:
     out = {}
+    live = [s for s in live_all if s.path not in allow_paths]
     tracked = repo.store.git("ls-files", check=False).splitlines()
     if subject:
         sub = layout.subject_dir(subject) + "/"
@@ -165,7 +183,7 @@ def _scope_checks(repo, live, subject, owner) -> dict:
         vs = VectorStore(vec)
         rows = vs.paths()
         vs.close()
-        live_paths = {s.path for s in live}
+        live_paths = {s.path for s in live_all}
         orphans = [p for p in rows if p not in live_paths]
         if subject:
             orphans += [p for p in rows if "/".join(p.split("/")[2:]).startswith(layout.subject_dir(subject) + "/")]

@@ -398,9 +398,12 @@ class MemoryRepo:
         if branch is None:
             return None
         commit = self.store.repo[branch.target]
+        if parse_trailers(commit.message).get("op") != "hold":
+            return None
         parent = commit.parents[0] if commit.parents else None
         diff = self.store.repo.diff(parent.tree if parent else None, commit.tree) if parent else None
-        paths = [d.delta.new_file.path for d in diff] if diff is not None else []
+        paths = [d.delta.new_file.path for d in diff if layout.is_note_path(d.delta.new_file.path)] \
+            if diff is not None else []
         if not paths:
             return None
         path = paths[0]
@@ -475,7 +478,7 @@ class MemoryRepo:
     # --- erasure ----------------------------------------------------------------------
     def forget(self, *, as_user: str, subject: str | None = None, owner: str | None = None,
                paths: list[str] | None = None, texts: list[str] | None = None, dry_run: bool = False,
-               push: bool = False, now=None) -> dict:
+               push: bool = False, scrub: bool = True, now=None) -> dict:
         """Erase notes from every version of history and every copy (see :mod:`mdmem.erasure`).
         Returns the plan (dry run) or the receipt; never the erased text."""
         from .erasure import build_plan, execute
@@ -483,7 +486,7 @@ class MemoryRepo:
         user = require_user(as_user)
         when = resolve_now(now)
         with self.store.locked():
-            plan = build_plan(self, subject=subject, owner=owner, paths=paths, texts=texts)
+            plan = build_plan(self, subject=subject, owner=owner, paths=paths, texts=texts, scrub=scrub)
             roots = plan.roots
             if texts:
                 roots = sorted(set(roots) | set(self._roots_holding(texts)))

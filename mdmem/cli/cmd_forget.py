@@ -12,6 +12,7 @@ def register(sub) -> None:
     p.add_argument("--owner")
     p.add_argument("--path", action="append", dest="paths", default=[])
     p.add_argument("--text", action="append", dest="texts", default=[], help="scrub this exact text everywhere")
+    p.add_argument("--no-scrub", action="store_true", help="remove the notes but leave copies quoted elsewhere")
     p.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
     p.add_argument("--push", action="store_true", help="force-push the rewritten refs to every remote")
     add_common(p)
@@ -25,7 +26,8 @@ def run(ctx) -> int:
         print("warning: --push force-pushes rewritten history; everyone else must re-clone or `mdmem sync`",
               file=sys.stderr)
     out = repo.forget(as_user=ctx.user, subject=a.subject, owner=a.owner, paths=a.paths or None,
-                      texts=a.texts or None, dry_run=a.dry_run, push=a.push, now=ctx.now)
+                      texts=a.texts or None, dry_run=a.dry_run, push=a.push, scrub=not a.no_scrub,
+                      now=ctx.now)
     if a.dry_run:
         text = (f"plan (nothing changed): {len(out['notes'])} note(s), {out['versions']} version(s), "
                 f"{out['commits_to_rewrite']} commit(s) to rewrite\n"
