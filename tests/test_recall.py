@@ -155,3 +155,9 @@ def test_cli_recall_json(repo):
                 "--json", "--now", T1)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["hits"][0]["text"] == "Billing deploys any weekday before 3pm"
+
+
+def test_a_repo_with_one_note_answers(repo):
+    repo.remember("Ali now deploys straight to production", as_user="ali", kind="profile", subject="user:ali",
+                  key="deploy.target", now=T0)
+    assert repo.recall("where does Ali deploy", as_user="ali", now=T0)[0].key == "deploy.target"

@@ -92,13 +92,14 @@ def query_terms(text: str) -> list[str]:
 def text_query(text: str, searcher=None) -> Q.Query | None:
     """An OR over analysed terms in each field; the user's text is never parsed as syntax.
 
-    With a searcher, a term found in more than half the notes of a field is left out: its
+    With a searcher over 50+ notes, a term found in more than half the notes of a field is left out: its
     IDF is near zero, so it changes no ranking, but matching it would score every note.
     """
     terms = query_terms(text)
     if not terms:
         return None
-    limit = searcher.doc_count() / 2 if searcher is not None else None
+    # Only in a corpus big enough for document frequency to say anything.
+    limit = searcher.doc_count() / 2 if searcher is not None and searcher.doc_count() >= 50 else None
     parts = [Q.Term(field, t, boost=boost) for t in terms for field, boost in FIELD_BOOSTS.items()
              if limit is None or searcher.doc_frequency(field, t) <= limit]
     return Q.Or(parts) if parts else None
