@@ -79,7 +79,7 @@ class Config:
                    score_floor=recall.get("score_floor"))
 
 
-def render_config(teams: dict[str, list[str]]) -> str:
+def render_config(teams: dict[str, list[str]], erasers: list[str] | None = None) -> str:
     """The text of a fresh ``mdmem.toml``, from the template with the teams filled in."""
     from .template import read_template
 
@@ -89,4 +89,8 @@ def render_config(teams: dict[str, list[str]]) -> str:
         for m in members:
             check_name(m, f"--team {team}")
         lines.append(f"{team} = [{', '.join(repr(m).replace(chr(39), chr(34)) for m in members)}]")
-    return read_template("mdmem.toml").replace("{{teams}}", "\n".join(lines) or "# payments = [\"alice\", \"bob\"]")
+    for user in erasers or []:
+        check_name(user, "--eraser")
+    return (read_template("mdmem.toml")
+            .replace("{{teams}}", "\n".join(lines) or "# payments = [\"alice\", \"bob\"]")
+            .replace("{{erasers}}", "[" + ", ".join(f'"{u}"' for u in erasers or []) + "]"))

@@ -100,8 +100,8 @@ class MemoryRepo:
 
     # --- opening --------------------------------------------------------------------
     @classmethod
-    def init(cls, path, *, teams: dict[str, list[str]] | None = None, as_user: str = "mdmem",
-             now=None) -> "MemoryRepo":
+    def init(cls, path, *, teams: dict[str, list[str]] | None = None, erasers: list[str] | None = None,
+             as_user: str = "mdmem", now=None) -> "MemoryRepo":
         root = Path(path)
         if (root / CONFIG_NAME).exists():
             raise BadInput(f"{root}: already a memory repo ({CONFIG_NAME} exists); nothing changed")
@@ -111,7 +111,7 @@ class MemoryRepo:
             raise BadInput(f"{root}: folder is not empty; give mdmem init an empty or new folder")
         teams = teams or {}
         files = {
-            CONFIG_NAME: render_config(teams).encode(),
+            CONFIG_NAME: render_config(teams, erasers).encode(),
             "README.md": read_template("README.md").encode(),
             "MEMORY.md": read_template("MEMORY.md").encode(),
             ".gitignore": read_template("gitignore").encode(),

@@ -11,6 +11,8 @@ def register(sub) -> None:
     p.add_argument("path")
     p.add_argument("--team", action="append", default=[], metavar="TEAM=USER,USER",
                    help="a team and its members; repeat for more teams")
+    p.add_argument("--eraser", action="append", default=[], metavar="USER",
+                   help="a user who may erase team notes and other people's data (repeatable)")
     add_common(p, identity=False, repo=False)
     p.set_defaults(run=run)
 
@@ -26,7 +28,7 @@ def parse_teams(values: list[str]) -> dict[str, list[str]]:
 
 
 def run(ctx) -> int:
-    repo = MemoryRepo.init(ctx.args.path, teams=parse_teams(ctx.args.team), now=ctx.now)
+    repo = MemoryRepo.init(ctx.args.path, teams=parse_teams(ctx.args.team), erasers=ctx.args.eraser, now=ctx.now)
     ctx.emit({"path": str(repo.root), "teams": {t: sorted(m) for t, m in repo.config.teams.items()},
               "commit": repo.store.head()},
              f"Initialised memory repo in {repo.root} ({len(repo.config.teams)} team(s)).")
