@@ -183,7 +183,9 @@ class Recall:
         results = searcher.search(q, filter=allowed, limit=CANDIDATES, terms=True)
         out = []
         for hit in results:
-            matched = {t.decode() if isinstance(t, bytes) else t for _, t in hit.matched_terms()}
+            # A subject word matches every note of the subject, so it is no evidence of relevance.
+            matched = {t.decode() if isinstance(t, bytes) else t for f, t in hit.matched_terms()
+                       if f != "subject_text"}
             out.append((dict(hit.fields()), hit.score, len(matched & terms) / max(1, len(terms))))
         return out
 

@@ -42,4 +42,21 @@ def walk(path: Path) -> list[dict]:
                         scope="team", team="payments")
     step("history from git (bob)", "\n".join(
         f"{v.commit[:10]} {v.time:%Y-%m-%d} {v.op:<9} {v.actor}: {v.note.text}" for v in hist))
+    repo.remember("Alice's phone is 555-0142", as_user="alice", kind="profile", subject="user:alice",
+                  key="phone", now=T1)
+    repo.remember("Refunds are allowed within 30 days", as_user="dana", kind="fact", subject="service:billing",
+                  key="refund.window", scope="team", team="payments", new_key=True, now=T1)
+    hits = repo.recall("When is billing allowed to deploy?", as_user="dana", now=T1)
+    step("recall (dana): the current team fact, never Alice's private note",
+         "\n".join(f"{h.score:.3f} {h.path}: {h.text}" for h in hits))
+    past = repo.recall("When could billing deploy before?", as_user="dana", include_history=True, now=T1)
+    step("recall with history: what was it before?", f"{past[0].text} (superseded)")
+    step("startup view (bob, first lines)", "\n".join(repo.startup(as_user="bob", now=T1).splitlines()[:8]))
+    receipt = repo.forget(as_user="alice", subject="user:alice", now=T1)
+    step("forget (alice erases her own subject)",
+         f"rewrote {receipt['counts']['commits_rewritten']} commit(s); receipt {receipt['id']} in audit/erasures.jsonl")
+    proof = repo.prove_gone(["555-0142"], as_user="alice", subject="user:alice")
+    step("prove-gone", ("PASS" if proof["pass"] else "FAIL") + ": git objects, reflogs, work tree, index, vectors, "
+         "cache and views hold no copy\ncannot vouch for: " + "; ".join(proof["cannot_reach"][:2]))
+    repo.close()
     return steps
