@@ -2,17 +2,12 @@
 from __future__ import annotations
 
 from ..clock import format_time
-from .context import add_common
+from .context import add_common, add_note_selector, selector
 
 
 def register(sub) -> None:
     p = sub.add_parser("history", help="every version of a note, from git")
-    p.add_argument("path", nargs="?")
-    p.add_argument("--subject")
-    p.add_argument("--kind")
-    p.add_argument("--key")
-    p.add_argument("--scope", choices=["private", "team"])
-    p.add_argument("--team")
+    add_note_selector(p)
     p.add_argument("--at", help="the state as of this time")
     add_common(p)
     p.set_defaults(run=run)
@@ -20,8 +15,7 @@ def register(sub) -> None:
 
 def run(ctx) -> int:
     a = ctx.args
-    versions = ctx.repo().history(as_user=ctx.user, path=a.path, subject=a.subject, kind=a.kind, key=a.key,
-                                  scope=a.scope, team=a.team, at=a.at)
+    versions = ctx.repo().history(as_user=ctx.user, at=a.at, **selector(a))
     lines = [f"{v.commit[:10]} {format_time(v.time)} {v.op:<9} {v.actor:<8} {v.source:<14} "
              f"{v.note.first_line() if v.note else '(deleted)'}" for v in versions]
     ctx.emit([v.to_dict() for v in versions], "\n".join(lines))

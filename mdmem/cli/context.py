@@ -21,6 +21,25 @@ def add_common(parser: argparse.ArgumentParser, *, identity: bool = True, repo: 
     parser.add_argument("--now", metavar="TIME", help="the time to act at (or MDMEM_NOW), for imports and replays")
 
 
+def add_note_selector(parser: argparse.ArgumentParser, *, path: bool = True, key: bool = True,
+                      required: bool = False) -> None:
+    """How a command names one note (a path, or subject + kind + key) or one kind folder."""
+    if path:
+        parser.add_argument("path", nargs="?", help="the note's path in the repo")
+    parser.add_argument("--subject", required=required, help="like service:billing or user:alice")
+    parser.add_argument("--kind", required=required)
+    if key:
+        parser.add_argument("--key")
+    parser.add_argument("--scope", choices=["private", "team"])
+    parser.add_argument("--team")
+
+
+def selector(args) -> dict:
+    """The selector arguments as keyword arguments for MemoryRepo."""
+    names = ("path", "subject", "kind", "key", "scope", "team")
+    return {n: getattr(args, n) for n in names if hasattr(args, n)}
+
+
 @dataclass
 class Ctx:
     args: argparse.Namespace
