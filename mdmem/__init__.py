@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from .errors import BadInput, Conflict, MdmemError, NoteInvalid, NotFound, Refused
 from .note import Note
+from .recall import Hit
 from .repo import MemoryRepo, ReviewItem, Version, WriteResult
 from .store import StoredNote
 
 __all__ = [
-    "MemoryRepo", "Note", "StoredNote", "WriteResult", "Version", "ReviewItem",
+    "MemoryRepo", "Note", "StoredNote", "WriteResult", "Version", "ReviewItem", "Hit",
     "MdmemError", "BadInput", "NoteInvalid", "Refused", "Conflict", "NotFound",
 ]
 __version__ = "0.1.0"

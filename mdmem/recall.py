@@ -97,6 +97,12 @@ class Recall:
 
     def __call__(self, query: str, *, as_user: str, k: int = 5, kinds=None, subject: str | None = None,
                  key: str | None = None, at=None, include_history: bool = False, now=None) -> list[Hit]:
+        with self.index.mutex:
+            return self._recall(query, as_user=as_user, k=k, kinds=kinds, subject=subject, key=key, at=at,
+                                include_history=include_history, now=now)
+
+    def _recall(self, query: str, *, as_user: str, k: int, kinds, subject: str | None, key: str | None, at,
+                include_history: bool, now) -> list[Hit]:
         user = require_user(as_user)
         if not isinstance(query, str) or not query.strip():
             raise BadInput("query: recall needs a question or some words")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,7 +123,7 @@ class MemoryRepo:
                               message="mdmem init\n\n" + Trailers("init", as_user, "system:init").render())
         hook = Path(store.repo.path) / "hooks" / "pre-commit"
         hook.parent.mkdir(parents=True, exist_ok=True)
-        hook.write_text(read_template("hooks/pre-commit"), encoding="utf-8")
+        hook.write_text(read_template("hooks/pre-commit").replace("{{python}}", sys.executable), encoding="utf-8")
         hook.chmod(0o755)
         repo = cls.open(root)
         repo.render(as_user=as_user, now=when)
@@ -298,11 +299,11 @@ class MemoryRepo:
 
     def _scope_view(self, root: str, overlay: dict[str, bytes | None], when: _dt.datetime, *,
                     max_lines: int | None = None, max_bytes: int | None = None) -> str:
-        from .views import RootBlobs, render_scope
+        from .views import RootEntries, render_scope
 
         if self._root_blobs is None:
-            self._root_blobs = RootBlobs(self.store)
-        entries = self._meta.entries(self.store, self._root_blobs.get(root, self.store.head(), overlay))
+            self._root_blobs = RootEntries(self.store, self._meta)
+        entries = self._root_blobs.get(root, self.store.head(), overlay)
         return render_scope(root, entries, when, readers=sorted(self.access.readers_of_root(root)),
                             max_lines=max_lines or self.config.view_max_lines,
                             max_bytes=max_bytes or self.config.view_max_bytes)
@@ -325,7 +326,11 @@ class MemoryRepo:
     def _commit_changes(self, changes: dict[str, bytes | None], message: str, *, actor: str,
                         when: _dt.datetime) -> str:
         """Commit note changes with the views they alter (call under the lock)."""
-        return self.store.commit({**changes, **self._views_for(changes, when)}, message, actor=actor, when=when)
+        views = self._views_for(changes, when)
+        commit = self.store.commit({**changes, **views}, message, actor=actor, when=when)
+        if self._root_blobs is not None:
+            self._root_blobs.committed(commit)
+        return commit
 
     def render(self, *, as_user: str, now=None) -> dict:
         """Regenerate the root MEMORY.md and every scope view in one commit."""

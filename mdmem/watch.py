@@ -135,7 +135,7 @@ class Watcher:
             op = "edit" if all(d is not None for d in dirty.values()) else "delete"
             message = (f"human {op}: {', '.join(sorted(dirty))}\n\n"
                        + Trailers(op, user, f"human:{user}").render())
-            commit = store.commit(dirty, message, actor=user, when=_now())
+            commit = self.repo._commit_changes(dirty, message, actor=user, when=_now())
         for path in dirty:
             self.on_event(WatchEvent(path, "committed", commit))
 

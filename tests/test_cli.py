@@ -96,3 +96,20 @@ def test_demo_runs(tmp_path):
     assert r.returncode == 0, r.stderr
     titles = [s["title"] for s in json.loads(r.stdout)["steps"]]
     assert "the gate refuses a paraphrase under a new key" in titles
+
+
+def test_the_pre_commit_hook_refuses_a_broken_note(cli_repo):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    remember(cli_repo)
+    note = cli_repo / "team/payments/service/billing/fact/deploy.window.md"
+    note.write_text(note.read_text().replace("kind: fact", "kind: gossip"))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    r = subprocess.run(["git", "-C", str(cli_repo), "commit", "-qam", "oops"], capture_output=True, text=True, env=env)
+    assert r.returncode != 0 and "kind: unknown kind 'gossip'" in r.stderr
+    note.write_text(note.read_text().replace("kind: gossip", "kind: fact"))
+    r = subprocess.run(["git", "-C", str(cli_repo), "commit", "-qam", "fine", "--allow-empty"], capture_output=True,
+                       text=True, env=env)
+    assert r.returncode == 0, r.stderr
