@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from .access import require_user
@@ -21,7 +22,12 @@ import os
 FUSION = os.environ.get("MDMEM_FUSION", "linear")
 BM25_WEIGHT = 0.3
 RRF_K = 60
-CANDIDATES = 50
+CANDIDATES = 50  # for history and `at`, where versions compete
+
+
+def candidates(k: int) -> int:
+    """How many each ranker proposes: enough for fusion to reorder, few enough to look up."""
+    return max(20, 4 * k)
 # Without kinds, the pool that does not fit the question's tense is weighted down: an
 # episode must match clearly better to beat a note about what is true now, and the other
 # way round for questions about what happened. Measured on lifecycle_60days and
@@ -94,6 +100,7 @@ class Recall:
         self.repo = repo
         self.index = index
         self._versions: VersionsIndex | None = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mdmem-embed")
 
     def __call__(self, query: str, *, as_user: str, k: int = 5, kinds=None, subject: str | None = None,
                  key: str | None = None, at=None, include_history: bool = False, now=None) -> list[Hit]:
@@ -118,14 +125,17 @@ class Recall:
         if at is not None or include_history:
             return self._search_versions(query, self.index.embed_query(query), roots, kind_names, subject, k,
                                          when, at=parse_time(at, field="at") if at is not None else None)
+        # The query is embedded on one core while the full-text search runs on the other
+        # (onnxruntime releases the GIL).
+        pending = self._pool.submit(self.index.embed_query, query) if self.index.embedder is not None else None
         searcher = self.index.searcher()
         allowed = self.index.allowed_docs(roots, fulltext.ts(when), kind_names, subject)
-        bm25 = self._bm25(searcher, query, allowed)
-        qv = self.index.embed_query(query)
+        bm25 = self._bm25(searcher, query, allowed, limit=candidates(k))
+        qv = pending.result() if pending is not None else None
         vec = []
         if qv is not None:
             vec = self.index.vectors.search(qv, roots=roots, at=fulltext.ts(when), kinds=kind_names,
-                                            subject=subject, limit=CANDIDATES)
+                                            subject=subject, limit=candidates(k))
         fields = {f["path"]: f for f, _, _ in bm25}
         missing = [p for p, _ in vec if p not in fields]
         for docnum in self._docnums(searcher, missing):
@@ -177,7 +187,7 @@ class Recall:
         return out
 
     @staticmethod
-    def _bm25(searcher, query: str, allowed: set[int]) -> list[tuple[dict, float, float]]:
+    def _bm25(searcher, query: str, allowed: set[int], limit: int = CANDIDATES) -> list[tuple[dict, float, float]]:
         """(stored fields, BM25F score, coverage of the query's terms), filtered first."""
         q = fulltext.text_query(query, searcher)
         if q is None or not allowed:
@@ -186,7 +196,7 @@ class Recall:
         # by any of them, so it should not make every note look unrelated.
         terms = {t for t in fulltext.query_terms(query)
                  if any(searcher.doc_frequency(f, t) for f in fulltext.FIELD_BOOSTS)}
-        results = searcher.search(q, filter=allowed, limit=CANDIDATES, terms=True)
+        results = searcher.search(q, filter=allowed, limit=limit, terms=True)
         out = []
         for hit in results:
             # A subject word matches every note of the subject, so it is no evidence of relevance.

@@ -526,6 +526,7 @@ class MemoryRepo:
         if self._meta_cache is not None:
             self._meta_cache.close()
             self._meta_cache = None
+            self._root_blobs = None  # it reads through the cache just closed
 
     # --- reading --------------------------------------------------------------------
     def _candidate_paths(self, user: str, subject: str, kind: str, key: str | None,

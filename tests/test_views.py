@@ -92,3 +92,10 @@ def test_cli_startup_and_render(repo):
     assert r.returncode == 0 and "team search" in r.stdout and "Alice prefers" not in r.stdout
     r = run_cli("render", "--repo", str(repo.root), "--as", "carol", "--json")
     assert r.returncode == 0, r.stderr
+
+
+def test_writes_after_close_still_render_views(repo):
+    team_fact(repo, "Billing deploys any weekday before 3pm")
+    repo.close()
+    r = team_fact(repo, "Refunds within 30 days", key="refund.window", new_key=True)
+    assert "refund.window" in (repo.root / "team/payments/MEMORY.md").read_text() and r.status == "committed"

