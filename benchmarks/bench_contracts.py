@@ -75,7 +75,7 @@ def main():
             rows.append([mode, "by contract"] + score(repo, by_text, stale_texts, now, with_contract=True))
             rows.append([mode, "no kinds (default)"] + score(repo, by_text, stale_texts, now, with_contract=False))
     for name, r in DATA["seed_result_grep_dry_run"].items():
-        rows.append([f"seed: grep", name, r["hit@1"], r["hit@3"], r["stale@1"], ""])
+        rows.append(["seed: grep", name, r["hit@1"], r["hit@3"], r["stale@1"], ""])
     table("contracts_14days", ["embedder", "read", "hit@1", "hit@3", "stale@1", "misses at 1"], rows,
           as_json=wants_json())
 

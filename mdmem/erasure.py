@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -469,14 +468,3 @@ def erased_commit_ids(text: str) -> set[str]:
         except ValueError:
             continue
     return ids
-
-
-def history_contains_erased(store, rev: str, erased: set[str]) -> list[str]:
-    if not erased:
-        return []
-    out = store.git("rev-list", rev, check=False).split()
-    return sorted(set(out) & erased)
-
-
-def environment_for_git() -> dict:
-    return {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}

@@ -123,10 +123,6 @@ def _work_tree_files(root: Path) -> list[tuple[str, Path]]:
     return out
 
 
-def _count(data: bytes, nb: bytes) -> int:
-    return data.count(nb)
-
-
 def _index_check(repo, files: list[Path], needle: str, allowed_texts: list[str], allow_paths: list[str]) -> dict:
     """Whoosh compresses stored fields, so a raw byte scan alone would pass with the text
     still there: read every stored document, deleted ones included (they linger in segment

@@ -14,7 +14,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from .clock import format_time, parse_time
+from .clock import format_time
 from .errors import NoteInvalid
 from .layout import is_note_path
 from .note import parse_note
@@ -51,13 +51,6 @@ class Entry:
     start: int  # valid_from, valid_until, expires_at as epoch seconds (NEVER for none)
     until: int
     expires: int
-
-    @property
-    def order(self) -> tuple:
-        return (self.subject, self.kind, self.path)
-
-    def live(self, now_ts: int) -> bool:
-        return self.start <= now_ts < self.until and now_ts < self.expires
 
 
 NEVER = 2**62

@@ -4,7 +4,7 @@ import subprocess
 import pytest
 from conftest import T0, T1, run_cli, snapshot, team_fact
 
-from mdmem import MemoryRepo, NotFound, Refused
+from mdmem import NotFound, Refused
 
 PHONE = "555-0142"
 

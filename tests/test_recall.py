@@ -1,4 +1,3 @@
-import datetime as dt
 import shutil
 import subprocess
 import sys

@@ -1,5 +1,4 @@
 import re
-import subprocess
 import time
 
 from conftest import T0, T1, team_fact

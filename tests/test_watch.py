@@ -5,7 +5,6 @@ import time
 
 from conftest import T0, git_status, team_fact
 
-from mdmem import MemoryRepo
 from mdmem.watch import Watcher
 
 

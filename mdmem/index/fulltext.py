@@ -105,18 +105,5 @@ def text_query(text: str, searcher=None) -> Q.Query | None:
     return Q.Or(parts) if parts else None
 
 
-def live_filter(searcher, roots: list[str], at: int, extra: list[Q.Query]) -> set[int]:
-    """Docnums the user may see that are live at ``at``: the filter applied before ranking."""
-    allowed = set(searcher.docs_for_query(Q.Or([Q.Term("root", r) for r in roots]))) if roots else set()
-    if not allowed:
-        return allowed
-    for q in extra:
-        allowed &= set(searcher.docs_for_query(q))
-    dead = Q.Or([Q.NumericRange("valid_from", at + 1, None), Q.NumericRange("valid_until", None, at),
-                 Q.NumericRange("expires_at", None, at)])
-    allowed -= set(searcher.docs_for_query(dead))
-    return allowed
-
-
 def weighting() -> BM25F:
     return BM25F(B=0.75, K1=1.2)

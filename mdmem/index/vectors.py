@@ -64,9 +64,6 @@ class EmbeddingCache:
         self.db.execute("VACUUM")
         return n
 
-    def has(self, key: str) -> bool:
-        return self.db.execute("SELECT 1 FROM cache WHERE key = ?", (key,)).fetchone() is not None
-
     def close(self) -> None:
         self.db.close()
 
@@ -101,9 +98,6 @@ class VectorStore:
                 n += self.db.execute("DELETE FROM vectors WHERE path = ?", (p,)).rowcount
         self._loaded = False
         return n
-
-    def vacuum(self) -> None:
-        self.db.execute("VACUUM")
 
     def paths(self) -> set[str]:
         return {p for (p,) in self.db.execute("SELECT path FROM vectors")}
