@@ -449,7 +449,8 @@ def mention_scan(repo, plan: Plan) -> list[dict]:
         names |= set(repo.config.aliases.get(person, ()))
     if not names:
         return []
-    pattern = re.compile(r"\b(" + "|".join(re.escape(n) for n in sorted(names)) + r")\b", re.IGNORECASE)
+    # Not \b: a handle like "@asmith" starts with a non-word character.
+    pattern = re.compile(r"(?<!\w)(" + "|".join(re.escape(n) for n in sorted(names)) + r")(?!\w)", re.IGNORECASE)
     out = []
     from .store import scan_notes
     for stored in scan_notes(repo.root, repo.contracts)[0]:

@@ -4,7 +4,7 @@ import subprocess
 import pytest
 from conftest import T0, T1, run_cli, snapshot, team_fact
 
-from mdmem import NotFound, Refused
+from mdmem import MemoryRepo, NotFound, Refused
 
 PHONE = "555-0142"
 
@@ -169,3 +169,18 @@ def test_cli_forget_dry_run_and_prove_gone_exit_codes(repo):
     r = run_cli("prove-gone", "--needle", "async standups", "--owner", "alice", "--repo", str(repo.root),
                 "--as", "alice", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["pass"]
+
+
+def test_the_mention_scan_uses_configured_aliases(repo):
+    import subprocess as sp
+    config = repo.root / "mdmem.toml"
+    config.write_text(config.read_text() + '\n[people.alice]\naliases = ["Al Smith", "@asmith"]\n')
+    sp.run(["git", "-C", str(repo.root), "commit", "-qam", "aliases", "--no-verify"], check=True)
+    repo = MemoryRepo.open(repo.root)
+    team_fact(repo, "Al Smith reviews every billing migration", key="migration.review")
+    team_fact(repo, "Ping @asmith before touching the ledger", key="ledger", new_key=True)
+    team_fact(repo, "Deploys are on weekdays", key="deploy.window", new_key=True)
+    repo.remember("Alice prefers async standups", as_user="alice", kind="preference", subject="user:alice",
+                  key="standup", now=T1)
+    receipt = repo.forget(as_user="alice", owner="alice", now=T1)
+    assert sorted(m["path"].rsplit("/", 1)[-1] for m in receipt["mentions"]) == ["ledger.md", "migration.review.md"]
