@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from .access import require_user
@@ -100,7 +99,6 @@ class Recall:
         self.repo = repo
         self.index = index
         self._versions: VersionsIndex | None = None
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mdmem-embed")
 
     def __call__(self, query: str, *, as_user: str, k: int = 5, kinds=None, subject: str | None = None,
                  key: str | None = None, at=None, include_history: bool = False, now=None) -> list[Hit]:
@@ -125,13 +123,12 @@ class Recall:
         if at is not None or include_history:
             return self._search_versions(query, self.index.embed_query(query), roots, kind_names, subject, k,
                                          when, at=parse_time(at, field="at") if at is not None else None)
-        # The query is embedded on one core while the full-text search runs on the other
-        # (onnxruntime releases the GIL).
-        pending = self._pool.submit(self.index.embed_query, query) if self.index.embedder is not None else None
+        # Embedding the query in a thread beside the BM25 search was measured: the tokenizer
+        # holds the GIL and onnxruntime overlaps only partly, so it saved nothing.
         searcher = self.index.searcher()
         allowed = self.index.allowed_docs(roots, fulltext.ts(when), kind_names, subject)
         bm25 = self._bm25(searcher, query, allowed, limit=candidates(k))
-        qv = pending.result() if pending is not None else None
+        qv = self.index.embed_query(query)
         vec = []
         if qv is not None:
             vec = self.index.vectors.search(qv, roots=roots, at=fulltext.ts(when), kinds=kind_names,
