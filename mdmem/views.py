@@ -236,11 +236,6 @@ class RootEntries:
             return entries
         blobs, keys, entries = dict(blobs), list(keys), list(entries)
         self._patch(blobs, keys, entries, changes)
-        for path, blob in changes.items():
-            if blob is None:
-                blobs.pop(path, None)
-            else:
-                blobs[path] = blob
         self._pending[root] = (blobs, keys, entries)
         return entries
 
@@ -252,7 +247,7 @@ class RootEntries:
 
     def _patch(self, blobs: dict[str, str], keys: list[tuple], entries: list[Entry],
                changes: dict[str, str | None]) -> None:
-        """Apply path -> blob (None: deleted) changes to the sorted lists in place."""
+        """Apply path -> blob (None: deleted) changes to the map and the sorted lists, in place."""
         import bisect
 
         for path in changes:
@@ -268,6 +263,11 @@ class RootEntries:
             i = bisect.bisect_left(keys, key)
             keys.insert(i, key)
             entries.insert(i, entry)
+        for path, blob in changes.items():
+            if blob is None:
+                blobs.pop(path, None)
+            else:
+                blobs[path] = blob
 
     def _entry_key(self, path: str, blob: str) -> tuple | None:
         found = self.meta.entries(self.store, {path: blob})
@@ -291,11 +291,6 @@ class RootEntries:
                 if delta.status_char() != "D" and new.path.startswith(root + "/") and is_note_path(new.path):
                     changes[new.path] = str(new.id)
             self._patch(blobs, keys, entries, changes)
-            for path, blob in changes.items():
-                if blob is None:
-                    blobs.pop(path, None)
-                else:
-                    blobs[path] = blob
         else:
             blobs = self._walk(root, rev)
             entries = sorted(self.meta.entries(self.store, blobs), key=_ORDER)

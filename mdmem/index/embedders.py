@@ -5,6 +5,7 @@ Every embedder returns L2-normalised float32 vectors, so cosine is a dot product
 """
 from __future__ import annotations
 
+import abc
 import hashlib
 import os
 from pathlib import Path
@@ -106,7 +107,7 @@ class MiniLMEmbedder:
         return self._run([text], threads=1)[0]
 
 
-class _HTTPEmbedder:
+class _HTTPEmbedder(abc.ABC):
     """Shared plumbing for embedders behind an HTTP API: batching, errors naming the URL."""
 
     def __init__(self, url: str, model: str, *, timeout: float, batch_size: int):
@@ -145,8 +146,9 @@ class _HTTPEmbedder:
             raise EmbedderError(f"{url}: embeddings of different lengths in one reply")
         return _normalise(np.array(vectors, dtype=np.float32))
 
-    def _embed(self, texts: list[str]) -> np.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        """One request for ``texts`` in this API's format; normalised vectors back."""
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         parts = [self._embed(texts[i:i + self.batch_size]) for i in range(0, len(texts), self.batch_size)]
