@@ -160,3 +160,20 @@ def test_a_repo_with_one_note_answers(repo):
     repo.remember("Ali now deploys straight to production", as_user="ali", kind="profile", subject="user:ali",
                   key="deploy.target", now=T0)
     assert repo.recall("where does Ali deploy", as_user="ali", now=T0)[0].key == "deploy.target"
+
+
+def test_history_recall_follows_new_commits_without_a_rebuild(repo):
+    seed(repo)
+    assert repo.recall("billing deploy", as_user="bob", include_history=True, now=T1)
+    versions_dir = repo.root / ".mdmem" / "versions"
+    before = {p.name for p in versions_dir.iterdir() if p.suffix == ".seg"}
+    team_fact(repo, "Billing deploys only after the Friday freeze", now="2026-10-20T09:00:00Z")
+    hits = repo.recall("When could billing deploy before?", as_user="bob", include_history=True,
+                       now="2026-10-21T09:00:00Z")
+    texts = [h.text for h in hits if h.key == "deploy.window"]
+    assert texts[:3] == ["Billing deploys any weekday before 3pm", "Billing deploys only on Tuesdays and Thursdays",
+                         "Billing deploys only after the Friday freeze"]
+    assert [h.current for h in hits if h.key == "deploy.window"][:3] == [False, False, True]
+    assert before & {p.name for p in versions_dir.iterdir()}  # caught up in place, not rebuilt
+    at = repo.recall("billing deploy", as_user="bob", at="2026-10-16T00:00:00Z", now="2026-10-21T09:00:00Z")
+    assert at[0].text == "Billing deploys any weekday before 3pm"

@@ -1,6 +1,7 @@
 """The versions index: every committed version of every note, with the span of time it was
 the current one. Serves ``at`` (the state at a past time) and history recall ("what was
-it before?"). Built from git when first needed and again whenever HEAD has moved.
+it before?"). Built from git when first needed; caught up with the new commits when HEAD moves forward,
+rebuilt when history was rewritten (forget).
 """
 from __future__ import annotations
 
@@ -15,15 +16,16 @@ from ..validate import validate_note
 from . import fulltext
 
 
-def version_docs(repo) -> list[dict]:
+def version_docs(repo, revs: str, open_docs: dict[str, dict]) -> tuple[list[dict], list[dict]]:
+    """Walk the commits ``revs`` (oldest first) and return (new version docs, earlier docs
+    that these commits closed). ``open_docs`` maps a path to its current version's doc and
+    is updated as the walk goes."""
     store = repo.store
-    head = store.head()
-    if head is None:
-        return []
-    out = store.git("log", "--reverse", "--format=%x1e%H %ct", "--name-only", "--no-renames", head, "--",
+    out = store.git("log", "--reverse", "--format=%x1e%H %ct", "--name-only", "--no-renames", revs, "--",
                     "team", "private")
-    open_docs: dict[str, dict] = {}
     docs: list[dict] = []
+    closed: list[dict] = []
+    new_ids: set[str] = set()
     for record in out.split("\x1e"):
         lines = [line for line in record.strip().splitlines() if line.strip()]
         if not lines:
@@ -35,7 +37,10 @@ def version_docs(repo) -> list[dict]:
             if not is_note_path(path):
                 continue
             if path in open_docs:
-                open_docs.pop(path)["end"] = when
+                doc = open_docs.pop(path)
+                doc["end"] = when
+                if doc["doc_id"] not in new_ids:
+                    closed.append(doc)
             try:
                 entry = commit.tree[path]
             except KeyError:
@@ -48,7 +53,8 @@ def version_docs(repo) -> list[dict]:
                                     start=when, commit=sha)
             open_docs[path] = doc
             docs.append(doc)
-    return docs
+            new_ids.add(doc["doc_id"])
+    return docs, closed
 
 
 class VersionsIndex:
@@ -58,27 +64,68 @@ class VersionsIndex:
         self.state_path = index.base / "versions.json"
         self._ix = None
         self._searcher = None
-        self._docs: dict[str, dict] = {}
 
     def ensure(self) -> None:
-        head = self.index.repo.store.head()
+        """Catch up with HEAD: only the new commits when HEAD moved forward, else rebuild."""
+        store = self.index.repo.store
+        head = store.head()
         try:
             state = json.loads(self.state_path.read_text())
         except (FileNotFoundError, ValueError):
             state = {}
-        if state.get("commit") == head and fulltext.windex.exists_in(str(self.folder)):
+        exists = fulltext.windex.exists_in(str(self.folder))
+        if state.get("commit") == head and exists:
             if self._ix is None:
                 self._ix = fulltext.windex.open_dir(str(self.folder))
             return
+        if head is None:
+            return
         with self.index._lock():
-            self.close()
-            shutil.rmtree(self.folder, ignore_errors=True)
-            self._ix = fulltext.open_or_create(self.folder)
-            writer = self._ix.writer(limitmb=128)
-            for doc in version_docs(self.index.repo):
-                writer.add_document(**doc)
-            writer.commit()
-            self.state_path.write_text(json.dumps({"commit": head}))
+            old = state.get("commit")
+            forward = exists and old and old in store.repo and _is_ancestor(store, old, head)
+            if forward:
+                self._catch_up(state, old, head)
+            else:
+                self._rebuild(head)
+
+    def _rebuild(self, head: str) -> None:
+        self.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self._ix = fulltext.open_or_create(self.folder)
+        open_docs: dict[str, dict] = {}
+        docs, _ = version_docs(self.index.repo, head, open_docs)
+        writer = self._ix.writer(limitmb=128)
+        for doc in docs:
+            writer.add_document(**doc)
+        writer.commit()
+        self._save(head, open_docs)
+
+    def _catch_up(self, state: dict, old: str, head: str) -> None:
+        if self._ix is None:
+            self._ix = fulltext.windex.open_dir(str(self.folder))
+        open_ids: dict[str, str] = state.get("open", {})
+        open_docs: dict[str, dict] = {}
+        with self._ix.searcher() as s:
+            for path, doc_id in open_ids.items():
+                fields = s.document(doc_id=doc_id)
+                if fields is not None:
+                    open_docs[path] = _restore(fields)
+        docs, closed = version_docs(self.index.repo, f"{old}..{head}", open_docs)
+        writer = self._ix.writer()
+        for doc in closed:
+            writer.update_document(**doc)
+        for doc in docs:
+            writer.update_document(**doc)
+        writer.commit()
+        if self._searcher is not None:
+            self._searcher.close()
+            self._searcher = None
+        self._save(head, open_docs)
+
+    def _save(self, head: str, open_docs: dict[str, dict]) -> None:
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"commit": head, "open": {p: d["doc_id"] for p, d in open_docs.items()}}))
+        tmp.replace(self.state_path)
 
     def searcher(self):
         if self._searcher is None:
@@ -114,6 +161,21 @@ class VersionsIndex:
             self._searcher.close()
         self._searcher = None
         self._ix = None
+
+
+def _is_ancestor(store, old: str, head: str) -> bool:
+    """``old`` is an ancestor of ``head`` (history moved forward, not rewritten)."""
+    import subprocess
+
+    return subprocess.run(["git", "-C", str(store.root), "merge-base", "--is-ancestor", old, head]).returncode == 0
+
+
+def _restore(fields: dict) -> dict:
+    """A stored versions document back into the fields it was indexed with."""
+    doc = dict(fields)
+    doc["key_text"] = fulltext.words(doc.get("key") or "")
+    doc["subject_text"] = fulltext.words(doc.get("subject") or "")
+    return doc
 
 
 def utc(ts: int) -> _dt.datetime | None:
