@@ -177,3 +177,16 @@ def test_history_recall_follows_new_commits_without_a_rebuild(repo):
     assert before & {p.name for p in versions_dir.iterdir()}  # caught up in place, not rebuilt
     at = repo.recall("billing deploy", as_user="bob", at="2026-10-16T00:00:00Z", now="2026-10-21T09:00:00Z")
     assert at[0].text == "Billing deploys any weekday before 3pm"
+
+
+def test_cli_index_rebuild_and_recall_at(repo):
+    import json
+    from conftest import run_cli
+    seed(repo)
+    r = run_cli("index", "--rebuild", "--repo", str(repo.root), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["rebuilt"] and json.loads(r.stdout)["indexed"] == 4
+    r = run_cli("recall", "When is billing allowed to deploy?", "--at", "2026-10-05T00:00:00Z", "--repo",
+                str(repo.root), "--as", "bob", "--json", "--now", T1)
+    assert json.loads(r.stdout)["hits"][0]["text"] == "Billing deploys only on Tuesdays and Thursdays"
+    r = run_cli("recall", "anything", "--repo", str(repo.root))
+    assert r.returncode == 2 and "MDMEM_USER" in r.stderr
