@@ -66,6 +66,13 @@ class Access:
             raise Refused(f"forget: {user} may erase only their own private notes; {', '.join(sorted(others))} "
                           "needs the eraser role in mdmem.toml ([roles] erasers = [...])")
 
+    def check_prove(self, user: str, *, subject: str | None, owner: str | None) -> None:
+        """prove-gone reports where a needle still is: erasers, or the person about themself."""
+        if user in self.erasers or owner == user or subject == f"user:{user}":
+            return
+        raise Refused(f"prove-gone: {user} may prove erasure of their own data only (--owner {user}); "
+                      "anything else needs the eraser role in mdmem.toml")
+
     def derived_scope_ok(self, derived_root: str, input_roots: list[str]) -> bool:
         """A derived note may be read only by people who may read every input."""
         readers = self.readers_of_root(derived_root)

@@ -13,7 +13,6 @@ import subprocess
 from pathlib import Path
 
 from . import layout
-from .errors import Refused
 from .store import scan_notes
 
 
@@ -64,20 +63,21 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
     if not needles:
         from .errors import BadInput
         raise BadInput("prove-gone: give at least one --needle")
-    if not (as_user in repo.access.erasers or owner == as_user or subject == f"user:{as_user}"):
-        raise Refused(f"prove-gone: {as_user} may prove erasure of their own data only (--owner {as_user}); "
-                      "anything else needs the eraser role in mdmem.toml")
+    repo.access.check_prove(as_user, subject=subject, owner=owner)
     allow_paths = list(allow_paths or [])
     allowed_blobs, allowed_texts, links = _allowed(repo, allow_paths)
     root = repo.root
     git_dir = Path(repo.store.repo.path)
     objects = list(_cat_all_objects(root))
     live, _ = scan_notes(root, repo.contracts)
-    files = _work_tree_files(root)
-    meta_files = [p for p in git_dir.rglob("*") if p.is_file() and "objects" not in p.relative_to(git_dir).parts[:1]]
+    # Every file is read once here, then searched for each needle.
+    files = [(rel, p.read_bytes()) for rel, p in _work_tree_files(root)]
+    meta_files = [(str(p.relative_to(root)), p.read_bytes()) for p in git_dir.rglob("*")
+                  if p.is_file() and "objects" not in p.relative_to(git_dir).parts[:1]]
     cache_dir = root / ".mdmem"
-    index_files = [p for p in cache_dir.rglob("*") if p.is_file() and p.parts[len(cache_dir.parts)] in
-                   ("fulltext", "versions")] if cache_dir.exists() else []
+    index_files = [(str(p.relative_to(root)), p.read_bytes()) for p in cache_dir.rglob("*")
+                   if p.is_file() and p.parts[len(cache_dir.parts)] in ("fulltext", "versions")] \
+        if cache_dir.exists() else []
     stash = repo.store.git("stash", "list", check=False)
     report = {"needles": [], "subject": subject, "owner": owner}
     for needle in needles:
@@ -93,16 +93,17 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
                 bad_objects.append(f"{kind} {oid}")
         checks["git_objects"] = _check(bad_objects)
         checks["refs_reflogs_stash_notes"] = _check(
-            [str(p.relative_to(root)) for p in meta_files if nb in p.read_bytes()]
+            [rel for rel, data in meta_files if nb in data]
             + (["stash"] if needle in stash else []))
-        checks["work_tree"] = _check([rel for rel, p in files if nb in p.read_bytes() and rel not in allow_paths
-                                      and not _explained(p.read_text("utf-8", "replace"), needle, allowed_texts, links)])
+        checks["work_tree"] = _check([rel for rel, data in files if nb in data and rel not in allow_paths
+                                      and not _explained(data.decode("utf-8", "replace"), needle, allowed_texts,
+                                                         links)])
         checks["fulltext_index"] = _index_check(repo, index_files, needle, allowed_texts, allow_paths)
         checks["vector_store"] = _sqlite_check(cache_dir / "vectors.sqlite", nb, allowed_texts, needle)
         checks["embedding_cache"] = _sqlite_check(cache_dir / "embeddings.sqlite", nb, [], needle)
         checks["view_cache"] = _sqlite_check(cache_dir / "viewmeta.sqlite", nb, allowed_texts, needle)
-        checks["memory_views"] = _check([rel for rel, p in files if rel.endswith("MEMORY.md") and nb in p.read_bytes()
-                                         and not _explained(p.read_text("utf-8", "replace"), needle,
+        checks["memory_views"] = _check([rel for rel, data in files if rel.endswith("MEMORY.md") and nb in data
+                                         and not _explained(data.decode("utf-8", "replace"), needle,
                                                             allowed_texts, links)])
         report["needles"].append({"needle_index": len(report["needles"]), "checks": checks,
                                   "pass": all(c["pass"] for c in checks.values()),
@@ -123,7 +124,8 @@ def _work_tree_files(root: Path) -> list[tuple[str, Path]]:
     return out
 
 
-def _index_check(repo, files: list[Path], needle: str, allowed_texts: list[str], allow_paths: list[str]) -> dict:
+def _index_check(repo, files: list[tuple[str, bytes]], needle: str, allowed_texts: list[str],
+                 allow_paths: list[str]) -> dict:
     """Whoosh compresses stored fields, so a raw byte scan alone would pass with the text
     still there: read every stored document, deleted ones included (they linger in segment
     files until a merge), and also scan the raw bytes."""
@@ -142,9 +144,9 @@ def _index_check(repo, files: list[Path], needle: str, allowed_texts: list[str],
                     if deleted or fields.get("path") not in allow_paths:
                         where.append(f"{name}: {fields.get('doc_id')}{' (deleted, lingering)' if deleted else ''}")
     nb = needle.encode()
-    raw = [str(p.relative_to(repo.root)) for p in files if nb in p.read_bytes()]
+    raw = [rel for rel, data in files if nb in data]
     explained = sum(t.count(needle) for t in allowed_texts) * 2
-    if sum(p.read_bytes().count(nb) for p in files) > explained:
+    if sum(data.count(nb) for _, data in files) > explained:
         where += raw
     return _check(where)
 
