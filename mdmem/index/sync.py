@@ -179,19 +179,9 @@ class NoteIndex:
     def _apply(self, paths: list[str], broken: dict, *, progress: bool) -> SyncReport:
         report = SyncReport(broken={p: r for p, r in broken.items() if p not in paths})
         ix = self._open()
-        upserts: list[StoredNote] = []
-        removals: list[str] = []
-        for path in paths:
-            try:
-                stored = read_note(self.repo.root, path, self.repo.contracts)
-            except NoteInvalid as exc:
-                report.broken[path] = f"{exc.field}: {exc.reason}"
-                removals.append(path)
-                continue
-            if stored is None:
-                removals.append(path)
-            else:
-                upserts.append(stored)
+        upserts = self._read_notes(paths, report, progress=False)
+        found = {s.path for s in upserts}
+        removals = [p for p in paths if p not in found]  # deleted, or broken: out of the index
         if upserts or removals:
             # Embed first: an unreachable embedder fails before anything is written.
             self._embed_into_store(upserts, report, progress=progress)
@@ -210,6 +200,29 @@ class NoteIndex:
         report.indexed = [s.path for s in upserts]
         report.removed = removals
         return report
+
+    def _read_notes(self, paths: list[str], report: SyncReport, *, progress: bool) -> list[StoredNote]:
+        """The valid notes at ``paths``; broken ones go into the report, missing ones nowhere."""
+        notes: list[StoredNote] = []
+        bar = None
+        if progress and len(paths) >= 64:
+            from rich.progress import Progress
+            bar = Progress(transient=True, console=_stderr_console())
+            bar.start()
+            task = bar.add_task("reading notes", total=len(paths))
+        for path in paths:
+            try:
+                stored = read_note(self.repo.root, path, self.repo.contracts)
+            except NoteInvalid as exc:
+                report.broken[path] = f"{exc.field}: {exc.reason}"
+                stored = None
+            if stored is not None:
+                notes.append(stored)
+            if bar:
+                bar.advance(task)
+        if bar:
+            bar.stop()
+        return notes
 
     def _embed_into_store(self, notes: list[StoredNote], report: SyncReport, *, progress: bool) -> None:
         if self.embedder is None or not notes:
@@ -253,26 +266,7 @@ class NoteIndex:
         head = self.repo.store.head()
         paths = iter_note_paths(self.repo.root)
         report = SyncReport(rebuilt=True)
-        notes: list[StoredNote] = []
-        iterator = paths
-        bar = None
-        if progress and paths:
-            from rich.progress import Progress
-            bar = Progress(transient=True, console=_stderr_console())
-            bar.start()
-            task = bar.add_task("reading notes", total=len(paths))
-        for path in iterator:
-            try:
-                stored = read_note(self.repo.root, path, self.repo.contracts)
-            except NoteInvalid as exc:
-                report.broken[path] = f"{exc.field}: {exc.reason}"
-                continue
-            if stored is not None:
-                notes.append(stored)
-            if bar:
-                bar.advance(task)
-        if bar:
-            bar.stop()
+        notes = self._read_notes(paths, report, progress=progress)
         self._embed_into_store(notes, report, progress=progress)
         ix = self._open()
         writer = ix.writer(limitmb=256)
