@@ -73,7 +73,7 @@ class MetaCache:
         self._mem: dict[str, list | None] = {}
         self._entries: dict[tuple[str, str], Entry] = {}
 
-    def entries(self, store, blobs: dict[str, str]) -> list[Entry]:
+    def entries(self, store, blobs: dict[str, str], contents: dict[str, bytes] | None = None) -> list[Entry]:
         missing = [b for b in set(blobs.values()) if b not in self._mem]
         for i in range(0, len(missing), 500):
             chunk = missing[i:i + 500]
@@ -85,7 +85,7 @@ class MetaCache:
             if blob in self._mem:
                 continue
             try:
-                n = parse_note(path, store.read_blob(blob))
+                n = parse_note(path, (contents or {}).get(blob) or store.read_blob(blob))
                 meta = [n.kind, n.subject, n.key, n.first_line()[:160], n.source, format_time(n.valid_from)[:10],
                         _ts(n.valid_from), _ts(n.valid_until), _ts(n.expires_at)]
             except NoteInvalid:
@@ -217,6 +217,7 @@ class RootEntries:
         self.meta = meta
         self._at: dict[str, tuple[str, dict[str, str], list[tuple], list[Entry]]] = {}
         self._pending: dict[str, tuple[dict[str, str], list[tuple], list[Entry]]] = {}
+        self._contents: dict[str, bytes] = {}  # pending blobs not yet in the object store
 
     def get(self, root: str, rev: str | None, overlay: dict[str, bytes | None]) -> list[Entry]:
         import pygit2
@@ -228,10 +229,10 @@ class RootEntries:
                 if data is None:
                     changes[path] = None
                 else:
-                    oid = pygit2.hash(data)
-                    if oid not in self.store.repo:
-                        self.store.repo.create_blob(data)
-                    changes[path] = str(oid)
+                    # Hashed, not written: the commit writes the blob; metadata is parsed from data.
+                    oid = str(pygit2.hash(data))
+                    self._contents[oid] = data
+                    changes[path] = oid
         if not changes:
             return entries
         blobs, keys, entries = dict(blobs), list(keys), list(entries)
@@ -244,6 +245,7 @@ class RootEntries:
         for root, state in self._pending.items():
             self._at[root] = (rev, *state)
         self._pending.clear()
+        self._contents.clear()
 
     def _patch(self, blobs: dict[str, str], keys: list[tuple], entries: list[Entry],
                changes: dict[str, str | None]) -> None:
@@ -258,7 +260,7 @@ class RootEntries:
                     if i < len(keys) and keys[i] == old:
                         del keys[i], entries[i]
         fresh = {p: b for p, b in changes.items() if b is not None}
-        for entry in self.meta.entries(self.store, fresh):
+        for entry in self.meta.entries(self.store, fresh, self._contents):
             key = _ORDER(entry)
             i = bisect.bisect_left(keys, key)
             keys.insert(i, key)
