@@ -79,6 +79,11 @@ class Config:
                    score_floor=recall.get("score_floor"))
 
 
+def _toml_list(names: list[str]) -> str:
+    """Names are validated (letters, digits, . _ -), so plain double quotes are safe."""
+    return "[" + ", ".join(f'"{n}"' for n in names) + "]"
+
+
 def render_config(teams: dict[str, list[str]], erasers: list[str] | None = None) -> str:
     """The text of a fresh ``mdmem.toml``, from the template with the teams filled in."""
     from .template import read_template
@@ -88,9 +93,9 @@ def render_config(teams: dict[str, list[str]], erasers: list[str] | None = None)
         check_name(team, "--team")
         for m in members:
             check_name(m, f"--team {team}")
-        lines.append(f"{team} = [{', '.join(repr(m).replace(chr(39), chr(34)) for m in members)}]")
+        lines.append(f"{team} = {_toml_list(members)}")
     for user in erasers or []:
         check_name(user, "--eraser")
     return (read_template("mdmem.toml")
             .replace("{{teams}}", "\n".join(lines) or "# payments = [\"alice\", \"bob\"]")
-            .replace("{{erasers}}", "[" + ", ".join(f'"{u}"' for u in erasers or []) + "]"))
+            .replace("{{erasers}}", _toml_list(erasers or [])))
