@@ -4,8 +4,11 @@ reciprocal rank, each kind's read rule, and a score floor (DESIGN 7).
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import re
 from dataclasses import dataclass
+
+import numpy as np
 
 from .access import require_user
 from .clock import format_time, parse_time, resolve_now
@@ -14,9 +17,8 @@ from .errors import BadInput, NotFound
 from .index import fulltext
 from .index.sync import NoteIndex
 from .index.versions import VersionsIndex, utc
+from .index.doctable import admits
 from .index.vectors import cache_key
-
-import os
 
 FUSION = os.environ.get("MDMEM_FUSION", "linear")
 BM25_WEIGHT = 0.3
@@ -127,7 +129,7 @@ class Recall:
         # holds the GIL and onnxruntime overlaps only partly, so it saved nothing.
         searcher = self.index.searcher()
         allowed = self.index.allowed_docs(roots, fulltext.ts(when), kind_names, subject)
-        bm25 = self._bm25(searcher, query, allowed, limit=candidates(k))
+        bm25 = self._bm25(searcher, query, allowed, roots, kind_names, subject, limit=candidates(k))
         qv = self.index.embed_query(query)
         vec = []
         if qv is not None:
@@ -145,7 +147,7 @@ class Recall:
         exempt: set[str] = set()
         if kind_names is None and working_intent(query):
             # The working contract is recency: its live notes skip the word-overlap floor.
-            for docnum in allowed & set(searcher.docs_for_query(fulltext.Q.Term("kind", "working"))):
+            for docnum in np.flatnonzero(allowed & self.index.table().of_kind("working")).tolist():
                 f = searcher.stored_fields(docnum)
                 fields[f["path"]] = f
                 exempt.add(f["path"])
@@ -155,10 +157,11 @@ class Recall:
                             exempt=exempt)
         if contracts and all(c.read_rule == READ_NEWEST for c in contracts):
             # Working memory: every live note of the kind, newest first; recency is the rule.
-            ranked = [(searcher.stored_fields(n)["path"], 0.0) for n in allowed]
-            for docnum in allowed:
+            ranked = []
+            for docnum in np.flatnonzero(allowed).tolist():
                 f = searcher.stored_fields(docnum)
                 fields[f["path"]] = f
+                ranked.append((f["path"], 0.0))
         return self._apply_rules(ranked, fields, cos, {f["path"]: (s, c) for f, s, c in bm25}, contracts, k,
                                  explicit=kind_names is not None, events=event_intent(query),
                                  working=bool(exempt))
@@ -184,23 +187,12 @@ class Recall:
         return out
 
     @staticmethod
-    def _bm25(searcher, query: str, allowed: set[int], limit: int = CANDIDATES) -> list[tuple[dict, float, float]]:
+    def _bm25(searcher, query: str, allowed: np.ndarray, roots, kinds, subject,
+              limit: int = CANDIDATES) -> list[tuple[dict, float, float]]:
         """(stored fields, BM25F score, coverage of the query's terms), filtered first."""
-        q = fulltext.text_query(query, searcher)
-        if q is None or not allowed:
-            return []
-        # Coverage counts only words some note has: a word no note contains can't be matched
-        # by any of them, so it should not make every note look unrelated.
-        terms = {t for t in fulltext.query_terms(query)
-                 if any(searcher.doc_frequency(f, t) for f in fulltext.FIELD_BOOSTS)}
-        results = searcher.search(q, filter=allowed, limit=limit, terms=True)
-        out = []
-        for hit in results:
-            # A subject word matches every note of the subject, so it is no evidence of relevance.
-            matched = {t.decode() if isinstance(t, bytes) else t for f, t in hit.matched_terms()
-                       if f != "subject_text"}
-            out.append((dict(hit.fields()), hit.score, len(matched & terms) / max(1, len(terms))))
-        return out
+        hits = [(searcher.stored_fields(h.docnum), h.score, h.coverage)
+                for h in fulltext.search(searcher, query, allowed, limit=limit)]
+        return [h for h in hits if admits(h[0], roots, kinds, subject)]
 
     def _fuse(self, bm25: list[tuple[str, float, float]], vec: list[str], cos: dict[str, float],
               have_vectors: bool, exempt: set[str] = frozenset()) -> list[tuple[str, float]]:
@@ -266,14 +258,14 @@ class Recall:
         s = self._versions.searcher()
         allowed = self._versions.allowed_docs(roots, at=fulltext.ts(at) if at else None,
                                               until=fulltext.ts(when), kinds=kind_names, subject=subject)
-        if not allowed:
+        if not allowed.any():
             return []
-        bm25 = self._bm25(s, query, allowed)
+        bm25 = self._bm25(s, query, allowed, roots, kind_names, subject)
         fields = {f["doc_id"]: f for f, _, _ in bm25}
         cos: dict[str, float] = {}
         vec: list[str] = []
         if qv is not None and self.index.embedder is not None:
-            docs = {s.stored_fields(n)["doc_id"]: s.stored_fields(n) for n in allowed}
+            docs = {f["doc_id"]: f for f in map(s.stored_fields, np.flatnonzero(allowed).tolist())}
             texts = {d: _embedding_text(f) for d, f in docs.items()}
             keys = {d: cache_key(self.index.model_id, t) for d, t in texts.items()}
             found = self.index.cache.get_many(sorted(set(keys.values())))

@@ -15,10 +15,12 @@ from whoosh import index as windex
 from whoosh import query as Q
 from whoosh.analysis import STOP_WORDS, StemmingAnalyzer
 from whoosh.lang.porter2 import stem as porter2_stem
-from whoosh.fields import ID, NUMERIC, STORED, TEXT, Schema
+from whoosh.fields import ID, STORED, TEXT, Schema
 from whoosh.scoring import BM25F
 
 from ..store import StoredNote
+from . import bm25
+from .doctable import Int64Column, code
 
 NEVER = 2**62  # sentinel "no end" for numeric time fields
 # Questions are full of words that say nothing about the answer ("what does ... do?").
@@ -32,23 +34,24 @@ ANALYZER = StemmingAnalyzer(stemfn=porter2_stem, stoplist=STOP_WORDS | QUESTION_
 # Field weights for BM25F: the key often carries the only word a superseding note shares
 # with its question (PAYGW_TIMEOUT_MS is in the key gateway.timeout's question, not its text).
 FIELD_BOOSTS = {"body": 1.0, "key_text": 1.2, "subject_text": 0.4}
-
-
-def _time() -> NUMERIC:
-    # shift_step 16: four terms per value instead of sixteen; range queries stay fast and
-    # indexing does a quarter of the work.
-    return NUMERIC(stored=True, bits=64, signed=True, shift_step=16)
+# A subject word matches every note of the subject, so it is no evidence of relevance.
+EVIDENCE_FIELDS = frozenset({"body", "key_text"})
+B, K1 = 0.75, 1.2
 
 
 def make_schema() -> Schema:
-    """Indexed: what the filters and BM25F need. Stored only: what a hit shows."""
+    """Indexed: what BM25F needs. Columns: what the filters need (read whole, see doctable).
+    Stored: what a hit shows."""
     return Schema(
         doc_id=ID(stored=True, unique=True),  # path for current; path@commit for versions
         path=STORED(), root=ID(stored=True), kind=ID(stored=True), subject=ID(stored=True),
+        root_code=Int64Column(stored=False), kind_code=Int64Column(stored=False),
+        subject_code=Int64Column(stored=False),
         key=STORED(), key_text=TEXT(analyzer=ANALYZER), subject_text=TEXT(analyzer=ANALYZER),
         body=TEXT(analyzer=ANALYZER, stored=True), scope=STORED(), team=STORED(), owner=STORED(),
-        source=STORED(), note_id=STORED(), version=STORED(), valid_from=_time(), valid_until=_time(),
-        expires_at=_time(), start=_time(), end=_time(), commit=STORED(),
+        source=STORED(), note_id=STORED(), version=STORED(), valid_from=Int64Column(),
+        valid_until=Int64Column(), expires_at=Int64Column(), start=Int64Column(), end=Int64Column(),
+        commit=STORED(),
     )
 
 
@@ -65,6 +68,7 @@ def note_doc(stored: StoredNote, *, doc_id: str | None = None, start: int = 0, e
              commit: str = "") -> dict:
     n = stored.note
     return dict(doc_id=doc_id or stored.path, path=stored.path, root=stored.root, kind=n.kind, subject=n.subject,
+                root_code=code(stored.root), kind_code=code(n.kind), subject_code=code(n.subject),
                 key=n.key or "", key_text=words(n.key or ""), subject_text=words(n.subject), body=n.text,
                 scope=n.scope, team=n.team or "", owner=n.owner, source=n.source, note_id=n.id,
                 version=stored.version, valid_from=ts(n.valid_from), valid_until=ts(n.valid_until),
@@ -89,21 +93,18 @@ def query_terms(text: str) -> list[str]:
     return out
 
 
-def text_query(text: str, searcher=None) -> Q.Query | None:
-    """An OR over analysed terms in each field; the user's text is never parsed as syntax.
+def search(searcher, text: str, allowed, *, limit: int) -> list:
+    """The best ``limit`` of the ``allowed`` docnums for an OR of the text's analysed terms in
+    each field (BM25F); the user's text is never parsed as query syntax.
 
-    With a searcher over 50+ notes, a term found in more than half the notes of a field is left out: its
-    IDF is near zero, so it changes no ranking, but matching it would score every note.
+    With 50+ notes, a term found in more than half the notes of a field is left out: its IDF
+    is near zero, so it changes no ranking, but matching it would score every note.
     """
-    terms = query_terms(text)
-    if not terms:
-        return None
     # Only in a corpus big enough for document frequency to say anything.
-    limit = searcher.doc_count() / 2 if searcher is not None and searcher.doc_count() >= 50 else None
-    parts = [Q.Term(field, t, boost=boost) for t in terms for field, boost in FIELD_BOOSTS.items()
-             if limit is None or searcher.doc_frequency(field, t) <= limit]
-    return Q.Or(parts) if parts else None
+    prune = searcher.doc_count() / 2 if searcher.doc_count() >= 50 else None
+    return bm25.search(searcher, query_terms(text), FIELD_BOOSTS, allowed, limit=limit, B=B, K1=K1,
+                       prune_above=prune, evidence_fields=EVIDENCE_FIELDS)
 
 
 def weighting() -> BM25F:
-    return BM25F(B=0.75, K1=1.2)
+    return BM25F(B=B, K1=K1)

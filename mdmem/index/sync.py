@@ -20,10 +20,11 @@ from ..errors import NoteInvalid
 from ..layout import is_note_path
 from ..store import StoredNote, iter_note_paths, read_note
 from . import fulltext
+from .doctable import DocTable
 from .embedders import Embedder, make_embedder
 from .vectors import EmbeddingCache, VectorStore, cache_key
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 WORKTREE_CHECK_SECONDS = 1.0
 
 
@@ -55,7 +56,7 @@ class NoteIndex:
         self._embedder: Embedder | None | bool = False  # False: not yet made
         self._ix = None
         self._searcher = None
-        self._root_sets: dict[tuple, set[int]] = {}
+        self._table: DocTable | None = None
         self._vectors: VectorStore | None = None
         self._cache: EmbeddingCache | None = None
         self._last_worktree_check = 0.0
@@ -290,32 +291,21 @@ class NoteIndex:
         if self._searcher is not None:
             self._searcher.close()
         self._searcher = None
-        self._root_sets.clear()
 
     def searcher(self):
         if self._searcher is None:
             self._searcher = self._open().searcher(weighting=fulltext.weighting())
-            self._root_sets.clear()
         return self._searcher
 
-    def allowed_docs(self, roots: list[str], at: int, kinds: list[str] | None, subject: str | None) -> set[int]:
-        """Docnums the caller may see and that are live at ``at``: the visibility filter,
-        cached per identity for as long as the searcher lives."""
-        from whoosh import query as Q
+    def allowed_docs(self, roots: list[str], at: int, kinds: list[str] | None, subject: str | None) -> np.ndarray:
+        """A mask over docnums: what the caller may see and what is live at ``at``."""
+        return self.table().allowed(roots, kinds=kinds, subject=subject, live_at=at)
 
+    def table(self) -> DocTable:
+        """The filter columns of the current searcher (made again with it)."""
         s = self.searcher()
-        key = tuple(sorted(roots))
-        if key not in self._root_sets:
-            self._root_sets[key] = set(s.docs_for_query(Q.Or([Q.Term("root", r) for r in roots]))) if roots else set()
-        allowed = set(self._root_sets[key])
-        if kinds:
-            allowed &= set(s.docs_for_query(Q.Or([Q.Term("kind", k) for k in kinds])))
-        if subject:
-            allowed &= set(s.docs_for_query(Q.Term("subject", subject)))
-        dead = Q.Or([Q.NumericRange("valid_from", at + 1, None), Q.NumericRange("valid_until", None, at),
-                     Q.NumericRange("expires_at", None, at)])
-        allowed -= set(s.docs_for_query(dead))
-        return allowed
+        self._table = DocTable.of(s, self._table)
+        return self._table
 
     def embed_query(self, text: str) -> np.ndarray | None:
         return self.embedder.embed_query(text) if self.embedder is not None else None

@@ -9,11 +9,16 @@ import datetime as _dt
 import json
 import shutil
 
+import numpy as np
+
 from ..errors import NoteInvalid
 from ..layout import is_note_path
 from ..store import StoredNote
 from ..validate import validate_note
 from . import fulltext
+from .doctable import DocTable, code
+
+SCHEMA_VERSION = 2  # of the versions index's documents; another value rebuilds it
 
 
 def version_docs(repo, revs: str, open_docs: dict[str, dict]) -> tuple[list[dict], list[dict]]:
@@ -64,6 +69,7 @@ class VersionsIndex:
         self.state_path = index.base / "versions.json"
         self._ix = None
         self._searcher = None
+        self._table: DocTable | None = None
 
     def ensure(self) -> None:
         """Catch up with HEAD: only the new commits when HEAD moved forward, else rebuild."""
@@ -74,6 +80,8 @@ class VersionsIndex:
         except (FileNotFoundError, ValueError):
             state = {}
         exists = fulltext.windex.exists_in(str(self.folder))
+        if state.get("schema") != SCHEMA_VERSION:
+            exists = False  # made by an older mdmem: its fields differ
         if state.get("commit") == head and exists:
             if self._ix is None:
                 self._ix = fulltext.windex.open_dir(str(self.folder))
@@ -124,7 +132,8 @@ class VersionsIndex:
 
     def _save(self, head: str, open_docs: dict[str, dict]) -> None:
         tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"commit": head, "open": {p: d["doc_id"] for p, d in open_docs.items()}}))
+        tmp.write_text(json.dumps({"schema": SCHEMA_VERSION, "commit": head,
+                                   "open": {p: d["doc_id"] for p, d in open_docs.items()}}))
         tmp.replace(self.state_path)
 
     def searcher(self):
@@ -132,29 +141,14 @@ class VersionsIndex:
             self._searcher = self._ix.searcher(weighting=fulltext.weighting())
         return self._searcher
 
-    def allowed_docs(self, roots: list[str], *, at: int | None, until: int, kinds, subject) -> set[int]:
-        """Versions the caller may see: at a past time (current then and live then), or,
-        for history, every version that had started by ``until``."""
-        from whoosh import query as Q
-
+    def allowed_docs(self, roots: list[str], *, at: int | None, until: int, kinds, subject) -> np.ndarray:
+        """Versions the caller may see (a mask over docnums): at a past time (current then
+        and live then), or, for history, every version that had started by ``until``."""
         s = self.searcher()
-        if not roots:
-            return set()
-        parts = [Q.Or([Q.Term("root", r) for r in roots])]
-        if kinds:
-            parts.append(Q.Or([Q.Term("kind", k) for k in kinds]))
-        if subject:
-            parts.append(Q.Term("subject", subject))
+        self._table = DocTable.of(s, self._table)
         if at is not None:
-            parts += [Q.NumericRange("start", None, at), Q.NumericRange("end", at + 1, None)]
-        else:
-            parts.append(Q.NumericRange("start", None, until))
-        allowed = set(s.docs_for_query(Q.And(parts)))
-        if at is not None:
-            dead = Q.Or([Q.NumericRange("valid_from", at + 1, None), Q.NumericRange("valid_until", None, at),
-                         Q.NumericRange("expires_at", None, at)])
-            allowed -= set(s.docs_for_query(dead))
-        return allowed
+            return self._table.allowed(roots, kinds=kinds, subject=subject, live_at=at, current_at=at)
+        return self._table.allowed(roots, kinds=kinds, subject=subject, started_by=until)
 
     def close(self) -> None:
         if self._searcher is not None:
@@ -173,6 +167,7 @@ def _is_ancestor(store, old: str, head: str) -> bool:
 def _restore(fields: dict) -> dict:
     """A stored versions document back into the fields it was indexed with."""
     doc = dict(fields)
+    doc.update(root_code=code(doc["root"]), kind_code=code(doc["kind"]), subject_code=code(doc["subject"]))
     doc["key_text"] = fulltext.words(doc.get("key") or "")
     doc["subject_text"] = fulltext.words(doc.get("subject") or "")
     return doc

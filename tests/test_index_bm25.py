@@ -1,0 +1,99 @@
+"""Our vectorised BM25F gives Whoosh's own scores and order, on every path it can take:
+several segments, deleted documents, inlined short posting lists, the public-API walk."""
+import random
+
+import numpy as np
+import pytest
+from whoosh import query as Q
+from whoosh.filedb.filestore import RamStorage
+
+from mdmem.index import bm25, fulltext
+
+# Already analysed (stems), as fulltext.query_terms would hand them over.
+WORDS = "bill deploy refund window stage postgr search rank invoic currenc webhook retri".split()
+
+
+def corpus_index(seed: int, *, segments: int, deletions: int):
+    """A Whoosh index with our schema, written in several commits, some documents deleted."""
+    rng = random.Random(seed)
+    ix = RamStorage().create_index(fulltext.make_schema())
+    n = 0
+    for _ in range(segments):
+        w = ix.writer()
+        for _ in range(rng.randint(5, 80)):
+            body = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 30)))
+            w.add_document(doc_id=f"d{n}", path=f"d{n}", root=rng.choice(["team/a", "team/b"]), kind="fact",
+                           subject="service:x", key_text=rng.choice(WORDS), subject_text="service x", body=body)
+            n += 1
+        w.commit(merge=False)
+    if deletions:
+        w = ix.writer()
+        for i in rng.sample(range(n), min(deletions, n)):
+            w.delete_by_term("doc_id", f"d{i}")
+        w.commit(merge=False)
+    return ix, rng
+
+
+def whoosh_ranking(searcher, terms, allowed: np.ndarray, limit: int):
+    q = Q.Or([Q.Term(f, t, boost=b) for t in terms for f, b in fulltext.FIELD_BOOSTS.items()])
+    results = searcher.search(q, filter=set(np.flatnonzero(allowed).tolist()), limit=limit)
+    return [(hit.docnum, hit.score) for hit in results]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_scores_and_order_equal_whooshs_own(seed):
+    ix, rng = corpus_index(seed, segments=1 + seed % 4, deletions=seed % 3 * 7)
+    with ix.searcher(weighting=fulltext.weighting()) as s:
+        assert len(s.leaf_searchers()) >= min(2, 1 + seed % 4)  # several segments really exist
+        compared = 0
+        for _ in range(5):
+            terms = rng.sample(WORDS, rng.randint(1, 4))
+            allowed = np.array([rng.random() < 0.7 for _ in range(s.doc_count_all())])
+            ours = bm25.search(s, terms, fulltext.FIELD_BOOSTS, allowed, limit=15)
+            theirs = whoosh_ranking(s, terms, allowed, 15)
+            assert [h.docnum for h in ours] == [d for d, _ in theirs]
+            assert [h.score for h in ours] == pytest.approx([sc for _, sc in theirs], rel=1e-9)
+            compared += len(theirs)
+        assert compared
+
+
+def test_deleted_and_disallowed_documents_are_never_returned():
+    ix, _ = corpus_index(3, segments=3, deletions=30)
+    with ix.searcher(weighting=fulltext.weighting()) as s:
+        deleted = {d for d in range(s.doc_count_all()) if s.reader().is_deleted(d)}
+        assert deleted
+        allowed = np.ones(s.doc_count_all(), dtype=bool)
+        allowed[::2] = False
+        hits = bm25.search(s, WORDS, fulltext.FIELD_BOOSTS, allowed, limit=1000)
+        assert hits and not {h.docnum for h in hits} & deleted
+        assert all(allowed[h.docnum] for h in hits)
+
+
+def test_the_public_matcher_walk_gives_the_same_postings(monkeypatch):
+    ix, _ = corpus_index(5, segments=2, deletions=5)
+    with ix.searcher(weighting=fulltext.weighting()) as s:
+        allowed = np.ones(s.doc_count_all(), dtype=bool)
+        blocks = []
+        monkeypatch.setattr(bm25, "_w3_blocks", lambda m, real=bm25._w3_blocks: blocks.append(1) or real(m))
+        assert bm25._length_bytes(s.leaf_searchers()[0][0].reader(), "body") is not None
+        fast = bm25.search(s, ["bill", "deploy"], fulltext.FIELD_BOOSTS, allowed, limit=50)
+        monkeypatch.setattr(bm25, "W3LeafMatcher", None)
+        monkeypatch.setattr(bm25, "_length_bytes", lambda reader, field: None)
+        assert blocks  # the fast path was taken
+        slow = bm25.search(s, ["bill", "deploy"], fulltext.FIELD_BOOSTS, allowed, limit=50)
+        assert fast == slow and fast
+
+
+def test_coverage_counts_findable_words_outside_the_subject():
+    ix = RamStorage().create_index(fulltext.make_schema())
+    with ix.writer() as w:
+        w.add_document(doc_id="a", path="a", root="team/a", kind="fact", subject="service:billing",
+                       key_text="", subject_text="billing", body="deploys on tuesdays")
+        w.add_document(doc_id="b", path="b", root="team/a", kind="fact", subject="service:x",
+                       key_text="", subject_text="x", body="billing deploys on fridays")
+    with ix.searcher(weighting=fulltext.weighting()) as s:
+        hits = bm25.search(s, fulltext.query_terms("billing deploy zebra"), fulltext.FIELD_BOOSTS, np.ones(2, bool), limit=5,
+                           evidence_fields=fulltext.EVIDENCE_FIELDS)
+        coverage = {s.stored_fields(h.docnum)["path"]: h.coverage for h in hits}
+        # "zebra" is in no note, so it does not count; a's "billing" is only its subject.
+        assert coverage == {"b": 1.0, "a": 0.5}
