@@ -127,8 +127,12 @@ class NoteIndex:
         now = time.monotonic()
         interval = max(self.worktree_check_seconds, self._worktree_interval) if self.worktree_check_seconds else 0
         check_tree = worktree if worktree is not None else (now - self._last_worktree_check >= interval)
+        folder = self.base / "fulltext"
+        # Opening the index's table of contents costs ~0.5 ms; once open here, the folder
+        # still being there is enough (someone deleting .mdmem/ removes state.json too).
+        present = folder.is_dir() if self._ix is not None else fulltext.windex.exists_in(str(folder))
         needs_rebuild = (state.get("schema") != SCHEMA_VERSION or state.get("model") != self.model_id
-                         or not fulltext.windex.exists_in(str(self.base / "fulltext")))
+                         or not present)
         if not needs_rebuild and state.get("commit") == head and not check_tree:
             return SyncReport()
         with self._lock():
