@@ -370,16 +370,15 @@ def _count_index_entries(repo, plan: Plan) -> dict:
     out = {"index_entries": 0, "vectors": 0}
     try:
         from whoosh import index as windex
+
+        from .index.doctable import VECTOR_FIELD
         if windex.exists_in(str(base / "fulltext")):
             with windex.open_dir(str(base / "fulltext")).searcher() as s:
                 out["index_entries"] = sum(1 for p in plan.paths if s.document_number(doc_id=p) is not None)
+                # Each index document carries its note's vector when an embedder is on.
+                out["vectors"] = out["index_entries"] if VECTOR_FIELD in s.schema else 0
     except Exception:
         pass
-    if (base / "vectors.sqlite").exists():
-        from .index.vectors import VectorStore
-        vs = VectorStore(base / "vectors.sqlite")
-        out["vectors"] = len(vs.paths() & set(plan.paths))
-        vs.close()
     return out
 
 
@@ -387,7 +386,7 @@ def _purge_cache(repo, plan: Plan) -> int:
     """Every cache under .mdmem/ except locks: the embedding cache loses the erased texts'
     entries (then VACUUM, with secure_delete on); the index, vectors and view metadata are
     deleted whole and rebuilt from the rewritten notes."""
-    from .index.vectors import EmbeddingCache, cache_key
+    from .index.embedding_cache import EmbeddingCache, cache_key
 
     base = repo.root / ".mdmem"
     cache_path = base / "embeddings.sqlite"

@@ -99,7 +99,6 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
                                       and not _explained(data.decode("utf-8", "replace"), needle, allowed_texts,
                                                          links)])
         checks["fulltext_index"] = _index_check(repo, index_files, needle, allowed_texts, allow_paths)
-        checks["vector_store"] = _sqlite_check(cache_dir / "vectors.sqlite", nb, allowed_texts, needle)
         checks["embedding_cache"] = _sqlite_check(cache_dir / "embeddings.sqlite", nb, [], needle)
         checks["view_cache"] = _sqlite_check(cache_dir / "viewmeta.sqlite", nb, allowed_texts, needle)
         checks["memory_views"] = _check([rel for rel, data in files if rel.endswith("MEMORY.md") and nb in data
@@ -175,20 +174,29 @@ def _scope_checks(repo, live_all, allow_paths, subject, owner) -> dict:
     if owner:
         out["no_private_root_for_owner"] = _check([p for p in tracked if p.startswith(f"private/{owner}/")])
         out["no_note_owned"] = _check([s.path for s in live if s.note.owner == owner])
-    vec = repo.root / ".mdmem" / "vectors.sqlite"
-    if vec.exists() and (subject or owner):
-        from .index.vectors import VectorStore
-        vs = VectorStore(vec)
-        rows = vs.paths()
-        vs.close()
+    if subject or owner:
+        # Vectors live in the index documents: an index document for an erased note would
+        # still carry the note's embedding.
+        entries = _index_paths(repo)
         live_paths = {s.path for s in live_all}
-        orphans = [p for p in rows if p not in live_paths]
+        orphans = [p for p in entries if p not in live_paths]
         if subject:
-            orphans += [p for p in rows if "/".join(p.split("/")[2:]).startswith(layout.subject_dir(subject) + "/")]
+            orphans += [p for p in entries if "/".join(p.split("/")[2:]).startswith(layout.subject_dir(subject) + "/")]
         if owner:
-            orphans += [p for p in rows if p.startswith(f"private/{owner}/")]
-        out["no_orphaned_vectors"] = _check(orphans)
+            orphans += [p for p in entries if p.startswith(f"private/{owner}/")]
+        out["no_orphaned_index_entries"] = _check(sorted(set(orphans)))
     return out
+
+
+def _index_paths(repo) -> list[str]:
+    """Paths of the live (not deleted) documents of the current notes' index."""
+    from whoosh import index as windex
+
+    folder = repo.root / ".mdmem" / "fulltext"
+    if not windex.exists_in(str(folder)):
+        return []
+    with windex.open_dir(str(folder)).reader() as reader:
+        return [fields["path"] for _, fields in reader.iter_docs()]
 
 
 def _nearest(repo, needle: str, user: str) -> dict | None:
@@ -200,12 +208,14 @@ def _nearest(repo, needle: str, user: str) -> dict | None:
         if qv is None:
             return None
         from .index.fulltext import NEVER
-        hits = index.vectors.search(qv, roots=repo.access.readable_roots(user), at=NEVER - 1, limit=1)
+        table = index.table()
+        hits = table.nearest(qv, table.allowed(repo.access.readable_roots(user), live_at=NEVER - 1), 1)
+        if not hits:
+            return None
+        path = index.searcher().stored_fields(hits[0][0])["path"]
     except Exception:
         return None
-    if not hits:
-        return None
-    return {"path": hits[0][0], "cosine": round(hits[0][1], 3)}
+    return {"path": path, "cosine": round(hits[0][1], 3)}
 
 
 def cannot_reach(repo) -> list[str]:

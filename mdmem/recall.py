@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,8 +18,8 @@ from .errors import BadInput, NotFound
 from .index import fulltext
 from .index.sync import NoteIndex
 from .index.versions import VersionsIndex, utc
-from .index.doctable import admits
-from .index.vectors import cache_key
+from .index.doctable import admits, code
+from .index.embedding_cache import cache_key
 
 FUSION = os.environ.get("MDMEM_FUSION", "linear")
 BM25_WEIGHT = 0.3
@@ -125,46 +126,33 @@ class Recall:
         if at is not None or include_history:
             return self._search_versions(query, self.index.embed_query(query), roots, kind_names, subject, k,
                                          when, at=parse_time(at, field="at") if at is not None else None)
-        # Embedding the query in a thread beside the BM25 search was measured: the tokenizer
-        # holds the GIL and onnxruntime overlaps only partly, so it saved nothing.
-        searcher = self.index.searcher()
-        allowed = self.index.allowed_docs(roots, fulltext.ts(when), kind_names, subject)
-        bm25 = self._bm25(searcher, query, allowed, roots, kind_names, subject, limit=candidates(k))
-        qv = self.index.embed_query(query)
-        vec = []
-        if qv is not None:
-            vec = self.index.vectors.search(qv, roots=roots, at=fulltext.ts(when), kinds=kind_names,
-                                            subject=subject, limit=candidates(k))
-        fields = {f["path"]: f for f, _, _ in bm25}
-        missing = [p for p, _ in vec if p not in fields]
-        for docnum in self._docnums(searcher, missing):
-            f = searcher.stored_fields(docnum)
-            fields[f["path"]] = f
-        cos = dict(vec)
-        if qv is not None:
-            need = [p for p in fields if p not in cos]
-            cos.update(self.index.vectors.cosines(qv, need))
-        exempt: set[str] = set()
-        if kind_names is None and working_intent(query):
-            # The working contract is recency: its live notes skip the word-overlap floor.
-            for docnum in np.flatnonzero(allowed & self.index.table().of_kind("working")).tolist():
-                f = searcher.stored_fields(docnum)
-                fields[f["path"]] = f
-                exempt.add(f["path"])
-            if qv is not None:
-                cos.update(self.index.vectors.cosines(qv, [p for p in exempt if p not in cos]))
-        ranked = self._fuse([(f["path"], s, c) for f, s, c in bm25], [p for p, _ in vec], cos, qv is not None,
-                            exempt=exempt)
+        searcher, table = self.index.searcher(), self.index.table()
+        allowed = table.allowed(roots, kinds=kind_names, subject=subject, live_at=fulltext.ts(when))
+        load = _Loader(searcher, roots, kind_names, subject)
         if contracts and all(c.read_rule == READ_NEWEST for c in contracts):
             # Working memory: every live note of the kind, newest first; recency is the rule.
-            ranked = []
-            for docnum in np.flatnonzero(allowed).tolist():
-                f = searcher.stored_fields(docnum)
-                fields[f["path"]] = f
-                ranked.append((f["path"], 0.0))
-        return self._apply_rules(ranked, fields, cos, {f["path"]: (s, c) for f, s, c in bm25}, contracts, k,
-                                 explicit=kind_names is not None, events=event_intent(query),
-                                 working=bool(exempt))
+            newest = sorted(np.flatnonzero(allowed).tolist(), key=lambda d: (-table.cols["valid_from"][d], d))
+            return [_hit(f, 0.0, current=True, bm25=None, cosine=None) for _, f in load.first(newest, k)]
+        bm25 = fulltext.search(searcher, query, allowed, limit=candidates(k))
+        # Embedding the query in a thread beside the BM25 search was measured: onnxruntime
+        # releases the GIL, but on these 2 cores both halves slowed down as much as they overlapped.
+        qv = self.index.embed_query(query)
+        have_vectors = table.has_vectors(qv)
+        vec = table.nearest(qv, allowed, candidates(k)) if have_vectors else []
+        exempt: set[int] = set()
+        if kind_names is None and working_intent(query):
+            # The working contract is recency: its live notes skip the word-overlap floor.
+            exempt = set(np.flatnonzero(allowed & table.of_kind("working")).tolist())
+        cos = dict(vec)
+        if have_vectors:
+            cos.update(table.cosines(qv, [d for d in {h.docnum for h in bm25} | exempt if d not in cos]))
+        ranked = self._fuse([(h.docnum, h.score, h.coverage) for h in bm25], [d for d, _ in vec], cos,
+                            have_vectors, exempt=exempt)
+        weighted = self._weigh(ranked, table, explicit=kind_names is not None, events=event_intent(query),
+                               working=bool(exempt))
+        scores, weights = {h.docnum: h.score for h in bm25}, dict(weighted)
+        return [_hit(f, weights[d], current=True, bm25=scores.get(d), cosine=cos.get(d))
+                for d, f in load.first([d for d, _ in weighted], k)]
 
     # --- parts ----------------------------------------------------------------------
     def _exact(self, user, kind_names, subject, key, when) -> list[Hit]:
@@ -178,15 +166,6 @@ class Recall:
         return [_hit(doc, 1.0, current=True, bm25=None, cosine=None)]
 
     @staticmethod
-    def _docnums(searcher, paths: list[str]) -> list[int]:
-        out = []
-        for p in paths:
-            n = searcher.document_number(doc_id=p)
-            if n is not None:
-                out.append(n)
-        return out
-
-    @staticmethod
     def _bm25(searcher, query: str, allowed: np.ndarray, roots, kinds, subject,
               limit: int = CANDIDATES) -> list[tuple[dict, float, float]]:
         """(stored fields, BM25F score, coverage of the query's terms), filtered first."""
@@ -194,9 +173,10 @@ class Recall:
                 for h in fulltext.search(searcher, query, allowed, limit=limit)]
         return [h for h in hits if admits(h[0], roots, kinds, subject)]
 
-    def _fuse(self, bm25: list[tuple[str, float, float]], vec: list[str], cos: dict[str, float],
-              have_vectors: bool, exempt: set[str] = frozenset()) -> list[tuple[str, float]]:
-        """Fused scores above the floor, best first.
+    def _fuse(self, bm25: list[tuple[Hashable, float, float]], vec: list[Hashable], cos: dict[Hashable, float],
+              have_vectors: bool, exempt: set = frozenset()) -> list[tuple[Hashable, float]]:
+        """Fused scores above the floor, best first. Candidates are keyed by docnum (current
+        notes) or doc id (versions); ``bm25`` holds (key, score, coverage).
 
         ``linear`` (the default): cosine plus BM25F scaled to the best BM25F score, so how far
         apart two notes are counts, not only their order. ``rrf``: reciprocal rank fusion.
@@ -207,49 +187,50 @@ class Recall:
         scores: dict[str, float] = {}
         top_bm25 = max((b for _, b, _ in bm25), default=0.0) or 1.0
         if FUSION == "rrf":
-            for rank, (path, _, _) in enumerate(bm25):
-                scores[path] = scores.get(path, 0.0) + 1.0 / (RRF_K + rank + 1)
-            for rank, path in enumerate(vec):
-                scores[path] = scores.get(path, 0.0) + 1.0 / (RRF_K + rank + 1)
+            for rank, (key, _, _) in enumerate(bm25):
+                scores[key] = scores.get(key, 0.0) + 1.0 / (RRF_K + rank + 1)
+            for rank, key in enumerate(vec):
+                scores[key] = scores.get(key, 0.0) + 1.0 / (RRF_K + rank + 1)
         else:
-            for path in set(vec) | {p for p, _, _ in bm25} | set(exempt):
-                scores[path] = cos.get(path, 0.0) if have_vectors else 0.0
-            for path, b, _ in bm25:
-                scores[path] += BM25_WEIGHT * b / top_bm25
+            for key in set(vec) | {p for p, _, _ in bm25} | set(exempt):
+                scores[key] = cos.get(key, 0.0) if have_vectors else 0.0
+            for key, b, _ in bm25:
+                scores[key] += BM25_WEIGHT * b / top_bm25
         # The floor: never present an unrelated note as the best evidence. A negative
         # [recall] score_floor in mdmem.toml turns it off (benchmarks measure both).
         coverage = {p: c for p, _, c in bm25}
         kept = {}
-        for path, score in scores.items():
+        for key, score in scores.items():
             if floor < 0:
                 ok = True
             elif have_vectors:
-                ok = cos.get(path, 0.0) >= floor or coverage.get(path, 0.0) >= COVERAGE_FLOOR
+                ok = cos.get(key, 0.0) >= floor or coverage.get(key, 0.0) >= COVERAGE_FLOOR
             else:
-                ok = coverage.get(path, 0.0) >= BM25_ONLY_COVERAGE_FLOOR
-            if ok or path in exempt:
-                kept[path] = score
+                ok = coverage.get(key, 0.0) >= BM25_ONLY_COVERAGE_FLOOR
+            if ok or key in exempt:
+                kept[key] = score
         return sorted(kept.items(), key=lambda kv: (-kv[1], kv[0]))
 
-    def _apply_rules(self, ranked, fields, cos, bm25, contracts, k, *, explicit: bool, events: bool,
-                     working: bool = False, current: bool = True) -> list[Hit]:
-        hits = []
-        for path, score in ranked:
-            f = fields[path]
-            contract = self.repo.contracts.resolve(f["kind"])
+    def _weigh(self, ranked: list[tuple[int, float]], table, *, explicit: bool, events: bool,
+               working: bool) -> list[tuple[int, float]]:
+        """Each kind's read rule on the fused scores, best first. Without kinds, the pool that
+        does not fit the question's tense is weighted down (and, for a question about the
+        asker's current state, everything but working memory)."""
+        by_code = {code(name): c for name, c in self.repo.contracts.kinds.items()}
+        out = []
+        for docnum, score in ranked:
+            contract = by_code.get(int(table.cols["kind_code"][docnum]))
+            if contract is None:  # a kind mdmem.toml no longer names
+                contract = self.repo.contracts.resolve(table.searcher.stored_fields(docnum)["kind"])
             # An episode with an expiry ("freeze until Friday") is a condition that holds until
             # then, so it answers "now" questions like a fact does.
-            is_event = contract.read_rule == READ_RANK_EVENTS and f["expires_at"] >= fulltext.NEVER
+            is_event = contract.read_rule == READ_RANK_EVENTS and table.cols["expires_at"][docnum] >= fulltext.NEVER
             if not explicit and is_event != events:
                 score *= EPISODE_WEIGHT
             if not explicit and working and contract.read_rule != READ_NEWEST:
                 score *= EPISODE_WEIGHT
-            b = bm25.get(path, (None, None))[0]
-            hits.append(_hit(f, score, current=current, bm25=b, cosine=cos.get(path)))
-        hits.sort(key=lambda h: (-h.score, h.path))
-        if contracts and all(c.read_rule == READ_NEWEST for c in contracts):
-            hits.sort(key=lambda h: (h.valid_from or _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)), reverse=True)
-        return hits[:k]
+            out.append((docnum, round(score, 6)))
+        return sorted(out, key=lambda x: (-x[1], x[0]))
 
     def _search_versions(self, query, qv, roots, kind_names, subject, k, when, *, at) -> list[Hit]:
         if self._versions is None:
@@ -290,6 +271,24 @@ class Recall:
         if at is None:
             out = _past_before_current(out)
         return out[:k]
+
+
+class _Loader:
+    """Stored fields for the hits actually returned, read only then (each read costs ~30
+    microseconds), and checked against the filter's strings."""
+
+    def __init__(self, searcher, roots, kinds, subject):
+        self.searcher, self.roots, self.kinds, self.subject = searcher, roots, kinds, subject
+
+    def first(self, docnums: list[int], k: int) -> list[tuple[int, dict]]:
+        out = []
+        for d in docnums:
+            fields = self.searcher.stored_fields(d)
+            if admits(fields, self.roots, self.kinds, self.subject):
+                out.append((d, fields))
+                if len(out) == k:
+                    break
+        return out
 
 
 def _embedding_text(fields: dict) -> str:

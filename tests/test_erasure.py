@@ -38,6 +38,7 @@ def test_erasing_alice_passes_every_check_and_lists_mentions(repo):
     report = repo.prove_gone(needles, as_user="alice", subject="user:alice", owner="alice",
                              allow_paths=receipt["mentions_for_review"])
     assert report["pass"], json.dumps(report, indent=1)
+    assert report["scope"]["no_orphaned_index_entries"]["pass"]
     blob = all_bytes(repo.root)
     assert b"interviewing for the open backend role" not in blob and b"async standups" not in blob
     audit = (repo.root / "audit/erasures.jsonl").read_text()
@@ -52,6 +53,22 @@ def test_prove_gone_fails_while_the_text_is_still_anywhere(repo):
     assert not report["pass"]
     failed = {k for k, c in report["needles"][0]["checks"].items() if not c["pass"]}
     assert {"live_notes", "git_objects", "work_tree", "memory_views", "fulltext_index"} <= failed
+
+
+def test_an_index_document_left_for_an_erased_note_fails_the_proof(repo):
+    """Index documents carry the notes' vectors: one left behind keeps the embedding."""
+    from whoosh import index as windex
+
+    alice_world(repo)
+    repo.forget(as_user="alice", subject="user:alice", owner="alice", now=T1)
+    repo.recall("rebuild the index", as_user="alice", now=T1)
+    ix = windex.open_dir(str(repo.root / ".mdmem" / "fulltext"))
+    with ix.writer() as w:
+        w.add_document(doc_id="private/alice/user/alice/fact/career.md", path="private/alice/user/alice/fact/career.md",
+                       root="private/alice", kind="fact", subject="user:alice", body="[removed]")
+    report = repo.prove_gone(["nothing to find here"], as_user="alice", subject="user:alice", owner="alice")
+    assert not report["pass"]
+    assert report["scope"]["no_orphaned_index_entries"]["where"] == ["private/alice/user/alice/fact/career.md"]
 
 
 def test_prove_gone_of_someone_elses_data_needs_the_role(repo):

@@ -34,31 +34,66 @@ def code(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big", signed=True)
 
 
+VECTOR_FIELD = "vec"
+
+
+def vector_field(dim: int) -> COLUMN:
+    """Each note's embedding as a fixed-width column of float32 (not stored, not indexed)."""
+    return COLUMN(columns.FixedBytesColumn(dim * 4))
+
+
+def vector_bytes(vec: np.ndarray) -> bytes:
+    return np.ascontiguousarray(vec, dtype="<f4").tobytes()
+
+
+class _Segment:
+    """One segment's columns. Segments never change once written, so a new searcher reuses
+    the arrays of the segments it shares with the last one (after a write, only the new
+    small segment is read)."""
+
+    def __init__(self, reader):
+        count = reader.doc_count_all()
+        self.cols = {name: _column(reader, name, count) for name in CODE_COLUMNS + TIME_COLUMNS}
+        self.vectors = _vector_column(reader, count)
+
+
 class DocTable:
     """One searcher's columns; made again whenever the searcher is (the index changed)."""
 
     @classmethod
     def of(cls, searcher, current: DocTable | None) -> DocTable:
-        """``current`` if it was read from this searcher, else a fresh table."""
-        return current if current is not None and current.searcher is searcher else cls(searcher)
+        """``current`` if it was read from this searcher, else a table for this one."""
+        if current is not None and current.searcher is searcher:
+            return current
+        return cls(searcher, reuse=current._segments if current is not None else None)
 
-    def __init__(self, searcher):
+    def __init__(self, searcher, reuse: dict[str, _Segment] | None = None):
         self.searcher = searcher
         self.size = searcher.doc_count_all()
-        parts: dict[str, list[np.ndarray]] = {c: [] for c in CODE_COLUMNS + TIME_COLUMNS}
-        live = []
+        self._segments: dict[str, _Segment] = {}
+        parts, alive = [], []
         for leaf, _offset in searcher.leaf_searchers():
             reader = leaf.reader()
-            count = reader.doc_count_all()
-            for name in parts:
-                parts[name].append(_column(reader, name, count))
-            alive = np.ones(count, dtype=bool)
-            if reader.has_deletions():
-                alive[:] = False
-                alive[np.fromiter(reader.all_doc_ids(), dtype=np.int64)] = True
-            live.append(alive)
-        self.cols = {c: np.concatenate(p) if p else np.zeros(0, dtype=np.int64) for c, p in parts.items()}
-        self.alive = np.concatenate(live) if live else np.zeros(0, dtype=bool)
+            segment = reader.segment()  # None for an empty index's reader
+            segid = segment.segment_id() if segment is not None else None
+            seg = (reuse or {}).get(segid) or _Segment(reader)
+            if segid is not None:
+                self._segments[segid] = seg
+            parts.append(seg)
+            live = np.ones(reader.doc_count_all(), dtype=bool)
+            deleted = reader.deleted_docs_set if reader.has_deletions() else ()
+            if deleted:
+                live[np.fromiter(deleted, dtype=np.int64, count=len(deleted))] = False
+            alive.append(live)
+        self.cols = {c: np.concatenate([p.cols[c] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+                     for c in CODE_COLUMNS + TIME_COLUMNS}
+        self.alive = np.concatenate(alive) if alive else np.zeros(0, dtype=bool)
+        dims = {p.vectors.shape[1] for p in parts if p.vectors is not None}
+        self.vectors = None
+        if len(dims) == 1:
+            dim = dims.pop()
+            self.vectors = np.concatenate([p.vectors if p.vectors is not None else np.zeros((len(a), dim), np.float32)
+                                           for p, a in zip(parts, alive)])
         self._roots: dict[tuple[str, ...], np.ndarray] = {}
 
     def _is_in(self, column: str, values) -> np.ndarray:
@@ -94,11 +129,51 @@ class DocTable:
     def of_kind(self, kind: str) -> np.ndarray:
         return self.cols["kind_code"] == code(kind)
 
+    # --- vectors ----------------------------------------------------------------------
+    def has_vectors(self, query: np.ndarray | None) -> bool:
+        return query is not None and self.vectors is not None and self.vectors.shape[1] == query.shape[0]
+
+    def nearest(self, query: np.ndarray, mask: np.ndarray, limit: int) -> list[tuple[int, float]]:
+        """The ``limit`` allowed documents most similar to ``query``: (docnum, cosine), best
+        first. Only documents in ``mask`` are compared: filtered before ranking."""
+        if not self.has_vectors(query):
+            return []
+        idx = np.flatnonzero(mask)
+        if not len(idx):
+            return []
+        sims = self.vectors[idx] @ query if len(idx) < self.size // 2 else (self.vectors @ query)[idx]
+        top = np.argpartition(-sims, limit)[:limit] if len(sims) > limit else np.arange(len(sims))
+        top = top[np.lexsort((idx[top], -sims[top]))]
+        return [(int(idx[i]), float(sims[i])) for i in top]
+
+    def cosines(self, query: np.ndarray, docnums) -> dict[int, float]:
+        docnums = list(docnums)
+        if not docnums or not self.has_vectors(query):
+            return {}
+        return dict(zip(docnums, (self.vectors[docnums] @ query).tolist()))
+
 
 def admits(fields: dict, roots, kinds=None, subject: str | None = None) -> bool:
     """The stored strings agree with the filter (guards against a code collision)."""
     return (fields["root"] in roots and (not kinds or fields["kind"] in kinds)
             and (not subject or fields["subject"] == subject))
+
+
+def _vector_column(reader, count: int) -> np.ndarray | None:
+    """The segment's embeddings as a (documents x dim) float32 matrix; None without any."""
+    field = reader.schema[VECTOR_FIELD] if VECTOR_FIELD in reader.schema else None
+    if field is None or not reader.has_column(VECTOR_FIELD):
+        return None
+    col = reader.column_reader(VECTOR_FIELD, translate=False)
+    width = field.column_type._fixedlen
+    out = np.zeros((count, width // 4), dtype=np.float32)
+    try:
+        n = min(col._count, count)
+        out[:n] = np.frombuffer(bytes(col._dbfile.get(col._basepos, n * width)), dtype="<f4").reshape(n, -1)
+    except AttributeError:
+        for d in range(count):
+            out[d] = np.frombuffer(col[d], dtype="<f4")
+    return out
 
 
 def _column(reader, name: str, count: int) -> np.ndarray:

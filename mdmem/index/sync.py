@@ -16,15 +16,15 @@ import numpy as np
 import pygit2
 from filelock import FileLock
 
-from ..errors import NoteInvalid
+from ..errors import EmbedderError, NoteInvalid
 from ..layout import is_note_path
 from ..store import StoredNote, iter_note_paths, read_note
 from . import fulltext
-from .doctable import DocTable
+from .doctable import VECTOR_FIELD, DocTable, vector_bytes, vector_field
 from .embedders import Embedder, make_embedder
-from .vectors import EmbeddingCache, VectorStore, cache_key
+from .embedding_cache import EmbeddingCache, cache_key
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 WORKTREE_CHECK_SECONDS = 1.0
 
 
@@ -57,7 +57,6 @@ class NoteIndex:
         self._ix = None
         self._searcher = None
         self._table: DocTable | None = None
-        self._vectors: VectorStore | None = None
         self._cache: EmbeddingCache | None = None
         self._last_worktree_check = 0.0
         self._worktree_interval = 0.0
@@ -76,12 +75,6 @@ class NoteIndex:
     @property
     def model_id(self) -> str:
         return self.embedder.model_id if self.embedder is not None else "none"
-
-    @property
-    def vectors(self) -> VectorStore:
-        if self._vectors is None:
-            self._vectors = VectorStore(self.base / "vectors.sqlite")
-        return self._vectors
 
     @property
     def cache(self) -> EmbeddingCache:
@@ -109,10 +102,9 @@ class NoteIndex:
             if part is not None:
                 part.close()
         self._searcher = None
-        for store in (self._vectors, self._cache):
-            if store is not None:
-                store.close()
-        self._vectors = self._cache = None
+        if self._cache is not None:
+            self._cache.close()
+        self._cache = None
         self._ix = None
 
     # --- catching up ------------------------------------------------------------------
@@ -189,18 +181,18 @@ class NoteIndex:
         removals = [p for p in paths if p not in found]  # deleted, or broken: out of the index
         if upserts or removals:
             # Embed first: an unreachable embedder fails before anything is written.
-            self._embed_into_store(upserts, report, progress=progress)
+            docs = self._documents(upserts, report, progress=progress)
             writer = ix.writer()
             try:
+                _ensure_vector_field(writer, docs)
                 for path in removals:
                     writer.delete_by_term("doc_id", path)
-                for stored in upserts:
-                    writer.update_document(**fulltext.note_doc(stored))
+                for doc in docs:
+                    writer.update_document(**doc)
                 writer.commit()
             except BaseException:
                 writer.cancel()
                 raise
-            self.vectors.delete([p for p in removals])
             self._refresh()
         report.indexed = [s.path for s in upserts]
         report.removed = removals
@@ -229,9 +221,12 @@ class NoteIndex:
             bar.stop()
         return notes
 
-    def _embed_into_store(self, notes: list[StoredNote], report: SyncReport, *, progress: bool) -> None:
+    def _documents(self, notes: list[StoredNote], report: SyncReport, *, progress: bool) -> list[dict]:
+        """The index documents for ``notes``, each with its embedding (from the cache when
+        the same model has embedded the same text before)."""
+        docs = [fulltext.note_doc(s) for s in notes]
         if self.embedder is None or not notes:
-            return
+            return docs
         texts = [embedding_text(s) for s in notes]
         keys = [cache_key(self.model_id, t) for t in texts]
         found = self.cache.get_many(sorted(set(keys)))
@@ -243,7 +238,9 @@ class NoteIndex:
             self.cache.put_many(self.model_id, fresh)
             found.update(fresh)
             report.embedded = len(missing)
-        self.vectors.upsert(self.model_id, [(fulltext.note_doc(s), k, found[k]) for s, k in zip(notes, keys)])
+        for doc, k in zip(docs, keys):
+            doc[VECTOR_FIELD] = found[k]
+        return docs
 
     def _embed_with_progress(self, texts: list[str], progress: bool) -> np.ndarray:
         if not progress or len(texts) < 64:
@@ -267,16 +264,17 @@ class NoteIndex:
         self.close()
         shutil.rmtree(self.base / "fulltext", ignore_errors=True)
         shutil.rmtree(self.base / "versions", ignore_errors=True)
-        (self.base / "vectors.sqlite").unlink(missing_ok=True)
+        (self.base / "vectors.sqlite").unlink(missing_ok=True)  # where vectors lived before schema 8
         head = self.repo.store.head()
         paths = iter_note_paths(self.repo.root)
         report = SyncReport(rebuilt=True)
         notes = self._read_notes(paths, report, progress=progress)
-        self._embed_into_store(notes, report, progress=progress)
+        docs = self._documents(notes, report, progress=progress)
         ix = self._open()
         writer = ix.writer(limitmb=256)
-        for stored in notes:
-            writer.add_document(**fulltext.note_doc(stored))
+        _ensure_vector_field(writer, docs)
+        for doc in docs:
+            writer.add_document(**doc)
         writer.commit()
         self._refresh()
         report.indexed = [s.path for s in notes]
@@ -316,6 +314,22 @@ class NoteIndex:
 
     def broken(self) -> dict[str, str]:
         return self._load_state().get("broken", {})
+
+
+def _ensure_vector_field(writer, docs: list[dict]) -> None:
+    """Vectors go into the index as a column; its width is known once something is embedded
+    (an empty repo's index has none yet). Values become bytes here."""
+    dims = {len(d[VECTOR_FIELD]) for d in docs if VECTOR_FIELD in d}
+    if not dims:
+        return
+    if VECTOR_FIELD not in writer.schema:
+        writer.add_field(VECTOR_FIELD, vector_field(max(dims)))
+    width = writer.schema[VECTOR_FIELD].column_type._fixedlen // 4
+    if dims != {width}:
+        raise EmbedderError(f"embedder: returned {sorted(dims)}-dimensional vectors but the index holds {width}; "
+                            "the model changed under the same name: run `mdmem index --rebuild`")
+    for d in docs:
+        d[VECTOR_FIELD] = vector_bytes(d[VECTOR_FIELD])
 
 
 def _stderr_console():
