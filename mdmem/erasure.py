@@ -356,11 +356,11 @@ def _scrub_untracked(repo, plan: Plan) -> int:
 
 
 def _embedding_texts(plan: Plan) -> list[str]:
-    from .index.fulltext import words
+    from .index.fulltext import embedding_text
 
     texts = set()
     for v in plan.versions:
-        texts.add(f"{words(v.key)}: {v.text}" if v.key else v.text)
+        texts.add(embedding_text(v.key, v.text))
         texts.add(v.text)
     return sorted(texts)
 

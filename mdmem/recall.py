@@ -19,7 +19,6 @@ from .index import fulltext
 from .index.sync import NoteIndex
 from .index.versions import VersionsIndex, utc
 from .index.doctable import admits, code
-from .index.embedding_cache import cache_key
 
 FUSION = os.environ.get("MDMEM_FUSION", "linear")
 BM25_WEIGHT = 0.3
@@ -165,14 +164,6 @@ class Recall:
         doc = fulltext.note_doc(stored)
         return [_hit(doc, 1.0, current=True, bm25=None, cosine=None)]
 
-    @staticmethod
-    def _bm25(searcher, query: str, allowed: np.ndarray, roots, kinds, subject,
-              limit: int = CANDIDATES) -> list[tuple[dict, float, float]]:
-        """(stored fields, BM25F score, coverage of the query's terms), filtered first."""
-        hits = [(searcher.stored_fields(h.docnum), h.score, h.coverage)
-                for h in fulltext.search(searcher, query, allowed, limit=limit)]
-        return [h for h in hits if admits(h[0], roots, kinds, subject)]
-
     def _fuse(self, bm25: list[tuple[Hashable, float, float]], vec: list[Hashable], cos: dict[Hashable, float],
               have_vectors: bool, exempt: set = frozenset()) -> list[tuple[Hashable, float]]:
         """Fused scores above the floor, best first. Candidates are keyed by docnum (current
@@ -233,41 +224,28 @@ class Recall:
         return sorted(out, key=lambda x: (-x[1], x[0]))
 
     def _search_versions(self, query, qv, roots, kind_names, subject, k, when, *, at) -> list[Hit]:
+        """The versions index, read like the current one: filter, BM25F and cosine over the
+        same docnums, fusion. History recall puts a note's past versions before its current one."""
         if self._versions is None:
             self._versions = VersionsIndex(self.index)
         self._versions.ensure()
-        s = self._versions.searcher()
+        s, table = self._versions.searcher(), self._versions.table()
         allowed = self._versions.allowed_docs(roots, at=fulltext.ts(at) if at else None,
                                               until=fulltext.ts(when), kinds=kind_names, subject=subject)
-        if not allowed.any():
-            return []
-        bm25 = self._bm25(s, query, allowed, roots, kind_names, subject)
-        fields = {f["doc_id"]: f for f, _, _ in bm25}
-        cos: dict[str, float] = {}
-        vec: list[str] = []
-        if qv is not None and self.index.embedder is not None:
-            docs = {f["doc_id"]: f for f in map(s.stored_fields, np.flatnonzero(allowed).tolist())}
-            texts = {d: _embedding_text(f) for d, f in docs.items()}
-            keys = {d: cache_key(self.index.model_id, t) for d, t in texts.items()}
-            found = self.index.cache.get_many(sorted(set(keys.values())))
-            missing = sorted({keys[d]: texts[d] for d in texts if keys[d] not in found}.items())
-            if missing:
-                fresh = dict(zip([m for m, _ in missing], self.index.embedder.embed_documents([t for _, t in missing])))
-                self.index.cache.put_many(self.index.model_id, fresh)
-                found.update(fresh)
-            cos = {d: float(found[keys[d]] @ qv) for d in docs}
-            vec = sorted(cos, key=lambda d: -cos[d])[:CANDIDATES]
-            for d in vec:
-                fields.setdefault(d, docs[d])
-        ranked = self._fuse([(f["doc_id"], sc, c) for f, sc, c in bm25], vec, cos, qv is not None)
-        bm = {f["doc_id"]: (sc, c) for f, sc, c in bm25}
-        out = []
+        bm25 = fulltext.search(s, query, allowed, limit=CANDIDATES)
+        have_vectors = table.has_vectors(qv)
+        vec = table.nearest(qv, allowed, CANDIDATES) if have_vectors else []
+        cos = dict(vec)
+        if have_vectors:
+            cos.update(table.cosines(qv, [h.docnum for h in bm25 if h.docnum not in cos]))
+        ranked = self._fuse([(h.docnum, h.score, h.coverage) for h in bm25], [d for d, _ in vec], cos, have_vectors)
+        scores, fused = {h.docnum: h.score for h in bm25}, dict(ranked)
         now_ts = fulltext.ts(when)
-        for doc_id, score in ranked:
-            f = fields[doc_id]
+        out = []
+        for d, f in _Loader(s, roots, kind_names, subject).first([d for d, _ in ranked], len(ranked)):
             is_current = f["end"] >= fulltext.NEVER and f["valid_until"] > now_ts and f["expires_at"] > now_ts
-            b = bm.get(doc_id, (None, None))[0]
-            out.append(_hit(f, score, current=is_current if at is None else True, bm25=b, cosine=cos.get(doc_id)))
+            out.append(_hit(f, fused[d], current=is_current if at is None else True, bm25=scores.get(d),
+                            cosine=cos.get(d)))
         if at is None:
             out = _past_before_current(out)
         return out[:k]
@@ -289,10 +267,6 @@ class _Loader:
                 if len(out) == k:
                     break
         return out
-
-
-def _embedding_text(fields: dict) -> str:
-    return f"{fulltext.words(fields['key'])}: {fields['body']}" if fields["key"] else fields["body"]
 
 
 def _past_before_current(hits: list[Hit]) -> list[Hit]:

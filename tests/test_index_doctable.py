@@ -100,3 +100,63 @@ def test_columns_read_whole_equal_the_public_column_reader():
                 fast = doctable._column(reader, name, reader.doc_count_all())
                 public = [reader.column_reader(name, translate=False)[d] for d in range(reader.doc_count_all())]
                 assert fast.tolist() == public
+
+
+def vector_index(vectors: dict[str, list[float]], roots: dict[str, str]):
+
+    ix = RamStorage().create_index(fulltext.make_schema())
+    docs = [dict(doc_id=p, path=p, root=roots[p], root_code=doctable.code(roots[p]), body="x",
+                 valid_until=fulltext.NEVER, expires_at=fulltext.NEVER, end=fulltext.NEVER,
+                 vec=np.array(v, dtype=np.float32)) for p, v in vectors.items()]
+    with ix.writer() as w:
+        doctable.prepare_vectors(w, docs)
+        for d in docs:
+            w.add_document(**d)
+    return ix
+
+
+def test_nearest_compares_only_allowed_documents_best_first():
+    ix = vector_index({"a": [1, 0, 0], "b": [0.9, 0.1, 0], "c": [0, 1, 0], "secret": [1, 0, 0]},
+                      {"a": "team/x", "b": "team/x", "c": "team/x", "secret": "private/alice"})
+    with ix.searcher() as s:
+        table = doctable.DocTable(s)
+        mask = table.allowed(["team/x"], live_at=100)
+        hits = table.nearest(np.array([1, 0, 0], dtype=np.float32), mask, 2)
+        assert [s.stored_fields(d)["path"] for d, _ in hits] == ["a", "b"]
+        assert hits[0][1] == 1.0
+        secret = next(d for d in range(s.doc_count_all()) if s.stored_fields(d)["path"] == "secret")
+        assert not mask[secret] and secret not in dict(table.nearest(np.array([1, 0, 0], np.float32), mask, 10))
+        assert table.cosines(np.array([0, 1, 0], np.float32), [secret]) == {secret: 0.0}
+        assert not table.has_vectors(np.zeros(5, np.float32))  # another model's dimension
+
+
+def test_a_vector_of_another_width_is_refused_and_nothing_is_written():
+    from mdmem.errors import EmbedderError
+
+    ix = vector_index({"a": [1, 0, 0]}, {"a": "team/x"})
+    w = ix.writer()
+    try:
+        doctable.prepare_vectors(w, [{"vec": np.zeros(4, np.float32)}])
+        raise AssertionError("expected EmbedderError")
+    except EmbedderError as exc:
+        assert "index --rebuild" in str(exc)
+    finally:
+        w.cancel()
+    assert ix.doc_count() == 1
+
+
+def test_a_new_searcher_reads_only_the_segments_it_has_not_seen():
+    ix = vector_index({"a": [1, 0, 0], "b": [0, 1, 0]}, {"a": "team/x", "b": "team/x"})
+    first = doctable.DocTable(ix.searcher())
+    w = ix.writer()
+    w.add_document(doc_id="c", path="c", root="team/x", root_code=doctable.code("team/x"), body="y",
+                   valid_until=fulltext.NEVER, expires_at=fulltext.NEVER, end=fulltext.NEVER,
+                   vec=np.array([0, 0, 1], np.float32).tobytes())
+    w.delete_by_term("doc_id", "a")
+    w.commit(merge=False)
+    s = ix.searcher()
+    second = doctable.DocTable.of(s, first)
+    shared = set(first._segments) & set(second._segments)
+    assert shared and all(first._segments[k] is second._segments[k] for k in shared)
+    visible = [s.stored_fields(d)["path"] for d in np.flatnonzero(second.allowed(["team/x"], live_at=1))]
+    assert sorted(visible) == ["b", "c"]  # the deletion is seen although the segment was reused

@@ -14,6 +14,8 @@ import numpy as np
 from whoosh import columns
 from whoosh.fields import COLUMN
 
+from ..errors import EmbedderError
+
 # Per-document columns, all int64.
 CODE_COLUMNS = ("root_code", "kind_code", "subject_code")
 TIME_COLUMNS = ("valid_from", "valid_until", "expires_at", "start", "end")
@@ -44,6 +46,23 @@ def vector_field(dim: int) -> COLUMN:
 
 def vector_bytes(vec: np.ndarray) -> bytes:
     return np.ascontiguousarray(vec, dtype="<f4").tobytes()
+
+
+def prepare_vectors(writer, docs: list[dict]) -> None:
+    """Before ``docs`` are written: the vector column exists (its width is known once
+    something is embedded; an empty repo's index has none yet) and values become bytes."""
+    dims = {len(d[VECTOR_FIELD]) for d in docs if VECTOR_FIELD in d}
+    if not dims:
+        return
+    if VECTOR_FIELD not in writer.schema:
+        writer.add_field(VECTOR_FIELD, vector_field(max(dims)))
+    width = writer.schema[VECTOR_FIELD].column_type._fixedlen // 4
+    if dims != {width}:
+        raise EmbedderError(f"embedder: returned {sorted(dims)}-dimensional vectors but the index holds {width}; "
+                            "the model changed under the same name: run `mdmem index --rebuild`")
+    for d in docs:
+        if VECTOR_FIELD in d:
+            d[VECTOR_FIELD] = vector_bytes(d[VECTOR_FIELD])
 
 
 class _Segment:

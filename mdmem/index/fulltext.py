@@ -64,6 +64,12 @@ def words(text: str) -> str:
     return re.sub(r"[._:/\-]+", " ", text or "")
 
 
+def embedding_text(key: str | None, text: str) -> str:
+    """What gets embedded: the key goes in with the text, since a superseding note often
+    shares no other word with its question."""
+    return f"{words(key)}: {text}" if key else text
+
+
 def note_doc(stored: StoredNote, *, doc_id: str | None = None, start: int = 0, end: int = NEVER,
              commit: str = "") -> dict:
     n = stored.note

@@ -16,11 +16,11 @@ import numpy as np
 import pygit2
 from filelock import FileLock
 
-from ..errors import EmbedderError, NoteInvalid
+from ..errors import NoteInvalid
 from ..layout import is_note_path
 from ..store import StoredNote, iter_note_paths, read_note
 from . import fulltext
-from .doctable import VECTOR_FIELD, DocTable, vector_bytes, vector_field
+from .doctable import VECTOR_FIELD, DocTable, prepare_vectors
 from .embedders import Embedder, make_embedder
 from .embedding_cache import EmbeddingCache, cache_key
 
@@ -40,12 +40,6 @@ class SyncReport:
     def to_dict(self) -> dict:
         return {"indexed": len(self.indexed), "removed": len(self.removed), "broken": self.broken,
                 "rebuilt": self.rebuilt, "embedded": self.embedded, "from_cache": self.cached}
-
-
-def embedding_text(stored: StoredNote) -> str:
-    """The key goes in with the text: a superseding note often shares no other word with its question."""
-    n = stored.note
-    return f"{fulltext.words(n.key)}: {n.text}" if n.key else n.text
 
 
 class NoteIndex:
@@ -184,7 +178,7 @@ class NoteIndex:
             docs = self._documents(upserts, report, progress=progress)
             writer = ix.writer()
             try:
-                _ensure_vector_field(writer, docs)
+                prepare_vectors(writer, docs)
                 for path in removals:
                     writer.delete_by_term("doc_id", path)
                 for doc in docs:
@@ -222,25 +216,29 @@ class NoteIndex:
         return notes
 
     def _documents(self, notes: list[StoredNote], report: SyncReport, *, progress: bool) -> list[dict]:
-        """The index documents for ``notes``, each with its embedding (from the cache when
-        the same model has embedded the same text before)."""
         docs = [fulltext.note_doc(s) for s in notes]
-        if self.embedder is None or not notes:
-            return docs
-        texts = [embedding_text(s) for s in notes]
+        self.embed_docs(docs, report, progress=progress)
+        return docs
+
+    def embed_docs(self, docs: list[dict], report: SyncReport | None = None, *, progress: bool = False) -> None:
+        """Give each index document its embedding (from the cache when the same model has
+        embedded the same text before). No embedder: nothing to add."""
+        if self.embedder is None or not docs:
+            return
+        texts = [fulltext.embedding_text(d["key"], d["body"]) for d in docs]
         keys = [cache_key(self.model_id, t) for t in texts]
         found = self.cache.get_many(sorted(set(keys)))
         missing = sorted({k: t for k, t in zip(keys, texts) if k not in found}.items())
-        report.cached = len(notes) - sum(1 for k in keys if k not in found)
+        if report is not None:
+            report.cached = sum(1 for k in keys if k in found)
+            report.embedded = len(missing)
         if missing:
             vectors = self._embed_with_progress([t for _, t in missing], progress)
             fresh = {k: v for (k, _), v in zip(missing, vectors)}
             self.cache.put_many(self.model_id, fresh)
             found.update(fresh)
-            report.embedded = len(missing)
         for doc, k in zip(docs, keys):
             doc[VECTOR_FIELD] = found[k]
-        return docs
 
     def _embed_with_progress(self, texts: list[str], progress: bool) -> np.ndarray:
         if not progress or len(texts) < 64:
@@ -272,7 +270,7 @@ class NoteIndex:
         docs = self._documents(notes, report, progress=progress)
         ix = self._open()
         writer = ix.writer(limitmb=256)
-        _ensure_vector_field(writer, docs)
+        prepare_vectors(writer, docs)
         for doc in docs:
             writer.add_document(**doc)
         writer.commit()
@@ -314,22 +312,6 @@ class NoteIndex:
 
     def broken(self) -> dict[str, str]:
         return self._load_state().get("broken", {})
-
-
-def _ensure_vector_field(writer, docs: list[dict]) -> None:
-    """Vectors go into the index as a column; its width is known once something is embedded
-    (an empty repo's index has none yet). Values become bytes here."""
-    dims = {len(d[VECTOR_FIELD]) for d in docs if VECTOR_FIELD in d}
-    if not dims:
-        return
-    if VECTOR_FIELD not in writer.schema:
-        writer.add_field(VECTOR_FIELD, vector_field(max(dims)))
-    width = writer.schema[VECTOR_FIELD].column_type._fixedlen // 4
-    if dims != {width}:
-        raise EmbedderError(f"embedder: returned {sorted(dims)}-dimensional vectors but the index holds {width}; "
-                            "the model changed under the same name: run `mdmem index --rebuild`")
-    for d in docs:
-        d[VECTOR_FIELD] = vector_bytes(d[VECTOR_FIELD])
 
 
 def _stderr_console():

@@ -16,9 +16,9 @@ from ..layout import is_note_path
 from ..store import StoredNote
 from ..validate import validate_note
 from . import fulltext
-from .doctable import DocTable, code
+from .doctable import DocTable, code, prepare_vectors
 
-SCHEMA_VERSION = 2  # of the versions index's documents; another value rebuilds it
+SCHEMA_VERSION = 3  # of the versions index's documents; another value rebuilds it
 
 
 def version_docs(repo, revs: str, open_docs: dict[str, dict]) -> tuple[list[dict], list[dict]]:
@@ -80,8 +80,8 @@ class VersionsIndex:
         except (FileNotFoundError, ValueError):
             state = {}
         exists = fulltext.windex.exists_in(str(self.folder))
-        if state.get("schema") != SCHEMA_VERSION:
-            exists = False  # made by an older mdmem: its fields differ
+        if state.get("schema") != SCHEMA_VERSION or state.get("model") != self.index.model_id:
+            exists = False  # made by an older mdmem (its fields differ) or with another embedder
         if state.get("commit") == head and exists:
             if self._ix is None:
                 self._ix = fulltext.windex.open_dir(str(self.folder))
@@ -102,7 +102,9 @@ class VersionsIndex:
         self._ix = fulltext.open_or_create(self.folder)
         open_docs: dict[str, dict] = {}
         docs, _ = version_docs(self.index.repo, head, open_docs)
+        self.index.embed_docs(docs)
         writer = self._ix.writer(limitmb=128)
+        prepare_vectors(writer, docs)
         for doc in docs:
             writer.add_document(**doc)
         writer.commit()
@@ -119,7 +121,9 @@ class VersionsIndex:
                 if fields is not None:
                     open_docs[path] = _restore(fields)
         docs, closed = version_docs(self.index.repo, f"{old}..{head}", open_docs)
+        self.index.embed_docs(closed + docs)  # a closed version is written again: with its vector
         writer = self._ix.writer()
+        prepare_vectors(writer, closed + docs)
         for doc in closed:
             writer.update_document(**doc)
         for doc in docs:
@@ -132,7 +136,7 @@ class VersionsIndex:
 
     def _save(self, head: str, open_docs: dict[str, dict]) -> None:
         tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"schema": SCHEMA_VERSION, "commit": head,
+        tmp.write_text(json.dumps({"schema": SCHEMA_VERSION, "model": self.index.model_id, "commit": head,
                                    "open": {p: d["doc_id"] for p, d in open_docs.items()}}))
         tmp.replace(self.state_path)
 
@@ -141,11 +145,14 @@ class VersionsIndex:
             self._searcher = self._ix.searcher(weighting=fulltext.weighting())
         return self._searcher
 
+    def table(self) -> DocTable:
+        self._table = DocTable.of(self.searcher(), self._table)
+        return self._table
+
     def allowed_docs(self, roots: list[str], *, at: int | None, until: int, kinds, subject) -> np.ndarray:
         """Versions the caller may see (a mask over docnums): at a past time (current then
         and live then), or, for history, every version that had started by ``until``."""
-        s = self.searcher()
-        self._table = DocTable.of(s, self._table)
+        self.table()
         if at is not None:
             return self._table.allowed(roots, kinds=kinds, subject=subject, live_at=at, current_at=at)
         return self._table.allowed(roots, kinds=kinds, subject=subject, started_by=until)
