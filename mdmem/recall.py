@@ -1,5 +1,7 @@
-"""Recall: candidates filtered by identity and liveness first, then BM25F and cosine fused by
-reciprocal rank, each kind's read rule, and a score floor (DESIGN 7).
+"""Recall: candidates filtered by identity and liveness first (one mask over the index's
+docnums, from the visibility rule), then BM25F and cosine over that same mask, linear
+fusion, a score floor, and each kind's read rule (DESIGN 7). Stored fields are read only
+for the hits returned.
 """
 from __future__ import annotations
 

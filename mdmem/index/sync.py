@@ -24,7 +24,7 @@ from .doctable import VECTOR_FIELD, DocTable, prepare_vectors
 from .embedders import Embedder, make_embedder
 from .embedding_cache import EmbeddingCache, cache_key
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 WORKTREE_CHECK_SECONDS = 1.0
 
 
