@@ -92,3 +92,17 @@ def test_consolidate_builds_a_per_scope_digest_with_its_inputs(repo):
     digest = repo.get(as_user="dana", path=r.path, now=T1)
     assert digest.note.derived_from == (a.note_id,)
     assert "Billing deploys any weekday" in digest.note.text and "Mondays" not in digest.note.text
+
+
+def test_the_on_disk_index_is_version_4_and_status_stays_clean(repo):
+    """Every write rewrites the on-disk index; version 4 makes that file a third smaller."""
+    import subprocess
+
+    from conftest import team_fact
+
+    team_fact(repo, "Billing deploys any weekday before 3pm")
+    header = (repo.root / ".git" / "index").read_bytes()[:8]
+    assert header[:4] == b"DIRC" and int.from_bytes(header[4:8], "big") == 4
+    team_fact(repo, "Billing deploys on weekdays only")
+    assert subprocess.run(["git", "-C", str(repo.root), "status", "--porcelain"], capture_output=True,
+                          text=True).stdout == ""

@@ -98,3 +98,34 @@ def test_writes_after_close_still_render_views(repo):
     repo.close()
     r = team_fact(repo, "Refunds within 30 days", key="refund.window", new_key=True)
     assert "refund.window" in (repo.root / "team/payments/MEMORY.md").read_text() and r.status == "committed"
+
+
+def test_view_metadata_is_saved_at_close_for_the_next_process(repo):
+    import sqlite3
+
+    team_fact(repo, "Billing deploys any weekday before 3pm")
+    repo.close()
+    db = sqlite3.connect(repo.root / ".mdmem" / "viewmeta.sqlite")
+    rows = [json for (json,) in db.execute("SELECT json FROM meta")]
+    db.close()
+    assert any("Billing deploys any weekday before 3pm" in r for r in rows)
+
+
+def test_only_live_entries_are_rendered_whatever_their_bounds():
+    import datetime as dt
+
+    from mdmem.views import NEVER, Entry, render_scope
+
+    def entry(key, start=0, until=NEVER, expires=NEVER):
+        return Entry(f"team/t/service/x/fact/{key}.md", "fact", "service:x", key, f"text of {key}", "user",
+                     "2026-01-01", start, until, expires)
+
+    now = dt.datetime(2026, 6, 1, tzinfo=dt.timezone.utc)
+    t = int(now.timestamp())
+    everyone = [entry("a"), entry("b", until=t + 10), entry("c", expires=t + 10)]
+    view = render_scope("team/t", everyone, now, readers=["bob"], max_lines=200, max_bytes=25_000)
+    assert "3 live note(s)" in view and all(f"`{k}`" in view or f"]] {k} " in view for k in "abc")
+    gone = [entry("a"), entry("retired", until=t), entry("expired", expires=t - 1), entry("future", start=t + 1)]
+    view = render_scope("team/t", gone, now, readers=["bob"], max_lines=200, max_bytes=25_000)
+    assert "1 live note(s)" in view
+    assert not any(k in view for k in ("retired", "expired", "future"))
