@@ -12,7 +12,6 @@ import shutil
 from pathlib import Path
 
 from whoosh import index as windex
-from whoosh import query as Q
 from whoosh.analysis import STOP_WORDS, StemmingAnalyzer
 from whoosh.lang.porter2 import stem as porter2_stem
 from whoosh.fields import ID, STORED, TEXT, Schema
