@@ -190,3 +190,22 @@ def test_cli_index_rebuild_and_recall_at(repo):
     assert json.loads(r.stdout)["hits"][0]["text"] == "Billing deploys only on Tuesdays and Thursdays"
     r = run_cli("recall", "anything", "--repo", str(repo.root))
     assert r.returncode == 2 and "MDMEM_USER" in r.stderr
+
+
+def test_a_long_lived_process_sees_what_another_process_wrote(repo):
+    """An MCP server keeps its index open while the CLI writes and catches the index up."""
+    team_fact(repo, "Billing deploys only on Tuesdays and Thursdays")
+    assert repo.recall("refunds allowed", as_user="bob", now=T1) == []
+    repo.recall("deploy before", as_user="bob", include_history=True, now=T1)
+    other = (f"from mdmem import MemoryRepo\nr = MemoryRepo.open({str(repo.root)!r})\n"
+             "r.remember('Refunds are allowed within 30 days', as_user='bob', kind='fact', subject='service:billing', "
+             "key='refund.window', scope='team', team='payments', new_key=True, now='2026-10-05T00:00:00Z')\n"
+             "r.remember('Billing deploys any weekday before 3pm', as_user='bob', kind='fact', "
+             "subject='service:billing', key='deploy.window', scope='team', team='payments', now='2026-10-05T00:00:00Z')\n"
+             "assert r.recall('refunds allowed', as_user='bob', now='2026-10-05T00:00:00Z')\n"
+             "assert r.recall('deploy before', as_user='bob', include_history=True, now='2026-10-05T00:00:00Z')\n")
+    subprocess.run([sys.executable, "-c", other], check=True)
+    hits = repo.recall("refunds allowed", as_user="bob", now=T1)
+    assert [h.text for h in hits][:1] == ["Refunds are allowed within 30 days"]
+    history = repo.recall("deploy before", as_user="bob", include_history=True, now=T1)
+    assert "Billing deploys any weekday before 3pm" in [h.text for h in history]

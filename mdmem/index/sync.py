@@ -51,6 +51,7 @@ class NoteIndex:
         self._ix = None
         self._searcher = None
         self._table: DocTable | None = None
+        self._state_seen: dict | None = None  # the state.json our searcher reflects
         self._cache: EmbeddingCache | None = None
         self._last_worktree_check = 0.0
         self._worktree_interval = 0.0
@@ -90,6 +91,7 @@ class NoteIndex:
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
         tmp.replace(self.state_path)
+        self._state_seen = state
 
     def close(self) -> None:
         for part in (self._searcher,):
@@ -109,6 +111,11 @@ class NoteIndex:
 
     def _sync(self, *, worktree: bool | None, progress: bool) -> SyncReport:
         state = self._load_state()
+        if state != self._state_seen:
+            # Another process moved the index on (its writes, its catch-up): a searcher opened
+            # before that still shows the old notes.
+            self._refresh()
+            self._state_seen = state
         head = self.repo.store.head()
         now = time.monotonic()
         interval = max(self.worktree_check_seconds, self._worktree_interval) if self.worktree_check_seconds else 0

@@ -70,6 +70,7 @@ class VersionsIndex:
         self._ix = None
         self._searcher = None
         self._table: DocTable | None = None
+        self._seen: str | None = None  # the commit our searcher reflects
 
     def ensure(self) -> None:
         """Catch up with HEAD: only the new commits when HEAD moved forward, else rebuild."""
@@ -85,6 +86,10 @@ class VersionsIndex:
         if state.get("commit") == head and exists:
             if self._ix is None:
                 self._ix = fulltext.windex.open_dir(str(self.folder))
+            if self._seen != head and self._searcher is not None:
+                self._searcher.close()  # another process caught the index up: look again
+                self._searcher = None
+            self._seen = head
             return
         if head is None:
             return
@@ -139,6 +144,7 @@ class VersionsIndex:
         tmp.write_text(json.dumps({"schema": SCHEMA_VERSION, "model": self.index.model_id, "commit": head,
                                    "open": {p: d["doc_id"] for p, d in open_docs.items()}}))
         tmp.replace(self.state_path)
+        self._seen = head
 
     def searcher(self):
         if self._searcher is None:
