@@ -131,12 +131,15 @@ def test_the_index_follows_a_pull_with_renames_and_deletions(repo):
 
 def test_two_processes_syncing_at_once(repo):
     seed(repo)
+    # Both find no index yet: one builds it (and the versions index), the other waits and uses it.
     code = ("import sys; from mdmem import MemoryRepo; r = MemoryRepo.open(sys.argv[1]); "
-            "print(r.recall('billing deploy', as_user='bob', now='2026-10-15T09:00:00Z')[0].text)")
+            "print(r.recall('billing deploy', as_user='bob', now='2026-10-15T09:00:00Z')[0].text); "
+            "print(len(r.recall('billing deploy', as_user='bob', include_history=True, now='2026-10-15T09:00:00Z')))")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(repo.root)], stdout=subprocess.PIPE, text=True)
              for _ in range(2)]
-    outs = [p.communicate(timeout=120)[0].strip() for p in procs]
-    assert outs == ["Billing deploys any weekday before 3pm"] * 2
+    outs = [p.communicate(timeout=120)[0].split() for p in procs]
+    assert [" ".join(o[:-1]) for o in outs] == ["Billing deploys any weekday before 3pm"] * 2
+    assert all(int(o[-1]) >= 2 for o in outs)  # both versions of deploy.window
 
 
 def test_recall_names_the_user(repo):

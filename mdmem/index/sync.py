@@ -120,17 +120,13 @@ class NoteIndex:
         now = time.monotonic()
         interval = max(self.worktree_check_seconds, self._worktree_interval) if self.worktree_check_seconds else 0
         check_tree = worktree if worktree is not None else (now - self._last_worktree_check >= interval)
-        folder = self.base / "fulltext"
-        # Opening the index's table of contents costs ~0.5 ms; once open here, the folder
-        # still being there is enough (someone deleting .mdmem/ removes state.json too).
-        present = folder.is_dir() if self._ix is not None else fulltext.windex.exists_in(str(folder))
-        needs_rebuild = (state.get("schema") != SCHEMA_VERSION or state.get("model") != self.model_id
-                         or not present)
-        if not needs_rebuild and state.get("commit") == head and not check_tree:
+        if not self._needs_rebuild(state, cheap=True) and state.get("commit") == head and not check_tree:
             return SyncReport()
         with self._lock():
+            # Decided again under the lock: another process may have just rebuilt, and a
+            # second rebuild would pull the index away from under it.
             state = self._load_state()
-            if needs_rebuild or (state.get("commit") and state["commit"] not in self.repo.store.repo):
+            if self._needs_rebuild(state) or (state.get("commit") and state["commit"] not in self.repo.store.repo):
                 return self._rebuild(progress=progress)
             changed: set[str] = set()
             if state.get("commit") != head:
@@ -150,6 +146,13 @@ class NoteIndex:
             self._save_state({"schema": SCHEMA_VERSION, "model": self.model_id, "commit": head,
                               "dirty": dirty, "broken": report.broken})
             return report
+
+    def _needs_rebuild(self, state: dict, *, cheap: bool = False) -> bool:
+        folder = self.base / "fulltext"
+        # Opening the index's table of contents costs ~0.5 ms; once open here, the folder
+        # still being there is enough (someone deleting .mdmem/ removes state.json too).
+        present = folder.is_dir() if cheap and self._ix is not None else fulltext.windex.exists_in(str(folder))
+        return state.get("schema") != SCHEMA_VERSION or state.get("model") != self.model_id or not present
 
     def _committed_changes(self, old: str | None, new: str | None) -> set[str]:
         repo = self.repo.store.repo
@@ -290,6 +293,7 @@ class NoteIndex:
 
     # --- searching ------------------------------------------------------------------
     def _open(self):
+        """The index, created if missing: only under the index lock (creating clears the folder)."""
         if self._ix is None:
             self._ix = fulltext.open_or_create(self.base / "fulltext")
         return self._ix
@@ -301,7 +305,15 @@ class NoteIndex:
 
     def searcher(self):
         if self._searcher is None:
-            self._searcher = self._open().searcher(weighting=fulltext.weighting())
+            try:
+                if self._ix is None:
+                    self._ix = fulltext.windex.open_dir(str(self.base / "fulltext"))
+                self._searcher = self._ix.searcher(weighting=fulltext.weighting())
+            except (fulltext.windex.EmptyIndexError, FileNotFoundError):
+                # Another process is rebuilding it (under the index lock): wait, then open.
+                self._ix = None
+                with self._lock():
+                    self._searcher = self._open().searcher(weighting=fulltext.weighting())
         return self._searcher
 
     def allowed_docs(self, roots: list[str], at: int, kinds: list[str] | None, subject: str | None) -> np.ndarray:

@@ -74,32 +74,39 @@ class VersionsIndex:
 
     def ensure(self) -> None:
         """Catch up with HEAD: only the new commits when HEAD moved forward, else rebuild."""
-        store = self.index.repo.store
-        head = store.head()
-        try:
-            state = json.loads(self.state_path.read_text())
-        except (FileNotFoundError, ValueError):
-            state = {}
-        exists = fulltext.windex.exists_in(str(self.folder))
-        if state.get("schema") != SCHEMA_VERSION or state.get("model") != self.index.model_id:
-            exists = False  # made by an older mdmem (its fields differ) or with another embedder
-        if state.get("commit") == head and exists:
+        head = self.index.repo.store.head()
+        state, exists = self._state()
+        if not (state.get("commit") == head and exists) and head is not None:
+            with self.index._lock():
+                # Decided again under the lock: another process may have just done it.
+                state, exists = self._state()
+                if not (state.get("commit") == head and exists):
+                    self._update(state, exists, head)
+                    return
+        if exists:
             if self._ix is None:
                 self._ix = fulltext.windex.open_dir(str(self.folder))
             if self._seen != head and self._searcher is not None:
                 self._searcher.close()  # another process caught the index up: look again
                 self._searcher = None
             self._seen = head
-            return
-        if head is None:
-            return
-        with self.index._lock():
-            old = state.get("commit")
-            forward = exists and old and old in store.repo and _is_ancestor(store, old, head)
-            if forward:
-                self._catch_up(state, old, head)
-            else:
-                self._rebuild(head)
+
+    def _state(self) -> tuple[dict, bool]:
+        try:
+            state = json.loads(self.state_path.read_text())
+        except (FileNotFoundError, ValueError):
+            state = {}
+        # Made by an older mdmem (its fields differ) or with another embedder: not usable.
+        usable = state.get("schema") == SCHEMA_VERSION and state.get("model") == self.index.model_id
+        return state, usable and fulltext.windex.exists_in(str(self.folder))
+
+    def _update(self, state: dict, exists: bool, head: str) -> None:
+        store = self.index.repo.store
+        old = state.get("commit")
+        if exists and old and old in store.repo and _is_ancestor(store, old, head):
+            self._catch_up(state, old, head)
+        else:
+            self._rebuild(head)
 
     def _rebuild(self, head: str) -> None:
         self.close()
