@@ -160,3 +160,31 @@ def test_a_new_searcher_reads_only_the_segments_it_has_not_seen():
     assert shared and all(first._segments[k] is second._segments[k] for k in shared)
     visible = [s.stored_fields(d)["path"] for d in np.flatnonzero(second.allowed(["team/x"], live_at=1))]
     assert sorted(visible) == ["b", "c"]  # the deletion is seen although the segment was reused
+
+
+def test_vectors_stay_per_segment_and_a_segment_without_them_counts_as_zero():
+    ix = RamStorage().create_index(fulltext.make_schema())
+    w = ix.writer()
+    w.add_document(doc_id="old", path="old", root="team/x", root_code=doctable.code("team/x"), body="x",
+                   valid_until=fulltext.NEVER, expires_at=fulltext.NEVER, end=fulltext.NEVER)
+    w.commit(merge=False)
+    for batch in (["a", "b"], ["c"]):
+        docs = [dict(doc_id=p, path=p, root="team/x", root_code=doctable.code("team/x"), body="x",
+                     valid_until=fulltext.NEVER, expires_at=fulltext.NEVER, end=fulltext.NEVER,
+                     vec=np.array([1.0, 0.0] if p != "b" else [0.0, 1.0], dtype=np.float32)) for p in batch]
+        w = ix.writer()
+        doctable.prepare_vectors(w, docs)
+        for d in docs:
+            w.add_document(**d)
+        w.commit(merge=False)
+    with ix.searcher() as s:
+        assert len(s.leaf_searchers()) == 3
+        table = doctable.DocTable(s)
+        mask = table.allowed(["team/x"], live_at=1)
+        ranked = [(s.stored_fields(d)["path"], round(c, 3)) for d, c in table.nearest(np.array([1, 0], np.float32),
+                                                                                        mask, 10)]
+        assert ranked[:2] in ([("a", 1.0), ("c", 1.0)], [("c", 1.0), ("a", 1.0)])
+        assert sorted(ranked[2:]) == [("b", 0.0), ("old", 0.0)]
+        by_path = {s.stored_fields(d)["path"]: c for d, c in
+                   table.cosines(np.array([0, 1], np.float32), range(s.doc_count_all())).items()}
+        assert by_path == {"old": 0.0, "a": 0.0, "b": 1.0, "c": 0.0}
