@@ -1,5 +1,6 @@
 """Recall speed: p50/p95 on 1,000, 10,000 and 100,000 notes (query embedding included),
-catch-up after one write, cold rebuild of 10,000 notes with MiniLM and with BM25 only,
+catch-up after one write (and the first recall after it), cold rebuild of 10,000 notes with
+MiniLM and with BM25 only,
 and a rebuild that finds every vector in the embedding cache.
 
 Targets: recall p50 <= 10 ms at 10k and <= 60 ms at 100k; catch-up <= 50 ms;
@@ -46,13 +47,15 @@ def run(n: int, mode: str) -> tuple[list, list]:
         build_ms = timed(lambda: repo.reindex(rebuild=True))
         repo.recall("warm up", as_user="dana")
         times = [timed(lambda q=q: repo.recall(q, as_user="dana", k=5)) for _ in range(5) for q in QUERIES]
-        catch = []
+        catch, first = [], []
         for i in range(10):
             repo.remember(f"fresh fact {i} about billing", as_user="bob", kind="fact", subject="service:svc1",
                           key=f"fresh{i}", scope="team", team="payments", new_key=True)
             catch.append(timed(lambda: repo.index.sync(worktree=False)))
+            # The first recall after a write also opens the new segment and its columns.
+            first.append(timed(lambda: repo.recall(QUERIES[i % len(QUERIES)], as_user="dana", k=5)))
         rows = [[f"{n:,}", mode, f"{pct(times, 50):.1f}", f"{pct(times, 95):.1f}", f"{pct(catch, 50):.1f}",
-                 f"{build_ms / 1000:.1f}"]]
+                 f"{pct(first, 50):.1f}", f"{build_ms / 1000:.1f}"]]
         cached = []
         if n == 10000:
             repo.close()
@@ -76,7 +79,7 @@ if __name__ == "__main__":
             rows += r
             cached += c
     table("recall speed (ms) and rebuild (s)", ["notes", "embedder", "recall p50", "recall p95",
-          "catch-up after a write p50", "cold rebuild s"], rows, as_json=wants_json())
+          "catch-up after a write p50", "first recall after it p50", "cold rebuild s"], rows, as_json=wants_json())
     if cached:
         table("rebuild with every vector in the embedding cache (s)", ["notes", "embedder", "rebuild s"], cached,
               as_json=wants_json())
