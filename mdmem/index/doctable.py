@@ -1,5 +1,6 @@
-"""The filter columns of a Whoosh index as numpy arrays: who may see a document and when it
-is live, decided for every document at once before anything is ranked.
+"""The per-document columns of a Whoosh index as numpy arrays: the filter (who may see a
+document, when it is live), decided for every document at once before anything is ranked,
+and the notes' vectors, so cosine ranks over the same docnums and the same mask as BM25F.
 
 Whoosh keeps these values as per-document columns (not as indexed terms): a range query
 over indexed numbers cost ~2 ms at 10,000 notes on every recall, reading a column whole
