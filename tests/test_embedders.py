@@ -54,6 +54,24 @@ def test_wrong_model_names_the_url_and_indexes_nothing(repo):
     assert not (repo.root / ".mdmem/state.json").exists()  # nothing recorded as indexed
 
 
+def test_a_rebuild_whose_embedder_fails_leaves_the_index_as_it_was(repo):
+    seed(repo)
+    with EmbedServer() as server:
+        use(repo, backend="ollama", url=server.url, model="nomic-embed-text")
+        assert repo.recall("what postgres does staging run", as_user="dana", now=T0)
+        url = server.url
+    repo.remember("Invoices are issued in EUR", as_user="bob", kind="fact", subject="service:billing",
+                  key="invoice.currency", scope="team", team="payments", new_key=True, now=T0)  # server gone
+    folder = repo.root / ".mdmem" / "fulltext"
+    files = {p.name: p.read_bytes() for p in folder.iterdir()}
+    state = (repo.root / ".mdmem" / "state.json").read_text()
+    with pytest.raises(EmbedderError) as err:
+        repo.reindex(rebuild=True)
+    assert url.split("//")[1] in str(err.value)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == files
+    assert (repo.root / ".mdmem" / "state.json").read_text() == state
+
+
 def test_unreachable_server_is_a_clear_error():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -94,9 +94,8 @@ class NoteIndex:
         self._state_seen = state
 
     def close(self) -> None:
-        for part in (self._searcher,):
-            if part is not None:
-                part.close()
+        if self._searcher is not None:
+            self._searcher.close()
         self._searcher = None
         if self._cache is not None:
             self._cache.close()
@@ -268,16 +267,18 @@ class NoteIndex:
             return self._rebuild(progress=progress)
 
     def _rebuild(self, *, progress: bool) -> SyncReport:
-        """From scratch: the notes in the work tree. Vectors found in the cache cost nothing."""
-        self.close()
-        shutil.rmtree(self.base / "fulltext", ignore_errors=True)
-        shutil.rmtree(self.base / "versions", ignore_errors=True)
-        (self.base / "vectors.sqlite").unlink(missing_ok=True)  # where vectors lived before schema 8
+        """From scratch: the notes in the work tree. Vectors found in the cache cost nothing.
+        Everything is read and embedded before the old index is removed: an embedder that
+        fails leaves the index as it was."""
         head = self.repo.store.head()
         paths = iter_note_paths(self.repo.root)
         report = SyncReport(rebuilt=True)
         notes = self._read_notes(paths, report, progress=progress)
         docs = self._documents(notes, report, progress=progress)
+        self.close()
+        shutil.rmtree(self.base / "fulltext", ignore_errors=True)
+        shutil.rmtree(self.base / "versions", ignore_errors=True)
+        (self.base / "vectors.sqlite").unlink(missing_ok=True)  # where vectors lived before schema 8
         ix = self._open()
         writer = ix.writer(limitmb=256)
         prepare_vectors(writer, docs)
