@@ -109,12 +109,12 @@ class VersionsIndex:
             self._rebuild(head)
 
     def _rebuild(self, head: str) -> None:
+        open_docs: dict[str, dict] = {}
+        docs, _ = version_docs(self.index.repo, head, open_docs)
+        self.index.embed_docs(docs)  # before the old index goes: a failing embedder changes nothing
         self.close()
         shutil.rmtree(self.folder, ignore_errors=True)
         self._ix = fulltext.open_or_create(self.folder)
-        open_docs: dict[str, dict] = {}
-        docs, _ = version_docs(self.index.repo, head, open_docs)
-        self.index.embed_docs(docs)
         writer = self._ix.writer(limitmb=128)
         prepare_vectors(writer, docs)
         for doc in docs:
