@@ -39,9 +39,11 @@ def test_recall_never_returns_what_the_asker_may_not_see(teams, notes, asker, qu
         allowed = set(repo.access.readable_roots(asker))
         now = T0 + dt.timedelta(hours=60)
         q = " ".join(query)
-        for kwargs in ({}, {"include_history": True}, {"at": T0 + dt.timedelta(hours=24)}, {"kinds": ["fact"]}):
+        for kwargs in ({}, {"include_history": True}, {"at": T0 + dt.timedelta(hours=24)}, {"kinds": ["fact"]},
+                       {"subject": "service:a"}, {"subject": "service:b", "include_history": True}):
             for hit in repo.recall(q, as_user=asker, k=20, now=now, **kwargs):
                 root = f"team/{hit.team}" if hit.scope == "team" else f"private/{hit.owner}"
                 assert root in allowed, (asker, hit.path, kwargs)
                 assert "/".join(hit.path.split("/")[:2]) in allowed
+                assert hit.subject == kwargs.get("subject", hit.subject)
         repo.close()
