@@ -91,9 +91,12 @@ def test_coverage_counts_findable_words_outside_the_subject():
                        key_text="", subject_text="billing", body="deploys on tuesdays")
         w.add_document(doc_id="b", path="b", root="team/a", kind="fact", subject="service:x",
                        key_text="", subject_text="x", body="billing deploys on fridays")
+        w.add_document(doc_id="c", path="c", root="team/a", kind="fact", subject="service:x",
+                       key_text="deploy window", subject_text="x", body="deploys need a green build")
     with ix.searcher(weighting=fulltext.weighting()) as s:
-        hits = bm25.search(s, fulltext.query_terms("billing deploy zebra"), fulltext.FIELD_BOOSTS, np.ones(2, bool), limit=5,
+        hits = bm25.search(s, fulltext.query_terms("billing deploy zebra"), fulltext.FIELD_BOOSTS, np.ones(3, bool), limit=5,
                            evidence_fields=fulltext.EVIDENCE_FIELDS)
         coverage = {s.stored_fields(h.docnum)["path"]: h.coverage for h in hits}
-        # "zebra" is in no note, so it does not count; a's "billing" is only its subject.
-        assert coverage == {"b": 1.0, "a": 0.5}
+        # "zebra" is in no note, so it does not count; a's "billing" is only its subject;
+        # c has "deploy" in its key and its body: one word, counted once.
+        assert coverage == {"b": 1.0, "a": 0.5, "c": 0.5}

@@ -52,14 +52,14 @@ def search(searcher, terms: list[str], boosts: dict[str, float], allowed: np.nda
     total = searcher.doc_count_all()
     scores = np.zeros(total, dtype=np.float64)
     matched = np.zeros(total, dtype=bool)
-    bits = np.zeros(total, dtype=np.int64)
+    covered = np.zeros(total, dtype=np.int32)  # how many findable terms each document has
     findable = 0
     for t in terms:
         frequencies = {f: searcher.doc_frequency(f, t) for f in boosts}
         if not any(frequencies.values()):
             continue
-        bit = 1 << min(findable, 62)
         findable += 1
+        has_term = np.zeros(total, dtype=bool)
         for field, boost in boosts.items():
             df = frequencies[field]
             if not df or (prune_above is not None and df > prune_above):
@@ -70,15 +70,15 @@ def search(searcher, terms: list[str], boosts: dict[str, float], allowed: np.nda
                 scores[ids] += boost * idf * (tf * (K1 + 1)) / (tf + K1 * ((1 - B) + B * fl / avgfl))
                 matched[ids] = True
                 if field in evidence:
-                    bits[ids] |= bit
+                    has_term[ids] = True
+        covered += has_term
     candidates = np.flatnonzero(matched & allowed)
     if not len(candidates):
         return []
     # Best score first; equal scores by docnum, as Whoosh orders them.
     order = np.lexsort((candidates, -scores[candidates]))[:limit]
-    top = candidates[order]
-    covered = [int(b).bit_count() for b in bits[top].tolist()]
-    return [Scored(int(d), float(scores[d]), c / max(1, findable)) for d, c in zip(top.tolist(), covered)]
+    top = candidates[order].tolist()
+    return [Scored(d, float(scores[d]), int(covered[d]) / max(1, findable)) for d in top]
 
 
 def _term_postings(searcher, field: str, text: str):
