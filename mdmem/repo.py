@@ -303,8 +303,8 @@ class MemoryRepo:
 
         if self._root_blobs is None:
             self._root_blobs = RootEntries(self.store, self._meta)
-        entries = self._root_blobs.get(root, self.store.head(), overlay)
-        return render_scope(root, entries, when, readers=sorted(self.access.readers_of_root(root)),
+        entries, totals = self._root_blobs.get(root, self.store.head(), overlay)
+        return render_scope(root, entries, when, readers=sorted(self.access.readers_of_root(root)), totals=totals,
                             max_lines=max_lines or self.config.view_max_lines,
                             max_bytes=max_bytes or self.config.view_max_bytes)
 

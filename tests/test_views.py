@@ -129,3 +129,54 @@ def test_only_live_entries_are_rendered_whatever_their_bounds():
     view = render_scope("team/t", gone, now, readers=["bob"], max_lines=200, max_bytes=25_000)
     assert "1 live note(s)" in view
     assert not any(k in view for k in ("retired", "expired", "future"))
+
+
+def random_entries(rng, n, now_ts):
+    from mdmem.views import _ORDER, NEVER, Entry
+
+    def bound():
+        return rng.choice([NEVER] * 6 + [now_ts + 3600, now_ts - 3600])
+
+    out = [Entry(f"team/t/service/s{rng.randint(0, 30)}/{kind}/k{i}.md", kind, f"service:s{rng.randint(0, 30)}",
+                 f"k{i}", f"note {i} " + "x" * rng.randint(0, 120), "user", "2026-01-01",
+                 rng.choice([0, 0, 0, now_ts + 60]), bound(), bound())
+           for i, kind in enumerate(rng.choice(["fact"] * 8 + ["profile", "procedure", "working", "episode"])
+                                    for _ in range(n))]
+    return sorted(out, key=_ORDER)
+
+
+def test_totals_kept_as_entries_come_and_go_equal_totals_counted_afresh():
+    import random
+
+    from mdmem.views import _ORDER, Totals
+
+    rng = random.Random(5)
+    entries = random_entries(rng, 400, 10**9)
+    totals = Totals.of(entries[:200])
+    kept = list(entries[:200])
+    for e in entries[200:]:
+        totals.add(e)
+        kept.append(e)
+    for e in rng.sample(kept, 150):
+        totals.remove(e)
+        kept.remove(e)
+    fresh = Totals.of(sorted(kept, key=_ORDER))
+    assert totals == fresh
+
+
+def test_a_view_rendered_from_totals_equals_one_rendered_by_passing_over_every_entry():
+    import datetime as dt
+    import random
+
+    from mdmem.views import Totals, render_scope
+
+    rng = random.Random(9)
+    now = dt.datetime(2026, 6, 1, tzinfo=dt.timezone.utc)
+    for trial in range(40):
+        n = rng.choice([5, 60, 400, 2000])
+        entries = random_entries(rng, n, int(now.timestamp()))
+        if trial % 2:  # half the trials: every entry live, so the totals path is taken
+            entries = [e for e in entries if e.start == 0 and min(e.until, e.expires) > now.timestamp()]
+        kw = dict(readers=["bob"], max_lines=rng.choice([40, 200]), max_bytes=rng.choice([4_000, 25_000]))
+        assert render_scope("team/t", entries, now, totals=Totals.of(entries), **kw) == \
+            render_scope("team/t", entries, now, **kw)
