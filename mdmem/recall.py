@@ -18,9 +18,9 @@ from .clock import format_time, parse_time, resolve_now
 from .contracts import READ_EXACT_KEY, READ_NEWEST, READ_RANK_EVENTS
 from .errors import BadInput, NotFound
 from .index import fulltext
+from .index.doctable import admits, code
 from .index.sync import NoteIndex
 from .index.versions import VersionsIndex, utc
-from .index.doctable import admits, code
 
 FUSION = os.environ.get("MDMEM_FUSION", "linear")
 BM25_WEIGHT = 0.3
@@ -31,6 +31,8 @@ CANDIDATES = 50  # for history and `at`, where versions compete
 def candidates(k: int) -> int:
     """How many each ranker proposes: enough for fusion to reorder, few enough to look up."""
     return max(20, 4 * k)
+
+
 # Without kinds, the pool that does not fit the question's tense is weighted down: an
 # episode must match clearly better to beat a note about what is true now, and the other
 # way round for questions about what happened. Measured on lifecycle_60days and
