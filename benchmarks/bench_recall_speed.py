@@ -53,7 +53,7 @@ def run(n: int, mode: str) -> tuple[list, list]:
                           key=f"fresh{i}", scope="team", team="payments", new_key=True)
             catch.append(timed(lambda: repo.index.sync(worktree=False)))
             # The first recall after a write also opens the new segment and its columns.
-            first.append(timed(lambda: repo.recall(QUERIES[i % len(QUERIES)], as_user="dana", k=5)))
+            first.append(timed(lambda q=QUERIES[i % len(QUERIES)]: repo.recall(q, as_user="dana", k=5)))
         rows = [[f"{n:,}", mode, f"{pct(times, 50):.1f}", f"{pct(times, 95):.1f}", f"{pct(catch, 50):.1f}",
                  f"{pct(first, 50):.1f}", f"{build_ms / 1000:.1f}"]]
         cached = []
