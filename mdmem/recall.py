@@ -105,6 +105,7 @@ class Recall:
         self.repo = repo
         self.index = index
         self._versions: VersionsIndex | None = None
+        self._by_code: dict | None = None  # kind code (as the index stores it) -> contract
 
     def __call__(self, query: str, *, as_user: str, k: int = 5, kinds=None, subject: str | None = None,
                  key: str | None = None, at=None, include_history: bool = False, now=None) -> list[Hit]:
@@ -211,8 +212,9 @@ class Recall:
         """Each kind's read rule on the fused scores, best first. Without kinds, the pool that
         does not fit the question's tense is weighted down (and, for a question about the
         asker's current state, everything but working memory)."""
-        by_code = {code(name): c for name, c in self.repo.contracts.kinds.items()}
-        out = []
+        if self._by_code is None:
+            self._by_code = {code(name): c for name, c in self.repo.contracts.kinds.items()}
+        by_code, out = self._by_code, []
         for docnum, score in ranked:
             contract = by_code.get(int(table.cols["kind_code"][docnum]))
             if contract is None:  # a kind mdmem.toml no longer names

@@ -60,7 +60,7 @@ class Entry:
 NEVER = 2**62
 _ORDER = attrgetter("subject", "kind", "path")
 _KIND, _SUBJECT = attrgetter("kind"), attrgetter("subject")
-_START, _UNTIL, _EXPIRES = attrgetter("start"), attrgetter("until"), attrgetter("expires")
+_START = attrgetter("start")
 
 
 def _ts(dt) -> int:
@@ -137,10 +137,7 @@ def _title(root: str) -> str:
 
 
 def _live(entries: list[Entry], now_ts: int) -> list[Entry]:
-    """The entries live at ``now_ts``; the list itself when every one is (the usual case)."""
-    if not entries or (max(map(_START, entries)) <= now_ts and min(map(_UNTIL, entries)) > now_ts
-                       and min(map(_EXPIRES, entries)) > now_ts):
-        return entries
+    """The entries live at ``now_ts`` (Totals.all_live says when that is all of them)."""
     return [e for e in entries if e.start <= now_ts < e.until and now_ts < e.expires]
 
 
@@ -205,7 +202,7 @@ def render_scope(root: str, entries: list[Entry], now: _dt.datetime, *, readers:
     if totals is not None and totals.all_live(now_ts):
         live, section_pool = entries, totals.section_entries
     else:
-        # Some entry is not live now (or no totals): the passes, in C where they can be.
+        # Some entry is not live now (or no totals): pass over every entry.
         live = _live(entries, now_ts)
         section_pool, totals = live, None
     lines = [f"# Memory: {_title(root)}", "", GENERATED, "",

@@ -23,9 +23,7 @@ TIME_COLUMNS = ("valid_from", "valid_until", "expires_at", "start", "end")
 
 
 class Int64Column(COLUMN):
-    """A stored int64 that is also a column, not indexed."""
-
-    stored = True
+    """An int64 column (stored too unless told otherwise), not indexed."""
 
     def __init__(self, *, stored: bool = True):
         super().__init__(columns.NumericColumn("q", default=0))

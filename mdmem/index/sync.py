@@ -317,10 +317,6 @@ class NoteIndex:
                     self._searcher = self._open().searcher(weighting=fulltext.weighting())
         return self._searcher
 
-    def allowed_docs(self, roots: list[str], at: int, kinds: list[str] | None, subject: str | None) -> np.ndarray:
-        """A mask over docnums: what the caller may see and what is live at ``at``."""
-        return self.table().allowed(roots, kinds=kinds, subject=subject, live_at=at)
-
     def table(self) -> DocTable:
         """The filter columns of the current searcher (made again with it)."""
         s = self.searcher()
