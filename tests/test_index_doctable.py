@@ -188,3 +188,24 @@ def test_vectors_stay_per_segment_and_a_segment_without_them_counts_as_zero():
         by_path = {s.stored_fields(d)["path"]: c for d, c in
                    table.cosines(np.array([0, 1], np.float32), range(s.doc_count_all())).items()}
         assert by_path == {"old": 0.0, "a": 0.0, "b": 1.0, "c": 0.0}
+
+
+def test_a_column_reader_without_whoosh3_internals_gives_the_same_arrays():
+    class Public:
+        """Only what every Whoosh column reader offers: one value per document."""
+
+        def __init__(self, col):
+            self.col = col
+
+        def __getitem__(self, d):
+            return self.col[d]
+
+    ix = vector_index({"a": [1, 0, 0], "b": [0, 0.5, 1]}, {"a": "team/x", "b": "team/y"})
+    with ix.searcher() as s:
+        reader = s.leaf_searchers()[0][0].reader()
+        n = reader.doc_count_all()
+        for name, dtype, width in (("vec", "<f4", 3), ("root_code", ">i8", 1), ("valid_until", ">i8", 1)):
+            col = reader.column_reader(name, translate=False)
+            fast = doctable.read_column(col, n, dtype, width)
+            slow = doctable.read_column(Public(col), n, dtype, width)
+            assert fast.shape == slow.shape and (fast == slow).all()

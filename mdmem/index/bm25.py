@@ -19,6 +19,8 @@ import numpy as np
 from whoosh.matching.wrappers import FilterMatcher
 from whoosh.util.numeric import byte_to_length
 
+from .doctable import read_column
+
 try:  # the fast path reads whoosh3 posting blocks directly
     from whoosh.codec.whoosh3 import LENGTHS_COLUMN, W3LeafMatcher, _lenfield
 except ImportError:  # pragma: no cover - another Whoosh: the public path below
@@ -135,10 +137,7 @@ def _field_lengths(reader, field: str, ids: np.ndarray) -> np.ndarray:
     """Each document's length in the field, quantised to a byte as Whoosh stores it."""
     column = _length_bytes(reader, field)
     if column is not None:
-        codes = np.zeros(len(ids), dtype=np.uint8)
-        inside = ids < len(column)
-        codes[inside] = column[ids[inside]]
-        lengths = _BYTE_TO_LENGTH[codes]
+        lengths = _BYTE_TO_LENGTH[column[ids]]
     else:
         lengths = np.asarray([reader.doc_field_length(int(d), field) or 0 for d in ids], dtype=np.float64)
     # Whoosh's scorer asks with default 1 but its reader answers None for a zero byte.
@@ -147,16 +146,15 @@ def _field_lengths(reader, field: str, ids: np.ndarray) -> np.ndarray:
 
 
 def _length_bytes(reader, field: str) -> np.ndarray | None:
-    """The whole length column of a whoosh3 segment as bytes, or None off the fast path."""
+    """A whoosh3 segment's length column (one byte a document), or None off that path."""
     cache = reader.__dict__.setdefault("_mdmem_lengths", {})
     if field in cache:
         return cache[field]
     column = None
     try:
-        perdoc = reader._perdoc
-        col = perdoc._cached_reader(_lenfield(field), LENGTHS_COLUMN)
+        col = reader._perdoc._cached_reader(_lenfield(field), LENGTHS_COLUMN)
         if col is not None and col._fixedlen == 1:
-            column = np.frombuffer(bytes(col._dbfile.get(col._basepos, col._count)), dtype=np.uint8)
+            column = read_column(col, reader.doc_count_all(), "u1")
     except (AttributeError, NameError):
         column = None
     cache[field] = column

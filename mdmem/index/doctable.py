@@ -197,34 +197,33 @@ def admits(fields: dict, roots, kinds=None, subject: str | None = None) -> bool:
 
 def _vector_column(reader, count: int) -> np.ndarray | None:
     """The segment's embeddings as a (documents x dim) float32 matrix; None without any."""
-    field = reader.schema[VECTOR_FIELD] if VECTOR_FIELD in reader.schema else None
-    if field is None or not reader.has_column(VECTOR_FIELD):
+    if VECTOR_FIELD not in reader.schema or not reader.has_column(VECTOR_FIELD):
         return None
-    col = reader.column_reader(VECTOR_FIELD, translate=False)
-    width = field.column_type._fixedlen
-    out = np.zeros((count, width // 4), dtype=np.float32)
-    try:
-        n = min(col._count, count)
-        out[:n] = np.frombuffer(bytes(col._dbfile.get(col._basepos, n * width)), dtype="<f4").reshape(n, -1)
-    except AttributeError:
-        for d in range(count):
-            out[d] = np.frombuffer(col[d], dtype="<f4")
-    return out
+    width = reader.schema[VECTOR_FIELD].column_type._fixedlen // 4
+    return read_column(reader.column_reader(VECTOR_FIELD, translate=False), count, "<f4", width)
 
 
 def _column(reader, name: str, count: int) -> np.ndarray:
-    """A whole int64 column of one segment: its bytes directly when Whoosh lays it out as a
-    fixed-width array (whoosh3), else through the public column reader."""
-    out = np.zeros(count, dtype=np.int64)
+    """A whole int64 column of one segment (zeros where the segment has none)."""
     if not reader.has_column(name):
-        return out
-    col = reader.column_reader(name, translate=False)
+        return np.zeros(count, dtype=np.int64)
+    return read_column(reader.column_reader(name, translate=False), count, ">i8").astype(np.int64)
+
+
+def read_column(col, count: int, dtype: str, width: int = 1) -> np.ndarray:
+    """A whole fixed-width column of one segment, ``count`` rows of ``width`` values: its
+    bytes at once where Whoosh lays it out as a fixed-width array (whoosh3), else value by
+    value through the public reader. Whoosh leaves trailing default values unwritten; those
+    rows get the column's default."""
+    shape = (count, width) if width > 1 else (count,)
     try:
         n = min(col._count, count)
-        raw = col._dbfile.get(col._basepos, n * 8)
-        out[:n] = np.frombuffer(bytes(raw), dtype=">i8")
-        if col._default:
-            out[n:] = col._default
+        raw, default = col._dbfile.get(col._basepos, n * np.dtype(dtype).itemsize * width), col._default
     except AttributeError:
-        out[:] = np.fromiter(col, dtype=np.int64, count=count)
+        rows = [np.frombuffer(v, dtype=dtype) if isinstance(v, bytes) else v for v in (col[d] for d in range(count))]
+        return np.asarray(rows, dtype=dtype).reshape(shape)
+    out = np.zeros(shape, dtype=dtype)
+    out[:n] = np.frombuffer(bytes(raw), dtype=dtype).reshape((n, width) if width > 1 else (n,))
+    if isinstance(default, int) and default:
+        out[n:] = default
     return out
