@@ -137,24 +137,17 @@ class Recall:
             # Working memory: every live note of the kind, newest first; recency is the rule.
             newest = sorted(np.flatnonzero(allowed).tolist(), key=lambda d: (-table.cols["valid_from"][d], d))
             return [_hit(f, 0.0, current=True, bm25=None, cosine=None) for _, f in load.first(newest, k)]
-        bm25 = fulltext.search(searcher, query, allowed, limit=candidates(k))
-        # Embedding the query in a thread beside the BM25 search was measured: onnxruntime
-        # releases the GIL, but on these 2 cores both halves slowed down as much as they overlapped.
-        qv = self.index.embed_query(query)
-        have_vectors = table.has_vectors(qv)
-        vec = table.nearest(qv, allowed, candidates(k)) if have_vectors else []
         exempt: set[int] = set()
         if kind_names is None and working_intent(query):
             # The working contract is recency: its live notes skip the word-overlap floor.
             exempt = set(np.flatnonzero(allowed & table.of_kind("working")).tolist())
-        cos = dict(vec)
-        if have_vectors:
-            cos.update(table.cosines(qv, [d for d in {h.docnum for h in bm25} | exempt if d not in cos]))
-        ranked = self._fuse([(h.docnum, h.score, h.coverage) for h in bm25], [d for d, _ in vec], cos,
-                            have_vectors, exempt=exempt)
+        # Embedding the query in a thread beside the BM25 search was measured: onnxruntime
+        # releases the GIL, but on these 2 cores both halves slowed down as much as they overlapped.
+        ranked, scores, cos = self._rank(searcher, table, query, self.index.embed_query(query), allowed,
+                                         candidates(k), exempt=exempt)
         weighted = self._weigh(ranked, table, explicit=kind_names is not None, events=event_intent(query),
                                working=bool(exempt))
-        scores, weights = {h.docnum: h.score for h in bm25}, dict(weighted)
+        weights = dict(weighted)
         return [_hit(f, weights[d], current=True, bm25=scores.get(d), cosine=cos.get(d))
                 for d, f in load.first([d for d, _ in weighted], k)]
 
@@ -168,6 +161,20 @@ class Recall:
             return []
         doc = fulltext.note_doc(stored)
         return [_hit(doc, 1.0, current=True, bm25=None, cosine=None)]
+
+    def _rank(self, searcher, table, query: str, qv, allowed: np.ndarray, limit: int,
+              exempt: set[int] = frozenset()) -> tuple[list[tuple[int, float]], dict[int, float], dict[int, float]]:
+        """BM25F and cosine over the same allowed docnums, fused: (ranked docnums with fused
+        scores, BM25F scores, cosines). ``exempt`` docnums skip the floor and get a cosine."""
+        bm25 = fulltext.search(searcher, query, allowed, limit=limit)
+        have_vectors = table.has_vectors(qv)
+        vec = table.nearest(qv, allowed, limit) if have_vectors else []
+        cos = dict(vec)
+        if have_vectors:
+            cos.update(table.cosines(qv, [d for d in {h.docnum for h in bm25} | set(exempt) if d not in cos]))
+        ranked = self._fuse([(h.docnum, h.score, h.coverage) for h in bm25], [d for d, _ in vec], cos,
+                            have_vectors, exempt=exempt)
+        return ranked, {h.docnum: h.score for h in bm25}, cos
 
     def _fuse(self, bm25: list[tuple[Hashable, float, float]], vec: list[Hashable], cos: dict[Hashable, float],
               have_vectors: bool, exempt: set = frozenset()) -> list[tuple[Hashable, float]]:
@@ -238,14 +245,8 @@ class Recall:
         s, table = self._versions.searcher(), self._versions.table()
         allowed = self._versions.allowed_docs(roots, at=fulltext.ts(at) if at else None,
                                               until=fulltext.ts(when), kinds=kind_names, subject=subject)
-        bm25 = fulltext.search(s, query, allowed, limit=CANDIDATES)
-        have_vectors = table.has_vectors(qv)
-        vec = table.nearest(qv, allowed, CANDIDATES) if have_vectors else []
-        cos = dict(vec)
-        if have_vectors:
-            cos.update(table.cosines(qv, [h.docnum for h in bm25 if h.docnum not in cos]))
-        ranked = self._fuse([(h.docnum, h.score, h.coverage) for h in bm25], [d for d, _ in vec], cos, have_vectors)
-        scores, fused = {h.docnum: h.score for h in bm25}, dict(ranked)
+        ranked, scores, cos = self._rank(s, table, query, qv, allowed, CANDIDATES)
+        fused = dict(ranked)
         now_ts = fulltext.ts(when)
         out = []
         for d, f in _Loader(s, roots, kind_names, subject).first([d for d, _ in ranked], len(ranked)):
