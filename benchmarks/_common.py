@@ -48,9 +48,9 @@ def bulk_notes(repo, n: int, *, team: str = "payments", owner: str = "bob", subj
                texts=None, now=None) -> None:
     """Lay down ``n`` notes in one batch commit (an import), spread over subjects so no
     folder holds thousands of files."""
-    from mdmem.clock import resolve_now
-    from mdmem.layout import keyed_path
-    from mdmem.note import Note
+    from mdmem.model.clock import resolve_now
+    from mdmem.model.layout import keyed_path
+    from mdmem.model.note import Note
     from ulid import ULID
 
     when = resolve_now(now)

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import scenario, table, wants_json  # noqa: E402
 
 from mdmem import MemoryRepo  # noqa: E402
-from mdmem.note import Note  # noqa: E402
+from mdmem.model.note import Note  # noqa: E402
 
 T0 = dt.datetime(2026, 10, 1, 9, tzinfo=dt.timezone.utc)
 PHONE = "555-0142"

@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import bulk_notes, pct, table, wants_json  # noqa: E402
 
 from mdmem import MemoryRepo  # noqa: E402
-from mdmem.clock import utcnow  # noqa: E402
+from mdmem.model.clock import utcnow  # noqa: E402
 
 
 def main():

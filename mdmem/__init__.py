@@ -6,10 +6,10 @@ surface is :class:`MemoryRepo` and the result and error types below.
 from __future__ import annotations
 
 from .errors import BadInput, Conflict, MdmemError, NoteInvalid, NotFound, Refused
-from .note import Note
-from .recall import Hit
+from .model.note import Note
+from .search.recall import Hit
 from .repo import MemoryRepo, ReviewItem, Version, WriteResult
-from .store import StoredNote
+from .storage.worktree import StoredNote
 
 __all__ = [
     "MemoryRepo", "Note", "StoredNote", "WriteResult", "Version", "ReviewItem", "Hit",

@@ -5,9 +5,9 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .contracts import Contracts
+from .model.kinds import Contracts
 from .errors import BadInput
-from .layout import check_name
+from .model.layout import check_name
 
 CONFIG_NAME = "mdmem.toml"
 

@@ -8,16 +8,16 @@ from pathlib import Path
 
 from ulid import ULID
 
-from . import layout
-from .access import Access, require_user
-from .clock import format_time, parse_duration, parse_time, resolve_now
+from .model import layout
+from .policy.access import Access, require_user
+from .model.clock import format_time, parse_duration, parse_time, resolve_now
 from .config import CONFIG_NAME, Config, render_config
-from .contracts import SUMMARY_KEY, Contract
+from .model.kinds import SUMMARY_KEY, Contract
 from .errors import BadInput, Conflict, NotFound, NoteInvalid, Refused
-from .gate import check_key_reuse, judge_source
-from .gitstore import BranchMoved, GitStore, Trailers, parse_trailers
-from .note import Note, check_source, parse_note
-from .store import StoredNote, live_in_dir, read_note, scan_notes
+from .policy.gate import check_key_reuse, judge_source
+from .storage.gitstore import BranchMoved, GitStore, Trailers, parse_trailers
+from .model.note import Note, check_source, parse_note
+from .storage.worktree import StoredNote, live_in_dir, read_note, scan_notes
 from .template import read_template
 
 REVIEW_PREFIX = "review/"
@@ -293,13 +293,13 @@ class MemoryRepo:
     @property
     def _meta(self):
         if self._meta_cache is None:
-            from .views import MetaCache
+            from .views.render import MetaCache
             self._meta_cache = MetaCache(self.root / ".mdmem" / "viewmeta.sqlite")
         return self._meta_cache
 
     def _scope_view(self, root: str, overlay: dict[str, bytes | None], when: _dt.datetime, *,
                     max_lines: int | None = None, max_bytes: int | None = None) -> str:
-        from .views import RootEntries, render_scope
+        from .views.render import RootEntries, render_scope
 
         if self._root_blobs is None:
             self._root_blobs = RootEntries(self.store, self._meta)
@@ -310,7 +310,7 @@ class MemoryRepo:
 
     def _views_for(self, changes: dict[str, bytes | None], when: _dt.datetime) -> dict[str, bytes]:
         """The scope views a change alters, regenerated to go into the same commit."""
-        from .views import view_path
+        from .views.render import view_path
 
         roots = sorted({"/".join(p.split("/")[:2]) for p in changes if layout.is_note_path(p)})
         out = {}
@@ -334,7 +334,7 @@ class MemoryRepo:
 
     def render(self, *, as_user: str, now=None) -> dict:
         """Regenerate the root MEMORY.md and every scope view in one commit."""
-        from .views import VIEW_NAME, render_root, view_path
+        from .views.render import VIEW_NAME, render_root, view_path
 
         user = require_user(as_user)
         when = resolve_now(now)
@@ -362,7 +362,7 @@ class MemoryRepo:
     def startup(self, *, as_user: str, now=None) -> str:
         """The view one user starts from: the root guide, their teams and their private scope,
         composed within the budget. Carries only what this user may see."""
-        from .views import render_root
+        from .views.render import render_root
 
         user = require_user(as_user)
         when = resolve_now(now)
@@ -453,7 +453,7 @@ class MemoryRepo:
     def index(self):
         """The disposable cache beside the notes (created on first use)."""
         if self._index is None:
-            from .index.sync import NoteIndex
+            from .search.note_index import NoteIndex
             self._index = NoteIndex(self)
         return self._index
 
@@ -466,8 +466,8 @@ class MemoryRepo:
     def recall(self, query: str, *, as_user: str, k: int = 5, kinds: list[str] | None = None,
                subject: str | None = None, key: str | None = None, at=None, include_history: bool = False,
                now=None):
-        """Live notes the user may see that answer ``query``, best first (see :mod:`mdmem.recall`)."""
-        from .recall import Recall
+        """Live notes the user may see that answer ``query``, best first (see :mod:`mdmem.search.recall`)."""
+        from .search.recall import Recall
 
         if self._recall is None:
             self._recall = Recall(self, self.index)
@@ -484,9 +484,9 @@ class MemoryRepo:
     def forget(self, *, as_user: str, subject: str | None = None, owner: str | None = None,
                paths: list[str] | None = None, texts: list[str] | None = None, dry_run: bool = False,
                push: bool = False, scrub: bool = True, now=None) -> dict:
-        """Erase notes from every version of history and every copy (see :mod:`mdmem.erasure`).
+        """Erase notes from every version of history and every copy (see :mod:`mdmem.erasure.forget`).
         Returns the plan (dry run) or the receipt; never the erased text."""
-        from .erasure import build_plan, execute
+        from .erasure.forget import build_plan, execute
 
         user = require_user(as_user)
         when = resolve_now(now)
@@ -515,7 +515,7 @@ class MemoryRepo:
     def prove_gone(self, needles: list[str], *, as_user: str, subject: str | None = None,
                    owner: str | None = None, allow_paths: list[str] | None = None) -> dict:
         """Check every place mdmem controls for the needles; name what it cannot reach."""
-        from .proof import prove_gone
+        from .erasure.proof import prove_gone
 
         return prove_gone(self, needles, as_user=require_user(as_user), subject=subject, owner=owner,
                           allow_paths=allow_paths)
@@ -683,7 +683,7 @@ class MemoryRepo:
     def consolidate(self, *, as_user: str, subject: str, scope: str = "team", team: str | None = None,
                     now=None) -> WriteResult:
         """A deterministic digest of one scope's live notes about one subject."""
-        from .consolidate import build_digest
+        from .ops.consolidate import build_digest
 
         user = require_user(as_user)
         when = resolve_now(now)

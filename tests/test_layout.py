@@ -1,8 +1,8 @@
 import pytest
 
 from mdmem import BadInput
-from mdmem.layout import episode_path, keyed_path, parse_path, scope_root
-from mdmem.clock import parse_time
+from mdmem.model.layout import episode_path, keyed_path, parse_path, scope_root
+from mdmem.model.clock import parse_time
 
 
 def test_subject_becomes_folders_and_key_the_file():

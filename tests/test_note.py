@@ -1,9 +1,9 @@
 import pytest
 
 from mdmem import NoteInvalid
-from mdmem.contracts import Contracts
+from mdmem.model.kinds import Contracts
 from mdmem.errors import BadInput
-from mdmem.validate import validate_note
+from mdmem.model.validate import validate_note
 
 GOOD = """---
 id: 01JDQ6Z4V4K3Y8N1XQ2W5T7RZC

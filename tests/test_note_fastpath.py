@@ -7,7 +7,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mdmem.note import Note, _fast_metadata, _split_frontmatter
+from mdmem.model.note import Note, _fast_metadata, _split_frontmatter
 
 names = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,20}", fullmatch=True)
 texts = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\r"), min_size=1, max_size=80)

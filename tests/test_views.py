@@ -114,7 +114,7 @@ def test_view_metadata_is_saved_at_close_for_the_next_process(repo):
 def test_only_live_entries_are_rendered_whatever_their_bounds():
     import datetime as dt
 
-    from mdmem.views import NEVER, Entry, render_scope
+    from mdmem.views.render import NEVER, Entry, render_scope
 
     def entry(key, start=0, until=NEVER, expires=NEVER):
         return Entry(f"team/t/service/x/fact/{key}.md", "fact", "service:x", key, f"text of {key}", "user",
@@ -132,7 +132,7 @@ def test_only_live_entries_are_rendered_whatever_their_bounds():
 
 
 def random_entries(rng, n, now_ts):
-    from mdmem.views import _ORDER, NEVER, Entry
+    from mdmem.views.render import _ORDER, NEVER, Entry
 
     def bound():
         return rng.choice([NEVER] * 6 + [now_ts + 3600, now_ts - 3600])
@@ -148,7 +148,7 @@ def random_entries(rng, n, now_ts):
 def test_totals_kept_as_entries_come_and_go_equal_totals_counted_afresh():
     import random
 
-    from mdmem.views import _ORDER, Totals
+    from mdmem.views.render import _ORDER, Totals
 
     rng = random.Random(5)
     entries = random_entries(rng, 400, 10**9)
@@ -168,7 +168,7 @@ def test_a_view_rendered_from_totals_equals_one_rendered_by_passing_over_every_e
     import datetime as dt
     import random
 
-    from mdmem.views import Totals, render_scope
+    from mdmem.views.render import Totals, render_scope
 
     rng = random.Random(9)
     now = dt.datetime(2026, 6, 1, tzinfo=dt.timezone.utc)

@@ -16,7 +16,7 @@ def register(sub) -> None:
 
 
 def run(ctx) -> int:
-    from ..sync import check_push, install_guard
+    from ..remote import check_push, install_guard
 
     if ctx.args.check:
         problems = check_push(ctx.args.bare or ".", sys.stdin.read())

@@ -1,7 +1,7 @@
 """mdmem history (PATH | --subject S --kind K --key K) [--at TIME]"""
 from __future__ import annotations
 
-from ..clock import format_time
+from ..model.clock import format_time
 from .context import add_common, add_note_selector, selector
 
 

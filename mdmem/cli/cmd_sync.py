@@ -13,7 +13,7 @@ def register(sub) -> None:
 
 
 def run(ctx) -> int:
-    from ..sync import sync
+    from ..remote import sync
 
     out = sync(ctx.repo(), remote=ctx.args.remote, push=ctx.args.push)
     ctx.emit(out, f"{out['status']}: {out['detail']}")

@@ -7,7 +7,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from ..access import user_from_env
+from ..policy.access import user_from_env
 from ..repo import MemoryRepo
 
 

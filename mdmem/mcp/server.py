@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from ..access import require_user
+from ..policy.access import require_user
 from ..errors import BadInput, MdmemError
 from ..repo import MemoryRepo
-from ..views import KIND_GUIDE
+from ..views.render import KIND_GUIDE
 
 CAPABILITIES = ("read", "write", "delete")
 # tool module -> the capability it needs

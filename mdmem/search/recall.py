@@ -13,14 +13,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .access import require_user
-from .clock import format_time, parse_time, resolve_now
-from .contracts import READ_EXACT_KEY, READ_NEWEST, READ_RANK_EVENTS
-from .errors import BadInput, NotFound
-from .index import fulltext
-from .index.doctable import admits, code
-from .index.sync import NoteIndex
-from .index.versions import VersionsIndex, utc
+from ..policy.access import require_user
+from ..model.clock import format_time, parse_time, resolve_now
+from ..model.kinds import READ_EXACT_KEY, READ_NEWEST, READ_RANK_EVENTS
+from ..errors import BadInput, NotFound
+from . import fulltext
+from .doctable import admits, code
+from .note_index import NoteIndex
+from .versions import VersionsIndex, utc
 
 FUSION = os.environ.get("MDMEM_FUSION", "linear")
 BM25_WEIGHT = 0.3

@@ -1,15 +1,15 @@
 """The write gate (DESIGN 6): what may be written, what is refused, what is held.
 
 Checks run before anything is written. Scope permission and derivation scope live in
-:mod:`mdmem.access`; this module adds the key-reuse rule and provenance.
+:mod:`mdmem.policy.access`; this module adds the key-reuse rule and provenance.
 """
 from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
 
-from .contracts import Contract
-from .errors import Refused
+from ..model.kinds import Contract
+from ..errors import Refused
 
 
 @dataclass(frozen=True)

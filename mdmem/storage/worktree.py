@@ -6,11 +6,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .contracts import Contracts
-from .errors import NoteInvalid
-from .layout import is_note_path
-from .note import Note
-from .validate import validate_note
+from ..model.kinds import Contracts
+from ..errors import NoteInvalid
+from ..model.layout import is_note_path
+from ..model.note import Note
+from ..model.validate import validate_note
 
 
 @dataclass(frozen=True)

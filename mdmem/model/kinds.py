@@ -5,7 +5,7 @@ import datetime as _dt
 from dataclasses import dataclass, field, replace
 
 from .clock import parse_duration
-from .errors import BadInput
+from ..errors import BadInput
 
 # How a kind is read. Recall dispatches on this, not on the kind's name.
 READ_EXACT_KEY = "exact_key"      # profile: exact key lookup; ranked only without a key

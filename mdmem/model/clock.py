@@ -4,7 +4,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 
-from .errors import BadInput
+from ..errors import BadInput
 
 UTC = _dt.timezone.utc
 

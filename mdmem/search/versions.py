@@ -12,9 +12,9 @@ import shutil
 import numpy as np
 
 from ..errors import NoteInvalid
-from ..layout import is_note_path
-from ..store import StoredNote
-from ..validate import validate_note
+from ..model.layout import is_note_path
+from ..storage.worktree import StoredNote
+from ..model.validate import validate_note
 from . import fulltext
 from .doctable import DocTable, code, prepare_vectors
 

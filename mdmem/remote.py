@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .erasure import AUDIT_PATH, erased_commit_ids
+from .erasure.forget import AUDIT_PATH, erased_commit_ids
 from .errors import BadInput, Refused
 
 

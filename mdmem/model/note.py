@@ -10,7 +10,7 @@ import frontmatter
 import yaml
 
 from .clock import format_time, parse_time
-from .errors import BadInput, NoteInvalid
+from ..errors import BadInput, NoteInvalid
 
 class _FastYAML(frontmatter.YAMLHandler):
     """python-frontmatter with libyaml's C loader and dumper when PyYAML has them (5x faster)."""

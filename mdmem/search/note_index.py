@@ -17,8 +17,8 @@ import pygit2
 from filelock import FileLock
 
 from ..errors import NoteInvalid
-from ..layout import is_note_path
-from ..store import StoredNote, iter_note_paths, read_note
+from ..model.layout import is_note_path
+from ..storage.worktree import StoredNote, iter_note_paths, read_note
 from . import fulltext
 from .doctable import VECTOR_FIELD, DocTable, prepare_vectors
 from .embedders import Embedder, make_embedder

@@ -1,8 +1,8 @@
 """A note checked against its path and its kind's contract (what `mdmem check` runs)."""
 from __future__ import annotations
 
-from .contracts import Contracts
-from .errors import BadInput, NoteInvalid
+from .kinds import Contracts
+from ..errors import BadInput, NoteInvalid
 from .layout import check_key, check_subject, parse_path
 from .note import Note, parse_note
 

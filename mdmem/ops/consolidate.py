@@ -5,7 +5,7 @@ the gate checks the derived scope again when the digest is written.
 """
 from __future__ import annotations
 
-from .store import StoredNote
+from ..storage.worktree import StoredNote
 
 _ORDER = {"profile": 0, "procedure": 1, "decision": 2, "fact": 3, "working": 4, "episode": 5}
 

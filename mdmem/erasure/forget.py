@@ -17,11 +17,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import layout
-from .clock import format_time
-from .errors import BadInput, NotFound
-from .gitstore import Trailers
-from .note import parse_note
+from ..model import layout
+from ..model.clock import format_time
+from ..errors import BadInput, NotFound
+from ..storage.gitstore import Trailers
+from ..model.note import parse_note
 
 AUDIT_PATH = "audit/erasures.jsonl"
 REMOVED = "[removed]"
@@ -356,7 +356,7 @@ def _scrub_untracked(repo, plan: Plan) -> int:
 
 
 def _embedding_texts(plan: Plan) -> list[str]:
-    from .index.fulltext import embedding_text
+    from ..search.fulltext import embedding_text
 
     texts = set()
     for v in plan.versions:
@@ -371,7 +371,7 @@ def _count_index_entries(repo, plan: Plan) -> dict:
     try:
         from whoosh import index as windex
 
-        from .index.doctable import VECTOR_FIELD
+        from ..search.doctable import VECTOR_FIELD
         if windex.exists_in(str(base / "fulltext")):
             with windex.open_dir(str(base / "fulltext")).searcher() as s:
                 out["index_entries"] = sum(1 for p in plan.paths if s.document_number(doc_id=p) is not None)
@@ -386,7 +386,7 @@ def _purge_cache(repo, plan: Plan) -> int:
     """Every cache under .mdmem/ except locks: the embedding cache loses the erased texts'
     entries (then VACUUM, with secure_delete on); the index, vectors and view metadata are
     deleted whole and rebuilt from the rewritten notes."""
-    from .index.embedding_cache import EmbeddingCache, cache_key
+    from ..search.embedding_cache import EmbeddingCache, cache_key
 
     base = repo.root / ".mdmem"
     cache_path = base / "embeddings.sqlite"
@@ -405,7 +405,7 @@ def _purge_cache(repo, plan: Plan) -> int:
 
 def _commit_receipt(repo, receipt: dict, as_user: str, when: _dt.datetime) -> str:
     """The receipt in the audit log and the regenerated views, in one commit."""
-    from .views import VIEW_NAME, render_root, view_path
+    from ..views.render import VIEW_NAME, render_root, view_path
 
     store = repo.store
     head = store.head()
@@ -451,7 +451,7 @@ def mention_scan(repo, plan: Plan) -> list[dict]:
     # Not \b: a handle like "@asmith" starts with a non-word character.
     pattern = re.compile(r"(?<!\w)(" + "|".join(re.escape(n) for n in sorted(names)) + r")(?!\w)", re.IGNORECASE)
     out = []
-    from .store import scan_notes
+    from ..storage.worktree import scan_notes
     for stored in scan_notes(repo.root, repo.contracts)[0]:
         for line in stored.note.text.splitlines():
             if pattern.search(line):

@@ -17,7 +17,7 @@ from whoosh.lang.porter2 import stem as porter2_stem
 from whoosh.fields import ID, STORED, TEXT, Schema
 from whoosh.scoring import BM25F
 
-from ..store import StoredNote
+from ..storage.worktree import StoredNote
 from . import bm25
 from .doctable import Int64Column, code
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pygit2
 from filelock import FileLock, Timeout
 
-from .errors import Conflict, MdmemError
+from ..errors import Conflict, MdmemError
 
 STALE_INDEX_LOCK_SECONDS = 30.0
 LOCK_TIMEOUT_SECONDS = 60.0

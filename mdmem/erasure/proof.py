@@ -12,8 +12,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from . import layout
-from .store import scan_notes
+from ..model import layout
+from ..storage.worktree import scan_notes
 
 
 def _check(where: list[str]) -> dict:
@@ -61,7 +61,7 @@ def _explained(data: str, needle: str, texts: list[str], links: list[str]) -> bo
 
 def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=None, allow_paths=None) -> dict:
     if not needles:
-        from .errors import BadInput
+        from ..errors import BadInput
         raise BadInput("prove-gone: give at least one --needle")
     repo.access.check_prove(as_user, subject=subject, owner=owner)
     allow_paths = list(allow_paths or [])
@@ -207,7 +207,7 @@ def _nearest(repo, needle: str, user: str) -> dict | None:
         qv = index.embed_query(needle)
         if qv is None:
             return None
-        from .index.fulltext import NEVER
+        from ..search.fulltext import NEVER
         table = index.table()
         hits = table.nearest(qv, table.allowed(repo.access.readable_roots(user), live_at=NEVER - 1), 1)
         if not hits:

@@ -13,7 +13,7 @@ import datetime as _dt
 import re
 from dataclasses import dataclass
 
-from .errors import BadInput
+from ..errors import BadInput
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _MAX_PART = 80

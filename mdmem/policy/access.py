@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .errors import BadInput, Refused
-from .layout import check_name
+from ..errors import BadInput, Refused
+from ..model.layout import check_name
 
 
 def require_user(user: str | None, *, env: str = "MDMEM_USER") -> str:

@@ -1,0 +1,1 @@
+"""Erasure: plan, rewrite, receipt and the proof that something is gone."""

@@ -1,1 +1,0 @@
-"""The disposable cache beside the notes: full-text index, vectors, embedding cache."""

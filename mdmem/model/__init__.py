@@ -1,0 +1,1 @@
+"""The domain model: notes, paths, kinds and their contracts, validation, time."""

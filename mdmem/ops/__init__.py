@@ -1,0 +1,1 @@
+"""Operations behind the MemoryRepo facade."""

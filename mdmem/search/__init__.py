@@ -1,0 +1,1 @@
+"""Search: the disposable index beside the notes (Whoosh, vectors, embedders) and recall over it."""
