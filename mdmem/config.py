@@ -25,6 +25,18 @@ class EmbedderConfig:
     api_key_env: str = "OPENAI_API_KEY"
 
 
+@dataclass(frozen=True)
+class Person:
+    """``[people.<user>]``: how a user appears in git. ``name``/``email`` sign mdmem's commits
+    for them; ``emails`` are every address their own commits may carry (the first is the
+    default when ``email`` is not given); ``aliases`` are other names erasure must rewrite."""
+
+    name: str | None = None
+    email: str | None = None
+    emails: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+
+
 @dataclass
 class Config:
     teams: dict[str, frozenset[str]] = field(default_factory=dict)
@@ -36,6 +48,23 @@ class Config:
     view_max_bytes: int = 25_000
     aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)
     score_floor: float | None = None
+    people: dict[str, Person] = field(default_factory=dict)
+
+    def identity(self, user: str) -> tuple[str, str]:
+        """The git author (name, email) mdmem signs a user's commits with: ``[people.<user>]``
+        when configured, else the handle at a domain that cannot receive mail."""
+        person = self.people.get(user)
+        name = (person.name if person else None) or user
+        email = (person.email if person else None) or (person.emails[0] if person and person.emails else None)
+        return name, email or f"{user}@mdmem.invalid"
+
+    def user_for_email(self, email: str) -> str | None:
+        """The user whose ``[people]`` entry lists this address (case-insensitive), if any."""
+        wanted = email.strip().lower()
+        for user, person in sorted(self.people.items()):
+            if wanted in {e.lower() for e in (person.email, *person.emails) if e}:
+                return user
+        return None
 
     @classmethod
     def load(cls, root: Path) -> "Config":
@@ -69,14 +98,35 @@ class Config:
             timeout=float(emb.get("timeout", 30.0)), batch_size=int(emb.get("batch_size", 32)),
             api_key_env=emb.get("api_key_env", "OPENAI_API_KEY"))
         views = data.get("views") or {}
-        people = data.get("people") or {}
-        aliases = {user: tuple(v.get("aliases", [])) for user, v in people.items() if isinstance(v, dict)}
+        people = _people(data.get("people") or {}, where)
+        aliases = {user: p.aliases for user, p in people.items()}
         recall = data.get("recall") or {}
         return cls(teams=teams, erasers=erasers, trusted_sources=trusted,
                    contracts=Contracts.from_config(data.get("kinds")), embedder=embedder,
                    view_max_lines=int(views.get("max_lines", 200)),
                    view_max_bytes=int(views.get("max_bytes", 25_000)), aliases=aliases,
-                   score_floor=recall.get("score_floor"))
+                   score_floor=recall.get("score_floor"), people=people)
+
+
+def _people(data: dict, where: str) -> dict[str, Person]:
+    if not isinstance(data, dict):
+        raise BadInput(f"{where}: people: must be a table of [people.<user>] tables")
+    out = {}
+    for user, v in data.items():
+        check_name(user, f"{where}: people")
+        if not isinstance(v, dict):
+            raise BadInput(f"{where}: people.{user}: must be a table (name, email, emails, aliases)")
+        for text_field in ("name", "email"):
+            if v.get(text_field) is not None and (not isinstance(v[text_field], str) or "\n" in v[text_field]
+                                                  or "<" in v[text_field] or ">" in v[text_field]):
+                raise BadInput(f"{where}: people.{user}.{text_field}: one line of text without < or >")
+        for list_field in ("emails", "aliases"):
+            value = v.get(list_field, [])
+            if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+                raise BadInput(f"{where}: people.{user}.{list_field}: must be a list of strings")
+        out[user] = Person(name=v.get("name"), email=v.get("email"), emails=tuple(v.get("emails", [])),
+                           aliases=tuple(v.get("aliases", [])))
+    return out
 
 
 def _toml_list(names: list[str]) -> str:

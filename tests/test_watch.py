@@ -55,6 +55,7 @@ def test_a_broken_save_is_reported_kept_out_and_left_on_disk(repo):
 def test_commit_mode_commits_valid_edits_as_the_human(repo):
     r = team_fact(repo, "Refunds are allowed within 30 days", key="refund.window")
     subprocess.run(["git", "-C", str(repo.root), "config", "user.name", "Pat Person"], check=True)
+    subprocess.run(["git", "-C", str(repo.root), "config", "user.email", "pat@example.org"], check=True)
     events = []
     watcher = Watcher(repo, events.append, commit=True).start()
     try:
@@ -63,8 +64,9 @@ def test_commit_mode_commits_valid_edits_as_the_human(repo):
         assert wait_for(lambda: any(e.status == "committed" for e in events))
     finally:
         watcher.stop()
-    msg = repo.store.git("log", "-1", "--format=%an%n%B")
-    assert msg.startswith("Pat-Person") and "Memory-Source: human:Pat-Person" in msg
+    msg = repo.store.git("log", "-1", "--format=%an <%ae>%n%B")
+    # The person's own git identity signs the commit (not a made-up @mdmem.invalid address).
+    assert msg.startswith("Pat Person <pat@example.org>") and "Memory-Source: human:Pat-Person" in msg
     assert git_status(repo.root) == ""
 
 

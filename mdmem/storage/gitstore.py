@@ -71,6 +71,10 @@ class LogEntry:
         return parse_trailers(self.message)
 
 
+def default_identity(actor: str) -> tuple[str, str]:
+    return actor, f"{actor}@mdmem.invalid"
+
+
 def _signature(name: str, email: str, when: _dt.datetime) -> pygit2.Signature:
     return pygit2.Signature(name, email, int(when.timestamp()), 0)
 
@@ -78,19 +82,21 @@ def _signature(name: str, email: str, when: _dt.datetime) -> pygit2.Signature:
 class GitStore:
     """One git repository holding memory notes (or, later, one scope root of them)."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, identity=None):
         self.root = Path(root)
         self.repo = pygit2.Repository(str(self.root))
         self.lock_dir = self.root / ".mdmem" / "locks"
         self._index: pygit2.Index | None = None
+        # actor -> (author name, email); the repo's [people] table (config.identity) when given
+        self.identity = identity or default_identity
 
     # --- creation -------------------------------------------------------------------
     @classmethod
     def init(cls, root: Path, files: dict[str, bytes], *, actor: str, when: _dt.datetime,
-             message: str) -> "GitStore":
+             message: str, identity=None) -> "GitStore":
         root = Path(root)
         subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
-        store = cls(root)
+        store = cls(root, identity)
         for rel, data in files.items():
             target = root / rel
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -100,7 +106,7 @@ class GitStore:
             index.add(rel)
         index.write()
         tree = index.write_tree()
-        sig = _signature(actor, f"{actor}@mdmem.invalid", when)
+        sig = _signature(*store.identity(actor), when)
         store.repo.create_commit("HEAD", sig, _signature(*_COMMITTER, when), message, tree, [])
         return store
 
@@ -225,8 +231,12 @@ class GitStore:
         return oid if oid is not None else self.repo.TreeBuilder().write()
 
     def commit(self, changes: dict[str, bytes | None], message: str, *, actor: str,
-               when: _dt.datetime, branch: str | None = None, worktree: bool = True) -> str:
+               when: _dt.datetime, branch: str | None = None, worktree: bool = True,
+               author: tuple[str, str] | None = None) -> str:
         """One commit of ``changes`` (path -> bytes, or None to delete) on ``branch``.
+
+        The author is ``author`` (name, email) when given (a person's own git identity),
+        else the acting user's identity from ``[people]``.
 
         Call under :meth:`locked`. The branch moves by compare-and-swap; if it moved
         since we read its tip, :class:`BranchMoved` is raised and nothing was changed.
@@ -235,9 +245,9 @@ class GitStore:
         ref = self.repo.lookup_reference(ref_name) if ref_name in self.repo.references else None
         parent = self.repo[ref.target] if ref is not None else None
         tree = self._tree_with(parent.tree if parent is not None else None, changes)
-        author = _signature(actor, f"{actor}@mdmem.invalid", when)
+        author_sig = _signature(*(author or self.identity(actor)), when)
         committer = _signature(*_COMMITTER, when)
-        oid = self.repo.create_commit(None, author, committer, message, tree,
+        oid = self.repo.create_commit(None, author_sig, committer, message, tree,
                                       [parent.id] if parent is not None else [])
         try:
             if ref is None:
