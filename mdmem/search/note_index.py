@@ -6,6 +6,7 @@ Deleting ``.mdmem/`` loses nothing: the next call rebuilds from the notes.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import threading
@@ -18,6 +19,7 @@ from filelock import FileLock
 
 from ..errors import NoteInvalid
 from ..model.layout import is_note_path
+from ..storage.tree_watch import TreeWatch
 from ..storage.worktree import StoredNote, iter_note_paths, read_note
 from . import fulltext
 from .doctable import VECTOR_FIELD, DocTable, prepare_vectors
@@ -56,6 +58,13 @@ class NoteIndex:
         self._last_worktree_check = 0.0
         self._worktree_interval = 0.0
         self.worktree_check_seconds = WORKTREE_CHECK_SECONDS
+        # Hand edits are found from the kernel's events (storage.tree_watch); False walks
+        # the tree instead (for measuring the difference).
+        self.watch_tree = True
+        self._watch: TreeWatch | None = None
+        self._watch_tried = False
+        self._touched: set[str] = set()  # note files the watch saw written, not yet applied
+        self.tree_walks = 0  # whole work-tree walks made by this process (measured by tests)
         # One thread at a time in this process (the MCP server's watcher and its tool calls
         # share one index); other processes are kept out by the index file lock.
         self.mutex = threading.RLock()
@@ -94,6 +103,12 @@ class NoteIndex:
         self._state_seen = state
 
     def close(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
+        self._watch, self._watch_tried = None, False
+        self._close_index()
+
+    def _close_index(self) -> None:
         if self._searcher is not None:
             self._searcher.close()
         self._searcher = None
@@ -116,35 +131,89 @@ class NoteIndex:
             self._refresh()
             self._state_seen = state
         head = self.repo.store.head()
-        now = time.monotonic()
-        interval = max(self.worktree_check_seconds, self._worktree_interval) if self.worktree_check_seconds else 0
-        check_tree = worktree if worktree is not None else (now - self._last_worktree_check >= interval)
-        if not self._needs_rebuild(state, cheap=True) and state.get("commit") == head and not check_tree:
+        scan, touched = self._tree_check(worktree)
+        if (not scan and not touched and state.get("commit") == head
+                and not self._needs_rebuild(state, cheap=True)):
             return SyncReport()
         with self._lock():
             # Decided again under the lock: another process may have just rebuilt, and a
             # second rebuild would pull the index away from under it.
             state = self._load_state()
             if self._needs_rebuild(state) or (state.get("commit") and state["commit"] not in self.repo.store.repo):
+                self._touched.clear()
                 return self._rebuild(progress=progress)
             changed: set[str] = set()
-            if state.get("commit") != head:
+            moved = state.get("commit") != head
+            if moved:
                 changed |= self._committed_changes(state.get("commit"), head)
             dirty = dict(state.get("dirty", {}))
-            if check_tree:
-                self._last_worktree_check = now
-                started = time.monotonic()
-                current_dirty = self._worktree_dirty()
-                # The scan stats every file (~40 ms at 10k notes, ~300 ms at 100k): keep it to
-                # about 5% of the time by spacing scans by 20 times their cost.
-                self._worktree_interval = max(self.worktree_check_seconds, 20 * (time.monotonic() - started))
+            if scan:
+                current_dirty = self._scan_worktree()
                 changed |= set(dirty) | set(current_dirty)
                 dirty = current_dirty
+            else:
+                # Only the files the kernel saw written (and, after a commit, the ones that
+                # were dirty, which may now match HEAD): no walk over the work tree.
+                recheck = set(self._touched) | (set(dirty) if moved else set())
+                for path in recheck:
+                    now_state = self._tree_state(path)
+                    if now_state != dirty.get(path):
+                        changed.add(path)
+                    if now_state is None:
+                        dirty.pop(path, None)
+                    else:
+                        dirty[path] = now_state
             changed |= set(state.get("broken", {}))
             report = self._apply(sorted(changed), state.get("broken", {}), progress=progress)
             self._save_state({"schema": SCHEMA_VERSION, "model": self.model_id, "commit": head,
                               "dirty": dirty, "broken": report.broken})
+            self._touched.clear()
             return report
+
+    def _tree_check(self, worktree: bool | None) -> tuple[bool, bool]:
+        """(walk the whole work tree?, did the watch see note files written?).
+
+        The first call in a process walks the tree (edits made while no process watched);
+        after that the kernel's events name the files written, and the tree is walked again
+        only when they cannot (overflow, a folder moved away). Without inotify, the walk is
+        spaced by 20 times its cost, at least ``worktree_check_seconds``."""
+        if worktree is not None:
+            return worktree, False
+        if self._watch is None and not self._watch_tried:
+            self._watch_tried = True
+            # Started before the first walk, so nothing written in between is missed.
+            self._watch = TreeWatch.start(self.repo.root) if self.watch_tree else None
+            return True, False
+        if self._watch is not None:
+            events = self._watch.changes()
+            if events is None:
+                return True, False
+            self._touched |= {p for p in events if is_note_path(p)}
+            return False, bool(self._touched)
+        if not self.worktree_check_seconds:
+            return True, False
+        interval = max(self.worktree_check_seconds, self._worktree_interval)
+        return time.monotonic() - self._last_worktree_check >= interval, False
+
+    def _scan_worktree(self) -> dict[str, str]:
+        self._last_worktree_check = started = time.monotonic()
+        dirty = self._worktree_dirty()
+        # The walk stats every file (~40 ms at 10k notes, ~300 ms at 100k): without events,
+        # keep it to about 5% of the time by spacing walks by 20 times their cost.
+        self._worktree_interval = max(self.worktree_check_seconds, 20 * (time.monotonic() - started))
+        return dirty
+
+    def _tree_state(self, path: str) -> str | None:
+        """None if the work-tree file equals HEAD's; else its blob id, or "deleted"."""
+        full = self.repo.root / path
+        committed = self.repo.store.blob_id(path) if self.repo.store.head() else None
+        if full.is_symlink():
+            return f"symlink:{os.readlink(full)}"  # never a valid note; read_note says why
+        try:
+            current = str(pygit2.hash(full.read_bytes()))
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None if committed is None else "deleted"
+        return None if current == committed else current
 
     def _needs_rebuild(self, state: dict, *, cheap: bool = False) -> bool:
         folder = self.base / "fulltext"
@@ -168,6 +237,7 @@ class NoteIndex:
 
     def _worktree_dirty(self) -> dict[str, str]:
         """Note files whose work-tree content differs from HEAD (edited, new, deleted)."""
+        self.tree_walks += 1
         out = {}
         for path, flags in self.repo.store.repo.status(untracked_files="all").items():
             if not is_note_path(path) or flags == pygit2.GIT_STATUS_IGNORED:
@@ -275,7 +345,7 @@ class NoteIndex:
         report = SyncReport(rebuilt=True)
         notes = self._read_notes(paths, report, progress=progress)
         docs = self._documents(notes, report, progress=progress)
-        self.close()
+        self._close_index()
         shutil.rmtree(self.base / "fulltext", ignore_errors=True)
         shutil.rmtree(self.base / "versions", ignore_errors=True)
         (self.base / "vectors.sqlite").unlink(missing_ok=True)  # where vectors lived before schema 8
