@@ -8,6 +8,7 @@ from pathlib import Path
 from .model.kinds import Contracts
 from .errors import BadInput
 from .model.layout import check_name
+from .model.note import DEFAULT_MAX_BYTES
 
 CONFIG_NAME = "mdmem.toml"
 
@@ -65,6 +66,7 @@ class Config:
             if wanted in {e.lower() for e in (person.email, *person.emails) if e}:
                 return user
         return None
+    note_max_bytes: int = DEFAULT_MAX_BYTES
 
     @classmethod
     def load(cls, root: Path) -> "Config":
@@ -101,11 +103,17 @@ class Config:
         people = _people(data.get("people") or {}, where)
         aliases = {user: p.aliases for user, p in people.items()}
         recall = data.get("recall") or {}
+        notes = data.get("notes") or {}
+        max_bytes = notes.get("max_bytes", DEFAULT_MAX_BYTES)
+        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or not 1024 <= max_bytes <= 64 << 20:
+            raise BadInput(f"{where}: notes.max_bytes: {max_bytes!r}; give a whole number of bytes "
+                           "between 1024 and 67108864 (default 262144)")
         return cls(teams=teams, erasers=erasers, trusted_sources=trusted,
                    contracts=Contracts.from_config(data.get("kinds")), embedder=embedder,
                    view_max_lines=int(views.get("max_lines", 200)),
                    view_max_bytes=int(views.get("max_bytes", 25_000)), aliases=aliases,
-                   score_floor=recall.get("score_floor"), people=people)
+                   score_floor=recall.get("score_floor"), people=people,
+                   note_max_bytes=max_bytes)
 
 
 def _people(data: dict, where: str) -> dict[str, Person]:

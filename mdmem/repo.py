@@ -6,6 +6,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pygit2
 from ulid import ULID
 
 from .model import layout
@@ -97,6 +98,14 @@ class MemoryRepo:
                 raise BadInput(f"{self.root}: not a git repository")
         self.config = config
         self.store = store or GitStore(self.root, config.identity)
+        if self.store.pending_path.exists():
+            # A write was cut short after its commit (a kill, a stale index.lock): bring the
+            # work tree and git's index in line now. Busy? The writer holding it repairs.
+            try:
+                with self.store.locked(timeout=0.5):
+                    pass
+            except Conflict:
+                pass
         self.access = Access(config.teams, config.erasers)
         self.contracts = config.contracts
         self._index = None
@@ -166,7 +175,7 @@ class MemoryRepo:
         return layout.episode_path(root, subject, when, slug)
 
     def _read(self, path: str) -> StoredNote | None:
-        return read_note(self.root, path, self.contracts)
+        return read_note(self.root, path, self.contracts, max_bytes=self.config.note_max_bytes)
 
     def _visible_stored(self, user: str, path: str) -> StoredNote:
         loc = layout.parse_path(path)
@@ -203,6 +212,10 @@ class MemoryRepo:
                     team=team if scope == "team" else None, owner=user, source=source,
                     valid_from=start, expires_at=(start + ttl_delta) if ttl_delta else None,
                     derived_from=tuple(derived_from or ()), text=text.strip())
+        size = len(note.dumps().encode())
+        if size > self.config.note_max_bytes:
+            raise BadInput(f"text: the note would be {size} bytes; a note is at most "
+                           f"{self.config.note_max_bytes} bytes ([notes] max_bytes in mdmem.toml)")
         # Write permission is checked before provenance: a hold never bypasses scope.
         self.access.check_write(user, root)
         provenance = judge_source(source, contract, self.config.trusted_sources)
@@ -233,7 +246,8 @@ class MemoryRepo:
         # Only a new key without new_key=True needs the folder's live keys.
         if contract.keyed and contract.name != "summary" and current is None and not new_key:
             folder = layout.kind_dir(loc.root, note.subject, contract.name)
-            live = [s.note.key for s in live_in_dir(self.root, folder, self.contracts, now)]
+            live = [s.note.key for s in live_in_dir(self.root, folder, self.contracts, now,
+                                                           max_bytes=self.config.note_max_bytes)]
             check_key_reuse(note.key, live, new_key=new_key,
                             what=f"{note.subject} {contract.name} in {loc.root}")
         if note.derived_from or contract.name == "summary":
@@ -264,7 +278,7 @@ class MemoryRepo:
                           f"{', '.join(sorted(set(found.values())))}; derive per scope")
 
     def _all_notes(self) -> list[StoredNote]:
-        return scan_notes(self.root, self.contracts)[0]
+        return scan_notes(self.root, self.contracts, max_bytes=self.config.note_max_bytes)[0]
 
     def _commit_pending(self, user: str, when: _dt.datetime, prepare, *, op: str | None = None,
                         evidence: tuple[str, ...] = ()) -> WriteResult:
@@ -272,15 +286,16 @@ class MemoryRepo:
             with self.store.locked():
                 pending = prepare()
                 message = self._message(pending, user, op or pending.op, evidence)
+                data = pending.note.dumps().encode()
                 try:
-                    commit = self._commit_changes({pending.path: pending.note.dumps().encode()}, message,
-                                                  actor=user, when=when)
+                    commit = self._commit_changes({pending.path: data}, message, actor=user, when=when)
                 except BranchMoved:
                     if attempt == _WRITE_RETRIES - 1:
                         raise
                     continue
+                # Acknowledged: nothing from here may raise (the version is the blob we wrote).
                 self._after_write()
-                version = self.store.blob_id(pending.path, commit)
+                version = str(pygit2.hash(data))
                 return WriteResult("committed", pending.path, commit=commit, version=version,
                                    superseded=pending.superseded, note_id=pending.note.id)
         raise AssertionError("unreachable")
@@ -292,7 +307,7 @@ class MemoryRepo:
         return f"remember {n.kind} {ident}\n\n{trailers.render()}"
 
     def _after_write(self) -> None:
-        self.store.maybe_gc()
+        self.store.maybe_gc()  # never raises
 
     # --- MEMORY views ---------------------------------------------------------------
     @property
@@ -334,7 +349,10 @@ class MemoryRepo:
         views = self._views_for(changes, when)
         commit = self.store.commit({**changes, **views}, message, actor=actor, when=when, author=author)
         if self._root_blobs is not None:
-            self._root_blobs.committed(commit)
+            try:
+                self._root_blobs.committed(commit)
+            except Exception:  # noqa: BLE001 -- committed already; a cold cache is only slower
+                self._root_blobs = None
         return commit
 
     def render(self, *, as_user: str, now=None) -> dict:
@@ -581,7 +599,8 @@ class MemoryRepo:
         for root in roots:
             if not self.access.may_read_root(user, root):
                 continue
-            for stored in live_in_dir(self.root, layout.kind_dir(root, subject, contract.name), self.contracts, when):
+            for stored in live_in_dir(self.root, layout.kind_dir(root, subject, contract.name), self.contracts, when,
+                                      max_bytes=self.config.note_max_bytes):
                 out.append({"key": stored.note.key, "root": root, "path": stored.path,
                             "version": stored.version, "first_line": stored.note.first_line()})
         return out
@@ -592,13 +611,13 @@ class MemoryRepo:
         when = resolve_now(now)
         out = []
         for root in self.access.readable_roots(user):
-            for stored in scan_notes(self.root, self.contracts, root)[0]:
+            for stored in scan_notes(self.root, self.contracts, root, max_bytes=self.config.note_max_bytes)[0]:
                 if include_ended or stored.note.is_live(when):
                     out.append(stored)
         return out
 
     def check(self) -> tuple[list[StoredNote], list[NoteInvalid]]:
-        return scan_notes(self.root, self.contracts)
+        return scan_notes(self.root, self.contracts, max_bytes=self.config.note_max_bytes)
 
     def history(self, *, as_user: str, path: str | None = None, subject: str | None = None,
                 kind: str | None = None, key: str | None = None, scope: str | None = None,
@@ -674,7 +693,7 @@ class MemoryRepo:
                     self.access.check_write(user, root)
                 except Refused:
                     continue
-                expired += [s for s in scan_notes(self.root, self.contracts, root)[0]
+                expired += [s for s in scan_notes(self.root, self.contracts, root, max_bytes=self.config.note_max_bytes)[0]
                             if s.note.expires_at is not None and s.note.expires_at <= when]
             if not expired:
                 return {"removed": [], "commit": None}
@@ -695,7 +714,8 @@ class MemoryRepo:
         root = self._root_for(user, scope, team, None)
         if not self.access.may_read_root(user, root):
             raise Refused(f"consolidate: {user} may not read {root}")
-        inputs = [s for s in scan_notes(self.root, self.contracts, f"{root}/{layout.subject_dir(subject)}")[0]
+        inputs = [s for s in scan_notes(self.root, self.contracts, f"{root}/{layout.subject_dir(subject)}",
+                                        max_bytes=self.config.note_max_bytes)[0]
                   if s.note.is_live(when) and s.note.kind != "summary" and s.note.subject == subject]
         if not inputs:
             raise NotFound(f"consolidate: no live notes about {subject} in {root}")

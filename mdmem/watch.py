@@ -129,7 +129,7 @@ class Watcher:
                 valid[path] = None
                 continue
             try:
-                read_note(self.repo.root, path, self.repo.contracts)
+                read_note(self.repo.root, path, self.repo.contracts, max_bytes=self.repo.config.note_max_bytes)
             except NoteInvalid as exc:
                 self.on_event(WatchEvent(path, "invalid", f"{exc.field}: {exc.reason}"))
                 continue

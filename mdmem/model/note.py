@@ -25,6 +25,48 @@ class _FastYAML(frontmatter.YAMLHandler):
 
 _HANDLER = _FastYAML()
 
+# A note is a small file (DESIGN 3): anything bigger is refused on write and reported, unread,
+# on read. `[notes] max_bytes` in mdmem.toml overrides it.
+DEFAULT_MAX_BYTES = 256 * 1024
+# Frontmatter is flat; a few levels leave room for editors' lists of maps. Deeper nesting is
+# hostile (the C composer recurses: 999 levels raised RecursionError in every reader).
+MAX_YAML_DEPTH = 8
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _check_yaml_shape(fm: str, path: str) -> None:
+    """Refuse anchors/aliases and deep nesting from the event stream, before anything is built:
+    a 571-byte alias bomb expanded to gigabytes, and the composer recurses per level."""
+    depth = 0
+    for event in yaml.parse(fm, Loader=_LOADER):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise NoteInvalid(path, "frontmatter", "YAML anchors and aliases (&name, *name) are not allowed")
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_YAML_DEPTH:
+                raise NoteInvalid(path, "frontmatter", f"nested deeper than {MAX_YAML_DEPTH} levels")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+
+
+def _load_frontmatter(fm: str, path: str) -> dict:
+    try:
+        _check_yaml_shape(fm, path)
+        meta = yaml.load(fm, Loader=_LOADER)
+    except (yaml.YAMLError, ValueError, RecursionError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise NoteInvalid(path, "frontmatter", f"YAML does not parse: {reason}") from None
+    if not isinstance(meta, dict) or not meta:
+        raise NoteInvalid(path, "frontmatter", "empty or not a mapping")
+    return meta
+
+
+def check_size(path: str, size: int, max_bytes: int | None) -> None:
+    limit = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
+    if size > limit:
+        raise NoteInvalid(path, "file", f"{size} bytes; a note is at most {limit} bytes "
+                          "([notes] max_bytes in mdmem.toml)")
+
 _FM_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*):(?: (.*))?$")
 # Plain scalars YAML would read as something other than a string: bail out to YAML for them.
 _NOT_PLAIN_STR = re.compile(
@@ -164,8 +206,9 @@ def _time_field(meta: dict, name: str, path: str, *, required: bool) -> _dt.date
         raise NoteInvalid(path, name, f"{value!r} is not an ISO-8601 time") from None
 
 
-def parse_note(path: str, data: str | bytes) -> Note:
+def parse_note(path: str, data: str | bytes, *, max_bytes: int | None = None) -> Note:
     """Parse and validate one note; every problem names the path and the field."""
+    check_size(path, len(data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data), max_bytes)
     if isinstance(data, bytes):
         try:
             data = data.decode("utf-8")
@@ -174,17 +217,13 @@ def parse_note(path: str, data: str | bytes) -> Note:
     if not data.startswith("---"):
         raise NoteInvalid(path, "frontmatter", "missing; a note starts with a '---' YAML block")
     split = _split_frontmatter(data)
-    meta = _fast_metadata(split[0]) if split else None
-    if meta is not None:
-        content = split[1]
-    else:
-        try:
-            post = frontmatter.loads(data, handler=_HANDLER)
-        except (yaml.YAMLError, ValueError) as exc:
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise NoteInvalid(path, "frontmatter", f"YAML does not parse: {reason}") from None
-        meta, content = post.metadata, post.content
-    if not isinstance(meta, dict) or not meta:
+    if split is None:
+        raise NoteInvalid(path, "frontmatter", "not closed; end the YAML block with a '---' line")
+    fm, content = split
+    meta = _fast_metadata(fm)
+    if meta is None:
+        meta = _load_frontmatter(fm, path)
+    if not meta:
         raise NoteInvalid(path, "frontmatter", "empty or not a mapping")
     unknown = sorted(set(meta) - set(FIELDS))
     if unknown:
@@ -195,6 +234,8 @@ def parse_note(path: str, data: str | bytes) -> Note:
     for name in ("id", "kind", "subject", "scope", "owner", "source"):
         if not isinstance(meta[name], str):
             raise NoteInvalid(path, name, f"must be a string, got {type(meta[name]).__name__}")
+    if meta.get("team") is not None and not isinstance(meta["team"], str):
+        raise NoteInvalid(path, "team", f"must be a string, got {type(meta['team']).__name__}")
     if meta["scope"] not in ("team", "private"):
         raise NoteInvalid(path, "scope", f"{meta['scope']!r}: must be team or private")
     if meta["scope"] == "team" and not meta.get("team"):
@@ -207,8 +248,10 @@ def parse_note(path: str, data: str | bytes) -> Note:
     if not isinstance(derived, list) or not all(isinstance(d, str) for d in derived):
         raise NoteInvalid(path, "derived_from", "must be a list of note ids")
     key = meta.get("key")
+    if isinstance(key, (int, float)) and not isinstance(key, bool):
+        key = str(key)  # key: 2026 is a fine key that YAML reads as a number
     if key is not None and not isinstance(key, str):
-        key = str(key)
+        raise NoteInvalid(path, "key", f"must be a string, got {type(key).__name__}")
     text = content.strip()
     if not text:
         raise NoteInvalid(path, "body", "empty; a note needs text below the frontmatter")

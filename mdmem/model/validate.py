@@ -7,8 +7,8 @@ from .layout import check_key, check_subject, parse_path
 from .note import Note, parse_note
 
 
-def validate_note(path: str, data: str | bytes, contracts: Contracts) -> Note:
-    note = parse_note(path, data)
+def validate_note(path: str, data: str | bytes, contracts: Contracts, *, max_bytes: int | None = None) -> Note:
+    note = parse_note(path, data, max_bytes=max_bytes)
     try:
         contract = contracts.resolve(note.kind)
     except BadInput as exc:

@@ -282,7 +282,8 @@ class NoteIndex:
             task = bar.add_task("reading notes", total=len(paths))
         for path in paths:
             try:
-                stored = read_note(self.repo.root, path, self.repo.contracts)
+                stored = read_note(self.repo.root, path, self.repo.contracts,
+                                   max_bytes=self.repo.config.note_max_bytes)
             except NoteInvalid as exc:
                 report.broken[path] = f"{exc.field}: {exc.reason}"
                 stored = None

@@ -51,7 +51,8 @@ def version_docs(repo, revs: str, open_docs: dict[str, dict]) -> tuple[list[dict
             except KeyError:
                 continue  # deleted here
             try:
-                note = validate_note(path, store.repo[entry.id].data, repo.contracts)
+                note = validate_note(path, store.repo[entry.id].data, repo.contracts,
+                                     max_bytes=repo.config.note_max_bytes)
             except NoteInvalid:
                 continue
             doc = fulltext.note_doc(StoredNote(path, str(entry.id), note), doc_id=f"{path}@{sha}",

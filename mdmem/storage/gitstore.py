@@ -8,24 +8,43 @@ nothing a person has staged is swept into our commit.
 
 GitPython's index API is not used for writes: measured, it lost commits under
 contention. The git CLI is used for what libgit2 does poorly (path-limited log, gc).
+
+The commit is the acknowledgement: once the branch has moved nothing raises to the caller.
+Before the branch moves, the paths about to change (with the blob each had) go into a
+journal, ``.git/mdmem-pending.json``; it is cleared once the work tree and git's index
+hold the new versions. A journal found on open or before the next write (a kill, a stale
+``index.lock``, a full disk) is replayed by :meth:`GitStore.repair`.
 """
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
+import stat
 import subprocess
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+import shutil
 
 import pygit2
 from filelock import FileLock, Timeout
 
 from ..errors import Conflict, MdmemError
 
-STALE_INDEX_LOCK_SECONDS = 30.0
+# A git lock file nobody holds open is stale once this old (git closes a ref lock a moment
+# before renaming it, so a young unheld lock may still be a live writer's).
+STALE_LOCK_SECONDS = 2.0
+# Without /proc to ask who holds a lock open, only age can tell.
+STALE_LOCK_SECONDS_BLIND = 30.0
 LOCK_TIMEOUT_SECONDS = 60.0
+# A ref update that finds the ref locked (git pack-refs, gc, a person's git) retries this long.
+REF_LOCK_RETRY_SECONDS = 10.0
+PENDING_NAME = "mdmem-pending.json"
+_REF_READ_TRIES = 20
 _COMMITTER = ("mdmem", "mdmem@localhost")
 
 
@@ -89,6 +108,7 @@ class GitStore:
         self._index: pygit2.Index | None = None
         # actor -> (author name, email); the repo's [people] table (config.identity) when given
         self.identity = identity or default_identity
+        self.last_repair_error: str | None = None  # why the last write's work-tree sync failed
 
     # --- creation -------------------------------------------------------------------
     @classmethod
@@ -112,44 +132,79 @@ class GitStore:
 
     # --- locking --------------------------------------------------------------------
     @contextmanager
-    def locked(self):
-        """The repo's write lock; writers in several processes serialise on it."""
+    def locked(self, timeout: float = LOCK_TIMEOUT_SECONDS):
+        """The repo's write lock; writers in several processes serialise on it. Taking it
+        recovers git locks a dead writer left and replays an unfinished write's journal."""
         self.lock_dir.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(self.lock_dir / "write.lock"))
         try:
-            lock.acquire(timeout=LOCK_TIMEOUT_SECONDS)
+            lock.acquire(timeout=timeout)
         except Timeout:
             raise Conflict(f"{self.lock_dir / 'write.lock'}: another writer held the repo lock for "
-                           f"{LOCK_TIMEOUT_SECONDS:.0f}s; try again") from None
+                           f"{timeout:.0f}s; try again") from None
         try:
-            self._recover_stale_index_lock()
+            try:
+                self.recover_stale_locks()
+                if self.pending_path.exists():
+                    self.repair()
+            except Exception as exc:  # noqa: BLE001 -- a live git's lock: the journal stays for next time
+                self.last_repair_error = f"{type(exc).__name__}: {exc}"
             yield
         finally:
             lock.release()
 
-    def _recover_stale_index_lock(self) -> None:
-        """A crashed writer can leave .git/index.lock behind. git holds it for milliseconds,
-        and we hold the repo lock, so one older than the threshold is stale."""
-        path = Path(self.repo.path) / "index.lock"
-        try:
-            age = time.time() - path.stat().st_mtime
-        except FileNotFoundError:
-            return
-        if age > STALE_INDEX_LOCK_SECONDS:
-            path.unlink(missing_ok=True)
+    def _git_lock_files(self) -> list[Path]:
+        git_dir = Path(self.repo.path)
+        out = [git_dir / "index.lock", git_dir / "packed-refs.lock", git_dir / "HEAD.lock"]
+        refs = git_dir / "refs" / "heads"
+        if refs.is_dir():
+            out += [Path(dirpath) / name for dirpath, _, names in os.walk(refs)
+                    for name in names if name.endswith(".lock")]
+        return [p for p in out if p.exists()]
+
+    def recover_stale_locks(self) -> list[str]:
+        """Remove git lock files a dead writer left (a kill, a crash). Call under the repo lock.
+
+        A lock is stale when no process has it open and it is older than a moment (git keeps
+        its lock file open while it writes it), or, where /proc cannot say who holds it, when
+        it is older than ``STALE_LOCK_SECONDS_BLIND``. A live writer's lock is never removed:
+        the caller waits for it (ref updates retry) instead."""
+        removed = []
+        locks = self._git_lock_files()
+        if not locks:
+            return removed
+        held = _open_files()
+        for path in locks:
+            path = Path(os.path.realpath(path))
+            try:
+                age = time.time() - path.lstat().st_mtime
+            except FileNotFoundError:
+                continue
+            stale = (age > STALE_LOCK_SECONDS and str(path) not in held) if held is not None \
+                else age > STALE_LOCK_SECONDS_BLIND
+            if stale:
+                path.unlink(missing_ok=True)
+                removed.append(str(path))
+        return removed
 
     # --- reading --------------------------------------------------------------------
     def branch_ref(self) -> str:
         return self.repo.lookup_reference("HEAD").target  # symbolic: refs/heads/main
 
     def head(self) -> str | None:
-        try:
-            return str(self.repo.head.target)
-        except pygit2.GitError:
-            return None
+        """The branch tip, None before the first commit. git pack-refs moving the ref from
+        its loose file into packed-refs can make one read miss it: read again then."""
+        for attempt in range(_REF_READ_TRIES):
+            try:
+                return str(self.repo.head.target)
+            except pygit2.GitError:
+                if self.repo.head_is_unborn:
+                    return None
+                time.sleep(0.002 * (attempt + 1))
+        return str(self.repo.head.target)
 
     def blob_id(self, path: str, rev: str | None = None) -> str | None:
-        commit = self.repo.revparse_single(rev or "HEAD").peel(pygit2.Commit)
+        commit = (self.repo.revparse_single(rev) if rev else self.repo[self.head()]).peel(pygit2.Commit)
         try:
             return str(commit.tree[path].id)
         except KeyError:
@@ -163,9 +218,15 @@ class GitStore:
         return None if oid is None else self.read_blob(oid)
 
     def worktree_blob_id(self, path: str) -> str | None:
+        """The blob id of the regular file at ``path``; None if there is none; a marker that
+        matches no blob for a symlink, folder or device (never followed or read)."""
         full = self.root / path
-        if not full.exists():
+        try:
+            mode = full.lstat().st_mode
+        except (FileNotFoundError, NotADirectoryError):
             return None
+        if not stat.S_ISREG(mode):
+            return "not-a-file"
         return str(pygit2.hash(full.read_bytes()))
 
     def git(self, *args: str, input: bytes | None = None, check: bool = True) -> str:
@@ -242,23 +303,159 @@ class GitStore:
         since we read its tip, :class:`BranchMoved` is raised and nothing was changed.
         """
         ref_name = branch or self.branch_ref()
-        ref = self.repo.lookup_reference(ref_name) if ref_name in self.repo.references else None
+        ref = self._lookup_ref(ref_name)
         parent = self.repo[ref.target] if ref is not None else None
         tree = self._tree_with(parent.tree if parent is not None else None, changes)
         author_sig = _signature(*(author or self.identity(actor)), when)
         committer = _signature(*_COMMITTER, when)
         oid = self.repo.create_commit(None, author_sig, committer, message, tree,
                                       [parent.id] if parent is not None else [])
-        try:
-            if ref is None:
-                self.repo.references.create(ref_name, oid)
-            else:
-                ref.set_target(oid, f"mdmem: {message.splitlines()[0]}")
-        except (pygit2.GitError, ValueError) as exc:
-            raise BranchMoved(f"{ref_name} moved while writing; nothing was written ({exc})") from None
-        if worktree and ref_name == self.branch_ref():
-            self._sync_worktree(changes)
+        to_worktree = worktree and ref_name == self.branch_ref()
+        if to_worktree:
+            self._journal(changes, parent)
+        self._move_ref(ref, ref_name, oid, message)
+        # The branch has moved: the write is acknowledged. Nothing below may raise; what
+        # fails here stays in the journal and is repaired before the next write or open.
+        if to_worktree:
+            try:
+                self._sync_worktree(changes)
+                self._clear_journal()
+            except Exception as exc:  # noqa: BLE001 -- anything: the commit stands
+                self.last_repair_error = f"{type(exc).__name__}: {exc}"
         return str(oid)
+
+    def _lookup_ref(self, name: str):
+        """The reference, or None if it does not exist (read again if pack-refs hid it)."""
+        for attempt in range(_REF_READ_TRIES):
+            try:
+                return self.repo.lookup_reference(name)
+            except (KeyError, pygit2.GitError):
+                if name != self.branch_ref() and name not in self.repo.references:
+                    return None
+                if name == self.branch_ref() and self.repo.head_is_unborn:
+                    return None
+                time.sleep(0.002 * (attempt + 1))
+        return self.repo.lookup_reference(name)
+
+    def _move_ref(self, ref, ref_name: str, oid, message: str) -> None:
+        """Compare-and-swap the branch to ``oid``. A ref locked by someone else (pack-refs,
+        gc, a person's git) is waited for, and a dead writer's lock recovered; a ref that
+        moved raises BranchMoved (nothing was written)."""
+        deadline = time.monotonic() + REF_LOCK_RETRY_SECONDS
+        delay = 0.005
+        while True:
+            try:
+                if ref is None:
+                    self.repo.references.create(ref_name, oid)
+                else:
+                    ref.set_target(oid, f"mdmem: {message.splitlines()[0]}")
+                return
+            except OSError as exc:  # libgit2: "failed to lock file ... for writing"
+                if time.monotonic() > deadline:
+                    raise Conflict(f"{ref_name}: locked by another git process for "
+                                   f"{REF_LOCK_RETRY_SECONDS:.0f}s; nothing was written ({exc})") from None
+                self.recover_stale_locks()
+                time.sleep(delay)
+                delay = min(delay * 2, 0.2)
+            except (pygit2.GitError, ValueError) as exc:
+                raise BranchMoved(f"{ref_name} moved while writing; nothing was written ({exc})") from None
+
+    # --- the journal and repair -------------------------------------------------------
+    @property
+    def pending_path(self) -> Path:
+        return Path(self.repo.path) / PENDING_NAME
+
+    def _read_journal(self) -> dict[str, str | None]:
+        try:
+            data = json.loads(self.pending_path.read_text())
+            paths = data.get("paths", {}) if isinstance(data, dict) else {}
+            return {p: b for p, b in paths.items() if isinstance(p, str) and (b is None or isinstance(b, str))}
+        except (FileNotFoundError, ValueError, OSError):
+            return {}
+
+    def _journal(self, changes: dict[str, bytes | None], parent) -> None:
+        """Record, before the branch moves, each path's blob before this write: repair tells
+        our unfinished write (the file still holds that blob) from a person's later edit."""
+        paths = self._read_journal()
+        for path in changes:
+            if path not in paths:
+                try:
+                    paths[path] = str(parent.tree[path].id) if parent is not None else None
+                except KeyError:
+                    paths[path] = None
+        tmp = self.pending_path.with_name(PENDING_NAME + ".tmp")
+        tmp.write_text(json.dumps({"paths": paths}))
+        os.replace(tmp, self.pending_path)
+
+    def _clear_journal(self) -> None:
+        self.pending_path.unlink(missing_ok=True)
+
+    def repair(self) -> list[str]:
+        """Bring the work tree and git's index in line with HEAD for the paths an unfinished
+        write left behind (call under the lock). A file still holding its pre-write blob (or
+        missing) gets HEAD's version; a file a person changed since is left alone. Index
+        entries for those paths follow HEAD, and notes HEAD has but the index lost (a staged
+        deletion mdmem caused) are put back. Returns the paths fixed."""
+        journal = self._read_journal()
+        head = self.head()
+        fixed: list[str] = []
+        if head is None:
+            self._clear_journal()
+            return fixed
+        tree = self.repo[head].peel(pygit2.Commit).tree
+        self._index = None
+        index = self.repo.index
+        index.read(force=True)
+        staged = {e.path: str(e.id) for e in index}
+        for path, before in sorted(journal.items()):
+            try:
+                entry = tree[path]
+                want = str(entry.id)
+            except KeyError:
+                entry, want = None, None
+            full = self.root / path
+            full.with_name(f".{full.name}.mdmem-tmp").unlink(missing_ok=True)
+            have = self.worktree_blob_id(path)
+            if have != want and have == before:
+                self._write_file(path, None if entry is None else self.repo[entry.id].data)
+                fixed.append(path)
+                have = want
+            # The index follows HEAD where it still holds the pre-write blob (our unfinished
+            # write) or where the work tree does: else a plain `git commit` reverts our commit.
+            if staged.get(path) != want and (have == want or staged.get(path) == before):
+                if want is None:
+                    if path in index:
+                        index.remove(path)
+                elif have == want:
+                    index.add(path)
+                else:
+                    index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=want), pygit2.GIT_FILEMODE_BLOB))
+                fixed.append(path)
+        # Notes whose index entry disagrees with HEAD while the work tree holds HEAD's
+        # version: an index write that failed after its commit (a stale index.lock, a kill).
+        # A plain `git commit` would otherwise delete or revert them.
+        for path, blob in self._head_notes(tree):
+            if staged.get(path) != blob and path not in journal and self.worktree_blob_id(path) == blob:
+                index.add(path)
+                fixed.append(path)
+        if fixed:
+            index.write()
+        self._clear_journal()
+        return sorted(set(fixed))
+
+    def _head_notes(self, tree) -> list[tuple[str, str]]:
+        out = []
+        stack = [(tree, "")]
+        while stack:
+            node, prefix = stack.pop()
+            for item in node:
+                name = f"{prefix}{item.name}"
+                if item.type_str == "tree":
+                    if prefix or name in ("team", "private"):
+                        stack.append((self.repo[item.id], name + "/"))
+                elif prefix and item.filemode == pygit2.GIT_FILEMODE_BLOB:
+                    out.append((name, str(item.id)))
+        return out
 
     def _sync_worktree(self, changes: dict[str, bytes | None]) -> None:
         # One Index object per store; re-read only when the file changed on disk
@@ -269,19 +466,42 @@ class GitStore:
         index = self._index
         index.read(force=False)
         for path, data in changes.items():
-            full = self.root / path
+            self._write_file(path, data)
             if data is None:
-                full.unlink(missing_ok=True)
-                self._prune_empty_dirs(full.parent)
                 if path in index:
                     index.remove(path)
             else:
-                full.parent.mkdir(parents=True, exist_ok=True)
-                tmp = full.with_name(f".{full.name}.mdmem-tmp")
-                tmp.write_bytes(data)
-                os.replace(tmp, full)
                 index.add(path)
         index.write()
+
+    def _write_file(self, path: str, data: bytes | None) -> None:
+        """Put ``data`` at ``path`` in the work tree (None: remove it), atomically. A folder on
+        the way that is a symlink or a file is replaced by a real folder, as git checkout
+        does: a committed symlink must never send our write outside the work tree."""
+        full = self.root / path
+        if data is None:
+            if not full.is_dir() or full.is_symlink():
+                full.unlink(missing_ok=True)
+            self._prune_empty_dirs(full.parent)
+            return
+        folder = self.root
+        for part in path.split("/")[:-1]:
+            folder = folder / part
+            try:
+                mode = folder.lstat().st_mode
+            except FileNotFoundError:
+                folder.mkdir()
+                continue
+            if not stat.S_ISDIR(mode):
+                folder.unlink()
+                folder.mkdir()
+        tmp = full.with_name(f".{full.name}.mdmem-tmp")
+        tmp.unlink(missing_ok=True)
+        with open(tmp, "xb") as f:
+            f.write(data)
+        if full.is_dir() and not full.is_symlink():
+            shutil.rmtree(full)
+        os.replace(tmp, full)
 
     def _use_index_v4(self) -> None:
         """Every write rewrites the whole on-disk index: version 4 compresses its paths
@@ -299,7 +519,7 @@ class GitStore:
     def _prune_empty_dirs(self, folder: Path) -> None:
         root = self.root.resolve()
         folder = folder.resolve()
-        while folder != root and folder.is_dir() and not any(folder.iterdir()):
+        while folder != root and root in folder.parents and folder.is_dir() and not any(folder.iterdir()):
             folder.rmdir()
             folder = folder.parent
 
@@ -309,8 +529,44 @@ class GitStore:
             branch.delete()
 
     def maybe_gc(self) -> None:
-        """Objects written in process stay loose; let git pack them now and then."""
-        head = self.head()
-        if head and head.startswith("00"):
-            subprocess.Popen(["git", "-C", str(self.root), "gc", "--auto", "--quiet"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        """Objects written in process stay loose; let git pack them now and then. Never
+        raises (it runs after a write was acknowledged). The gc runs in a process of its own
+        that takes the repo lock first, so it never holds a ref lock a write needs."""
+        try:
+            head = self.head()
+            if head and head.startswith("00"):
+                self.housekeep_in_background()
+        except Exception:  # noqa: BLE001 -- housekeeping must not fail a write
+            pass
+
+    def housekeep_in_background(self) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "mdmem.storage.housekeeping", str(self.root)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def housekeep(self, *, force: bool = False) -> None:
+        """git gc (and with it pack-refs) under the repo lock; in the foreground (gc.autoDetach
+        would run it on after the lock is released)."""
+        with self.locked():
+            self.git("-c", "gc.autoDetach=false", "gc", "--quiet", *([] if force else ["--auto"]))
+
+
+def _open_files() -> set[str] | None:
+    """Every file some process on this machine has open (from /proc), or None where /proc
+    cannot tell. Only called when a git lock file is found, which is rare."""
+    proc = Path("/proc")
+    if not (proc / "self" / "fd").is_dir():
+        return None
+    out: set[str] = set()
+    for pid in os.listdir(proc):
+        if not pid.isdigit():
+            continue
+        fd_dir = proc / pid / "fd"
+        try:
+            for fd in os.listdir(fd_dir):
+                try:
+                    out.add(os.readlink(fd_dir / fd))
+                except OSError:
+                    continue
+        except OSError:
+            continue  # gone, or not ours to look at
+    return out

@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import stat
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..model.kinds import Contracts
 from ..errors import NoteInvalid
 from ..model.layout import is_note_path
-from ..model.note import Note
+from ..model.note import DEFAULT_MAX_BYTES, Note, check_size
 from ..model.validate import validate_note
 
 
@@ -29,16 +31,85 @@ class StoredNote:
         return {"path": self.path, "version": self.version, **self.note.to_dict()}
 
 
-def read_note(root: Path, path: str, contracts: Contracts) -> StoredNote | None:
+# Notes found invalid, by (path, blob id, limit): a bad note costs one parse per process,
+# not one per read (views, the gate and the index all read the same files).
+_INVALID: OrderedDict[tuple, NoteInvalid] = OrderedDict()
+_INVALID_MAX = 4096
+
+
+def read_note_bytes(root: Path, path: str, max_bytes: int | None = None, *, check_dirs: bool = True) -> bytes | None:
+    """The bytes of the note file at ``path``, or None if there is none. A note is a small
+    regular file: a symlink (anywhere on the path), a device or FIFO, or a file over the size
+    cap raises NoteInvalid without being read (a symlink to /dev/zero read until MemoryError)."""
+    full = os.path.join(root, path)
+    try:
+        fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    except (IsADirectoryError, NotADirectoryError):
+        if _through_symlink(root, path):
+            raise NoteInvalid(path, "file", "a folder on its path is a symbolic link; notes are regular files") from None
+        return None
+    except OSError as exc:
+        if os.path.islink(full):
+            raise NoteInvalid(path, "file", "is a symbolic link; a note is a regular file") from None
+        raise NoteInvalid(path, "file", f"cannot be read: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            if stat.S_ISDIR(info.st_mode):
+                return None
+            raise NoteInvalid(path, "file", "is not a regular file (device, FIFO or socket)")
+        # ~10 us a read; callers that found the path by walking real folders skip it.
+        if check_dirs and _through_symlink(root, path):
+            raise NoteInvalid(path, "file", "a folder on its path is a symbolic link; notes are regular files")
+        check_size(path, info.st_size, max_bytes)
+        limit = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
+        chunks, size = [], 0
+        while True:  # read at most the cap + 1: the file may grow after fstat
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                check_size(path, size, max_bytes)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _through_symlink(root: Path, path: str) -> bool:
+    """Whether a folder between ``root`` and ``path`` is a symbolic link."""
+    parts = path.split("/")[:-1]
+    folder = str(root)
+    for part in parts:
+        folder = os.path.join(folder, part)
+        if os.path.islink(folder):
+            return True
+    return False
+
+
+def read_note(root: Path, path: str, contracts: Contracts, *, max_bytes: int | None = None,
+              check_dirs: bool = True) -> StoredNote | None:
     """The note at ``path`` in the work tree, or None if there is no file. Raises NoteInvalid."""
     import pygit2
 
-    full = root / path
-    try:
-        data = full.read_bytes()
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+    data = read_note_bytes(root, path, max_bytes, check_dirs=check_dirs)
+    if data is None:
         return None
-    return StoredNote(path, str(pygit2.hash(data)), validate_note(path, data, contracts))
+    blob = str(pygit2.hash(data))
+    memo = (path, blob, max_bytes)
+    known = _INVALID.get(memo)
+    if known is not None:
+        raise known
+    try:
+        return StoredNote(path, blob, validate_note(path, data, contracts, max_bytes=max_bytes))
+    except NoteInvalid as exc:
+        _INVALID[memo] = exc
+        if len(_INVALID) > _INVALID_MAX:
+            _INVALID.popitem(last=False)
+        raise
 
 
 def iter_note_paths(root: Path, under: str = "") -> list[str]:
@@ -46,8 +117,9 @@ def iter_note_paths(root: Path, under: str = "") -> list[str]:
     base = root / under if under else root
     out = []
     for top in ([base] if under else [root / "team", root / "private"]):
-        if not top.is_dir():
-            continue
+        rel_top = os.path.relpath(top, root).replace(os.sep, "/")
+        if not top.is_dir() or _through_symlink(root, f"{rel_top}/-"):
+            continue  # a symlinked root is not followed (os.walk follows only its top)
         for dirpath, dirnames, filenames in os.walk(top):
             dirnames[:] = [d for d in dirnames if not d.startswith(".")]
             rel_dir = os.path.relpath(dirpath, root).replace(os.sep, "/")
@@ -58,12 +130,14 @@ def iter_note_paths(root: Path, under: str = "") -> list[str]:
     return sorted(out)
 
 
-def scan_notes(root: Path, contracts: Contracts, under: str = "") -> tuple[list[StoredNote], list[NoteInvalid]]:
+def scan_notes(root: Path, contracts: Contracts, under: str = "", *,
+               max_bytes: int | None = None) -> tuple[list[StoredNote], list[NoteInvalid]]:
     """Every note below ``under``; broken ones are reported, not raised."""
     good, bad = [], []
     for path in iter_note_paths(root, under):
         try:
-            stored = read_note(root, path, contracts)
+            # os.walk does not descend into symlinked folders: the path's folders are real.
+            stored = read_note(root, path, contracts, max_bytes=max_bytes, check_dirs=False)
         except NoteInvalid as exc:
             bad.append(exc)
             continue
@@ -72,7 +146,8 @@ def scan_notes(root: Path, contracts: Contracts, under: str = "") -> tuple[list[
     return good, bad
 
 
-def live_in_dir(root: Path, folder: str, contracts: Contracts, now: _dt.datetime) -> list[StoredNote]:
+def live_in_dir(root: Path, folder: str, contracts: Contracts, now: _dt.datetime, *,
+                max_bytes: int | None = None) -> list[StoredNote]:
     """Live notes directly in one kind folder (broken ones skipped: the gate must not crash)."""
     base = root / folder
     if not base.is_dir():
@@ -82,7 +157,7 @@ def live_in_dir(root: Path, folder: str, contracts: Contracts, now: _dt.datetime
         if not name.endswith(".md"):
             continue
         try:
-            stored = read_note(root, f"{folder}/{name}", contracts)
+            stored = read_note(root, f"{folder}/{name}", contracts, max_bytes=max_bytes)
         except NoteInvalid:
             continue
         if stored is not None and stored.note.is_live(now):

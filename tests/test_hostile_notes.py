@@ -1,0 +1,230 @@
+"""One hostile note, committed by anyone with push access, costs at most that note (issue 11).
+
+Each hostile note is committed with plain git (--no-verify skips our hook, as an attacker
+would), then another user's recall, check, rebuild and writes must go on. The CLI runs in
+a subprocess under resource limits, so a regression fails the test instead of the machine.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import T0, run_cli, team_fact
+
+from mdmem import MemoryRepo, NoteInvalid
+from mdmem.errors import BadInput
+from mdmem.model.kinds import Contracts
+from mdmem.model.note import DEFAULT_MAX_BYTES, parse_note
+from mdmem.model.validate import validate_note
+
+DIR = "team/payments/service/billing/fact"
+
+HEAD = """---
+id: 01JDQ6Z4V4K3Y8N1XQ2W5T7RZC
+kind: fact
+subject: service:billing
+scope: team
+team: payments
+owner: bob
+source: user
+valid_from: 2026-10-01T09:00:00Z
+"""
+
+
+def note_text(key: str, extra: str = "", body: str = "Hostile note body.") -> str:
+    return f"{HEAD}key: {key}\n{extra}---\n{body}\n"
+
+
+def alias_bomb(key: str) -> str:
+    # The billion-laughs shape, 9 levels of 9 aliases: ~400 M strings if expanded.
+    lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i in range(1, 9):
+        refs = ",".join([f"*a{i - 1}"] * 9)
+        lines.append(f"a{i}: &a{i} [{refs}]")
+    return f"{HEAD}key: {key}\n" + "\n".join(lines) + "\nderived_from: *a8\n---\nbomb\n"
+
+
+def deep(key: str, levels: int = 999) -> str:
+    return f"{HEAD}key: " + "[" * levels + "]" * levels + f"\n---\n{key}\n"
+
+
+def make_hostile(root, kind: str) -> str:
+    """Write one hostile note into the work tree; returns its path."""
+    key = f"hostile.{kind}"
+    path = f"{DIR}/{key}.md"
+    full = root / path
+    full.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "devzero":
+        os.symlink("/dev/zero", full)
+    elif kind == "alias":
+        full.write_text(alias_bomb(key))
+    elif kind == "deep":
+        full.write_text(deep(key))
+    elif kind == "huge":
+        with open(full, "w") as f:
+            f.write(note_text(key, body="x" * 1000))
+            f.write(("billing deploy window " * 40 + "\n") * 2600)  # ~50 MB
+    elif kind == "fifo":
+        os.mkfifo(full)
+    elif kind == "types":
+        full.write_text(note_text(key).replace(f"key: {key}", "key: {nested: [1, 2]}"))
+    return path
+
+
+def commit_as_attacker(root, message="hostile") -> None:
+    subprocess.run(["git", "-C", str(root), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(root), "-c", "user.name=mallory", "-c", "user.email=m@x",
+                    "commit", "-q", "--no-verify", "-m", message], check=True)
+
+
+# --- parsing --------------------------------------------------------------------------
+
+def test_an_alias_bomb_is_refused_before_it_expands():
+    with pytest.raises(NoteInvalid) as exc:
+        parse_note(f"{DIR}/b.md", alias_bomb("b"))
+    assert exc.value.field == "frontmatter" and "aliases" in exc.value.reason
+
+
+def test_a_single_anchor_is_refused_too():
+    with pytest.raises(NoteInvalid, match="anchors"):
+        parse_note(f"{DIR}/b.md", note_text("b", extra="derived_from: &x []\n"))
+
+
+def test_deep_nesting_is_refused_not_a_recursion_error():
+    with pytest.raises(NoteInvalid, match="nested deeper"):
+        parse_note(f"{DIR}/d.md", deep("d"))
+    with pytest.raises(NoteInvalid):  # libyaml's own limit answers first here
+        parse_note(f"{DIR}/d.md", deep("d", 100_000))
+
+
+@pytest.mark.parametrize("extra,field", [
+    ("team: [payments]\n", "team"),
+    ("derived_from: {a: 1}\n", "derived_from"),
+    ("valid_until: [1, 2]\n", "valid_until"),
+])
+def test_field_types_are_checked_before_use(extra, field):
+    text = note_text("x").replace("team: payments\n", "") if field == "team" else note_text("x")
+    with pytest.raises(NoteInvalid) as exc:
+        validate_note(f"{DIR}/x.md", text.replace("---\nHostile", extra + "---\nHostile"), Contracts())
+    assert exc.value.field == field
+
+
+def test_a_mapping_key_is_refused_and_a_number_key_is_read_as_text():
+    with pytest.raises(NoteInvalid) as exc:
+        parse_note(f"{DIR}/x.md", note_text("x").replace("key: x", "key: {a: 1}"))
+    assert exc.value.field == "key"
+    assert parse_note(f"{DIR}/2026.md", note_text("2026")).key == "2026"
+
+
+def test_the_size_cap_applies_to_parsing():
+    body = "y" * (DEFAULT_MAX_BYTES + 1)
+    with pytest.raises(NoteInvalid, match="at most 262144 bytes"):
+        parse_note(f"{DIR}/x.md", note_text("x", body=body))
+    assert parse_note(f"{DIR}/x.md", note_text("x", body=body), max_bytes=1 << 20).text == body
+
+
+def test_unclosed_frontmatter_names_the_problem():
+    with pytest.raises(NoteInvalid, match="not closed"):
+        parse_note(f"{DIR}/x.md", HEAD + "key: x\nbody without a closing line\n")
+
+
+# --- in a repo ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["devzero", "alias", "deep", "huge", "fifo", "types"])
+def test_one_hostile_note_costs_only_itself(repo, kind):
+    team_fact(repo, "Billing deploys any weekday before 3pm")
+    path = make_hostile(repo.root, kind)
+    if kind != "fifo":  # git cannot commit a FIFO; it sits in the work tree
+        commit_as_attacker(repo.root)
+    repo = MemoryRepo.open(repo.root)
+    hits = repo.recall("when does billing deploy", as_user="alice", now=T0)
+    assert hits and hits[0].text == "Billing deploys any weekday before 3pm"
+    assert path in repo.index.broken()
+    good, bad = repo.check()
+    assert [b.path for b in bad] == [path] and len(good) == 1
+    with pytest.raises(NoteInvalid):
+        repo.get(as_user="alice", path=path, now=T0)
+    # Writes to the same root still work, and keys lists the good note only.
+    team_fact(repo, "Refunds take 30 days", key="refund.window", new_key=True)
+    assert {k["key"] for k in repo.keys(as_user="bob", subject="service:billing", kind="fact", now=T0)} \
+        == {"deploy.window", "refund.window"}
+    assert repo.reindex(rebuild=True).broken.keys() == {path}
+    repo.close()
+
+
+def test_a_symlinked_folder_is_not_followed(repo, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "x.md").write_text(note_text("x"))
+    team = repo.root / "team/payments/service/leak"
+    team.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(outside, team)
+    with pytest.raises(NoteInvalid, match="symbolic link"):
+        repo.get(as_user="bob", path="team/payments/service/leak/x.md", now=T0)
+    assert repo.check() == ([], [])  # not walked into
+
+
+def test_a_write_over_a_symlinked_folder_replaces_the_link_not_its_target(repo, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    link = repo.root / "team/payments/service/billing"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(outside, link)
+    commit_as_attacker(repo.root)
+    team_fact(repo, "Billing deploys any weekday before 3pm")
+    assert list(outside.iterdir()) == []
+    assert not link.is_symlink() and (link / "fact/deploy.window.md").is_file()
+
+
+def test_a_write_over_the_cap_is_refused_with_the_setting_named(repo):
+    with pytest.raises(BadInput, match=r"max_bytes"):
+        team_fact(repo, "z" * (DEFAULT_MAX_BYTES + 10))
+    (repo.root / "mdmem.toml").write_text((repo.root / "mdmem.toml").read_text() + "\n[notes]\nmax_bytes = 1024\n")
+    small = MemoryRepo.open(repo.root)
+    with pytest.raises(BadInput, match="at most 1024 bytes"):
+        team_fact(small, "z" * 1200)
+
+
+def test_the_cap_setting_is_checked(repo):
+    (repo.root / "mdmem.toml").write_text((repo.root / "mdmem.toml").read_text() + "\n[notes]\nmax_bytes = \"big\"\n")
+    with pytest.raises(BadInput, match="notes.max_bytes"):
+        MemoryRepo.open(repo.root)
+
+
+LIMITED = r"""
+import resource, sys, time
+resource.setrlimit(resource.RLIMIT_CPU, (60, 60))
+resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+from mdmem.cli.main import main
+started = time.monotonic()
+code = main(sys.argv[1:])
+print(f"\nRESULT {code} {time.monotonic() - started:.3f} "
+      f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}", file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def limited_cli(*args):
+    proc = subprocess.run([sys.executable, "-c", LIMITED, *args], capture_output=True, text=True, timeout=120)
+    line = [x for x in proc.stderr.splitlines() if x.startswith("RESULT")]
+    assert line, proc.stderr[-2000:]
+    _, code, secs, rss_kb = line[-1].split()
+    return proc, int(code), float(secs), int(rss_kb) / 1024
+
+
+def test_recall_and_check_under_resource_limits_with_every_hostile_note(repo):
+    team_fact(repo, "Billing deploys any weekday before 3pm")
+    root = str(repo.root)
+    run_cli("index", "--repo", root)
+    _, code, _, clean_mb = limited_cli("recall", "billing deploy", "--as", "alice", "--repo", root, "--now", T0)
+    assert code == 0
+    for kind in ("devzero", "alias", "deep", "huge", "types"):
+        make_hostile(repo.root, kind)
+    commit_as_attacker(repo.root)
+    proc, code, secs, mb = limited_cli("recall", "billing deploy", "--as", "alice", "--repo", root, "--now", T0)
+    assert code == 0 and "Billing deploys any weekday" in proc.stdout, proc.stderr
+    assert mb < clean_mb + 100, (clean_mb, mb)
+    proc, code, _, _ = limited_cli("check", "--repo", root)
+    assert code == 2 and proc.stderr.count("hostile.") == 5, proc.stderr
