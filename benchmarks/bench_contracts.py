@@ -21,7 +21,7 @@ SUBJECT = "user:ali"
 
 
 def build(path: Path):
-    repo = MemoryRepo.init(path, teams={}, now=T0)
+    repo = MemoryRepo.init(path, teams={}, now=T0, as_user="mdmem")
     by_text: dict[str, str] = {}
     stale_texts: set[str] = set()
     by_key: dict[tuple, str] = {}

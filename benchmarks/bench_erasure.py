@@ -59,7 +59,7 @@ def phone_worlds() -> list[list]:
     for case in expected:
         quoted = case["world"] != "ordinary line"
         with tempfile.TemporaryDirectory() as tmp:
-            repo = MemoryRepo.init(Path(tmp) / "mem", teams={}, now=T0)
+            repo = MemoryRepo.init(Path(tmp) / "mem", teams={}, now=T0, as_user="mdmem")
             r = repo.remember(f"My phone number is {PHONE}", as_user="ali", kind="profile", subject="user:ali",
                               key="phone", now=T0)
             if quoted:
@@ -78,7 +78,7 @@ def phone_worlds() -> list[list]:
 
 def big_repo(path: Path, commits: int) -> MemoryRepo:
     """``commits`` commits through git fast-import (an import), the phone note among them."""
-    repo = MemoryRepo.init(path, teams={"payments": ["bob"]}, erasers=["bob"], now=T0)
+    repo = MemoryRepo.init(path, teams={"payments": ["bob"]}, erasers=["bob"], now=T0, as_user="mdmem")
     head = repo.store.head()
     lines = []
     for i in range(commits):

@@ -19,7 +19,7 @@ USER = "ali"
 
 
 def build(path: Path) -> MemoryRepo:
-    repo = MemoryRepo.init(path, teams={}, now=DAY0)
+    repo = MemoryRepo.init(path, teams={}, now=DAY0, as_user="mdmem")
     for w in DATA["writes"]:
         ttl = dt.timedelta(days=w["ttlDays"]) if "ttlDays" in w else None
         remember_as_writer(repo, w["value"], as_user=USER, kind=KINDS[w["layer"]], subject="service:billing",

@@ -18,7 +18,7 @@ PRIVATE = [w for w in DATA["writes"] if w["scope"] == "private"]
 
 
 def build(path: Path) -> tuple[MemoryRepo, dt.datetime]:
-    repo = MemoryRepo.init(path, teams=DATA["teams"], now=T0)
+    repo = MemoryRepo.init(path, teams=DATA["teams"], now=T0, as_user="mdmem")
     for w in DATA["writes"]:
         kw = dict(as_user=w["actor"], kind=w["kind"], subject=w["subject"], key=w["key"], scope=w["scope"],
                   team=w.get("team"), now=T0 + dt.timedelta(hours=w["t"]))

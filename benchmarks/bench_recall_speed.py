@@ -41,7 +41,7 @@ def timed(fn) -> float:
 
 def run(n: int, mode: str) -> tuple[list, list]:
     with tempfile.TemporaryDirectory() as tmp:
-        repo = MemoryRepo.init(Path(tmp) / "mem", teams={"payments": ["bob", "dana"]})
+        repo = MemoryRepo.init(Path(tmp) / "mem", teams={"payments": ["bob", "dana"]}, as_user="mdmem")
         bulk_notes(repo, n, texts=text)
         use_embedder(repo, mode)
         build_ms = timed(lambda: repo.reindex(rebuild=True))

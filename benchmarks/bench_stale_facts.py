@@ -33,7 +33,7 @@ def write(repo, text, *, user, subject, kind, key, now, new=False, **kw):
 
 
 def build(path: Path, gated: bool):
-    repo = MemoryRepo.init(path, teams=DATA["team"], now=T0)
+    repo = MemoryRepo.init(path, teams=DATA["team"], now=T0, as_user="mdmem")
     t = T0
     for u in DATA["updates"]:
         write(repo, u["old"], user="alice", subject=u["subject"], kind=u["kind"], key=u["key"], now=t, new=True)

@@ -17,7 +17,7 @@ def main():
     rows = []
     for n in (2000, 10000):
         with tempfile.TemporaryDirectory() as tmp:
-            repo = MemoryRepo.init(Path(tmp) / "mem", teams={"payments": ["bob"]})
+            repo = MemoryRepo.init(Path(tmp) / "mem", teams={"payments": ["bob"]}, as_user="mdmem")
             bulk_notes(repo, n)
             now = utcnow()
             cold = time.perf_counter()

@@ -21,7 +21,7 @@ WRITES = 200
 
 def measure(n: int) -> list:
     with tempfile.TemporaryDirectory() as tmp:
-        repo = MemoryRepo.init(Path(tmp) / "mem", teams={"payments": ["bob"]})
+        repo = MemoryRepo.init(Path(tmp) / "mem", teams={"payments": ["bob"]}, as_user="mdmem")
         bulk_notes(repo, n)
         times = []
         for i in range(WRITES):

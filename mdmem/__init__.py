@@ -5,7 +5,8 @@ surface is :class:`MemoryRepo` and the result and error types below.
 """
 from __future__ import annotations
 
-from .errors import BadInput, Conflict, MdmemError, NoteInvalid, NotFound, Refused
+from .errors import (BadInput, BranchMoved, Conflict, EmbedderError, GitFailed, Internal, LockTimeout, MdmemError,
+                     NoteInvalid, NotFound, ProofFailed, Refused)
 from .model.note import Note
 from .search.recall import Hit
 from .repo import MemoryRepo, ReviewItem, Version, WriteResult
@@ -13,6 +14,7 @@ from .storage.worktree import StoredNote
 
 __all__ = [
     "MemoryRepo", "Note", "StoredNote", "WriteResult", "Version", "ReviewItem", "Hit",
-    "MdmemError", "BadInput", "NoteInvalid", "Refused", "Conflict", "NotFound",
+    "MdmemError", "BadInput", "NoteInvalid", "Refused", "Conflict", "BranchMoved", "LockTimeout", "NotFound",
+    "ProofFailed", "EmbedderError", "GitFailed", "Internal",
 ]
 __version__ = "0.1.0"

@@ -16,6 +16,22 @@ CONFIG_NAME = "mdmem.toml"
 DEFAULT_TRUSTED = ("user", "human:*", "system:*")
 
 
+EMBEDDER_BACKENDS = ("minilm", "ollama", "openai", "none")
+FUSIONS = ("linear", "rrf")
+
+
+def check_backend(backend: str, *, where: str) -> str:
+    if backend not in EMBEDDER_BACKENDS:
+        raise BadInput(f"{where}: {backend!r}; use {', '.join(EMBEDDER_BACKENDS)}")
+    return backend
+
+
+def check_fusion(fusion: str, *, where: str) -> str:
+    if fusion not in FUSIONS:
+        raise BadInput(f"{where}: {fusion!r}; use {' or '.join(FUSIONS)}")
+    return fusion
+
+
 @dataclass
 class EmbedderConfig:
     backend: str = "minilm"  # minilm | ollama | openai | none
@@ -23,7 +39,8 @@ class EmbedderConfig:
     model: str | None = None
     timeout: float = 30.0
     batch_size: int = 32
-    api_key_env: str = "OPENAI_API_KEY"
+    api_key_env: str = "OPENAI_API_KEY"  # the CLI/MCP server reads the key from this variable
+    api_key: str | None = field(default=None, repr=False)  # ...and puts it here
 
 
 @dataclass(frozen=True)
@@ -50,6 +67,7 @@ class Config:
     aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)
     score_floor: float | None = None
     people: dict[str, Person] = field(default_factory=dict)
+    fusion: str = "linear"  # how recall fuses BM25F and cosine (see search/recall.py)
 
     def identity(self, user: str) -> tuple[str, str]:
         """The git author (name, email) mdmem signs a user's commits with: ``[people.<user>]``
@@ -92,9 +110,7 @@ class Config:
         trust = data.get("trust") or {}
         trusted = tuple(trust.get("sources", DEFAULT_TRUSTED))
         emb = data.get("embedder") or {}
-        backend = emb.get("backend", "minilm")
-        if backend not in ("minilm", "ollama", "openai", "none"):
-            raise BadInput(f"{where}: embedder.backend: {backend!r}; use minilm, ollama, openai or none")
+        backend = check_backend(emb.get("backend", "minilm"), where=f"{where}: embedder.backend")
         embedder = EmbedderConfig(
             backend=backend, url=emb.get("url"), model=emb.get("model"),
             timeout=float(emb.get("timeout", 30.0)), batch_size=int(emb.get("batch_size", 32)),
@@ -113,7 +129,8 @@ class Config:
                    view_max_lines=int(views.get("max_lines", 200)),
                    view_max_bytes=int(views.get("max_bytes", 25_000)), aliases=aliases,
                    score_floor=recall.get("score_floor"), people=people,
-                   note_max_bytes=max_bytes)
+                   note_max_bytes=max_bytes,
+                   fusion=check_fusion(recall.get("fusion", "linear"), where=f"{where}: recall.fusion"))
 
 
 def _people(data: dict, where: str) -> dict[str, Person]:

@@ -1,14 +1,37 @@
-"""Errors mdmem raises, each with the CLI exit code it maps to."""
+"""Every error mdmem raises, in one tree, each with the CLI exit code it maps to.
+
+    MdmemError              1  anything else mdmem could not do (message says what)
+    ├── BadInput            2  an argument, file or field is wrong (names it and what would be right)
+    │   └── NoteInvalid     2  a note on disk does not parse or breaks its kind's contract
+    ├── Refused             3  the write gate, a permission or a capability said no; nothing written
+    ├── Conflict            5  the state moved under the caller; read again and retry
+    │   ├── BranchMoved     5  a branch tip changed between reading it and moving it (CAS lost)
+    │   └── LockTimeout     5  another process held a repo or index lock too long
+    ├── NotFound            6  no such note, or not visible to the acting user (the same on purpose)
+    ├── ProofFailed         7  prove-gone found an erased text somewhere it checks
+    ├── EmbedderError       8  an embedding backend is unreachable or answered wrongly
+    ├── GitFailed           9  git (the binary or libgit2) failed; the message carries git's own
+    └── Internal           70  a bug: an exception mdmem did not expect (never a user error)
+
+Exit code 4 is not an error: a write held for review (``HELD_EXIT_CODE``).
+
+The library raises only these. The two boundaries, the CLI (``cli/main.py``) and the MCP
+server (``mcp/server.py``), map whatever reaches them through :func:`as_mdmem_error`, once.
+"""
 from __future__ import annotations
+
+from typing import Any
+
+HELD_EXIT_CODE = 4
 
 
 class MdmemError(Exception):
-    """Base class. ``exit_code`` is what the CLI exits with."""
+    """Base class. ``exit_code`` is what the CLI exits with; ``kind`` names the error in JSON."""
 
     exit_code = 1
     kind = "error"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"error": self.kind, "message": str(self)}
 
 
@@ -28,7 +51,7 @@ class NoteInvalid(BadInput):
         self.path, self.field, self.reason = path, field, reason
         super().__init__(f"{path}: {field}: {reason}")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "path": self.path, "field": self.field, "reason": self.reason}
 
 
@@ -46,7 +69,7 @@ class Refused(MdmemError):
             msg += " Existing keys: " + ", ".join(self.existing_keys)
         super().__init__(msg)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "reason": self.reason, "existing_keys": self.existing_keys}
 
 
@@ -55,6 +78,18 @@ class Conflict(MdmemError):
 
     exit_code = 5
     kind = "conflict"
+
+
+class BranchMoved(Conflict):
+    """The branch tip changed between reading it and moving it; nothing was written."""
+
+    kind = "branch_moved"
+
+
+class LockTimeout(Conflict):
+    """Another process held a lock (the repo's write lock, the index lock) past the timeout."""
+
+    kind = "lock_timeout"
 
 
 class NotFound(MdmemError):
@@ -78,4 +113,29 @@ class EmbedderError(MdmemError):
     kind = "embedder"
 
 
-HELD_EXIT_CODE = 4
+class GitFailed(MdmemError):
+    """A git operation failed (the git binary or libgit2); the message carries git's words."""
+
+    exit_code = 9
+    kind = "git"
+
+
+class Internal(MdmemError):
+    """An exception mdmem did not expect: a bug to report, not something the caller did."""
+
+    exit_code = 70
+    kind = "internal"
+
+
+def as_mdmem_error(exc: BaseException) -> MdmemError:
+    """The one mapping from whatever reached a boundary (CLI, MCP) to the error tree."""
+    if isinstance(exc, MdmemError):
+        return exc
+    from filelock import Timeout
+
+    if isinstance(exc, Timeout):
+        return LockTimeout(f"{exc.lock_file}: another process held the lock too long; try again")
+    if isinstance(exc, OSError):
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        return MdmemError(f"{where}{exc.strerror or exc}")
+    return Internal(f"{type(exc).__name__}: {exc} (a bug in mdmem; please report it)")

@@ -12,13 +12,15 @@ from ulid import ULID
 from .model import layout
 from .policy.access import Access, require_user
 from .model.clock import format_time, parse_duration, parse_time, resolve_now
-from .config import CONFIG_NAME, Config, render_config
+from .config import CONFIG_NAME, Config, check_backend, check_fusion, render_config
 from .model.kinds import SUMMARY_KEY, Contract
 from .errors import BadInput, Conflict, NotFound, NoteInvalid, Refused
 from .policy.gate import check_key_reuse, judge_source
-from .storage.gitstore import BranchMoved, GitStore, Trailers, parse_trailers
+from .errors import BranchMoved
+from .storage.gitstore import GitStore, Trailers, parse_trailers
 from .model.note import Note, check_source, parse_note
 from .storage.worktree import StoredNote, live_in_dir, read_note, scan_notes
+from .results import ProgressCallback
 from .template import read_template
 
 REVIEW_PREFIX = "review/"
@@ -89,15 +91,21 @@ class _Pending:
 class MemoryRepo:
     """A memory repository: notes in git, kinds, scopes, the write gate and history."""
 
-    def __init__(self, root, config: Config | None = None, store: GitStore | None = None):
-        """``MemoryRepo(path)`` opens the repo at ``path`` (like :meth:`open`)."""
-        self.root = Path(root)
-        if config is None:
-            config = Config.load(self.root)
-            if not (self.root / ".git").exists():
-                raise BadInput(f"{self.root}: not a git repository")
+    def __init__(self, path: str | Path, *, embedder: str | None = None, fusion: str | None = None):
+        """Open the memory repo at ``path`` (same as :meth:`open`). ``embedder`` and ``fusion``
+        override ``mdmem.toml`` ([embedder] backend, [recall] fusion) for this process; the
+        library never reads them from the environment (the CLI does, MDMEM_EMBEDDER/MDMEM_FUSION)."""
+        root = Path(path)
+        config = Config.load(root)
+        if not (root / ".git").exists():
+            raise BadInput(f"{root}: not a git repository")
+        if embedder is not None:
+            config.embedder.backend = check_backend(embedder, where="embedder")
+        if fusion is not None:
+            config.fusion = check_fusion(fusion, where="fusion")
+        self.root = root
         self.config = config
-        self.store = store or GitStore(self.root, config.identity)
+        self.store = GitStore(root, config.identity)
         if self.store.pending_path.exists():
             # A write was cut short after its commit (a kill, a stale index.lock): bring the
             # work tree and git's index in line now. Busy? The writer holding it repairs.
@@ -116,7 +124,10 @@ class MemoryRepo:
     # --- opening --------------------------------------------------------------------
     @classmethod
     def init(cls, path, *, teams: dict[str, list[str]] | None = None, erasers: list[str] | None = None,
-             as_user: str = "mdmem", now=None) -> "MemoryRepo":
+             as_user: str, now=None, embedder: str | None = None,
+             fusion: str | None = None) -> "MemoryRepo":
+        """A new memory repo in an empty folder; ``as_user`` (required) is who made it."""
+        as_user = require_user(as_user)
         root = Path(path)
         if (root / CONFIG_NAME).exists():
             raise BadInput(f"{root}: already a memory repo ({CONFIG_NAME} exists); nothing changed")
@@ -139,25 +150,29 @@ class MemoryRepo:
         hook.parent.mkdir(parents=True, exist_ok=True)
         hook.write_text(read_template("hooks/pre-commit").replace("{{python}}", sys.executable), encoding="utf-8")
         hook.chmod(0o755)
-        repo = cls.open(root)
+        repo = cls.open(root, embedder=embedder, fusion=fusion)
         repo.render(as_user=as_user, now=when)
         return repo
 
     @classmethod
-    def open(cls, path) -> "MemoryRepo":
-        root = Path(path)
-        config = Config.load(root)
-        if not (root / ".git").exists():
-            raise BadInput(f"{root}: not a git repository")
-        return cls(root, config)
+    def open(cls, path: str | Path, *, embedder: str | None = None, fusion: str | None = None) -> "MemoryRepo":
+        """The memory repo at ``path``; ``with MemoryRepo.open(path) as repo:`` closes it."""
+        return cls(path, embedder=embedder, fusion=fusion)
+
+    def __enter__(self) -> "MemoryRepo":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @classmethod
-    def find(cls, start=None) -> "MemoryRepo":
+    def find(cls, start: str | Path | None = None, *, embedder: str | None = None,
+             fusion: str | None = None) -> "MemoryRepo":
         """The memory repo at or above ``start`` (the current folder by default)."""
         here = Path(start or Path.cwd()).resolve()
         for folder in (here, *here.parents):
             if (folder / CONFIG_NAME).exists():
-                return cls.open(folder)
+                return cls.open(folder, embedder=embedder, fusion=fusion)
         raise BadInput(f"{here}: not inside a memory repo (no {CONFIG_NAME} here or above); "
                        "pass --repo PATH or set MDMEM_REPO")
 
@@ -480,7 +495,7 @@ class MemoryRepo:
             self._index = NoteIndex(self)
         return self._index
 
-    def reindex(self, *, rebuild: bool = False, progress: bool = False):
+    def reindex(self, *, rebuild: bool = False, progress: ProgressCallback | None = None):
         """Catch the index up with the notes (or rebuild it from them)."""
         if rebuild:
             return self.index.rebuild(progress=progress)

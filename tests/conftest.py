@@ -16,7 +16,7 @@ TEAMS = {"payments": ["alice", "bob", "dana"], "search": ["carol"]}
 
 @pytest.fixture
 def repo(tmp_path) -> MemoryRepo:
-    return MemoryRepo.init(tmp_path / "mem", teams=TEAMS, now=T0)
+    return MemoryRepo.init(tmp_path / "mem", teams=TEAMS, now=T0, as_user="mdmem")
 
 
 def snapshot(root: Path) -> dict:

@@ -8,7 +8,7 @@ from conftest import run_cli, snapshot
 def cli_repo(tmp_path):
     path = tmp_path / "mem"
     r = run_cli("init", str(path), "--team", "payments=alice,bob,dana", "--team", "search=carol",
-                "--now", "2026-10-01T09:00:00Z")
+                "--as", "alice", "--now", "2026-10-01T09:00:00Z")
     assert r.returncode == 0, r.stderr
     return path
 
@@ -22,8 +22,15 @@ def remember(path, *extra, user="bob"):
 
 
 def test_init_twice_is_refused(cli_repo):
-    r = run_cli("init", str(cli_repo))
+    r = run_cli("init", str(cli_repo), "--as", "alice")
     assert r.returncode == 2 and "already a memory repo" in r.stderr
+
+
+def test_init_names_who_made_it(tmp_path):
+    """No default identity, not even for init: without --as (or MDMEM_USER) nothing is made."""
+    r = run_cli("init", str(tmp_path / "mem"))
+    assert r.returncode == 2 and "--as USER or MDMEM_USER" in r.stderr
+    assert not (tmp_path / "mem").exists()
 
 
 def test_remember_then_get_as_json(cli_repo):

@@ -35,11 +35,10 @@ def test_ollama_embedder_indexes_and_recalls_with_task_prefixes(repo):
         assert any(i.startswith("search_query: ") for i in inputs)
 
 
-def test_openai_embedder_sends_the_key_from_the_environment(repo, monkeypatch):
+def test_openai_embedder_sends_the_configured_key(repo):
     seed(repo)
-    monkeypatch.setenv("MY_KEY", "sekrit")
     with EmbedServer(api_key="sekrit") as server:
-        use(repo, backend="openai", url=server.url + "/v1", model="text-embedding-3-small", api_key_env="MY_KEY")
+        use(repo, backend="openai", url=server.url + "/v1", model="text-embedding-3-small", api_key="sekrit")
         hits = repo.recall("refund window days", as_user="bob", now=T0)
         assert hits[0].text.startswith("Refunds") and server.requests[0]["auth"] == "Bearer sekrit"
 

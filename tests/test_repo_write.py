@@ -73,7 +73,7 @@ def test_init_refuses_an_existing_memory_repo(repo):
     import pytest
     from mdmem import BadInput
     with pytest.raises(BadInput) as err:
-        MemoryRepo.init(repo.root, teams={})
+        MemoryRepo.init(repo.root, teams={}, as_user="mdmem")
     assert "already a memory repo" in str(err.value)
 
 

@@ -12,7 +12,7 @@ def register(sub) -> None:
 
 
 def run(ctx) -> int:
-    report = ctx.repo().reindex(rebuild=ctx.args.rebuild, progress=not ctx.json)
+    report = ctx.repo().reindex(rebuild=ctx.args.rebuild, progress=ctx.progress())
     d = report.to_dict()
     text = (f"{'rebuilt' if report.rebuilt else 'caught up'}: {d['indexed']} indexed, {d['removed']} removed, "
             f"{d['embedded']} embedded, {d['from_cache']} vectors from the cache")

@@ -1,4 +1,4 @@
-"""mdmem init PATH --team payments=alice,bob"""
+"""mdmem init PATH --as USER --team payments=alice,bob"""
 from __future__ import annotations
 
 from ..errors import BadInput
@@ -13,7 +13,7 @@ def register(sub) -> None:
                    help="a team and its members; repeat for more teams")
     p.add_argument("--eraser", action="append", default=[], metavar="USER",
                    help="a user who may erase team notes and other people's data (repeatable)")
-    add_common(p, identity=False, repo=False)
+    add_common(p, repo=False)
     p.set_defaults(run=run)
 
 
@@ -28,7 +28,8 @@ def parse_teams(values: list[str]) -> dict[str, list[str]]:
 
 
 def run(ctx) -> int:
-    repo = MemoryRepo.init(ctx.args.path, teams=parse_teams(ctx.args.team), erasers=ctx.args.eraser, now=ctx.now)
+    repo = MemoryRepo.init(ctx.args.path, teams=parse_teams(ctx.args.team), erasers=ctx.args.eraser,
+                           as_user=ctx.user, now=ctx.now)
     ctx.emit({"path": str(repo.root), "teams": {t: sorted(m) for t, m in repo.config.teams.items()},
               "commit": repo.store.head()},
              f"Initialised memory repo in {repo.root} ({len(repo.config.teams)} team(s)).")

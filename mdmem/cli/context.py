@@ -1,14 +1,20 @@
-"""What every command shares: identity, the repo, output as text or JSON, exit codes."""
+"""What every command shares: identity, the repo, output as text or JSON, exit codes.
+
+The environment is read here (and in mcp/, which gets its settings from here) and nowhere
+else: MDMEM_USER, MDMEM_NOW, MDMEM_REPO, MDMEM_EMBEDDER and MDMEM_FUSION become
+arguments of the library."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
 import sys
+from typing import Any
 from dataclasses import dataclass
 
-from ..policy.access import user_from_env
+from ..policy.access import require_user
 from ..repo import MemoryRepo
+from ..results import ProgressCallback
 
 
 def add_common(parser: argparse.ArgumentParser, *, identity: bool = True, repo: bool = True) -> None:
@@ -40,9 +46,36 @@ def selector(args) -> dict:
     return {n: getattr(args, n) for n in names if hasattr(args, n)}
 
 
+class RichProgress:
+    """Renders the library's progress callbacks (done, total, what) as a rich bar on stderr,
+    started on the first report and stopped by :meth:`stop` (the CLI does it at the end)."""
+
+    def __init__(self) -> None:
+        self._bar: Any = None
+        self._tasks: dict[str, Any] = {}
+
+    def __call__(self, done: int, total: int, what: str) -> None:
+        if self._bar is None:
+            from rich.console import Console
+            from rich.progress import Progress
+
+            self._bar = Progress(transient=True, console=Console(file=sys.stderr))
+            self._bar.start()
+        if what not in self._tasks:
+            self._tasks[what] = self._bar.add_task(what, total=total)
+        self._bar.update(self._tasks[what], completed=done, total=total)
+
+    def stop(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
 @dataclass
 class Ctx:
     args: argparse.Namespace
+    _repo: MemoryRepo | None = None
+    _progress: RichProgress | None = None
 
     @property
     def json(self) -> bool:
@@ -50,15 +83,40 @@ class Ctx:
 
     @property
     def user(self) -> str:
-        return user_from_env(getattr(self.args, "as_user", None))
+        return require_user(getattr(self.args, "as_user", None) or os.environ.get("MDMEM_USER"))
 
     @property
-    def now(self):
+    def now(self) -> str | None:
         return getattr(self.args, "now", None) or os.environ.get("MDMEM_NOW") or None
 
+    def settings(self) -> dict[str, str | None]:
+        """What the environment overrides in mdmem.toml, as MemoryRepo keyword arguments."""
+        return {"embedder": os.environ.get("MDMEM_EMBEDDER") or None,
+                "fusion": os.environ.get("MDMEM_FUSION") or None}
+
     def repo(self) -> MemoryRepo:
-        path = getattr(self.args, "repo", None) or os.environ.get("MDMEM_REPO")
-        return MemoryRepo.open(path) if path else MemoryRepo.find()
+        """The memory repo this command acts on, opened once and closed when the command ends."""
+        if self._repo is None:
+            path = getattr(self.args, "repo", None) or os.environ.get("MDMEM_REPO")
+            repo = MemoryRepo.open(path, **self.settings()) if path else MemoryRepo.find(**self.settings())
+            repo.config.embedder.api_key = os.environ.get(repo.config.embedder.api_key_env) or None
+            self._repo = repo
+        return self._repo
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+        if self._repo is not None:
+            self._repo.close()
+            self._repo = None
+
+    def progress(self) -> ProgressCallback | None:
+        """The progress callback for long library work (a bar on stderr), None with --json."""
+        if self.json:
+            return None
+        if self._progress is None:
+            self._progress = RichProgress()
+        return self._progress
 
     def emit(self, data, text: str | None = None) -> None:
         if self.json:

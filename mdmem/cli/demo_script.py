@@ -16,7 +16,7 @@ def walk(path: Path) -> list[dict]:
     def step(title: str, output: str) -> None:
         steps.append({"title": title, "output": output})
 
-    repo = MemoryRepo.init(path, teams={"payments": ["alice", "bob", "dana"]}, now=T0)
+    repo = MemoryRepo.init(path, teams={"payments": ["alice", "bob", "dana"]}, now=T0, as_user="alice")
     step("init", f"memory repo at {path} with team payments = alice, bob, dana")
     r = repo.remember("Billing deploys only on Tuesdays and Thursdays", as_user="bob", kind="fact",
                       subject="service:billing", key="deploy.window", scope="team", team="payments", now=T0)

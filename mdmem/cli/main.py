@@ -6,7 +6,9 @@ import importlib
 import json
 import sys
 
-from ..errors import MdmemError
+import traceback
+
+from ..errors import Internal, as_mdmem_error
 from .context import Ctx
 
 # One module per command; each defines register(subparsers) and run(ctx) -> int.
@@ -32,14 +34,19 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Ctx(args)
     try:
         code = args.run(ctx)
-    except MdmemError as exc:
+    except KeyboardInterrupt:
+        return 130
+    except Exception as raw:  # the one place the CLI maps errors (errors.py has the tree)
+        exc = as_mdmem_error(raw)
+        if isinstance(exc, Internal):
+            traceback.print_exception(raw, file=sys.stderr)
         if ctx.json:
             json.dump(exc.to_dict(), sys.stdout, indent=2)
             sys.stdout.write("\n")
         print(f"mdmem: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        return 130
+    finally:
+        ctx.close()
     return int(code or 0)
 
 

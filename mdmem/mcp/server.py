@@ -10,7 +10,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from ..policy.access import require_user
-from ..errors import BadInput, MdmemError
+from ..errors import BadInput, as_mdmem_error
 from ..repo import MemoryRepo
 from ..views.render import KIND_GUIDE
 
@@ -47,12 +47,14 @@ def parse_capabilities(text: str) -> frozenset[str]:
 
 
 def tool_errors(fn):
-    """mdmem errors become tool errors with the reason; the server never crashes on them."""
+    """The one place MCP maps errors: each becomes a tool error naming its kind (errors.py);
+    the server never crashes on one, and no raw git/lock/OS exception reaches the agent."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except MdmemError as exc:
+        except Exception as raw:
+            exc = as_mdmem_error(raw)
             raise ToolError(f"{exc.kind}: {exc}") from None
     return wrapper
 

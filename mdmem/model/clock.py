@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import os
 
 from ..errors import BadInput
 
@@ -44,12 +43,9 @@ def format_time(dt: _dt.datetime | None) -> str | None:
 
 
 def resolve_now(now=None) -> _dt.datetime:
-    """``now`` if given, else ``MDMEM_NOW`` from the environment, else the clock."""
+    """``now`` if given, else the clock. (MDMEM_NOW is the CLI's: it passes ``now``.)"""
     if now is not None:
         return parse_time(now, field="now")
-    env = os.environ.get("MDMEM_NOW")
-    if env:
-        return parse_time(env, field="MDMEM_NOW")
     return utcnow()
 
 

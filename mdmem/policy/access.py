@@ -6,7 +6,6 @@ a user sees a note when they own its private root or are a member of its team.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from ..errors import BadInput, Refused
@@ -18,10 +17,6 @@ def require_user(user: str | None, *, env: str = "MDMEM_USER") -> str:
     if user is None or user == "":
         raise BadInput(f"identity: every call names who is acting (--as USER or {env})")
     return check_name(user, "user")
-
-
-def user_from_env(explicit: str | None) -> str:
-    return require_user(explicit or os.environ.get("MDMEM_USER"))
 
 
 @dataclass(frozen=True)

@@ -177,12 +177,13 @@ class OllamaEmbedder(_HTTPEmbedder):
 
 
 class OpenAIEmbedder(_HTTPEmbedder):
-    """Any OpenAI-compatible ``/v1/embeddings`` endpoint; the key comes from the environment."""
+    """Any OpenAI-compatible ``/v1/embeddings`` endpoint. The key is given (the CLI reads it
+    from the variable ``[embedder] api_key_env`` names); the library never reads the environment."""
 
-    def __init__(self, url: str, model: str, *, api_key_env: str = "OPENAI_API_KEY", **kw):
+    def __init__(self, url: str, model: str, *, api_key: str | None = None, **kw):
         super().__init__(url, model, **kw)
         self.model_id = f"openai:{model}"
-        self.api_key = os.environ.get(api_key_env, "")
+        self.api_key = api_key or ""
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -203,7 +204,7 @@ _MINILM: MiniLMEmbedder | None = None
 def make_embedder(cfg: EmbedderConfig) -> Embedder | None:
     """The configured embedder, or None for BM25 only. MiniLM is loaded once per process."""
     global _MINILM
-    backend = os.environ.get("MDMEM_EMBEDDER", cfg.backend)
+    backend = cfg.backend
     if backend == "none":
         return None
     if backend == "minilm":
@@ -216,6 +217,6 @@ def make_embedder(cfg: EmbedderConfig) -> Embedder | None:
     if backend == "openai":
         if not cfg.url or not cfg.model:
             raise BadInput("mdmem.toml: [embedder] backend = \"openai\" needs url and model")
-        return OpenAIEmbedder(cfg.url, cfg.model, api_key_env=cfg.api_key_env, timeout=cfg.timeout,
+        return OpenAIEmbedder(cfg.url, cfg.model, api_key=cfg.api_key, timeout=cfg.timeout,
                               batch_size=cfg.batch_size)
     raise BadInput(f"embedder: unknown backend {backend!r}; use minilm, ollama, openai or none")

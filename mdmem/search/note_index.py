@@ -8,17 +8,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 import pygit2
-from filelock import FileLock
 
 from ..errors import NoteInvalid
 from ..model.layout import is_note_path
+from ..results import ProgressCallback
+from ..storage.locks import Lock
 from ..storage.tree_watch import TreeWatch
 from ..storage.worktree import StoredNote, iter_note_paths, read_note
 from . import fulltext
@@ -86,9 +86,10 @@ class NoteIndex:
             self._cache = EmbeddingCache(self.base / "embeddings.sqlite")
         return self._cache
 
-    def _lock(self) -> FileLock:
+    def lock(self) -> Lock:
+        """The index's cross-process lock (LockTimeout after two minutes)."""
         (self.base / "locks").mkdir(parents=True, exist_ok=True)
-        return FileLock(str(self.base / "locks" / "index.lock"), timeout=120)
+        return Lock(str(self.base / "locks" / "index.lock"), timeout=120)
 
     def _load_state(self) -> dict:
         try:
@@ -118,12 +119,12 @@ class NoteIndex:
         self._ix = None
 
     # --- catching up ------------------------------------------------------------------
-    def sync(self, *, worktree: bool | None = None, progress: bool = False) -> SyncReport:
+    def sync(self, *, worktree: bool | None = None, progress: ProgressCallback | None = None) -> SyncReport:
         """Catch up with HEAD (diff from the recorded commit) and with the work tree."""
         with self.mutex:
             return self._sync(worktree=worktree, progress=progress)
 
-    def _sync(self, *, worktree: bool | None, progress: bool) -> SyncReport:
+    def _sync(self, *, worktree: bool | None, progress: ProgressCallback | None) -> SyncReport:
         state = self._load_state()
         if state != self._state_seen:
             # Another process moved the index on (its writes, its catch-up): a searcher opened
@@ -135,7 +136,7 @@ class NoteIndex:
         if (not scan and not touched and state.get("commit") == head
                 and not self._needs_rebuild(state, cheap=True)):
             return SyncReport()
-        with self._lock():
+        with self.lock():
             # Decided again under the lock: another process may have just rebuilt, and a
             # second rebuild would pull the index away from under it.
             state = self._load_state()
@@ -246,10 +247,10 @@ class NoteIndex:
             out[path] = str(pygit2.hash(full.read_bytes())) if full.exists() else "deleted"
         return out
 
-    def _apply(self, paths: list[str], broken: dict, *, progress: bool) -> SyncReport:
+    def _apply(self, paths: list[str], broken: dict, *, progress: ProgressCallback | None) -> SyncReport:
         report = SyncReport(broken={p: r for p, r in broken.items() if p not in paths})
         ix = self._open()
-        upserts = self._read_notes(paths, report, progress=False)
+        upserts = self._read_notes(paths, report, progress=None)
         found = {s.path for s in upserts}
         removals = [p for p in paths if p not in found]  # deleted, or broken: out of the index
         if upserts or removals:
@@ -271,16 +272,11 @@ class NoteIndex:
         report.removed = removals
         return report
 
-    def _read_notes(self, paths: list[str], report: SyncReport, *, progress: bool) -> list[StoredNote]:
+    def _read_notes(self, paths: list[str], report: SyncReport, *, progress: ProgressCallback | None) -> list[StoredNote]:
         """The valid notes at ``paths``; broken ones go into the report, missing ones nowhere."""
         notes: list[StoredNote] = []
-        bar = None
-        if progress and len(paths) >= 64:
-            from rich.progress import Progress
-            bar = Progress(transient=True, console=_stderr_console())
-            bar.start()
-            task = bar.add_task("reading notes", total=len(paths))
-        for path in paths:
+        report_every = 0 if progress is None or len(paths) < 64 else 64
+        for n, path in enumerate(paths, 1):
             try:
                 stored = read_note(self.repo.root, path, self.repo.contracts,
                                    max_bytes=self.repo.config.note_max_bytes)
@@ -289,18 +285,16 @@ class NoteIndex:
                 stored = None
             if stored is not None:
                 notes.append(stored)
-            if bar:
-                bar.advance(task)
-        if bar:
-            bar.stop()
+            if report_every and (n % report_every == 0 or n == len(paths)):
+                progress(n, len(paths), "reading notes")
         return notes
 
-    def _documents(self, notes: list[StoredNote], report: SyncReport, *, progress: bool) -> list[dict]:
+    def _documents(self, notes: list[StoredNote], report: SyncReport, *, progress: ProgressCallback | None) -> list[dict]:
         docs = [fulltext.note_doc(s) for s in notes]
         self.embed_docs(docs, report, progress=progress)
         return docs
 
-    def embed_docs(self, docs: list[dict], report: SyncReport | None = None, *, progress: bool = False) -> None:
+    def embed_docs(self, docs: list[dict], report: SyncReport | None = None, *, progress: ProgressCallback | None = None) -> None:
         """Give each index document its embedding (from the cache when the same model has
         embedded the same text before). No embedder: nothing to add."""
         if self.embedder is None or not docs:
@@ -320,24 +314,20 @@ class NoteIndex:
         for doc, k in zip(docs, keys):
             doc[VECTOR_FIELD] = found[k]
 
-    def _embed_with_progress(self, texts: list[str], progress: bool) -> np.ndarray:
-        if not progress or len(texts) < 64:
+    def _embed_with_progress(self, texts: list[str], progress: ProgressCallback | None) -> np.ndarray:
+        if progress is None or len(texts) < 64:
             return self.embedder.embed_documents(texts)
-        from rich.progress import Progress
-
         parts = []
-        with Progress(transient=True, console=_stderr_console()) as bar:
-            task = bar.add_task(f"embedding with {self.model_id}", total=len(texts))
-            for i in range(0, len(texts), 256):
-                parts.append(self.embedder.embed_documents(texts[i:i + 256]))
-                bar.advance(task, len(texts[i:i + 256]))
+        for i in range(0, len(texts), 256):
+            parts.append(self.embedder.embed_documents(texts[i:i + 256]))
+            progress(min(i + 256, len(texts)), len(texts), f"embedding with {self.model_id}")
         return np.vstack(parts)
 
-    def rebuild(self, *, progress: bool = False) -> SyncReport:
-        with self.mutex, self._lock():
+    def rebuild(self, *, progress: ProgressCallback | None = None) -> SyncReport:
+        with self.mutex, self.lock():
             return self._rebuild(progress=progress)
 
-    def _rebuild(self, *, progress: bool) -> SyncReport:
+    def _rebuild(self, *, progress: ProgressCallback | None) -> SyncReport:
         """From scratch: the notes in the work tree. Vectors found in the cache cost nothing.
         Everything is read and embedded before the old index is removed: an embedder that
         fails leaves the index as it was."""
@@ -384,7 +374,7 @@ class NoteIndex:
             except (fulltext.windex.EmptyIndexError, FileNotFoundError):
                 # Another process is rebuilding it (under the index lock): wait, then open.
                 self._ix = None
-                with self._lock():
+                with self.lock():
                     self._searcher = self._open().searcher(weighting=fulltext.weighting())
         return self._searcher
 
@@ -399,8 +389,3 @@ class NoteIndex:
 
     def broken(self) -> dict[str, str]:
         return self._load_state().get("broken", {})
-
-
-def _stderr_console():
-    from rich.console import Console
-    return Console(file=sys.stderr)

@@ -22,7 +22,6 @@ from .doctable import admits, code
 from .note_index import NoteIndex
 from .versions import VersionsIndex, utc
 
-FUSION = os.environ.get("MDMEM_FUSION", "linear")
 BM25_WEIGHT = 0.3
 RRF_K = 60
 CANDIDATES = 50  # for history and `at`, where versions compete
@@ -183,13 +182,13 @@ class Recall:
 
         ``linear`` (the default): cosine plus BM25F scaled to the best BM25F score, so how far
         apart two notes are counts, not only their order. ``rrf``: reciprocal rank fusion.
-        Both are measured by the benchmarks (MDMEM_FUSION=rrf).
+        Both are measured by the benchmarks ([recall] fusion = "rrf", or MDMEM_FUSION=rrf in the CLI).
         """
         floor = self.repo.config.score_floor
         floor = COSINE_FLOOR if floor is None else float(floor)
         scores: dict[str, float] = {}
         top_bm25 = max((b for _, b, _ in bm25), default=0.0) or 1.0
-        if FUSION == "rrf":
+        if self.repo.config.fusion == "rrf":
             for rank, (key, _, _) in enumerate(bm25):
                 scores[key] = scores.get(key, 0.0) + 1.0 / (RRF_K + rank + 1)
             for rank, key in enumerate(vec):

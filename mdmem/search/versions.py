@@ -78,7 +78,7 @@ class VersionsIndex:
         head = self.index.repo.store.head()
         state, exists = self._state()
         if not (state.get("commit") == head and exists) and head is not None:
-            with self.index._lock():
+            with self.index.lock():
                 # Decided again under the lock: another process may have just done it.
                 state, exists = self._state()
                 if not (state.get("commit") == head and exists):

@@ -31,9 +31,9 @@ from pathlib import Path
 import shutil
 
 import pygit2
-from filelock import FileLock, Timeout
 
-from ..errors import Conflict, MdmemError
+from ..errors import BranchMoved, GitFailed, LockTimeout
+from .locks import Lock
 
 # A git lock file nobody holds open is stale once this old (git closes a ref lock a moment
 # before renaming it, so a young unheld lock may still be a live writer's).
@@ -46,10 +46,6 @@ REF_LOCK_RETRY_SECONDS = 10.0
 PENDING_NAME = "mdmem-pending.json"
 _REF_READ_TRIES = 20
 _COMMITTER = ("mdmem", "mdmem@localhost")
-
-
-class BranchMoved(Conflict):
-    """The branch tip changed between reading it and moving it."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +99,10 @@ class GitStore:
 
     def __init__(self, root: Path, identity=None):
         self.root = Path(root)
-        self.repo = pygit2.Repository(str(self.root))
+        try:
+            self.repo = pygit2.Repository(str(self.root))
+        except pygit2.GitError as exc:
+            raise GitFailed(f"{self.root}: git cannot open this repository ({exc})") from None
         self.lock_dir = self.root / ".mdmem" / "locks"
         self._index: pygit2.Index | None = None
         # actor -> (author name, email); the repo's [people] table (config.identity) when given
@@ -115,7 +114,9 @@ class GitStore:
     def init(cls, root: Path, files: dict[str, bytes], *, actor: str, when: _dt.datetime,
              message: str, identity=None) -> "GitStore":
         root = Path(root)
-        subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
+        proc = subprocess.run(["git", "init", "-q", "-b", "main", str(root)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise GitFailed(f"git init {root} failed: {proc.stderr.strip()}")
         store = cls(root, identity)
         for rel, data in files.items():
             target = root / rel
@@ -136,12 +137,8 @@ class GitStore:
         """The repo's write lock; writers in several processes serialise on it. Taking it
         recovers git locks a dead writer left and replays an unfinished write's journal."""
         self.lock_dir.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(self.lock_dir / "write.lock"))
-        try:
-            lock.acquire(timeout=timeout)
-        except Timeout:
-            raise Conflict(f"{self.lock_dir / 'write.lock'}: another writer held the repo lock for "
-                           f"{timeout:.0f}s; try again") from None
+        lock = Lock(str(self.lock_dir / "write.lock"))
+        lock.acquire(timeout=timeout)  # LockTimeout (a Conflict) names the lock file
         try:
             try:
                 self.recover_stale_locks()
@@ -232,16 +229,18 @@ class GitStore:
     def git(self, *args: str, input: bytes | None = None, check: bool = True) -> str:
         proc = subprocess.run(["git", "-C", str(self.root), *args], input=input, capture_output=True)
         if check and proc.returncode != 0:
-            raise MdmemError(f"git {' '.join(args)} failed: {proc.stderr.decode(errors='replace').strip()}")
+            raise GitFailed(f"{self.root}: git {' '.join(args)} failed: {proc.stderr.decode(errors='replace').strip()}")
         return proc.stdout.decode("utf-8", errors="replace")
 
     def log(self, path: str | None = None, rev: str = "HEAD") -> list[LogEntry]:
         """Commits touching ``path`` newest first, with the path's blob at each."""
+        if rev == "HEAD" and self.head() is None:
+            return []  # no commit yet: no history (git log would fail)
         fmt = "%H%x1f%at%x1f%an%x1f%B%x1e"
         args = ["log", f"--format={fmt}", rev]
         if path:
             args += ["--", path]
-        out = self.git(*args, check=False)
+        out = self.git(*args)  # a failing git is GitFailed, never "no history"
         entries = []
         for record in out.split("\x1e"):
             record = record.strip("\n")
@@ -352,7 +351,7 @@ class GitStore:
                 return
             except OSError as exc:  # libgit2: "failed to lock file ... for writing"
                 if time.monotonic() > deadline:
-                    raise Conflict(f"{ref_name}: locked by another git process for "
+                    raise LockTimeout(f"{ref_name}: locked by another git process for "
                                    f"{REF_LOCK_RETRY_SECONDS:.0f}s; nothing was written ({exc})") from None
                 self.recover_stale_locks()
                 time.sleep(delay)

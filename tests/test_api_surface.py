@@ -1,0 +1,86 @@
+"""The public surface: what `import mdmem` offers, how a repo is opened and closed, the one
+error tree and its mapping at the boundaries, and a library that ignores the environment."""
+import json
+
+import pytest
+from conftest import T0, run_cli, team_fact
+
+import mdmem
+from mdmem import MemoryRepo
+from mdmem.errors import (BadInput, BranchMoved, Conflict, GitFailed, Internal, LockTimeout, MdmemError,
+                          as_mdmem_error)
+from mdmem.storage import gitstore
+from mdmem.storage.locks import Lock
+
+
+def test_open_forms_and_the_context_manager_close_the_caches(repo):
+    r = team_fact(repo, "Billing deploys any weekday")
+    assert MemoryRepo(repo.root).get(as_user="bob", path=r.path).note.text == "Billing deploys any weekday"
+    with MemoryRepo.open(repo.root) as opened:
+        assert opened.recall("when does billing deploy", as_user="bob", now=T0)
+        index = opened.index
+        assert index._searcher is not None
+    assert index._searcher is None and index._cache is None
+
+
+def test_init_has_no_default_identity(tmp_path):
+    with pytest.raises(TypeError):
+        MemoryRepo.init(tmp_path / "m", teams={})  # as_user is a required keyword
+    with pytest.raises(BadInput):
+        MemoryRepo.init(tmp_path / "m", teams={}, as_user="")
+    assert not (tmp_path / "m").exists()
+
+
+def test_the_library_ignores_the_environment(repo, monkeypatch):
+    monkeypatch.setenv("MDMEM_NOW", "2001-01-01T00:00:00Z")
+    monkeypatch.setenv("MDMEM_EMBEDDER", "ollama")  # unreachable: would fail if it were read
+    monkeypatch.setenv("MDMEM_FUSION", "rrf")
+    monkeypatch.setenv("MDMEM_USER", "bob")
+    r = repo.remember("Refunds within 30 days", as_user="bob", kind="fact", subject="service:billing",
+                      key="refund.window", scope="team", team="payments")
+    assert repo.get(as_user="bob", path=r.path).note.valid_from.year > 2001
+    with pytest.raises(BadInput):
+        repo.get(as_user=None, path=r.path)
+    opened = MemoryRepo.open(repo.root, embedder="none")
+    assert opened.config.fusion == "linear" and opened.index.embedder is None
+    with pytest.raises(BadInput, match="fusion"):
+        MemoryRepo.open(repo.root, fusion="max")
+
+
+def test_errors_map_to_the_tree():
+    from filelock import Timeout
+
+    assert issubclass(BranchMoved, Conflict) and issubclass(LockTimeout, Conflict)
+    assert isinstance(as_mdmem_error(Timeout("/x/write.lock")), LockTimeout)
+    assert isinstance(as_mdmem_error(RuntimeError("boom")), Internal)
+    err = as_mdmem_error(FileNotFoundError(2, "No such file", "/x/y"))
+    assert type(err) is MdmemError and "/x/y" in str(err)
+    codes = {cls.exit_code for cls in (BadInput, mdmem.Refused, Conflict, mdmem.NotFound,
+                                       mdmem.ProofFailed, mdmem.EmbedderError, GitFailed, Internal)}
+    assert len(codes) == 8  # each family its own exit code
+
+
+def test_a_held_write_lock_is_a_lock_timeout(repo, monkeypatch):
+    monkeypatch.setattr(gitstore, "LOCK_TIMEOUT_SECONDS", 0.2)
+    other = Lock(str(repo.store.lock_dir / "write.lock"))
+    other.acquire()
+    try:
+        with pytest.raises(LockTimeout, match="write.lock"):
+            team_fact(repo, "Billing deploys any weekday")
+    finally:
+        other.release()
+
+
+def test_git_failures_are_git_failed(repo):
+    with pytest.raises(GitFailed, match="no-such-rev"):
+        repo.store.git("rev-parse", "--verify", "no-such-rev")
+
+
+def test_cli_maps_a_git_failure(tmp_path):
+    path = tmp_path / "mem"
+    assert run_cli("init", str(path), "--as", "alice", "--team", "payments=alice").returncode == 0
+    head = (path / ".git" / "refs" / "heads" / "main").read_text().strip()
+    (path / ".git" / "objects" / head[:2] / head[2:]).unlink()  # the tip commit is gone: git log fails
+    r = run_cli("history", "team/payments/x/fact/k.md", "--repo", str(path), "--as", "alice", "--json")
+    assert r.returncode == GitFailed.exit_code and "Traceback" not in r.stderr, r.stderr
+    assert json.loads(r.stdout)["error"] == "git" and str(path) in r.stderr
