@@ -14,7 +14,7 @@ from .policy.access import Access, require_user
 from .model.clock import format_time, parse_duration, parse_time, resolve_now
 from .config import CONFIG_NAME, Config, check_backend, check_fusion, render_config
 from .model.kinds import SUMMARY_KEY, Contract
-from .errors import BadInput, Conflict, NotFound, NoteInvalid, Refused
+from .errors import BadInput, Conflict, MdmemError, NotFound, NoteInvalid, Refused
 from .policy.gate import check_key_reuse, judge_source
 from .errors import BranchMoved
 from .storage.gitstore import GitStore, Trailers, parse_trailers
@@ -507,10 +507,20 @@ class MemoryRepo:
         """Live notes the user may see that answer ``query``, best first (see :mod:`mdmem.search.recall`)."""
         from .search.recall import Recall
 
+        args = dict(as_user=as_user, k=k, kinds=kinds, subject=subject, key=key, at=at,
+                    include_history=include_history, now=now)
         if self._recall is None:
             self._recall = Recall(self, self.index)
-        return self._recall(query, as_user=as_user, k=k, kinds=kinds, subject=subject, key=key, at=at,
-                            include_history=include_history, now=now)
+        try:
+            return self._recall(query, **args)
+        except MdmemError:
+            raise
+        except Exception as exc:  # noqa: BLE001 -- an index file that cannot be read
+            # The index is a cache: a damaged one (truncated table of contents, a missing
+            # segment, garbage) is moved aside with one warning and rebuilt, then asked again.
+            self.index.recover(exc)
+            self._recall = Recall(self, self.index)
+            return self._recall(query, **args)
 
     def _reset_caches(self) -> None:
         """After a history rewrite every in-process cache describes commits that are gone."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import logging
 import sys
 
 import traceback
@@ -25,7 +26,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warnings() -> None:
+    """The library reports what it repaired on the ``mdmem`` logger: one line each on stderr."""
+    logger = logging.getLogger("mdmem")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("mdmem: warning: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> int:
+    _show_warnings()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):

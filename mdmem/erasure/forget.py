@@ -396,7 +396,8 @@ def _purge_cache(repo, plan: Plan) -> int:
         models = [m for (m,) in cache.db.execute("SELECT DISTINCT model FROM cache")]
         purged = cache.purge([cache_key(m, t) for m in models for t in _embedding_texts(plan)])
         cache.close()
-    for name in ("fulltext", "versions"):
+    # With the half-built (.new), swapped-out (.old) and moved-aside (broken/) copies.
+    for name in ("fulltext", "versions", "fulltext.new", "fulltext.old", "versions.new", "versions.old", "broken"):
         shutil.rmtree(base / name, ignore_errors=True)
     for name in ("vectors.sqlite", "viewmeta.sqlite", "state.json", "versions.json"):
         (base / name).unlink(missing_ok=True)

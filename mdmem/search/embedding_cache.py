@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..cache import is_corrupt, move_aside, open_sqlite
+
 
 def cache_key(model_id: str, text: str) -> str:
     return hashlib.sha256(f"{model_id}\x00{text}".encode()).hexdigest()
@@ -30,32 +32,54 @@ class _Tx:
         self.db.execute("ROLLBACK" if exc_type else "COMMIT")
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
+def _setup(db: sqlite3.Connection) -> None:
     db.execute("PRAGMA secure_delete=ON")
     db.execute("PRAGMA journal_mode=DELETE")
-    return db
+    db.execute("CREATE TABLE IF NOT EXISTS cache (key TEXT PRIMARY KEY, model TEXT, vec BLOB)")
+    db.execute("SELECT key, model, vec FROM cache LIMIT 1").fetchall()  # our columns, or not ours
 
 
 class EmbeddingCache:
     def __init__(self, path: Path):
         self.path = path
-        self.db = _connect(path)
-        self.db.execute("CREATE TABLE IF NOT EXISTS cache (key TEXT PRIMARY KEY, model TEXT, vec BLOB)")
+        self.db = open_sqlite(path, _setup)
+
+    def _reset(self, exc: BaseException) -> None:
+        """The file is damaged: aside with it, and go on with an empty cache."""
+        self.db.close()
+        move_aside(self.path, str(exc))
+        self.db = open_sqlite(self.path, _setup)
 
     def get_many(self, keys: list[str]) -> dict[str, np.ndarray]:
+        try:
+            return self._get_many(keys)
+        except sqlite3.DatabaseError as exc:
+            if not is_corrupt(exc):
+                raise
+            self._reset(exc)
+            return {}  # a cache miss costs an embedding, nothing more
+
+    def _get_many(self, keys: list[str]) -> dict[str, np.ndarray]:
         out = {}
         for i in range(0, len(keys), 500):
             chunk = keys[i:i + 500]
             rows = self.db.execute(f"SELECT key, vec FROM cache WHERE key IN ({','.join('?' * len(chunk))})", chunk)
-            out.update({k: np.frombuffer(v, dtype=np.float32) for k, v in rows})
+            for k, v in rows:
+                if isinstance(v, bytes) and len(v) % 4 == 0 and v:
+                    out[k] = np.frombuffer(v, dtype=np.float32)
         return out
 
     def put_many(self, model_id: str, items: dict[str, np.ndarray]) -> None:
-        with _Tx(self.db):
-            self.db.executemany("INSERT OR REPLACE INTO cache VALUES (?, ?, ?)",
-                                [(k, model_id, v.astype(np.float32).tobytes()) for k, v in items.items()])
+        rows = [(k, model_id, v.astype(np.float32).tobytes()) for k, v in items.items()]
+        try:
+            with _Tx(self.db):
+                self.db.executemany("INSERT OR REPLACE INTO cache VALUES (?, ?, ?)", rows)
+        except sqlite3.DatabaseError as exc:
+            if not is_corrupt(exc):
+                raise
+            self._reset(exc)
+            with _Tx(self.db):
+                self.db.executemany("INSERT OR REPLACE INTO cache VALUES (?, ?, ?)", rows)
 
     def purge(self, keys: list[str]) -> int:
         n = 0

@@ -5,7 +5,6 @@ Deleting ``.mdmem/`` loses nothing: the next call rebuilds from the notes.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import threading
@@ -15,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pygit2
 
+from .. import cache as cachefiles
 from ..errors import NoteInvalid
 from ..model.layout import is_note_path
 from ..results import ProgressCallback
@@ -92,15 +92,10 @@ class NoteIndex:
         return Lock(str(self.base / "locks" / "index.lock"), timeout=120)
 
     def _load_state(self) -> dict:
-        try:
-            return json.loads(self.state_path.read_text())
-        except (FileNotFoundError, ValueError):
-            return {}
+        return cachefiles.read_state(self.state_path, _valid_state)
 
     def _save_state(self, state: dict) -> None:
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
-        tmp.replace(self.state_path)
+        cachefiles.write_state(self.state_path, state)
         self._state_seen = state
 
     def close(self) -> None:
@@ -139,6 +134,7 @@ class NoteIndex:
         with self.lock():
             # Decided again under the lock: another process may have just rebuilt, and a
             # second rebuild would pull the index away from under it.
+            self._recover_folders()
             state = self._load_state()
             if self._needs_rebuild(state) or (state.get("commit") and state["commit"] not in self.repo.store.repo):
                 self._touched.clear()
@@ -336,16 +332,20 @@ class NoteIndex:
         report = SyncReport(rebuilt=True)
         notes = self._read_notes(paths, report, progress=progress)
         docs = self._documents(notes, report, progress=progress)
-        self._close_index()
-        shutil.rmtree(self.base / "fulltext", ignore_errors=True)
-        shutil.rmtree(self.base / "versions", ignore_errors=True)
-        (self.base / "vectors.sqlite").unlink(missing_ok=True)  # where vectors lived before schema 8
-        ix = self._open()
-        writer = ix.writer(limitmb=256)
+        # Built beside the old index and swapped in: a kill leaves the old one (or the
+        # finished new one) in place, never an empty index that recall would trust.
+        folder = self.base / "fulltext"
+        new_ix = fulltext.windex.create_in(str(cachefiles.fresh_folder(folder)), fulltext.make_schema())
+        writer = new_ix.writer(limitmb=256)
         prepare_vectors(writer, docs)
         for doc in docs:
             writer.add_document(**doc)
         writer.commit()
+        self._close_index()
+        cachefiles.swap_in(folder)
+        shutil.rmtree(self.base / "versions", ignore_errors=True)
+        (self.base / "vectors.sqlite").unlink(missing_ok=True)  # where vectors lived before schema 8
+        self._open()
         self._refresh()
         report.indexed = [s.path for s in notes]
         self._save_state({"schema": SCHEMA_VERSION, "model": self.model_id, "commit": head,
@@ -371,12 +371,37 @@ class NoteIndex:
                 if self._ix is None:
                     self._ix = fulltext.windex.open_dir(str(self.base / "fulltext"))
                 self._searcher = self._ix.searcher(weighting=fulltext.weighting())
-            except (fulltext.windex.EmptyIndexError, FileNotFoundError):
-                # Another process is rebuilding it (under the index lock): wait, then open.
+            except Exception:  # noqa: BLE001 -- missing, mid-swap, or damaged: see under the lock
                 self._ix = None
                 with self.lock():
-                    self._searcher = self._open().searcher(weighting=fulltext.weighting())
+                    self._recover_folders()
+                    try:
+                        self._searcher = self._open().searcher(weighting=fulltext.weighting())
+                    except Exception as exc:  # noqa: BLE001 -- damaged: rebuild from the notes
+                        self._quarantine(f"{type(exc).__name__}: {exc}")
+                        self._rebuild(progress=None)
+                        self._searcher = self._open().searcher(weighting=fulltext.weighting())
         return self._searcher
+
+    def _recover_folders(self) -> None:
+        """Finish or undo an index swap a kill interrupted (under the index lock)."""
+        cachefiles.recover_folder(self.base / "fulltext")
+        cachefiles.recover_folder(self.base / "versions")
+
+    def _quarantine(self, reason: str) -> None:
+        """The index cannot be read: move it (and what describes it) aside, with one warning."""
+        self._close_index()
+        cachefiles.move_aside(self.base / "fulltext", reason)
+        shutil.rmtree(self.base / "versions", ignore_errors=True)
+        (self.base / "versions.json").unlink(missing_ok=True)
+        self.state_path.unlink(missing_ok=True)
+
+    def recover(self, exc: BaseException) -> None:
+        """A read of the index failed (a truncated or missing segment, garbage in a file):
+        move it aside and rebuild from the notes, so the caller can ask again."""
+        with self.mutex, self.lock():
+            self._quarantine(f"{type(exc).__name__}: {exc}")
+            self._rebuild(progress=None)
 
     def table(self) -> DocTable:
         """The filter columns of the current searcher (made again with it)."""
@@ -389,3 +414,9 @@ class NoteIndex:
 
     def broken(self) -> dict[str, str]:
         return self._load_state().get("broken", {})
+
+
+def _valid_state(state: dict) -> bool:
+    return (isinstance(state.get("schema", 0), int) and isinstance(state.get("model", ""), str)
+            and isinstance(state.get("commit") or "", str) and isinstance(state.get("dirty", {}), dict)
+            and isinstance(state.get("broken", {}), dict))

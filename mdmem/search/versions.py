@@ -6,11 +6,10 @@ rebuilt when history was rewritten (forget).
 from __future__ import annotations
 
 import datetime as _dt
-import json
-import shutil
 
 import numpy as np
 
+from .. import cache as cachefiles
 from ..errors import NoteInvalid
 from ..model.layout import is_note_path
 from ..storage.worktree import StoredNote
@@ -80,6 +79,7 @@ class VersionsIndex:
         if not (state.get("commit") == head and exists) and head is not None:
             with self.index.lock():
                 # Decided again under the lock: another process may have just done it.
+                cachefiles.recover_folder(self.folder)
                 state, exists = self._state()
                 if not (state.get("commit") == head and exists):
                     self._update(state, exists, head)
@@ -93,10 +93,7 @@ class VersionsIndex:
             self._seen = head
 
     def _state(self) -> tuple[dict, bool]:
-        try:
-            state = json.loads(self.state_path.read_text())
-        except (FileNotFoundError, ValueError):
-            state = {}
+        state = cachefiles.read_state(self.state_path, _valid_state)
         # Made by an older mdmem (its fields differ) or with another embedder: not usable.
         usable = state.get("schema") == SCHEMA_VERSION and state.get("model") == self.index.model_id
         return state, usable and fulltext.windex.exists_in(str(self.folder))
@@ -113,14 +110,16 @@ class VersionsIndex:
         open_docs: dict[str, dict] = {}
         docs, _ = version_docs(self.index.repo, head, open_docs)
         self.index.embed_docs(docs)  # before the old index goes: a failing embedder changes nothing
-        self.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
-        self._ix = fulltext.open_or_create(self.folder)
-        writer = self._ix.writer(limitmb=128)
+        # Built beside the old index and swapped in (see cache.swap_in).
+        new_ix = fulltext.windex.create_in(str(cachefiles.fresh_folder(self.folder)), fulltext.make_schema())
+        writer = new_ix.writer(limitmb=128)
         prepare_vectors(writer, docs)
         for doc in docs:
             writer.add_document(**doc)
         writer.commit()
+        self.close()
+        cachefiles.swap_in(self.folder)
+        self._ix = fulltext.windex.open_dir(str(self.folder))
         self._save(head, open_docs)
 
     def _catch_up(self, state: dict, old: str, head: str) -> None:
@@ -148,10 +147,9 @@ class VersionsIndex:
         self._save(head, open_docs)
 
     def _save(self, head: str, open_docs: dict[str, dict]) -> None:
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"schema": SCHEMA_VERSION, "model": self.index.model_id, "commit": head,
-                                   "open": {p: d["doc_id"] for p, d in open_docs.items()}}))
-        tmp.replace(self.state_path)
+        cachefiles.write_state(self.state_path, {"schema": SCHEMA_VERSION, "model": self.index.model_id,
+                                                 "commit": head,
+                                                 "open": {p: d["doc_id"] for p, d in open_docs.items()}})
         self._seen = head
 
     def searcher(self):
@@ -176,6 +174,11 @@ class VersionsIndex:
             self._searcher.close()
         self._searcher = None
         self._ix = None
+
+
+def _valid_state(state: dict) -> bool:
+    return (isinstance(state.get("commit") or "", str) and isinstance(state.get("open", {}), dict)
+            and all(isinstance(v, str) for v in state.get("open", {}).values()))
 
 
 def _is_ancestor(store, old: str, head: str) -> bool:

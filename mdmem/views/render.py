@@ -18,6 +18,7 @@ from itertools import compress
 from operator import attrgetter
 from pathlib import Path
 
+from ..cache import is_corrupt, move_aside, open_sqlite
 from ..model.clock import format_time
 from ..errors import NoteInvalid
 from ..model.layout import is_note_path
@@ -68,6 +69,19 @@ def _ts(dt) -> int:
 
 
 SAVE_BATCH = 256
+_META_FIELDS = 9  # kind, subject, key, first line, source, date, start, end, expiry
+
+
+def _meta_row_ok(meta) -> bool:
+    return (isinstance(meta, list) and len(meta) == _META_FIELDS
+            and all(x is None or isinstance(x, str) for x in meta[:6])
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in meta[6:]))
+
+
+def _setup_meta(db: sqlite3.Connection) -> None:
+    db.execute("PRAGMA secure_delete=ON")
+    db.execute("CREATE TABLE IF NOT EXISTS meta (blob TEXT PRIMARY KEY, json TEXT)")
+    db.execute("SELECT blob, json FROM meta LIMIT 1").fetchall()  # our columns, or not ours
 
 
 class MetaCache:
@@ -75,10 +89,8 @@ class MetaCache:
     under .mdmem/ like the index; erasure deletes it with the rest."""
 
     def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
-        self.db.execute("PRAGMA secure_delete=ON")
-        self.db.execute("CREATE TABLE IF NOT EXISTS meta (blob TEXT PRIMARY KEY, json TEXT)")
+        self.path = path
+        self.db = open_sqlite(path, _setup_meta)
         self._mem: dict[str, list | None] = {}
         self._entries: dict[tuple[str, str], Entry] = {}
         # Rows not yet on disk. A write adds one or two; saving them each time cost ~1.5 ms of
@@ -87,11 +99,12 @@ class MetaCache:
 
     def entries(self, store, blobs: dict[str, str], contents: dict[str, bytes] | None = None) -> list[Entry]:
         missing = [b for b in set(blobs.values()) if b not in self._mem]
-        for i in range(0, len(missing), 500):
-            chunk = missing[i:i + 500]
-            for blob, data in self.db.execute(
-                    f"SELECT blob, json FROM meta WHERE blob IN ({','.join('?' * len(chunk))})", chunk):
-                self._mem[blob] = json.loads(data)
+        try:
+            self._load(missing)
+        except sqlite3.DatabaseError as exc:
+            if not is_corrupt(exc):
+                raise
+            self._reset(exc)  # the notes are re-read instead: slower once, never blocked
         fresh = []
         for path, blob in blobs.items():
             if blob in self._mem:
@@ -119,11 +132,33 @@ class MetaCache:
             out.append(entry)
         return out
 
+    def _load(self, blobs: list[str]) -> None:
+        for i in range(0, len(blobs), 500):
+            chunk = blobs[i:i + 500]
+            for blob, data in self.db.execute(
+                    f"SELECT blob, json FROM meta WHERE blob IN ({','.join('?' * len(chunk))})", chunk):
+                try:
+                    meta = json.loads(data)
+                except (TypeError, ValueError):
+                    continue  # a damaged row: the note is parsed again
+                if meta is None or _meta_row_ok(meta):
+                    self._mem[blob] = meta
+
+    def _reset(self, exc: BaseException) -> None:
+        self.db.close()
+        move_aside(self.path, str(exc))
+        self.db = open_sqlite(self.path, _setup_meta)
+
     def flush(self) -> None:
         if self._unsaved:
-            self.db.execute("BEGIN")
-            self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", self._unsaved)
-            self.db.execute("COMMIT")
+            try:
+                self.db.execute("BEGIN")
+                self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", self._unsaved)
+                self.db.execute("COMMIT")
+            except sqlite3.DatabaseError as exc:
+                if not is_corrupt(exc):
+                    raise
+                self._reset(exc)  # rows lost cost a re-parse, nothing else
             self._unsaved = []
 
     def close(self) -> None:
