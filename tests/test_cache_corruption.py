@@ -48,7 +48,7 @@ def corrupt(path, mode: str, seed: int = 7) -> None:
 def seeded(tmp_path_factory):
     """One repo with notes, history, a built index, versions index, views and caches."""
     root = tmp_path_factory.mktemp("seed") / "mem"
-    repo = MemoryRepo.init(root, teams=TEAMS, now=T0)
+    repo = MemoryRepo.init(root, teams=TEAMS, now=T0, as_user="mdmem")
     team_fact(repo, "Billing deploys only on Tuesdays")
     team_fact(repo, "Billing deploys any weekday before 3pm", now=T1)
     assert repo.recall("billing deploy", as_user="bob", include_history=True, now=T1)

@@ -45,6 +45,7 @@ LOCK_TIMEOUT_SECONDS = 60.0
 REF_LOCK_RETRY_SECONDS = 10.0
 PENDING_NAME = "mdmem-pending.json"
 _REF_READ_TRIES = 20
+_OBJECT_WRITE_TRIES = 5
 _COMMITTER = ("mdmem", "mdmem@localhost")
 
 
@@ -304,11 +305,20 @@ class GitStore:
         ref_name = branch or self.branch_ref()
         ref = self._lookup_ref(ref_name)
         parent = self.repo[ref.target] if ref is not None else None
-        tree = self._tree_with(parent.tree if parent is not None else None, changes)
         author_sig = _signature(*(author or self.identity(actor)), when)
         committer = _signature(*_COMMITTER, when)
-        oid = self.repo.create_commit(None, author_sig, committer, message, tree,
-                                      [parent.id] if parent is not None else [])
+        for attempt in range(_OBJECT_WRITE_TRIES):
+            try:
+                tree = self._tree_with(parent.tree if parent is not None else None, changes)
+                oid = self.repo.create_commit(None, author_sig, committer, message, tree,
+                                              [parent.id] if parent is not None else [])
+                break
+            except OSError:
+                # A person's `git gc` (prune-packed) removes an empty objects/xx folder
+                # between libgit2 making it and renaming an object into it: write again.
+                if attempt == _OBJECT_WRITE_TRIES - 1:
+                    raise
+                time.sleep(0.01 * (attempt + 1))
         to_worktree = worktree and ref_name == self.branch_ref()
         if to_worktree:
             self._journal(changes, parent)
