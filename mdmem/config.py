@@ -1,9 +1,11 @@
-"""``mdmem.toml``: teams, roles, trusted sources, kind contracts, embedder, view budget."""
+"""``mdmem.toml``: teams, roles, people, trust, review, kind contracts, embedder, view budget;
+and the user's own configuration (:class:`UserConfig`), which the repo never overrides."""
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 from .model.kinds import Contracts
 from .errors import BadInput
@@ -43,6 +45,22 @@ class EmbedderConfig:
     api_key: str | None = field(default=None, repr=False)  # ...and puts it here
 
 
+
+# mdmem's own commits carry <user>@mdmem.invalid as the author's e-mail when [people] gives none.
+IMPLICIT_EMAIL_DOMAIN = "mdmem.invalid"
+
+
+@dataclass(frozen=True)
+class TrustConfig:
+    """``[trust]``: which sources write without review, which kinds an agent writes directly,
+    and whether commits must be signed (checked against the repo's allowed-signers file)."""
+
+    sources: tuple[str, ...] = DEFAULT_TRUSTED
+    agent_kinds: frozenset[str] | None = None  # None: the kinds whose contract says agent_may_write
+    require_signed: bool = False
+    allowed_signers: str = "allowed_signers"
+
+
 @dataclass(frozen=True)
 class Person:
     """``[people.<user>]``: how a user appears in git. ``name``/``email`` sign mdmem's commits
@@ -59,7 +77,8 @@ class Person:
 class Config:
     teams: dict[str, frozenset[str]] = field(default_factory=dict)
     erasers: frozenset[str] = frozenset()
-    trusted_sources: tuple[str, ...] = DEFAULT_TRUSTED
+    trust: TrustConfig = field(default_factory=TrustConfig)
+    self_approve: bool = False  # [review] self_approve: single-user repos may approve their own writes
     contracts: Contracts = field(default_factory=Contracts)
     embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
     view_max_lines: int = 200
@@ -86,6 +105,31 @@ class Config:
         return None
     note_max_bytes: int = DEFAULT_MAX_BYTES
 
+    def committer(self, email: str | None) -> str | None:
+        """The user a commit's author e-mail belongs to: a ``[people]`` address, or the
+        ``<user>@mdmem.invalid`` mdmem writes for a user without one. Without signed commits an
+        e-mail is only a claim; ``[trust] require_signed`` makes it a proof."""
+        if not email or not email.strip():
+            return None
+        user = self.user_for_email(email)
+        if user is not None:
+            return user
+        local, _, domain = email.strip().lower().rpartition("@")
+        if domain != IMPLICIT_EMAIL_DOMAIN or not local:
+            return None
+        try:
+            user = check_name(local, "e-mail")
+        except BadInput:
+            return None
+        # A user whose [people] entry names addresses is not also anyone at mdmem.invalid.
+        person = self.people.get(user)
+        if person is not None and (person.email or person.emails):
+            return None
+        return user
+
+    def email_of(self, user: str) -> str:
+        return self.identity(user)[1]
+
     @classmethod
     def load(cls, root: Path) -> "Config":
         path = root / CONFIG_NAME
@@ -107,8 +151,7 @@ class Config:
             teams[team] = frozenset(check_name(m, f"{where}: teams.{team}") for m in members)
         roles = data.get("roles") or {}
         erasers = frozenset(check_name(u, f"{where}: roles.erasers") for u in roles.get("erasers", []))
-        trust = data.get("trust") or {}
-        trusted = tuple(trust.get("sources", DEFAULT_TRUSTED))
+        trust = _trust(data.get("trust") or {}, where)
         emb = data.get("embedder") or {}
         backend = check_backend(emb.get("backend", "minilm"), where=f"{where}: embedder.backend")
         embedder = EmbedderConfig(
@@ -118,14 +161,24 @@ class Config:
         views = data.get("views") or {}
         people = _people(data.get("people") or {}, where)
         aliases = {user: p.aliases for user, p in people.items()}
+        review = data.get("review") or {}
+        self_approve = review.get("self_approve", False)
+        if not isinstance(self_approve, bool):
+            raise BadInput(f"{where}: review.self_approve: must be true or false")
         recall = data.get("recall") or {}
         notes = data.get("notes") or {}
         max_bytes = notes.get("max_bytes", DEFAULT_MAX_BYTES)
         if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or not 1024 <= max_bytes <= 64 << 20:
             raise BadInput(f"{where}: notes.max_bytes: {max_bytes!r}; give a whole number of bytes "
                            "between 1024 and 67108864 (default 262144)")
-        return cls(teams=teams, erasers=erasers, trusted_sources=trusted,
-                   contracts=Contracts.from_config(data.get("kinds")), embedder=embedder,
+        contracts = Contracts.from_config(data.get("kinds"))
+        if trust.agent_kinds is not None:
+            for kind in trust.agent_kinds:
+                if kind not in contracts.kinds:
+                    raise BadInput(f"{where}: trust.agent_kinds: unknown kind {kind!r}; known: "
+                                   f"{', '.join(contracts.kinds)}")
+        return cls(teams=teams, erasers=erasers, trust=trust, self_approve=self_approve,
+                   contracts=contracts, embedder=embedder,
                    view_max_lines=int(views.get("max_lines", 200)),
                    view_max_bytes=int(views.get("max_bytes", 25_000)), aliases=aliases,
                    score_floor=recall.get("score_floor"), people=people,
@@ -152,6 +205,87 @@ def _people(data: dict, where: str) -> dict[str, Person]:
         out[user] = Person(name=v.get("name"), email=v.get("email"), emails=tuple(v.get("emails", [])),
                            aliases=tuple(v.get("aliases", [])))
     return out
+
+
+def _trust(section: dict, where: str) -> TrustConfig:
+    sources = section.get("sources", DEFAULT_TRUSTED)
+    if not isinstance(sources, (list, tuple)) or not all(isinstance(x, str) and x for x in sources):
+        raise BadInput(f"{where}: trust.sources: must be a list of source patterns (like \"user\", \"human:*\")")
+    agents = [x for x in sources if x == "agent" or x.startswith("agent")]
+    if agents:
+        # The agent's channel is judged by kind (agent_kinds), never by a source pattern.
+        raise BadInput(f"{where}: trust.sources: {agents[0]!r}; agents are trusted per kind with "
+                       "trust.agent_kinds = [...], not by source")
+    kinds = section.get("agent_kinds")
+    if kinds is not None and (not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds)):
+        raise BadInput(f"{where}: trust.agent_kinds: must be a list of kinds (like [\"episode\", \"working\"])")
+    signed = section.get("require_signed", False)
+    if not isinstance(signed, bool):
+        raise BadInput(f"{where}: trust.require_signed: must be true or false")
+    signers = section.get("allowed_signers", "allowed_signers")
+    if not isinstance(signers, str) or not signers or signers.startswith("/") or ".." in signers.split("/"):
+        raise BadInput(f"{where}: trust.allowed_signers: a path inside the repo, like \"allowed_signers\"")
+    return TrustConfig(tuple(sources), frozenset(kinds) if kinds is not None else None, signed, signers)
+
+
+@dataclass(frozen=True)
+class UserConfig:
+    """The acting person's own configuration (a file in their home, read by the CLI/MCP layer and
+    passed in): where note text may be sent, which secret it may carry, how commits are signed.
+
+    A committed ``mdmem.toml`` chooses the embedder kind and model; a URL or secret name it
+    names is used only when ``allow_repo_urls`` lists that URL."""
+
+    embedder_url: str | None = None
+    api_key_env: str | None = None
+    allow_repo_urls: tuple[str, ...] = ()
+    signing_key: str | None = None
+    agent_label: str | None = None
+    secret: Callable[[str], str | None] = field(default=lambda name: None, repr=False, compare=False)
+    where: str = "your mdmem config"
+
+    @classmethod
+    def from_dict(cls, data: dict, *, where: str, secret: Callable[[str], str | None] | None = None) -> "UserConfig":
+        emb = data.get("embedder") or {}
+        allow = emb.get("allow_repo_urls", [])
+        if not isinstance(allow, list) or not all(isinstance(u, str) for u in allow):
+            raise BadInput(f"{where}: embedder.allow_repo_urls: must be a list of URLs")
+        for name in ("url", "api_key_env"):
+            if name in emb and (not isinstance(emb[name], str) or not emb[name]):
+                raise BadInput(f"{where}: embedder.{name}: must be a non-empty string")
+        signing = data.get("signing") or {}
+        agent = data.get("agent") or {}
+        label = agent.get("label")
+        if label is not None:
+            check_name(label, f"{where}: agent.label")
+        return cls(embedder_url=emb.get("url"), api_key_env=emb.get("api_key_env"),
+                   allow_repo_urls=tuple(u.rstrip("/") for u in allow), signing_key=signing.get("key"),
+                   agent_label=label, secret=secret or (lambda name: None), where=where)
+
+    @classmethod
+    def load(cls, path: Path | None, *, secret: Callable[[str], str | None] | None = None) -> "UserConfig":
+        if path is None or not Path(path).is_file():
+            return cls(secret=secret or (lambda name: None), where=str(path) if path else "your mdmem config")
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise BadInput(f"{path}: does not parse as TOML: {exc}") from None
+        return cls.from_dict(data, where=str(path), secret=secret)
+
+    def embedder(self, repo: EmbedderConfig) -> EmbedderConfig:
+        """The embedder to use: kind and model from the repo, endpoint and secret from this user."""
+        if self.embedder_url:
+            url, key_env = self.embedder_url, self.api_key_env or "OPENAI_API_KEY"
+        elif repo.url and repo.url.rstrip("/") in self.allow_repo_urls:
+            url, key_env = repo.url, repo.api_key_env
+        elif repo.url and repo.backend in ("ollama", "openai"):
+            raise BadInput(f"{CONFIG_NAME}: embedder.url: {repo.url!r} is chosen by the repo, and note text is "
+                           f"sent only where you allow; set [embedder] url in {self.where}, or list this URL "
+                           "there in [embedder] allow_repo_urls")
+        else:
+            url, key_env = None, self.api_key_env or "OPENAI_API_KEY"
+        key = self.secret(key_env) if repo.backend == "openai" else None
+        return replace(repo, url=url, api_key_env=key_env, api_key=key or None)
 
 
 def _toml_list(names: list[str]) -> str:

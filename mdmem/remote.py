@@ -50,7 +50,10 @@ def sync(repo, *, remote: str = "origin", push: bool = False) -> dict:
         if push:
             store.git("push", remote, f"HEAD:refs/heads/{branch}")
     repo._reset_caches()
-    return {"status": status, "detail": f"{branch} now at {repo.store.head()[:10]}"}
+    # Whatever arrived is verified at once: notes no permitted writer committed are flagged
+    # (kept out of views and startup, marked in recall) before anyone reads them.
+    untrusted = repo.verify()["untrusted"]
+    return {"status": status, "detail": f"{branch} now at {repo.store.head()[:10]}", "untrusted": untrusted}
 
 
 def install_guard(bare: str | None) -> Path:

@@ -2,20 +2,22 @@
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pygit2
 from ulid import ULID
 
 from .model import layout
-from .policy.access import Access, require_user
+from .policy.access import Access, not_visible, require_user
 from .model.clock import format_time, parse_duration, parse_time, resolve_now
-from .config import CONFIG_NAME, Config, check_backend, check_fusion, render_config
+from .config import CONFIG_NAME, Config, UserConfig, check_backend, check_fusion, render_config
 from .model.kinds import SUMMARY_KEY, Contract
 from .errors import BadInput, Conflict, MdmemError, NotFound, NoteInvalid, Refused
-from .policy.gate import check_key_reuse, judge_source
+from .policy import gate
+from .policy.gate import AGENT, HUMAN, check_key_reuse, judge_source
 from .errors import BranchMoved
 from .storage.gitstore import GitStore, Trailers, parse_trailers
 from .model.note import Note, check_source, parse_note
@@ -24,6 +26,7 @@ from .results import ProgressCallback
 from .template import read_template
 
 REVIEW_PREFIX = "review/"
+REVIEW_AUDIT_PATH = "audit/reviews.jsonl"
 _WRITE_RETRIES = 3
 
 
@@ -55,10 +58,11 @@ class Version:
     source: str
     version: str | None
     note: Note | None  # None where this commit deleted the note
+    untrusted: str | None = None  # why this version's commit is not a permitted writer's
 
     def to_dict(self) -> dict:
         return {"commit": self.commit, "time": format_time(self.time), "op": self.op, "actor": self.actor,
-                "source": self.source, "version": self.version,
+                "source": self.source, "version": self.version, "untrusted": self.untrusted,
                 "text": self.note.text if self.note else None,
                 "note": self.note.to_dict() if self.note else None}
 
@@ -71,10 +75,16 @@ class ReviewItem:
     actor: str
     reason: str
     commit: str
+    channel: str = HUMAN
+    new_key: bool = False
+    expect_version: str | None = None
+    claimed_source: str | None = None
 
     def to_dict(self) -> dict:
         return {"review_id": self.review_id, "path": self.path, "actor": self.actor,
-                "reason": self.reason, "commit": self.commit, "note": self.note.to_dict()}
+                "reason": self.reason, "commit": self.commit, "channel": self.channel, "new_key": self.new_key,
+                "expect_version": self.expect_version, "claimed_source": self.claimed_source,
+                "note": self.note.to_dict()}
 
 
 @dataclass
@@ -91,10 +101,13 @@ class _Pending:
 class MemoryRepo:
     """A memory repository: notes in git, kinds, scopes, the write gate and history."""
 
-    def __init__(self, path: str | Path, *, embedder: str | None = None, fusion: str | None = None):
+    def __init__(self, path: str | Path, *, embedder: str | None = None, fusion: str | None = None,
+                 user_config: UserConfig | None = None):
         """Open the memory repo at ``path`` (same as :meth:`open`). ``embedder`` and ``fusion``
         override ``mdmem.toml`` ([embedder] backend, [recall] fusion) for this process; the
-        library never reads them from the environment (the CLI does, MDMEM_EMBEDDER/MDMEM_FUSION)."""
+        library never reads them from the environment (the CLI does, MDMEM_EMBEDDER/MDMEM_FUSION).
+        ``user_config`` is the acting person's own configuration (where note text may be sent,
+        with which secret; the signing key): never taken from the repo."""
         root = Path(path)
         config = Config.load(root)
         if not (root / ".git").exists():
@@ -105,7 +118,9 @@ class MemoryRepo:
             config.fusion = check_fusion(fusion, where="fusion")
         self.root = root
         self.config = config
+        self.user_config = user_config or UserConfig()
         self.store = GitStore(root, config.identity)
+        self.store.signing_key = self.user_config.signing_key
         if self.store.pending_path.exists():
             # A write was cut short after its commit (a kill, a stale index.lock): bring the
             # work tree and git's index in line now. Busy? The writer holding it repairs.
@@ -116,6 +131,7 @@ class MemoryRepo:
                 pass
         self.access = Access(config.teams, config.erasers)
         self.contracts = config.contracts
+        self._trust = None
         self._index = None
         self._recall = None
         self._meta_cache = None
@@ -155,9 +171,10 @@ class MemoryRepo:
         return repo
 
     @classmethod
-    def open(cls, path: str | Path, *, embedder: str | None = None, fusion: str | None = None) -> "MemoryRepo":
+    def open(cls, path: str | Path, *, embedder: str | None = None, fusion: str | None = None,
+             user_config: UserConfig | None = None) -> "MemoryRepo":
         """The memory repo at ``path``; ``with MemoryRepo.open(path) as repo:`` closes it."""
-        return cls(path, embedder=embedder, fusion=fusion)
+        return cls(path, embedder=embedder, fusion=fusion, user_config=user_config)
 
     def __enter__(self) -> "MemoryRepo":
         return self
@@ -167,12 +184,12 @@ class MemoryRepo:
 
     @classmethod
     def find(cls, start: str | Path | None = None, *, embedder: str | None = None,
-             fusion: str | None = None) -> "MemoryRepo":
+             fusion: str | None = None, user_config: UserConfig | None = None) -> "MemoryRepo":
         """The memory repo at or above ``start`` (the current folder by default)."""
         here = Path(start or Path.cwd()).resolve()
         for folder in (here, *here.parents):
             if (folder / CONFIG_NAME).exists():
-                return cls.open(folder, embedder=embedder, fusion=fusion)
+                return cls.open(folder, embedder=embedder, fusion=fusion, user_config=user_config)
         raise BadInput(f"{here}: not inside a memory repo (no {CONFIG_NAME} here or above); "
                        "pass --repo PATH or set MDMEM_REPO")
 
@@ -193,25 +210,51 @@ class MemoryRepo:
         return read_note(self.root, path, self.contracts, max_bytes=self.config.note_max_bytes)
 
     def _visible_stored(self, user: str, path: str) -> StoredNote:
-        loc = layout.parse_path(path)
-        if not self.access.may_read_root(user, loc.root):
-            raise NotFound(f"{path}: no such note visible to {user}")
+        self.access.visible_root(user, path)  # the path is checked before any file is touched
         stored = self._read(path)
         if stored is None:
-            raise NotFound(f"{path}: no such note visible to {user}")
+            raise not_visible(path, user)
         return stored
+
+    # --- trust --------------------------------------------------------------------
+    @property
+    def trust(self):
+        """Who committed each note (:mod:`mdmem.policy.verify`)."""
+        if self._trust is None:
+            from .policy.verify import Verifier
+            self._trust = Verifier(self)
+        return self._trust
+
+    def verify(self) -> dict:
+        """Every note whose latest commit was not made by a permitted writer of its root, or whose
+        frontmatter disagrees with its path, with the reason (``mdmem verify``)."""
+        return self.trust.report()
+
+    def untrusted(self, path: str) -> str | None:
+        """Why the committed note at ``path`` is not trusted, or None."""
+        flag = self.trust.flags().get(path)
+        return flag.detail if flag is not None else None
 
     # --- writing --------------------------------------------------------------------
     def remember(self, text: str, *, as_user: str, kind: str, subject: str, key: str | None = None,
                  scope: str = "private", team: str | None = None, owner: str | None = None,
                  source: str = "user", ttl=None, valid_from=None, new_key: bool = False,
                  expect_version: str | None = None, derived_from: list[str] | None = None,
-                 now=None) -> WriteResult:
-        """Write one note through the gate: committed, held for review, or refused (raised)."""
+                 now=None, channel: str = HUMAN, claimed_source: str | None = None) -> WriteResult:
+        """Write one note through the gate: committed, held for review, or refused (raised).
+
+        ``channel`` is who is at the other end: a person (CLI, API) or an agent (the MCP server,
+        which passes ``source="agent:<name>"`` and the source the agent claimed, if any)."""
         user = require_user(as_user)
         contract = self.contracts.resolve(kind)
         layout.check_subject(subject)
         check_source(source)
+        if channel not in (HUMAN, AGENT):
+            raise BadInput(f"channel: {channel!r}; use {HUMAN!r} or {AGENT!r}")
+        if channel == AGENT and not gate.is_agent_source(source):
+            raise BadInput(f"source: a write over the agent channel is recorded as agent:<name>, not {source!r}")
+        if claimed_source is not None:
+            check_source(claimed_source)
         if not isinstance(text, str) or not text.strip():
             raise BadInput("text: a note needs text")
         if contract.keyed and not key and contract.name != "summary":
@@ -233,15 +276,21 @@ class MemoryRepo:
                            f"{self.config.note_max_bytes} bytes ([notes] max_bytes in mdmem.toml)")
         # Write permission is checked before provenance: a hold never bypasses scope.
         self.access.check_write(user, root)
-        provenance = judge_source(source, contract, self.config.trusted_sources)
+        provenance = judge_source(source, contract, self.config.trust.sources, self.config.trust.agent_kinds)
         if not provenance.trusted:
             with self.store.locked():
                 pending = self._prepare(user, path, note, contract, new_key=new_key,
                                         expect_version=expect_version, now=when)
-                return self._hold(user, path, pending.note, provenance.reason, when)
-        return self._commit_pending(
-            user, when, lambda: self._prepare(user, path, note, contract, new_key=new_key,
-                                              expect_version=expect_version, now=when))
+                return self._hold(user, path, pending.note, provenance.reason, when, channel=channel,
+                                  new_key=new_key, expect_version=expect_version, claimed_source=claimed_source)
+        extra = (("Memory-Claimed-Source", claimed_source),) if claimed_source else ()
+        def prepare():
+            pending = self._prepare(user, path, note, contract, new_key=new_key,
+                                    expect_version=expect_version, now=when)
+            pending.extra_trailers = extra
+            return pending
+
+        return self._commit_pending(user, when, prepare)
 
     def _prepare(self, user: str, path: str, note: Note, contract: Contract, *, new_key: bool,
                  expect_version: str | None, now: _dt.datetime, op: str | None = None) -> _Pending:
@@ -250,14 +299,9 @@ class MemoryRepo:
         self.access.check_write(user, loc.root)
         current = self._read_for_write(path)
         head_version = self.store.blob_id(path) if self.store.head() else None
-        if current is not None and current.version != head_version:
-            raise Conflict(f"{path}: has uncommitted edits in the work tree; commit or discard them first")
-        if contract.append_only and current is not None:
-            raise Refused(f"{path}: episodes are append-only; this episode exists already, "
-                          "write a new episode instead")
-        if expect_version is not None and expect_version != head_version:
-            raise Conflict(f"{path}: changed since version {expect_version} (now {head_version or 'absent'}); "
-                           "read it again and retry")
+        gate.check_clean(path, current.version if current is not None else None, head_version)
+        gate.check_append_only(path, contract, current is not None)
+        gate.check_expected_version(path, expect_version, head_version)
         # Only a new key without new_key=True needs the folder's live keys.
         if contract.keyed and contract.name != "summary" and current is None and not new_key:
             folder = layout.kind_dir(loc.root, note.subject, contract.name)
@@ -285,12 +329,7 @@ class MemoryRepo:
             for stored in self._all_notes():
                 if stored.note.id in ids:
                     found[stored.note.id] = stored.root
-        missing = ids - set(found)
-        if missing:
-            raise Refused(f"derived_from: no live note with id {', '.join(sorted(missing))}")
-        if not self.access.derived_scope_ok(root, list(found.values())):
-            raise Refused(f"scope: a derived note in {root} would be wider than its inputs in "
-                          f"{', '.join(sorted(set(found.values())))}; derive per scope")
+        gate.check_derivation(self.access, root, ids, found)
 
     def _all_notes(self) -> list[StoredNote]:
         return scan_notes(self.root, self.contracts, max_bytes=self.config.note_max_bytes)[0]
@@ -334,11 +373,16 @@ class MemoryRepo:
 
     def _scope_view(self, root: str, overlay: dict[str, bytes | None], when: _dt.datetime, *,
                     max_lines: int | None = None, max_bytes: int | None = None) -> str:
-        from .views.render import RootEntries, render_scope
+        from .views.render import RootEntries, render_scope, without
 
         if self._root_blobs is None:
             self._root_blobs = RootEntries(self.store, self._meta)
         entries, totals = self._root_blobs.get(root, self.store.head(), overlay)
+        # Notes whose latest commit no permitted writer made stay out of views until one does;
+        # a path this write changes is being written by a permitted writer now.
+        flagged = {p for p in self.trust.flags() if p.startswith(root + "/") and p not in overlay}
+        if flagged:
+            entries, totals = without(entries, flagged)
         return render_scope(root, entries, when, readers=sorted(self.access.readers_of_root(root)), totals=totals,
                             max_lines=max_lines or self.config.view_max_lines,
                             max_bytes=max_bytes or self.config.view_max_bytes)
@@ -362,12 +406,18 @@ class MemoryRepo:
                         when: _dt.datetime, author: tuple[str, str] | None = None) -> str:
         """Commit note changes with the views they alter (call under the lock)."""
         views = self._views_for(changes, when)
+        parent = self.store.head()
+        email = (author or self.config.identity(actor))[1]
         commit = self.store.commit({**changes, **views}, message, actor=actor, when=when, author=author)
         if self._root_blobs is not None:
             try:
                 self._root_blobs.committed(commit)
             except Exception:  # noqa: BLE001 -- committed already; a cold cache is only slower
                 self._root_blobs = None
+        try:
+            self.trust.committed(commit, parent, changes, email)
+        except Exception:  # noqa: BLE001 -- committed already; the verifier catches up from git
+            self._trust = None
         return commit
 
     def render(self, *, as_user: str, now=None) -> dict:
@@ -415,11 +465,20 @@ class MemoryRepo:
         return f"# Startup view for {user}\n\n" + "\n".join(parts)
 
     # --- review hold ----------------------------------------------------------------
-    def _hold(self, user: str, path: str, note: Note, reason: str, when: _dt.datetime) -> WriteResult:
+    def _hold(self, user: str, path: str, note: Note, reason: str, when: _dt.datetime, *, channel: str,
+              new_key: bool, expect_version: str | None, claimed_source: str | None) -> WriteResult:
         review_id = str(ULID()).lower()[-10:]
         branch = f"refs/heads/{REVIEW_PREFIX}{review_id}"
         base = self.store.head()
-        trailers = Trailers("hold", user, note.source, extra=(("Memory-Hold-Reason", reason),))
+        # Everything the write asked for is kept with it, so approving it replays the same write.
+        extra = [("Memory-Hold-Reason", reason), ("Memory-Channel", channel)]
+        if new_key:
+            extra.append(("Memory-New-Key", "true"))
+        if expect_version:
+            extra.append(("Memory-Expect-Version", expect_version))
+        if claimed_source:
+            extra.append(("Memory-Claimed-Source", claimed_source))
+        trailers = Trailers("hold", user, note.source, extra=tuple(extra))
         message = f"hold {note.kind} {note.subject}/{note.key or path.rsplit('/', 1)[-1]}\n\n{trailers.render()}"
         # The held commit sits on main's tip in a branch of its own, out of the work tree.
         self.store.repo.references.create(branch, base)
@@ -452,7 +511,14 @@ class MemoryRepo:
         path = paths[0]
         note = parse_note(path, self.store.repo[commit.tree[path].id].data)
         t = parse_trailers(commit.message)
-        return ReviewItem(review_id, path, note, t.get("actor", ""), t.get("hold-reason", ""), str(commit.id))
+        # The writer is who made the hold commit (its author identity), not what its trailer says.
+        author = self.config.committer(commit.author.email) or ""
+        actor = t.get("actor", "")
+        writer = author if author == actor else (author or actor)
+        channel = AGENT if t.get("channel") == AGENT and author == actor else HUMAN
+        return ReviewItem(review_id, path, note, writer, t.get("hold-reason", ""), str(commit.id), channel=channel,
+                          new_key=t.get("new-key") == "true", expect_version=t.get("expect-version") or None,
+                          claimed_source=t.get("claimed-source") or None)
 
     def _review_or_missing(self, user: str, review_id: str) -> ReviewItem:
         item = self._review_item(review_id)
@@ -461,16 +527,22 @@ class MemoryRepo:
         return item
 
     def approve(self, review_id: str, *, as_user: str, new_key: bool = False, now=None) -> WriteResult:
-        """A person approves a held write: it is committed to main through the gate's other checks."""
+        """A person approves a held write: it is committed to main through the gate's other checks,
+        with the arguments it was held with (new_key, expect_version). Not the writer's own
+        (unless ``[review] self_approve``); the MCP server offers no way to approve."""
         user = require_user(as_user)
         item = self._review_or_missing(user, review_id)
+        gate.check_approver(user, item.actor, item.channel, self_approve=self.config.self_approve)
         contract = self.contracts.resolve(item.note.kind)
         when = resolve_now(now)
 
         def prepare():
-            pending = self._prepare(user, item.path, item.note, contract, new_key=new_key,
-                                    expect_version=None, now=when)
-            pending.extra_trailers = (("Memory-Approved-By", user), ("Memory-Review", review_id))
+            pending = self._prepare(user, item.path, item.note, contract, new_key=new_key or item.new_key,
+                                    expect_version=item.expect_version, now=when)
+            extra = [("Memory-Approved-By", user), ("Memory-Review", review_id)]
+            if item.claimed_source:
+                extra.append(("Memory-Claimed-Source", item.claimed_source))
+            pending.extra_trailers = tuple(extra)
             return pending
 
         result = self._commit_pending(item.actor or user, when, prepare, op="approve",
@@ -478,11 +550,23 @@ class MemoryRepo:
         self.store.delete_branch(REVIEW_PREFIX + review_id)
         return result
 
-    def reject(self, review_id: str, *, as_user: str) -> ReviewItem:
+    def reject(self, review_id: str, *, as_user: str, now=None) -> ReviewItem:
+        """Drop a held write. The audit log records who rejected which review and when (never
+        the content), in the same kind of commit as every other change."""
         user = require_user(as_user)
         item = self._review_or_missing(user, review_id)
-        self.access.check_write(user, layout.parse_path(item.path).root)
+        root = layout.parse_path(item.path).root
+        self.access.check_write(user, root)
+        when = resolve_now(now)
+        record = {"op": "reject", "review_id": review_id, "by": user, "at": format_time(when), "root": root,
+                  "held_commit": item.commit}
         with self.store.locked():
+            head = self.store.head()
+            log = (self.store.read_at(REVIEW_AUDIT_PATH, head) if head else None) or b""
+            line = (json.dumps(record, sort_keys=True) + "\n").encode()
+            message = (f"reject review {review_id}\n\n"
+                       + Trailers("reject", user, "user", (item.commit,), (("Memory-Review", review_id),)).render())
+            self.store.commit({REVIEW_AUDIT_PATH: log + line}, message, actor=user, when=when)
             self.store.delete_branch(REVIEW_PREFIX + review_id)
         return item
 
@@ -512,7 +596,7 @@ class MemoryRepo:
         if self._recall is None:
             self._recall = Recall(self, self.index)
         try:
-            return self._recall(query, **args)
+            hits = self._recall(query, **args)
         except MdmemError:
             raise
         except Exception as exc:  # noqa: BLE001 -- an index file that cannot be read
@@ -520,13 +604,16 @@ class MemoryRepo:
             # segment, garbage) is moved aside with one warning and rebuilt, then asked again.
             self.index.recover(exc)
             self._recall = Recall(self, self.index)
-            return self._recall(query, **args)
+            hits = self._recall(query, **args)
+        flags = self.trust.flags()
+        return [replace(h, untrusted=flags[h.path].detail) if h.current and h.path in flags else h for h in hits]
 
     def _reset_caches(self) -> None:
         """After a history rewrite every in-process cache describes commits that are gone."""
         self.close()
         self._index = self._recall = self._meta_cache = self._root_blobs = None
         self.store = GitStore(self.root, self.config.identity)
+        self.store.signing_key = self.user_config.signing_key
 
     # --- erasure ----------------------------------------------------------------------
     def forget(self, *, as_user: str, subject: str | None = None, owner: str | None = None,
@@ -599,7 +686,7 @@ class MemoryRepo:
             stored = self._visible_stored(user, path)
             if not stored.note.is_live(when):
                 raise NotFound(f"{path}: not live at {format_time(when)} (ended or expired)")
-            return stored
+            return self._marked(stored)
         if not (subject and kind):
             raise BadInput("get: pass a path, or subject and kind (and key for keyed kinds)")
         contract = self.contracts.resolve(kind)
@@ -610,8 +697,12 @@ class MemoryRepo:
                 continue
             stored = self._read(candidate)
             if stored is not None and stored.note.is_live(when):
-                return stored
-        raise NotFound(f"{subject} {contract.name} {key or ''}: no live note visible to {user}".replace("  ", " "))
+                return self._marked(stored)
+        raise not_visible(f"{subject} {contract.name} {key or ''}".strip(), user)
+
+    def _marked(self, stored: StoredNote) -> StoredNote:
+        reason = self.untrusted(stored.path)
+        return replace(stored, untrusted=reason) if reason else stored
 
     def keys(self, *, as_user: str, subject: str, kind: str, scope: str | None = None,
              team: str | None = None, now=None) -> list[dict]:
@@ -652,13 +743,14 @@ class MemoryRepo:
         if not path:
             if not (subject and kind):
                 raise BadInput("history: pass a path, or subject and kind and key")
-            paths = self._candidate_paths(user, subject, kind, key, scope, team)
+            # Only roots the user may read are asked: git is not an oracle for the others.
+            paths = [p for p in self._candidate_paths(user, subject, kind, key, scope, team)
+                     if self.access.may_read_root(user, layout.parse_path(p).root)]
             path = next((p for p in paths if self.store.log(p)), None)
             if path is None:
-                raise NotFound(f"{subject} {kind} {key or ''}: no history visible to {user}")
-        loc = layout.parse_path(path)
-        if not self.access.may_read_root(user, loc.root):
-            raise NotFound(f"{path}: no such note visible to {user}")
+                raise not_visible(f"{subject} {kind} {key or ''}".strip(), user)
+        root = self.access.visible_root(user, path)
+        writers = self.access.writers_of_root(root)
         versions = []
         for entry in self.store.log(path):
             note = None
@@ -670,10 +762,13 @@ class MemoryRepo:
                 if note is not None and not self._version_visible(user, note):
                     break  # the walk stops at the first version the user may not see
             t = entry.trailers
+            committer = self.config.committer(entry.email)
+            untrusted = None if committer in writers else \
+                f"committed by {committer or 'an unknown identity'}, who may not write {root}"
             versions.append(Version(entry.commit, entry.time, t.get("op", "edit"), t.get("actor", entry.author),
-                                    t.get("source", "human"), entry.blob, note))
+                                    t.get("source", "human"), entry.blob, note, untrusted))
         if not versions:
-            raise NotFound(f"{path}: no history visible to {user}")
+            raise not_visible(path, user)
         if at is not None:
             when = parse_time(at, field="at")
             for v in versions:
@@ -699,8 +794,7 @@ class MemoryRepo:
         def prepare():
             stored = self._visible_stored(user, path)
             self.access.check_write(user, stored.root)
-            if expect_version is not None and expect_version != stored.version:
-                raise Conflict(f"{path}: changed since version {expect_version}; read it again")
+            gate.check_expected_version(path, expect_version, stored.version)
             if stored.note.valid_until is not None and stored.note.valid_until <= end:
                 raise BadInput(f"{path}: already ended at {format_time(stored.note.valid_until)}")
             return _Pending(path, stored.note.evolve(valid_until=end), "retire", stored.version)

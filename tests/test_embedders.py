@@ -1,4 +1,5 @@
 """The httpx embedders against a real HTTP server on loopback, and the embedded default."""
+import os
 import socket
 
 import numpy as np
@@ -6,13 +7,15 @@ import pytest
 from conftest import T0
 from embed_server import EmbedServer
 
-from mdmem.config import EmbedderConfig
+from mdmem.config import EmbedderConfig, UserConfig
 from mdmem.errors import EmbedderError
 from mdmem.search.embedders import MiniLMEmbedder, OllamaEmbedder, OpenAIEmbedder
 
 
-def use(repo, **cfg):
+def use(repo, *, url=None, api_key_env=None, **cfg):
+    """The repo chooses the kind and model; the endpoint and the secret's name are the user's."""
     repo.config.embedder = EmbedderConfig(**cfg)
+    repo.user_config = UserConfig(embedder_url=url, api_key_env=api_key_env, secret=os.environ.get)
     repo.close()
     repo._index = repo._recall = None
 

@@ -13,5 +13,6 @@ def register(sub) -> None:
 
 def run(ctx) -> int:
     stored = ctx.repo().get(as_user=ctx.user, now=ctx.now, **selector(ctx.args))
-    ctx.emit(stored.to_dict(), f"{stored.path} ({stored.version[:10]})\n{stored.note.text}")
+    warn = f"\nUNTRUSTED: {stored.untrusted} (mdmem verify)" if stored.untrusted else ""
+    ctx.emit(stored.to_dict(), f"{stored.path} ({stored.version[:10]}){warn}\n{stored.note.text}")
     return 0

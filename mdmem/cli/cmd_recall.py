@@ -24,9 +24,12 @@ def run(ctx) -> int:
                        at=a.at, include_history=a.history, now=ctx.now)
     lines = []
     for h in hits:
-        tag = "" if h.current else " (past)"
+        tag = ("" if h.current else " (past)") + (f" (UNTRUSTED: {h.untrusted})" if h.untrusted else "")
         lines.append(f"{h.score:.4f}  {h.kind:<9} {h.path}{tag}\n          {h.text.splitlines()[0]}")
-    broken = repo.index.broken()
+    # Broken notes are reported only from roots this user may read, and by path only: the
+    # reason quotes field values, which another user's note must not show.
+    readable = set(repo.access.readable_roots(ctx.user))
+    broken = {p: r for p, r in repo.index.broken().items() if "/".join(p.split("/")[:2]) in readable}
     if ctx.json:
         ctx.emit({"hits": [h.to_dict() for h in hits], "broken": broken})
     else:

@@ -29,6 +29,6 @@ def run(ctx) -> int:
         result = repo.approve(a.review_id, as_user=ctx.user, new_key=a.new_key, now=ctx.now)
         ctx.emit(result.to_dict(), f"approved {a.review_id}: {result.path} (commit {result.commit[:10]})")
     else:
-        item = repo.reject(a.review_id, as_user=ctx.user)
+        item = repo.reject(a.review_id, as_user=ctx.user, now=ctx.now)
         ctx.emit(item.to_dict(), f"rejected {a.review_id}: {item.path}")
     return 0

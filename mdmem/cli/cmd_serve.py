@@ -8,6 +8,9 @@ def register(sub) -> None:
     p = sub.add_parser("serve", help="run the MCP server on stdio for one identity")
     p.add_argument("--allow", default="read,write",
                    help="capabilities to grant: read, write, delete (default read,write: no forget)")
+    p.add_argument("--agent", metavar="NAME",
+                   help="the agent's name in provenance (agent:NAME); default: [agent] label in your "
+                        "mdmem config, else the name the MCP client gives")
     add_common(p)
     p.set_defaults(run=run)
 
@@ -16,5 +19,7 @@ def run(ctx) -> int:
     from ..mcp.server import parse_capabilities, serve
 
     allowed = parse_capabilities(ctx.args.allow)
-    serve(ctx.repo(), ctx.user, allowed)
+    repo = ctx.repo()
+    label = ctx.args.agent if ctx.args.agent is not None else repo.user_config.agent_label
+    serve(repo, ctx.user, allowed, label=label)
     return 0

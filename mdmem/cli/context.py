@@ -11,10 +11,20 @@ import os
 import sys
 from typing import Any
 from dataclasses import dataclass
+from pathlib import Path
 
+from ..config import UserConfig
 from ..policy.access import require_user
 from ..repo import MemoryRepo
 from ..results import ProgressCallback
+
+
+def user_config_path() -> Path:
+    explicit = os.environ.get("MDMEM_CONFIG")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "mdmem" / "config.toml"
 
 
 def add_common(parser: argparse.ArgumentParser, *, identity: bool = True, repo: bool = True) -> None:
@@ -83,7 +93,9 @@ class Ctx:
 
     @property
     def user(self) -> str:
-        return require_user(getattr(self.args, "as_user", None) or os.environ.get("MDMEM_USER"))
+        """``--as`` when given, even empty (``--as ''`` is refused, never replaced by MDMEM_USER)."""
+        explicit = getattr(self.args, "as_user", None)
+        return require_user(explicit if explicit is not None else os.environ.get("MDMEM_USER"))
 
     @property
     def now(self) -> str | None:
@@ -98,8 +110,10 @@ class Ctx:
         """The memory repo this command acts on, opened once and closed when the command ends."""
         if self._repo is None:
             path = getattr(self.args, "repo", None) or os.environ.get("MDMEM_REPO")
-            repo = MemoryRepo.open(path, **self.settings()) if path else MemoryRepo.find(**self.settings())
-            repo.config.embedder.api_key = os.environ.get(repo.config.embedder.api_key_env) or None
+            # The person's own config says where note text may go and with which secret;
+            # a committed mdmem.toml never names the secret that is sent (issue 14).
+            settings = {**self.settings(), "user_config": self.user_config()}
+            repo = MemoryRepo.open(path, **settings) if path else MemoryRepo.find(**settings)
             self._repo = repo
         return self._repo
 
@@ -117,6 +131,12 @@ class Ctx:
         if self._progress is None:
             self._progress = RichProgress()
         return self._progress
+
+    def user_config(self) -> UserConfig:
+        """The person's own config file (never the repo's): MDMEM_CONFIG, else
+        $XDG_CONFIG_HOME/mdmem/config.toml, else ~/.config/mdmem/config.toml. Secrets it names
+        are read from this process's environment."""
+        return UserConfig.load(user_config_path(), secret=os.environ.get)
 
     def emit(self, data, text: str | None = None) -> None:
         if self.json:

@@ -114,6 +114,21 @@ def is_note_path(path: str) -> bool:
             and parts[-1] != "MEMORY.md")
 
 
+def check_note_path(path: str) -> str:
+    """A note path given by a caller, checked as a string before anything touches the disk:
+    relative, no empty, '.' or '..' parts, no backslashes or control characters."""
+    if not isinstance(path, str) or not path:
+        raise BadInput("path: must not be empty")
+    parts = path.split("/")
+    if (path.startswith("/") or "\\" in path or any(p in ("", ".", "..") for p in parts)
+            or any(ord(ch) < 32 or ord(ch) == 127 for ch in path)):
+        raise BadInput(f"path: {path!r} is not a note path (team/<team>/... or private/<owner>/..., "
+                       "without '.', '..' or empty parts)")
+    if not is_note_path(path):
+        raise BadInput(f"path: {path!r} is not a note path (team/<team>/... or private/<owner>/..., ending in .md)")
+    return path
+
+
 def parse_path(path: str) -> NoteLocation:
     """Read scope, subject, kind and key from a repository-relative note path."""
     parts = path.split("/")

@@ -129,12 +129,12 @@ def _split_frontmatter(data: str) -> tuple[str, str] | None:
 FIELDS = ("id", "kind", "subject", "key", "scope", "team", "owner", "source", "valid_from",
           "valid_until", "expires_at", "derived_from")
 REQUIRED = ("id", "kind", "subject", "scope", "owner", "source", "valid_from")
-_SOURCE_RE = re.compile(r"^(user|agent|human:[^\s]+|tool:[^\s]+|web:[^\s]+|system:[^\s]+)$")
+_SOURCE_RE = re.compile(r"^(user|agent|agent:[^\s]+|human:[^\s]+|tool:[^\s]+|web:[^\s]+|system:[^\s]+)$")
 
 
 def check_source(source: str, *, where: str = "source") -> str:
     if not isinstance(source, str) or not _SOURCE_RE.match(source):
-        raise BadInput(f"{where}: {source!r} is not a source; use user, agent, human:<name>, "
+        raise BadInput(f"{where}: {source!r} is not a source; use user, agent, agent:<name>, human:<name>, "
                        "tool:<name>, web:<url> or system:<job>")
     return source
 

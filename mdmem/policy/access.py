@@ -8,15 +8,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import BadInput, Refused
-from ..model.layout import check_name
+from ..errors import BadInput, NotFound, Refused
+from ..model.layout import check_name, check_note_path, parse_path
 
 
 def require_user(user: str | None, *, env: str = "MDMEM_USER") -> str:
-    """The acting user; there is no default identity."""
-    if user is None or user == "":
-        raise BadInput(f"identity: every call names who is acting (--as USER or {env})")
+    """The acting user; there is no default identity, and an empty one is refused."""
+    if not isinstance(user, str) or not user.strip():
+        raise BadInput(f"identity: every call names who is acting (--as USER or {env}); got {user!r}")
     return check_name(user, "user")
+
+
+def not_visible(what: str, user: str) -> NotFound:
+    """The one answer for "missing" and "not yours to see": they must not be told apart."""
+    return NotFound(f"{what}: no such note visible to {user}")
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,27 @@ class Access:
 
     def may_read_root(self, user: str, root: str) -> bool:
         return root in self.readable_roots(user)
+
+    def visible_root(self, user: str, path: str) -> str:
+        """The scope root of a caller-given note path the user may read, checked before any
+        file is touched; a malformed, missing or unreadable path all give the same NotFound."""
+        require_user(user)
+        try:
+            root = parse_path(check_note_path(path)).root
+        except BadInput:
+            raise not_visible(str(path)[:200], user) from None
+        if not self.may_read_root(user, root):
+            raise not_visible(path, user)
+        return root
+
+    def writers_of_root(self, root: str) -> frozenset[str]:
+        """Who may write a root: its owner (private) or its team's members."""
+        scope, _, name = root.partition("/")
+        if scope == "private":
+            return frozenset({name}) if name else frozenset()
+        if scope == "team":
+            return self.teams.get(name, frozenset())
+        return frozenset()
 
     def readers_of_root(self, root: str) -> frozenset[str]:
         scope, _, name = root.partition("/")

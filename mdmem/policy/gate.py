@@ -1,15 +1,22 @@
-"""The write gate (DESIGN 6): what may be written, what is refused, what is held.
+"""The write gate (DESIGN 6): every check that decides whether a write is committed, held or
+refused, in one place. The callers gather the facts (the current version, the live keys, the
+notes a derivation names) under the repo lock and ask this module; nothing here touches disk.
 
-Checks run before anything is written. Scope permission and derivation scope live in
-:mod:`mdmem.policy.access`; this module adds the key-reuse rule and provenance.
+Scope permission and the derivation-scope rule are :mod:`mdmem.policy.access`; provenance,
+key reuse, append-only, optimistic concurrency, derivation inputs and review are here.
 """
 from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
 
+from ..errors import Conflict, Refused
 from ..model.kinds import Contract
-from ..errors import Refused
+from .access import Access
+
+# Where a write came from. The channel, not the caller, decides what a write may claim.
+HUMAN = "human"  # the CLI or the Python API, driven by a person
+AGENT = "agent"  # the MCP server: every write is agent:<name>, whatever its arguments say
 
 
 @dataclass(frozen=True)
@@ -18,15 +25,34 @@ class Provenance:
     reason: str
 
 
-def judge_source(source: str, contract: Contract, trusted_patterns: tuple[str, ...]) -> Provenance:
-    """Trusted sources write at once; everything else waits for a person. Closed by default."""
+def is_agent_source(source: str) -> bool:
+    return source == "agent" or source.startswith("agent:")
+
+
+def judge_source(source: str, contract: Contract, trusted_patterns: tuple[str, ...],
+                 agent_kinds: frozenset[str] | None = None) -> Provenance:
+    """Trusted sources write at once; everything else waits for a person. Closed by default.
+
+    An agent is trusted per kind (``[trust] agent_kinds``, else the kinds whose contract says
+    ``agent_may_write``), never by a source pattern: ``agent:*`` in ``sources`` is ignored."""
+    if is_agent_source(source):
+        allowed = contract.agent_may_write if agent_kinds is None else contract.name in agent_kinds
+        if allowed:
+            return Provenance(True, f"the agent may record {contract.name} notes itself")
+        return Provenance(False, f"an agent's write ({source}) of a {contract.name} waits for a person's review "
+                                 "([trust] agent_kinds)")
     if any(fnmatch.fnmatchcase(source, p) for p in trusted_patterns):
         return Provenance(True, f"source {source} is trusted in mdmem.toml")
-    if source == "agent" and contract.agent_may_write:
-        return Provenance(True, f"the agent may record {contract.name} notes itself")
-    if source == "agent":
-        return Provenance(False, f"the agent's own statement may not write a {contract.name} without review")
     return Provenance(False, f"source {source} is not trusted in mdmem.toml ([trust] sources)")
+
+
+def channel_source(channel: str, agent: str | None, claimed: str) -> str:
+    """The source a write is recorded with: over MCP always ``agent:<name>``."""
+    if channel == AGENT:
+        if not agent:
+            raise Refused("identity: an agent channel needs the agent's name (client name or configured label)")
+        return f"agent:{agent}"
+    return claimed
 
 
 def check_key_reuse(key: str, existing_live_keys: list[str], *, new_key: bool, what: str) -> None:
@@ -37,3 +63,45 @@ def check_key_reuse(key: str, existing_live_keys: list[str], *, new_key: bool, w
         f"key: {what} already has live keys and {key!r} is not one of them; if this updates one of "
         "them, write under that key; if it is a new fact, say so (new_key=True / --new-key).",
         existing_keys=sorted(existing_live_keys))
+
+
+def check_clean(path: str, worktree_version: str | None, head_version: str | None) -> None:
+    """A person's uncommitted edit would be overwritten silently."""
+    if worktree_version is not None and worktree_version != head_version:
+        raise Conflict(f"{path}: has uncommitted edits in the work tree; commit or discard them first")
+
+
+def check_append_only(path: str, contract: Contract, exists: bool) -> None:
+    if contract.append_only and exists:
+        raise Refused(f"{path}: episodes are append-only; this episode exists already, "
+                      "write a new episode instead")
+
+
+def check_expected_version(path: str, expect_version: str | None, current_version: str | None) -> None:
+    """Optimistic concurrency: the writer read ``expect_version``; the note must still be it."""
+    if expect_version is not None and expect_version != current_version:
+        raise Conflict(f"{path}: changed since version {expect_version} (now {current_version or 'absent'}); "
+                       "read it again and retry")
+
+
+def check_derivation(access: Access, root: str, wanted_ids: set[str], found: dict[str, str]) -> None:
+    """A derived note names live inputs, and is never readable by more people than they are.
+    ``found``: the named ids that exist, each with its scope root."""
+    missing = wanted_ids - set(found)
+    if missing:
+        raise Refused(f"derived_from: no live note with id {', '.join(sorted(missing))}")
+    if not access.derived_scope_ok(root, list(found.values())):
+        raise Refused(f"scope: a derived note in {root} would be wider than its inputs in "
+                      f"{', '.join(sorted(set(found.values())))}; derive per scope")
+
+
+def check_approver(approver: str, writer: str, channel: str, *, self_approve: bool) -> None:
+    """Review is a second person: the writer of a write made through a human channel (CLI, API)
+    may not approve it. A write that came over the agent channel is the agent's claim; the
+    person it works for reviews it. ``[review] self_approve = true`` lifts the rule for
+    single-user repos."""
+    if self_approve or channel == AGENT:
+        return
+    if not writer or approver == writer:
+        raise Refused(f"review: {approver} wrote this held change and may not approve it; another person "
+                      "approves it (single-user repo: [review] self_approve = true in mdmem.toml)")

@@ -177,8 +177,8 @@ class OllamaEmbedder(_HTTPEmbedder):
 
 
 class OpenAIEmbedder(_HTTPEmbedder):
-    """Any OpenAI-compatible ``/v1/embeddings`` endpoint. The key is given (the CLI reads it
-    from the variable ``[embedder] api_key_env`` names); the library never reads the environment."""
+    """Any OpenAI-compatible ``/v1/embeddings`` endpoint. The key is given (the CLI reads it from
+    the environment variable the user's own config names; see config.UserConfig)."""
 
     def __init__(self, url: str, model: str, *, api_key: str | None = None, **kw):
         super().__init__(url, model, **kw)

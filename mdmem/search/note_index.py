@@ -73,7 +73,8 @@ class NoteIndex:
     @property
     def embedder(self) -> Embedder | None:
         if self._embedder is False:
-            self._embedder = make_embedder(self.repo.config.embedder)
+            # Kind and model from the repo; where text goes and with which secret, from the user.
+            self._embedder = make_embedder(self.repo.user_config.embedder(self.repo.config.embedder))
         return self._embedder
 
     @property
@@ -165,6 +166,8 @@ class NoteIndex:
             self._save_state({"schema": SCHEMA_VERSION, "model": self.model_id, "commit": head,
                               "dirty": dirty, "broken": report.broken})
             self._touched.clear()
+            if state.get("commit") != head:
+                self.repo.trust.flags(head)  # verify who made the commits caught up with
             return report
 
     def _tree_check(self, worktree: bool | None) -> tuple[bool, bool]:

@@ -82,6 +82,7 @@ class Hit:
     commit: str | None = None
     bm25: float | None = None
     cosine: float | None = None
+    untrusted: str | None = None  # set by MemoryRepo.recall from verify: no permitted writer committed it
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)

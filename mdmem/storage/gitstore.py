@@ -81,6 +81,7 @@ class LogEntry:
     author: str
     message: str
     blob: str | None  # the path's blob at this commit, None if deleted there
+    email: str = ""  # the author's e-mail: who made the commit, as git records it
 
     @property
     def trailers(self) -> dict[str, str]:
@@ -109,6 +110,7 @@ class GitStore:
         # actor -> (author name, email); the repo's [people] table (config.identity) when given
         self.identity = identity or default_identity
         self.last_repair_error: str | None = None  # why the last write's work-tree sync failed
+        self.signing_key: str | None = None  # an SSH private key: sign every commit with it
 
     # --- creation -------------------------------------------------------------------
     @classmethod
@@ -237,7 +239,7 @@ class GitStore:
         """Commits touching ``path`` newest first, with the path's blob at each."""
         if rev == "HEAD" and self.head() is None:
             return []  # no commit yet: no history (git log would fail)
-        fmt = "%H%x1f%at%x1f%an%x1f%B%x1e"
+        fmt = "%H%x1f%at%x1f%an%x1f%ae%x1f%B%x1e"
         args = ["log", f"--format={fmt}", rev]
         if path:
             args += ["--", path]
@@ -247,11 +249,57 @@ class GitStore:
             record = record.strip("\n")
             if not record:
                 continue
-            sha, ts, author, message = record.split("\x1f", 3)
+            sha, ts, author, email, message = record.split("\x1f", 4)
             when = _dt.datetime.fromtimestamp(int(ts), _dt.timezone.utc)
             blob = self.blob_id(path, sha) if path else None
-            entries.append(LogEntry(sha, when, author, message.strip(), blob))
+            entries.append(LogEntry(sha, when, author, message.strip(), blob, email))
         return entries
+
+    def changes_by_commit(self, rev: str, since: str | None = None,
+                          prefixes: tuple[str, ...] = ("team", "private")) -> list[tuple[str, str, list[tuple[str, str]]]]:
+        """(commit, author e-mail, [(status, path)]) for each commit on ``rev``'s first-parent line
+        after ``since`` (all of history without it), oldest first. Merges count as changes
+        against their first parent: whoever merged made those versions current here."""
+        rng = f"{since}..{rev}" if since else rev
+        out = self.git("log", "--first-parent", "-m", "--reverse", "--no-renames", "--name-status",
+                       "--format=%x1e%H%x1f%ae", rng, "--", *prefixes, check=False)
+        result = []
+        for record in out.split("\x1e"):
+            lines = record.strip("\n").splitlines()
+            if not lines:
+                continue
+            commit, email = lines[0].split("\x1f", 1)
+            files = []
+            for line in lines[1:]:
+                status, _, path = line.partition("\t")
+                if path:
+                    files.append((status[:1], path))
+            result.append((commit, email, files))
+        return result
+
+    def is_ancestor(self, older: str, newer: str) -> bool:
+        if older not in self.repo or newer not in self.repo:
+            return False
+        return older == newer or self.repo.descendant_of(newer, older)
+
+    def signatures(self, commits: list[str], allowed_signers: bytes | None) -> dict[str, tuple[str, str]]:
+        """commit -> (git's %G? status letter, signer principal), checked against an allowed-signers
+        file given as bytes (written to a scratch file inside .git/, removed after)."""
+        if not commits:
+            return {}
+        scratch = Path(self.repo.path) / "mdmem-allowed-signers"
+        scratch.write_bytes(allowed_signers or b"")
+        try:
+            out = self.git("-c", f"gpg.ssh.allowedSignersFile={scratch}", "log", "--no-walk=unsorted",
+                           "--format=%H%x1f%G?%x1f%GS", *commits, check=False)
+        finally:
+            scratch.unlink(missing_ok=True)
+        found = {}
+        for line in out.splitlines():
+            parts = line.split("\x1f")
+            if len(parts) == 3:
+                found[parts[0]] = (parts[1], parts[2])
+        return found
 
     def branches(self, prefix: str) -> list[str]:
         return sorted(name for name in self.repo.branches.local if name.startswith(prefix))
@@ -291,6 +339,17 @@ class GitStore:
         oid = self._edit_tree(base, edits)
         return oid if oid is not None else self.repo.TreeBuilder().write()
 
+    def _signed_commit(self, author, committer, message: str, tree, parents) -> pygit2.Oid:
+        """A commit signed with git's SSH signing (``ssh-keygen -Y sign -n git``), as
+        ``git commit -S`` with gpg.format=ssh would make it."""
+        content = self.repo.create_commit_string(author, committer, message, tree, parents)
+        proc = subprocess.run(["ssh-keygen", "-Y", "sign", "-n", "git", "-f", str(self.signing_key)],
+                              input=content.encode("utf-8"), capture_output=True)
+        if proc.returncode != 0 or b"BEGIN SSH SIGNATURE" not in proc.stdout:
+            raise MdmemError(f"signing: ssh-keygen could not sign with {self.signing_key}: "
+                             f"{proc.stderr.decode(errors='replace').strip()}")
+        return self.repo.create_commit_with_signature(content, proc.stdout.decode("ascii"))
+
     def commit(self, changes: dict[str, bytes | None], message: str, *, actor: str,
                when: _dt.datetime, branch: str | None = None, worktree: bool = True,
                author: tuple[str, str] | None = None) -> str:
@@ -310,8 +369,11 @@ class GitStore:
         for attempt in range(_OBJECT_WRITE_TRIES):
             try:
                 tree = self._tree_with(parent.tree if parent is not None else None, changes)
-                oid = self.repo.create_commit(None, author_sig, committer, message, tree,
-                                              [parent.id] if parent is not None else [])
+                parents = [parent.id] if parent is not None else []
+                if self.signing_key:
+                    oid = self._signed_commit(author_sig, committer, message, tree, parents)
+                else:
+                    oid = self.repo.create_commit(None, author_sig, committer, message, tree, parents)
                 break
             except OSError:
                 # A person's `git gc` (prune-packed) removes an empty objects/xx folder

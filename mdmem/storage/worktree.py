@@ -22,13 +22,17 @@ class StoredNote:
     path: str
     version: str
     note: Note
+    untrusted: str | None = None  # set by MemoryRepo.get: why no permitted writer vouches for it
 
     @property
     def root(self) -> str:
         return "/".join(self.path.split("/")[:2])
 
     def to_dict(self) -> dict:
-        return {"path": self.path, "version": self.version, **self.note.to_dict()}
+        out = {"path": self.path, "version": self.version, **self.note.to_dict()}
+        if self.untrusted:
+            out["untrusted"] = self.untrusted
+        return out
 
 
 # Notes found invalid, by (path, blob id, limit): a bad note costs one parse per process,

@@ -322,6 +322,13 @@ def render_root(config, *, budget_lines: int | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def without(entries: list[Entry], paths: set[str]) -> tuple[list[Entry], Totals]:
+    """The entries minus ``paths`` (notes verify flagged as untrusted), with fresh totals.
+    The public hook trust uses: a view never lists a note no permitted writer committed."""
+    kept = [e for e in entries if e.path not in paths]
+    return kept, Totals.of(kept)
+
+
 def view_path(root: str) -> str:
     return f"{root}/{VIEW_NAME}"
 

@@ -2,24 +2,26 @@
 from __future__ import annotations
 
 from ...errors import Refused
+from ...policy.gate import AGENT
 
 DESCRIPTION = ("Write one memory note. kind: profile, fact, decision, procedure (keyed: a write under an "
                "existing key supersedes it), episode (append-only), working (expires; default 1h). subject: "
-               "like service:billing or user:alice. scope: private (default) or team (with team). source: "
-               "\"agent\" for your own conclusions, tool:<name> or web:<url> for what you read, \"user\" only "
-               "for what the user told you. Returns status committed, held (waiting for a person to review) or "
-               "refused (with existing_keys: update under the matching one, or pass new_key=true if it is "
-               "really new).")
+               "like service:billing or user:alice. scope: private (default) or team (with team). The write is "
+               "recorded as yours (agent:<your name>) whatever you pass; source: where you got it "
+               "(tool:<name>, web:<url>, user), shown to the reviewer. Returns status committed, held (waiting "
+               "for a person to review) or refused (with existing_keys: update under the matching one, or pass "
+               "new_key=true if it is really new).")
 
 
 def make(ctx):
     def remember(text: str, kind: str, subject: str, key: str | None = None, scope: str = "private",
-                 team: str | None = None, source: str = "agent", ttl: str | None = None, new_key: bool = False,
-                 expect_version: str | None = None) -> dict:
+                 team: str | None = None, source: str | None = None, ttl: str | None = None,
+                 new_key: bool = False, expect_version: str | None = None) -> dict:
         try:
+            # The channel decides provenance: the server's identity and agent name, never an argument.
             result = ctx.repo.remember(text, as_user=ctx.user, kind=kind, subject=subject, key=key, scope=scope,
-                                       team=team, source=source, ttl=ttl, new_key=new_key,
-                                       expect_version=expect_version)
+                                       team=team, source=f"agent:{ctx.agent}", ttl=ttl, new_key=new_key,
+                                       expect_version=expect_version, channel=AGENT, claimed_source=source)
         except Refused as exc:
             # A refusal is an answer the agent acts on, not a failure of the tool.
             return {"status": "refused", "reason": exc.reason, "existing_keys": exc.existing_keys}

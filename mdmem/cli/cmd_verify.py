@@ -1,0 +1,26 @@
+"""mdmem verify: notes whose latest commit no permitted writer made, or whose frontmatter
+disagrees with their path (exit 3 when any is found)."""
+from __future__ import annotations
+
+from .context import add_common
+
+
+def register(sub) -> None:
+    p = sub.add_parser("verify", help="check who committed each note (and signatures with require_signed)")
+    add_common(p)
+    p.set_defaults(run=run)
+
+
+def run(ctx) -> int:
+    from ..errors import Refused
+
+    repo = ctx.repo()
+    user = ctx.user
+    report = repo.verify()
+    # Only roots the acting user may read are reported: verify is no oracle for the others.
+    readable = set(repo.access.readable_roots(user))
+    flags = [f for f in report["untrusted"] if "/".join(f["path"].split("/")[:2]) in readable]
+    out = {"head": report["head"], "untrusted": flags}
+    lines = [f"UNTRUSTED {f['path']}: {f['detail']} (commit {f['commit'][:10]})" for f in flags]
+    ctx.emit(out, "\n".join(lines) or "every note you may read was committed by a permitted writer")
+    return Refused.exit_code if flags else 0

@@ -1,0 +1,187 @@
+"""Who committed each note (DESIGN 6): ``mdmem verify``.
+
+A note is trusted when the latest commit that changed it (on the branch's first-parent line)
+was made by someone allowed to write its scope root, and its frontmatter agrees with its
+path. Commit identities map to users through ``[people.<user>] emails``; with
+``[trust] require_signed`` the commit must also carry a good SSH signature from a key that
+the repo's allowed-signers file gives to such a person. Flagged notes are left out of views
+and startup and marked untrusted in recall, get and history until a permitted writer
+commits them again.
+
+Results are kept per process and in ``.mdmem/verify.json`` (a cache: deleting it loses
+nothing) and moved forward commit by commit, so a catch-up costs one ``git log`` of the new
+commits; mdmem's own writes update the cache without git.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from ..errors import NoteInvalid
+from ..model.layout import is_note_path
+from ..model.validate import validate_note
+
+CACHE_VERSION = 1
+GOOD_SIGNATURES = ("G",)  # git's %G?: G good and trusted by the allowed-signers file
+
+
+@dataclass(frozen=True)
+class Flag:
+    path: str
+    reason: str  # committer | frontmatter | unsigned | signer
+    detail: str
+    commit: str
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "reason": self.reason, "detail": self.detail, "commit": self.commit}
+
+
+class Verifier:
+    def __init__(self, repo):
+        self.repo = repo
+        self.path = repo.root / ".mdmem" / "verify.json"
+        self._state: dict | None = None
+        self._flags: tuple[str, dict[str, Flag]] | None = None
+
+    # --- the cache --------------------------------------------------------------------
+    def _load(self) -> dict:
+        try:
+            state = json.loads(self.path.read_text())
+            if state.get("version") == CACHE_VERSION:
+                return state
+        except (OSError, ValueError):
+            pass
+        return {"version": CACHE_VERSION, "head": None, "touch": {}, "fm": {}, "sig": {}}
+
+    def _save(self, state: dict) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(state))
+            tmp.replace(self.path)
+        except OSError:
+            pass  # a cache; the next call recomputes
+
+    def _current(self, head: str | None) -> dict:
+        state = self._state if self._state is not None else self._load()
+        if state["head"] == head:
+            self._state = state
+            return state
+        store = self.repo.store
+        since = state["head"] if state["head"] and head and store.is_ancestor(state["head"], head) else None
+        if since is None:
+            state = {"version": CACHE_VERSION, "head": None, "touch": {}, "fm": {}, "sig": {}}
+        if head is not None:
+            changed: set[str] = set()
+            for commit, email, files in store.changes_by_commit(head, since):
+                for status, path in files:
+                    if not is_note_path(path):
+                        continue
+                    changed.add(path)
+                    if status == "D":
+                        state["touch"].pop(path, None)
+                    else:
+                        state["touch"][path] = [commit, email]
+            for path in changed:
+                state["fm"].pop(path, None)
+                if path in state["touch"]:
+                    state["fm"][path] = self._frontmatter_problem(path, head)
+            live = {c for c, _ in state["touch"].values()}
+            state["sig"] = {c: v for c, v in state["sig"].items() if c in live}
+        state["head"] = head
+        self._state = state
+        self._save(state)
+        return state
+
+    def _frontmatter_problem(self, path: str, rev: str) -> str:
+        data = self.repo.store.read_at(path, rev)
+        if data is None:
+            return ""
+        try:
+            validate_note(path, data, self.repo.contracts)
+        except NoteInvalid as exc:
+            return f"{exc.field}: {exc.reason}"
+        return ""
+
+    def committed(self, commit: str, parent: str | None, changes: dict[str, bytes | None], email: str) -> None:
+        """mdmem itself committed ``changes`` as ``email``: move the cache on without git."""
+        state = self._state
+        if state is None or state["head"] != parent or self.repo.config.trust.require_signed:
+            return  # the next call catches up from git (signatures need git to check)
+        for path, data in changes.items():
+            if not is_note_path(path):
+                continue
+            if data is not None:
+                state["touch"][path] = [commit, email]
+                state["fm"][path] = ""  # mdmem writes only notes that validate
+            else:
+                state["touch"].pop(path, None)
+                state["fm"].pop(path, None)
+        state["head"] = commit
+        self._flags = None
+
+    def flush(self) -> None:
+        if self._state is not None:
+            self._save(self._state)
+
+    # --- the rule ---------------------------------------------------------------------
+    def flags(self, head: str | None = None) -> dict[str, Flag]:
+        """path -> why the note at ``head`` (default HEAD) is not trusted."""
+        head = head if head is not None else self.repo.store.head()
+        cfg = self.repo.config
+        key = repr((head, cfg.people, cfg.trust, sorted(self.repo.access.teams.items())))
+        if self._flags is not None and self._flags[0] == key:
+            return self._flags[1]
+        state = self._current(head)
+        access = self.repo.access
+        sigs: dict[str, tuple[str, str]] = {}
+        if cfg.trust.require_signed:
+            sigs = self._signatures(state, head)
+        out: dict[str, Flag] = {}
+        for path, (commit, email) in state["touch"].items():
+            root = "/".join(path.split("/")[:2])
+            writers = access.writers_of_root(root)
+            user = cfg.committer(email)
+            if user is None or user not in writers:
+                who = user or f"unknown identity <{email}>"
+                out[path] = Flag(path, "committer", f"last changed by {who}, who may not write {root}", commit)
+                continue
+            problem = state["fm"].get(path, "")
+            if problem:
+                out[path] = Flag(path, "frontmatter", f"frontmatter disagrees with its path: {problem}", commit)
+                continue
+            if cfg.trust.require_signed:
+                status, principal = sigs.get(commit, ("N", ""))
+                signer = cfg.committer(principal)
+                if status not in GOOD_SIGNATURES:
+                    out[path] = Flag(path, "unsigned", "last commit has no good signature from an allowed signer "
+                                     f"(git says {status})", commit)
+                elif signer is None or signer not in writers:
+                    out[path] = Flag(path, "signer", f"signed by {principal or 'an unknown key'}, who may not "
+                                     f"write {root}", commit)
+        self._flags = (key, out)
+        return out
+
+    def _signatures(self, state: dict, head: str | None) -> dict[str, tuple[str, str]]:
+        """Signature checks of every note's latest commit, against the allowed-signers file as
+        committed at ``head`` (cached per file version and commit)."""
+        name = self.repo.config.trust.allowed_signers
+        signers = self.repo.store.read_at(name, head) if head else None
+        version = hashlib.sha256(signers or b"").hexdigest()
+        cached = state["sig"]
+        if state.get("signers") != version:
+            cached.clear()
+            state["signers"] = version
+        missing = sorted({c for c, _ in state["touch"].values()} - set(cached))
+        if missing:
+            found = self.repo.store.signatures(missing, signers)
+            for c in missing:
+                cached[c] = list(found.get(c, ("N", "")))
+            self._save(state)
+        return {c: tuple(v) for c, v in cached.items()}
+
+    def report(self) -> dict:
+        flags = self.flags()
+        return {"head": self.repo.store.head(), "notes": len(self._state["touch"]) if self._state else 0,
+                "untrusted": [f.to_dict() for f in sorted(flags.values(), key=lambda f: f.path)]}
