@@ -2,6 +2,7 @@
 import asyncio
 import json
 import os
+import subprocess
 import sys
 
 from conftest import T0, snapshot, team_fact
@@ -36,7 +37,17 @@ def run(repo, user, allow, calls):
     return asyncio.run(session(repo, user, allow, calls))
 
 
+def trust_agent_with(repo, kinds):
+    """A person lets agents write these kinds directly ([trust] agent_kinds), committed."""
+    path = repo.root / "mdmem.toml"
+    text = path.read_text().replace("[trust]\n", f"[trust]\nagent_kinds = {json.dumps(kinds)}\n")
+    path.write_text(text)
+    subprocess.run(["git", "-C", str(repo.root), "commit", "-qam", "let agents write profiles", "--no-verify"],
+                   check=True)
+
+
 def test_round_trip_remember_recall_history_forget(repo):
+    trust_agent_with(repo, ["profile", "episode", "working"])
     out = run(repo, "ali", "read,write,delete", [
         ("startup", {}),
         ("remember", {"text": "Ali's deploy target is staging", "kind": "profile", "subject": "user:ali",
