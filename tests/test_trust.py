@@ -188,7 +188,7 @@ def test_self_approval_is_refused_and_another_person_approves(repo):
 
 
 def test_self_approve_setting_allows_single_user_repos(tmp_path):
-    repo = MemoryRepo.init(tmp_path / "solo", teams={"me": ["ann"]}, now=T0)
+    repo = MemoryRepo.init(tmp_path / "solo", teams={"me": ["ann"]}, now=T0, as_user="ann")
     path = repo.root / "mdmem.toml"
     path.write_text(path.read_text() + "\n[review]\nself_approve = true\n")
     git(repo.root, "commit", "-qam", "single user", "--no-verify")

@@ -346,7 +346,7 @@ class GitStore:
         proc = subprocess.run(["ssh-keygen", "-Y", "sign", "-n", "git", "-f", str(self.signing_key)],
                               input=content.encode("utf-8"), capture_output=True)
         if proc.returncode != 0 or b"BEGIN SSH SIGNATURE" not in proc.stdout:
-            raise MdmemError(f"signing: ssh-keygen could not sign with {self.signing_key}: "
+            raise GitFailed(f"signing: ssh-keygen could not sign with {self.signing_key}: "
                              f"{proc.stderr.decode(errors='replace').strip()}")
         return self.repo.create_commit_with_signature(content, proc.stdout.decode("ascii"))
 
