@@ -6,6 +6,7 @@ arguments of the library."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -136,7 +137,10 @@ class Ctx:
         """The person's own config file (never the repo's): MDMEM_CONFIG, else
         $XDG_CONFIG_HOME/mdmem/config.toml, else ~/.config/mdmem/config.toml. Secrets it names
         are read from this process's environment."""
-        return UserConfig.load(user_config_path(), secret=os.environ.get)
+        cfg = UserConfig.load(user_config_path(), secret=os.environ.get)
+        if cfg.signing_key:
+            cfg = dataclasses.replace(cfg, signing_key=os.path.expanduser(cfg.signing_key))
+        return cfg
 
     def emit(self, data, text: str | None = None) -> None:
         if self.json:
