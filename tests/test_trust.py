@@ -523,3 +523,10 @@ def test_recall_filters_before_ranking_and_fills_k(repo):
                   user="carol" if False else "bob")
     hits = repo.recall("deploy window", as_user="bob", k=5, now=T1)
     assert len(hits) == 5 and all(h.path.startswith("team/payments/") for h in hits)
+
+
+def test_forget_refusal_names_no_root_the_user_may_not_read(repo):
+    repo.remember("Alice's secret plan", as_user="alice", kind="fact", subject="user:alice", key="plan", now=T0)
+    with pytest.raises(Refused) as err:
+        repo.forget(as_user="bob", subject="user:alice", dry_run=True, now=T1)
+    assert "private/alice" not in str(err.value) and "plan" not in str(err.value)

@@ -79,12 +79,15 @@ class Access:
                 raise Refused(f"team: {user} is not a member of team {name} and may not write to {root}")
 
     def check_forget(self, user: str, roots: list[str]) -> None:
-        """Erasure: owners may forget their own private notes; anything else needs the eraser role."""
+        """Erasure: owners may forget their own private notes; anything else needs the eraser role.
+        The refusal names only roots the user may read."""
         if user in self.erasers:
             return
         others = [r for r in roots if r != f"private/{user}"]
         if others:
-            raise Refused(f"forget: {user} may erase only their own private notes; {', '.join(sorted(others))} "
+            shown = sorted(r for r in others if self.may_read_root(user, r))
+            where = f" (it would change {', '.join(shown)})" if shown else ""
+            raise Refused(f"forget: {user} may erase only their own private notes{where}; anything else "
                           "needs the eraser role in mdmem.toml ([roles] erasers = [...])")
 
     def check_prove(self, user: str, *, subject: str | None, owner: str | None) -> None:
