@@ -1,5 +1,4 @@
 """The httpx embedders against a real HTTP server on loopback, and the embedded default."""
-import os
 import socket
 
 import numpy as np
@@ -12,10 +11,11 @@ from mdmem.errors import EmbedderError
 from mdmem.search.embedders import MiniLMEmbedder, OllamaEmbedder, OpenAIEmbedder
 
 
-def use(repo, *, url=None, api_key_env=None, **cfg):
-    """The repo chooses the kind and model; the endpoint and the secret's name are the user's."""
+def use(repo, *, url=None, api_key_env=None, secrets=None, **cfg):
+    """The repo chooses the kind and model; the endpoint and the secret's name are the user's
+    (``secrets`` stands in for the environment the CLI would read them from)."""
     repo.config.embedder = EmbedderConfig(**cfg)
-    repo.user_config = UserConfig(embedder_url=url, api_key_env=api_key_env, secret=os.environ.get)
+    repo.user_config = UserConfig(embedder_url=url, api_key_env=api_key_env, secret=(secrets or {}).get)
     repo.close()
     repo._index = repo._recall = None
 
@@ -41,7 +41,8 @@ def test_ollama_embedder_indexes_and_recalls_with_task_prefixes(repo):
 def test_openai_embedder_sends_the_configured_key(repo):
     seed(repo)
     with EmbedServer(api_key="sekrit") as server:
-        use(repo, backend="openai", url=server.url + "/v1", model="text-embedding-3-small", api_key="sekrit")
+        use(repo, backend="openai", url=server.url + "/v1", model="text-embedding-3-small", api_key_env="MY_KEY",
+            secrets={"MY_KEY": "sekrit"})
         hits = repo.recall("refund window days", as_user="bob", now=T0)
         assert hits[0].text.startswith("Refunds") and server.requests[0]["auth"] == "Bearer sekrit"
 

@@ -190,7 +190,7 @@ def test_self_approval_is_refused_and_another_person_approves(repo):
 def test_self_approve_setting_allows_single_user_repos(tmp_path):
     repo = MemoryRepo.init(tmp_path / "solo", teams={"me": ["ann"]}, now=T0, as_user="ann")
     path = repo.root / "mdmem.toml"
-    path.write_text(path.read_text() + "\n[review]\nself_approve = true\n")
+    path.write_text(path.read_text().replace("self_approve = false", "self_approve = true"))
     git(repo.root, "commit", "-qam", "single user", "--no-verify")
     repo = MemoryRepo.open(repo.root)
     held = repo.remember("p99 is 180ms", as_user="ann", kind="fact", subject="service:x", key="latency",
