@@ -21,6 +21,7 @@ from .model.layout import is_note_path
 from .storage.worktree import read_note
 
 DEBOUNCE_SECONDS = 0.15
+_NOT_CHANGES = frozenset({"opened", "closed_no_write"})
 
 
 @dataclass
@@ -58,6 +59,10 @@ class _Handler(FileSystemEventHandler):
         self.watcher = watcher
 
     def on_any_event(self, event: FileSystemEvent) -> None:
+        # Opening or reading a file is not a change (the watcher's own reads made it
+        # reindex forever: one `cat` gave 38 reindexes in 6 s).
+        if event.event_type in _NOT_CHANGES:
+            return
         for raw in (getattr(event, "src_path", ""), getattr(event, "dest_path", "")):
             if raw:
                 self.watcher.touch(raw)
@@ -74,6 +79,9 @@ class Watcher:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._observer = Observer()
+        # The content each path had when last handled: a change is a new content hash, so
+        # an event that leaves a file as it was (a touch, a save without edits) costs nothing.
+        self._seen: dict[str, str | None] = {}
         self._worker = threading.Thread(target=self._run, name="mdmem-watch", daemon=True)
 
     def touch(self, raw: str) -> None:
@@ -116,7 +124,30 @@ class Watcher:
                 except Exception as exc:  # a watcher must outlive one bad event
                     self.on_event(WatchEvent("", "error", str(exc)))
 
+    def _changed(self, paths: list[str]) -> list[str]:
+        """The paths whose content differs from what was last handled (or, the first time,
+        from what the index holds: HEAD's version or the dirty one it recorded)."""
+        store = self.repo.store
+        head = store.head()
+        dirty = self.repo.index.dirty_state()
+        out = []
+        for path in paths:
+            now = store.worktree_blob_id(path)
+            if path in self._seen:
+                before = self._seen[path]
+            elif path in dirty:
+                before = None if dirty[path] == "deleted" else dirty[path]
+            else:
+                before = store.blob_id(path, head) if head else None
+            self._seen[path] = now
+            if now != before:
+                out.append(path)
+        return out
+
     def _handle(self, paths: list[str]) -> None:
+        paths = self._changed(paths)
+        if not paths:
+            return
         report = self.repo.index.sync(worktree=True)
         valid: dict[str, bytes | None] = {}
         for path in paths:

@@ -80,3 +80,29 @@ def test_cli_watch_prints_json_events(repo):
     note.write_text(note.read_text().replace("30 days", "31 days"))
     out, _ = proc.communicate(timeout=30)
     assert {"path": r.path, "status": "indexed", "detail": ""} in [json.loads(line) for line in out.splitlines()]
+
+
+def test_reads_are_not_changes_and_an_edit_is_one_reindex(repo):
+    """Issue 11: one `cat` of a note gave 38 reindexes in 6 s, one edit 74; reads must cost
+    nothing, an edit exactly one event, and an idle watcher no CPU."""
+    r = team_fact(repo, "Refunds are allowed within 30 days", key="refund.window")
+    events = []
+    watcher = Watcher(repo, events.append).start()
+    try:
+        note = repo.root / r.path
+        for _ in range(20):
+            subprocess.run(["cat", str(note)], capture_output=True, check=True)
+        time.sleep(1.0)
+        assert events == []
+        note.write_text(note.read_text().replace("30 days", "45 days"))
+        assert wait_for(lambda: any(e.status == "indexed" for e in events), timeout=2.0)
+        time.sleep(1.5)  # the watcher's own reads of the file must not echo
+        assert [e.status for e in events] == ["indexed"]
+        note.write_text(note.read_text())  # saved again unchanged: same content, no work
+        time.sleep(1.0)
+        assert len(events) == 1
+        started = time.process_time()
+        time.sleep(2.0)
+        assert time.process_time() - started < 0.1  # idle: (almost) no CPU in this process
+    finally:
+        watcher.stop()

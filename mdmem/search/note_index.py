@@ -415,6 +415,11 @@ class NoteIndex:
     def embed_query(self, text: str) -> np.ndarray | None:
         return self.embedder.embed_query(text) if self.embedder is not None else None
 
+    def dirty_state(self) -> dict[str, str]:
+        """Work-tree files the index holds in a version other than HEAD's: path -> blob id
+        (or "deleted"), as of the last catch-up."""
+        return dict(self._load_state().get("dirty", {}))
+
     def broken(self) -> dict[str, str]:
         return self._load_state().get("broken", {})
 
