@@ -135,6 +135,10 @@ def as_mdmem_error(exc: BaseException) -> MdmemError:
 
     if isinstance(exc, Timeout):
         return LockTimeout(f"{exc.lock_file}: another process held the lock too long; try again")
+    import pygit2
+
+    if isinstance(exc, pygit2.GitError):  # libgit2: a corrupt object, a broken ref
+        return GitFailed(f"git: {exc}")
     if isinstance(exc, OSError):
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         return MdmemError(f"{where}{exc.strerror or exc}")

@@ -12,7 +12,8 @@ from ulid import ULID
 
 from .model import layout
 from .policy.access import Access, not_visible, require_user
-from .model.clock import format_time, parse_duration, parse_time, resolve_now
+from .model.clock import add_span, format_time, parse_duration, parse_time, resolve_now
+from .model.text import check_unicode
 from .config import CONFIG_NAME, Config, UserConfig, check_backend, check_fusion, render_config
 from .model.kinds import SUMMARY_KEY, Contract
 from .errors import BadInput, Conflict, MdmemError, NotFound, NoteInvalid, Refused
@@ -257,6 +258,7 @@ class MemoryRepo:
             check_source(claimed_source)
         if not isinstance(text, str) or not text.strip():
             raise BadInput("text: a note needs text")
+        check_unicode(text, "text")
         if contract.keyed and not key and contract.name != "summary":
             raise BadInput(f"key: kind {contract.name} is keyed; pass a key (like deploy.window)")
         if contract.name == "summary":
@@ -268,7 +270,7 @@ class MemoryRepo:
         path = self._path_for(root, contract, subject, key, start, text)
         note = Note(id=str(ULID()), kind=contract.name, subject=subject, key=key, scope=scope,
                     team=team if scope == "team" else None, owner=user, source=source,
-                    valid_from=start, expires_at=(start + ttl_delta) if ttl_delta else None,
+                    valid_from=start, expires_at=add_span(start, ttl_delta) if ttl_delta else None,
                     derived_from=tuple(derived_from or ()), text=text.strip())
         size = len(note.dumps().encode())
         if size > self.config.note_max_bytes:
@@ -591,6 +593,8 @@ class MemoryRepo:
         """Live notes the user may see that answer ``query``, best first (see :mod:`mdmem.search.recall`)."""
         from .search.recall import Recall
 
+        if isinstance(query, str):
+            check_unicode(query, "query")
         args = dict(as_user=as_user, k=k, kinds=kinds, subject=subject, key=key, at=at,
                     include_history=include_history, now=now)
         if self._recall is None:

@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import json
 import logging
+import os
 import sys
-
 import traceback
 
-from ..errors import Internal, as_mdmem_error
+from ..errors import BadInput, Internal, as_mdmem_error
+from ..model.text import escape_controls
 from .context import Ctx
 
 # One module per command; each defines register(subparsers) and run(ctx) -> int.
@@ -36,30 +38,83 @@ def _show_warnings() -> None:
         logger.setLevel(logging.WARNING)
 
 
+def _check_arguments(argv: list[str]) -> None:
+    """Python hands non-UTF-8 bytes on the command line over as lone surrogates; they would
+    fail much later (in a commit, in print). Refuse them here, naming the argument."""
+    for i, arg in enumerate(argv, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = arg.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")
+            raise BadInput(f"argument {i} ({shown}): not valid UTF-8; pass UTF-8 text") from None
+
+
+class _EscapingStream(io.TextIOBase):
+    """Text output with control characters made visible (see model.text)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(escape_controls(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+
 def main(argv: list[str] | None = None) -> int:
     _show_warnings()
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "command", None):
-        parser.print_help()
-        return 2
-    ctx = Ctx(args)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    ctx = None
+    real_stdout = sys.stdout
     try:
+        _check_arguments(argv)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "command", None):
+            parser.print_help()
+            return 2
+        ctx = Ctx(args)
+        if not ctx.json and args.command != "serve":  # serve speaks JSON-RPC on stdout
+            sys.stdout = _EscapingStream(real_stdout)
         code = args.run(ctx)
+        sys.stdout.flush()
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`mdmem recall ... | head`): not an error to report.
+        _silence_stdout()
+        return 141
     except Exception as raw:  # the one place the CLI maps errors (errors.py has the tree)
         exc = as_mdmem_error(raw)
         if isinstance(exc, Internal):
             traceback.print_exception(raw, file=sys.stderr)
-        if ctx.json:
+        if ctx is not None and ctx.json:
             json.dump(exc.to_dict(), sys.stdout, indent=2)
             sys.stdout.write("\n")
-        print(f"mdmem: {exc}", file=sys.stderr)
+        print(f"mdmem: {escape_controls(str(exc), newlines=False)}", file=sys.stderr)
         return exc.exit_code
     finally:
-        ctx.close()
+        sys.stdout = real_stdout
+        if ctx is not None:
+            ctx.close()
     return int(code or 0)
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so the interpreter's last flush is quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def entry() -> None:

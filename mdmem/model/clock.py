@@ -30,7 +30,10 @@ def parse_time(value, *, field: str = "time") -> _dt.datetime:
         raise BadInput(f"{field}: expected an ISO-8601 time, got {type(value).__name__}")
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
-    return dt.astimezone(UTC)
+    try:
+        return dt.astimezone(UTC)
+    except OverflowError:
+        raise BadInput(f"{field}: {value!r} is outside the years 1-9999 in UTC") from None
 
 
 def format_time(dt: _dt.datetime | None) -> str | None:
@@ -49,19 +52,39 @@ def resolve_now(now=None) -> _dt.datetime:
     return utcnow()
 
 
+MAX_SPAN = _dt.timedelta(days=365 * 1000)  # beyond this a ttl is a typo, and datetimes overflow
+
+
+def _check_span(span: _dt.timedelta, value, field: str) -> _dt.timedelta:
+    if not _dt.timedelta(0) <= span <= MAX_SPAN:
+        raise BadInput(f"{field}: {value!r} must be between 0 and 1000 years (like 90s, 15m, 2h, 7d)")
+    return span
+
+
+def add_span(start: _dt.datetime, span: _dt.timedelta, *, field: str = "ttl") -> _dt.datetime:
+    """``start + span``, or BadInput when it passes the year 9999."""
+    try:
+        return start + span
+    except OverflowError:
+        raise BadInput(f"{field}: {format_time(start)} plus {span} passes the year 9999") from None
+
+
 def parse_duration(value, *, field: str = "ttl") -> _dt.timedelta:
     """``3600``/``"90s"``/``"15m"``/``"2h"``/``"7d"`` or a timedelta."""
     if isinstance(value, _dt.timedelta):
         return value
-    if isinstance(value, (int, float)):
-        return _dt.timedelta(seconds=value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return _check_span(_dt.timedelta(seconds=value), value, field)
+        except (ValueError, OverflowError):
+            pass
     if isinstance(value, str):
         text = value.strip().lower()
         units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
         try:
             if text and text[-1] in units:
-                return _dt.timedelta(seconds=float(text[:-1]) * units[text[-1]])
-            return _dt.timedelta(seconds=float(text))
-        except ValueError:
+                return _check_span(_dt.timedelta(seconds=float(text[:-1]) * units[text[-1]]), value, field)
+            return _check_span(_dt.timedelta(seconds=float(text)), value, field)
+        except (ValueError, OverflowError):
             pass
     raise BadInput(f"{field}: {value!r} is not a duration (like 90s, 15m, 2h, 7d)")

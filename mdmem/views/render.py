@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..cache import is_corrupt, move_aside, open_sqlite
 from ..model.clock import format_time
+from ..model.text import escape_controls
 from ..errors import NoteInvalid
 from ..model.layout import is_note_path
 from ..model.note import parse_note
@@ -74,6 +75,7 @@ _META_FIELDS = 9  # kind, subject, key, first line, source, date, start, end, ex
 
 def _meta_row_ok(meta) -> bool:
     return (isinstance(meta, list) and len(meta) == _META_FIELDS
+            and isinstance(meta[3], str) and escape_controls(meta[3], newlines=False) == meta[3]
             and all(x is None or isinstance(x, str) for x in meta[:6])
             and all(isinstance(x, int) and not isinstance(x, bool) for x in meta[6:]))
 
@@ -111,7 +113,7 @@ class MetaCache:
                 continue
             try:
                 n = parse_note(path, (contents or {}).get(blob) or store.read_blob(blob))
-                meta = [n.kind, n.subject, n.key, n.first_line()[:160], n.source, format_time(n.valid_from)[:10],
+                meta = [n.kind, n.subject, n.key, escape_controls(n.first_line()[:160], newlines=False), n.source, format_time(n.valid_from)[:10],
                         _ts(n.valid_from), _ts(n.valid_until), _ts(n.expires_at)]
             except NoteInvalid:
                 meta = None

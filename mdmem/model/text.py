@@ -1,0 +1,39 @@
+"""Text that reaches a terminal or MEMORY.md: control characters made visible.
+
+A note's text is data written by anyone with push access. Printed raw, an ANSI sequence
+recolours or hides lines, OSC 52 writes the reader's clipboard, a carriage return or a
+bidi override makes a line read as something else. Escaped as ``\\x1b``, ``\\u202e``...
+they stay visible and harmless; JSON output escapes them by itself.
+"""
+from __future__ import annotations
+
+import re
+
+# C0 except tab and newline, DEL, C1, and the bidirectional overrides/isolates.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _visible(m: re.Match) -> str:
+    ch = m.group(0)
+    return f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
+
+
+def escape_controls(text: str, *, newlines: bool = True) -> str:
+    """``text`` with control characters shown as escapes; ``newlines=False`` escapes line
+    breaks and tabs too (for one-line places like a MEMORY.md bullet)."""
+    out = _CONTROLS.sub(_visible, text)
+    if not newlines:
+        out = out.replace("\t", "\\t").replace("\n", "\\n")
+    return out
+
+
+def check_unicode(value: str, field: str) -> str:
+    """A string that UTF-8 can hold: a lone surrogate (from a JSON "\\ud800" or a
+    non-UTF-8 command line) would fail at the commit, after the gate."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        from ..errors import BadInput
+        raise BadInput(f"{field}: not valid Unicode text (a lone surrogate at position {exc.start}); "
+                       "send UTF-8") from None
+    return value
