@@ -9,11 +9,11 @@ from .errors import (BadInput, BranchMoved, Conflict, EmbedderError, GitFailed, 
                      NoteInvalid, NotFound, ProofFailed, Refused)
 from .model.note import Note
 from .search.recall import Hit
-from .repo import MemoryRepo, ReviewItem, Version, WriteResult
+from .repo import BatchResult, MemoryRepo, ReviewItem, Version, WriteResult
 from .storage.worktree import StoredNote
 
 __all__ = [
-    "MemoryRepo", "Note", "StoredNote", "WriteResult", "Version", "ReviewItem", "Hit",
+    "MemoryRepo", "BatchResult", "Note", "StoredNote", "WriteResult", "Version", "ReviewItem", "Hit",
     "MdmemError", "BadInput", "NoteInvalid", "Refused", "Conflict", "BranchMoved", "LockTimeout", "NotFound",
     "ProofFailed", "EmbedderError", "GitFailed", "Internal",
 ]

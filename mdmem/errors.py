@@ -13,7 +13,8 @@
     ├── GitFailed           9  git (the binary or libgit2) failed; the message carries git's own
     └── Internal           70  a bug: an exception mdmem did not expect (never a user error)
 
-Exit code 4 is not an error: a write held for review (``HELD_EXIT_CODE``).
+Exit code 4 is not an error: a write held for review (``HELD_EXIT_CODE``); nor is 10, an
+import that wrote some items and held or refused others, each listed (``PARTIAL_EXIT_CODE``).
 
 The library raises only these. The two boundaries, the CLI (``cli/main.py``) and the MCP
 server (``mcp/server.py``), map whatever reaches them through :func:`as_mdmem_error`, once.
@@ -23,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 HELD_EXIT_CODE = 4
+PARTIAL_EXIT_CODE = 10
 
 
 class MdmemError(Exception):

@@ -28,6 +28,9 @@ from .template import read_template
 
 REVIEW_PREFIX = "review/"
 REVIEW_AUDIT_PATH = "audit/reviews.jsonl"
+# What one item of remember_many may hold: remember's arguments.
+_ITEM_FIELDS = {"text", "kind", "subject", "key", "scope", "team", "owner", "source", "ttl", "valid_from",
+                "new_key", "expect_version", "derived_from"}
 _WRITE_RETRIES = 3
 
 
@@ -86,6 +89,22 @@ class ReviewItem:
                 "reason": self.reason, "commit": self.commit, "channel": self.channel, "new_key": self.new_key,
                 "expect_version": self.expect_version, "claimed_source": self.claimed_source,
                 "note": self.note.to_dict()}
+
+
+@dataclass
+class BatchResult:
+    """What remember_many did: items committed, held for review and refused (each with its
+    line), the commits made, and the index catch-up that made them searchable."""
+
+    committed: list[dict] = field(default_factory=list)
+    held: list[dict] = field(default_factory=list)
+    refused: list[dict] = field(default_factory=list)
+    commits: list[str] = field(default_factory=list)
+    index: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"committed": self.committed, "held": self.held, "refused": self.refused,
+                "commits": self.commits, "index": self.index}
 
 
 @dataclass
@@ -247,6 +266,31 @@ class MemoryRepo:
         ``channel`` is who is at the other end: a person (CLI, API) or an agent (the MCP server,
         which passes ``source="agent:<name>"`` and the source the agent claimed, if any)."""
         user = require_user(as_user)
+        when = resolve_now(now)
+        path, note, contract, provenance = self._draft(
+            user, text, kind=kind, subject=subject, key=key, scope=scope, team=team, owner=owner, source=source,
+            ttl=ttl, valid_from=valid_from, derived_from=derived_from, channel=channel,
+            claimed_source=claimed_source, when=when)
+        if not provenance.trusted:
+            with self.store.locked():
+                pending = self._prepare(user, path, note, contract, new_key=new_key,
+                                        expect_version=expect_version, now=when)
+                return self._hold(user, path, pending.note, provenance.reason, when, channel=channel,
+                                  new_key=new_key, expect_version=expect_version, claimed_source=claimed_source)
+        extra = (("Memory-Claimed-Source", claimed_source),) if claimed_source else ()
+        def prepare():
+            pending = self._prepare(user, path, note, contract, new_key=new_key,
+                                    expect_version=expect_version, now=when)
+            pending.extra_trailers = extra
+            return pending
+
+        return self._commit_pending(user, when, prepare)
+
+    def _draft(self, user: str, text: str, *, kind: str, subject: str, key: str | None, scope: str,
+               team: str | None, owner: str | None, source: str, ttl, valid_from, derived_from, when: _dt.datetime,
+               channel: str = HUMAN, claimed_source: str | None = None):
+        """The note a write would store, its path, its contract and the provenance verdict;
+        raises on bad input or a scope the user may not write (remember and remember_many)."""
         contract = self.contracts.resolve(kind)
         layout.check_subject(subject)
         check_source(source)
@@ -263,7 +307,6 @@ class MemoryRepo:
             raise BadInput(f"key: kind {contract.name} is keyed; pass a key (like deploy.window)")
         if contract.name == "summary":
             key = key or SUMMARY_KEY
-        when = resolve_now(now)
         start = parse_time(valid_from, field="valid_from") if valid_from is not None else when
         ttl_delta = parse_duration(ttl) if ttl is not None else contract.default_ttl
         root = self._root_for(user, scope, team, owner)
@@ -278,25 +321,116 @@ class MemoryRepo:
                            f"{self.config.note_max_bytes} bytes ([notes] max_bytes in mdmem.toml)")
         # Write permission is checked before provenance: a hold never bypasses scope.
         self.access.check_write(user, root)
-        provenance = judge_source(source, contract, self.config.trust.sources, self.config.trust.agent_kinds)
-        if not provenance.trusted:
-            with self.store.locked():
-                pending = self._prepare(user, path, note, contract, new_key=new_key,
-                                        expect_version=expect_version, now=when)
-                return self._hold(user, path, pending.note, provenance.reason, when, channel=channel,
-                                  new_key=new_key, expect_version=expect_version, claimed_source=claimed_source)
-        extra = (("Memory-Claimed-Source", claimed_source),) if claimed_source else ()
-        def prepare():
-            pending = self._prepare(user, path, note, contract, new_key=new_key,
-                                    expect_version=expect_version, now=when)
-            pending.extra_trailers = extra
-            return pending
+        return path, note, contract, judge_source(source, contract, self.config.trust.sources,
+                                                  self.config.trust.agent_kinds)
 
-        return self._commit_pending(user, when, prepare)
+    def remember_many(self, items, *, as_user: str, now=None, new_key: bool = False, batch_size: int = 1000,
+                      progress: ProgressCallback | None = None) -> BatchResult:
+        """Write many notes through the gate and make them searchable: each item is a dict of
+        :meth:`remember`'s arguments (``text``, ``kind``, ``subject``, ...; ``line`` names it in
+        reports). One commit per batch with the views rendered once; held items go to review
+        one by one, refused ones are reported with their line and reason, nothing else stops.
+        A path written twice starts a new batch, so every version stays in history.
+        ``progress(done, total, what)`` is called as batches commit and vectors are made."""
+        user = require_user(as_user)
+        when = resolve_now(now)
+        items = list(items)
+        result = BatchResult()
+        batch: list[tuple] = []
+        for n, item in enumerate(items, 1):
+            item = dict(item)
+            line = item.pop("line", n)
+            try:
+                fields = {"new_key": new_key, **item}
+                unknown = set(fields) - _ITEM_FIELDS
+                if unknown:
+                    raise BadInput(f"{', '.join(sorted(unknown))}: not a field of a note to remember "
+                                   f"(use {', '.join(sorted(_ITEM_FIELDS))})")
+                expect = fields.pop("expect_version", None)
+                item_new_key = bool(fields.pop("new_key"))
+                text = fields.pop("text", None)
+                if "kind" not in fields or "subject" not in fields:
+                    raise BadInput("kind, subject: every item needs both")
+                drafted = self._draft(user, text, when=when, **{"key": None, "scope": "private", "team": None,
+                                                               "owner": None, "source": "user", "ttl": None,
+                                                               "valid_from": None, "derived_from": None, **fields})
+            except MdmemError as exc:
+                result.refused.append({"line": line, "reason": str(exc), "exit_code": exc.exit_code})
+                continue
+            if any(entry[1] == drafted[0] for entry in batch):
+                self._write_batch(user, batch, when, result)  # the earlier version gets its own commit
+                batch = []
+            batch.append((line, *drafted, item_new_key, expect))
+            if len(batch) >= batch_size:
+                self._write_batch(user, batch, when, result)
+                batch = []
+                if progress:
+                    progress(n, len(items), "writing notes")
+        self._write_batch(user, batch, when, result)
+        if progress:
+            progress(len(items), len(items), "writing notes")
+        result.index = self.index.sync(progress=progress).to_dict()
+        return result
+
+    def _write_batch(self, user: str, batch: list[tuple], when: _dt.datetime, result: BatchResult) -> None:
+        """One commit for the batch's accepted items (under the lock, CAS retried); holds and
+        refusals recorded in ``result``."""
+        if not batch:
+            return
+        for attempt in range(_WRITE_RETRIES):
+            with self.store.locked():
+                live: dict[str, set[str]] = {}
+
+                def live_keys(folder: str) -> set[str]:
+                    if folder not in live:
+                        live[folder] = {s.note.key for s in live_in_dir(self.root, folder, self.contracts, when,
+                                                                        max_bytes=self.config.note_max_bytes)}
+                    return live[folder]
+
+                accepted, held, refused = [], [], []
+                for line, path, note, contract, provenance, item_new_key, expect in batch:
+                    try:
+                        pending = self._prepare(user, path, note, contract, new_key=item_new_key,
+                                                expect_version=expect, now=when, live_keys=live_keys)
+                    except MdmemError as exc:
+                        refused.append({"line": line, "path": path, "reason": str(exc), "exit_code": exc.exit_code})
+                        continue
+                    if contract.keyed and pending.note.key:
+                        live_keys(layout.kind_dir(layout.parse_path(path).root, note.subject,
+                                                  contract.name)).add(pending.note.key)
+                    if provenance.trusted:
+                        accepted.append((line, pending, provenance))
+                    else:
+                        held.append((line, pending, provenance, item_new_key, expect))
+                commit = None
+                if accepted:
+                    sources = sorted({p.note.source for _, p, _ in accepted})
+                    message = (f"import {len(accepted)} note(s)\n\n"
+                               + Trailers("import", user, sources[0] if len(sources) == 1 else "mixed").render())
+                    try:
+                        commit = self._commit_changes({p.path: p.note.dumps().encode() for _, p, _ in accepted},
+                                                      message, actor=user, when=when)
+                    except BranchMoved:
+                        if attempt == _WRITE_RETRIES - 1:
+                            raise
+                        continue
+                holds = [(line, self._hold(user, p.path, p.note, prov.reason, when, channel=HUMAN,
+                                           new_key=new, expect_version=expect, claimed_source=None))
+                         for line, p, prov, new, expect in held]
+            break
+        self._after_write()
+        if commit:
+            result.commits.append(commit)
+        result.committed += [{"line": line, "path": p.path, "op": p.op, "commit": commit} for line, p, _ in accepted]
+        result.held += [{"line": line, "path": r.path, "review_id": r.review_id, "reason": r.reason}
+                        for line, r in holds]
+        result.refused += refused
 
     def _prepare(self, user: str, path: str, note: Note, contract: Contract, *, new_key: bool,
-                 expect_version: str | None, now: _dt.datetime, op: str | None = None) -> _Pending:
-        """The gate's checks against the current state; call under the lock."""
+                 expect_version: str | None, now: _dt.datetime, op: str | None = None,
+                 live_keys=None) -> _Pending:
+        """The gate's checks against the current state; call under the lock. ``live_keys``
+        (folder -> live keys) lets a batch read each folder once and count its own notes."""
         loc = layout.parse_path(path)
         self.access.check_write(user, loc.root)
         current = self._read_for_write(path)
@@ -307,8 +441,9 @@ class MemoryRepo:
         # Only a new key without new_key=True needs the folder's live keys.
         if contract.keyed and contract.name != "summary" and current is None and not new_key:
             folder = layout.kind_dir(loc.root, note.subject, contract.name)
-            live = [s.note.key for s in live_in_dir(self.root, folder, self.contracts, now,
-                                                           max_bytes=self.config.note_max_bytes)]
+            live = (list(live_keys(folder)) if live_keys is not None else
+                    [s.note.key for s in live_in_dir(self.root, folder, self.contracts, now,
+                                                     max_bytes=self.config.note_max_bytes)])
             check_key_reuse(note.key, live, new_key=new_key,
                             what=f"{note.subject} {contract.name} in {loc.root}")
         if note.derived_from or contract.name == "summary":

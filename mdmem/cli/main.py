@@ -15,7 +15,7 @@ from ..model.text import escape_controls
 from .context import Ctx
 
 # One module per command; each defines register(subparsers) and run(ctx) -> int.
-COMMANDS = ["init", "remember", "get", "keys", "history", "retire", "sweep", "consolidate",
+COMMANDS = ["init", "remember", "import", "get", "keys", "history", "retire", "sweep", "consolidate",
             "review", "check", "recall", "index", "watch", "render", "startup", "serve", "forget", "prove-gone", "sync", "guard", "verify", "demo"]
 
 

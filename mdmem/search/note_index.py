@@ -142,9 +142,14 @@ class NoteIndex:
                 return self._rebuild(progress=progress)
             changed: set[str] = set()
             moved = state.get("commit") != head
-            if moved:
-                changed |= self._committed_changes(state.get("commit"), head)
+            fresh: set[str] = set()
             dirty = dict(state.get("dirty", {}))
+            if moved:
+                committed, added = self._committed_changes(state.get("commit"), head)
+                changed |= committed
+                # New in HEAD and never seen in the work tree: not in the index, so added
+                # without the delete-by-path an update costs (a lookup in every segment).
+                fresh = added - set(dirty) - set(state.get("broken", {}))
             if scan:
                 current_dirty = self._scan_worktree()
                 changed |= set(dirty) | set(current_dirty)
@@ -162,7 +167,9 @@ class NoteIndex:
                     else:
                         dirty[path] = now_state
             changed |= set(state.get("broken", {}))
-            report = self._apply(sorted(changed), state.get("broken", {}), progress=progress)
+            if scan:
+                fresh -= set(dirty)
+            report = self._apply(sorted(changed), state.get("broken", {}), progress=progress, fresh=fresh)
             self._save_state({"schema": SCHEMA_VERSION, "model": self.model_id, "commit": head,
                               "dirty": dirty, "broken": report.broken})
             self._touched.clear()
@@ -222,18 +229,21 @@ class NoteIndex:
         present = folder.is_dir() if cheap and self._ix is not None else fulltext.windex.exists_in(str(folder))
         return state.get("schema") != SCHEMA_VERSION or state.get("model") != self.model_id or not present
 
-    def _committed_changes(self, old: str | None, new: str | None) -> set[str]:
+    def _committed_changes(self, old: str | None, new: str | None) -> tuple[set[str], set[str]]:
+        """Note paths changed between two commits, and those among them that ``old`` lacked."""
         repo = self.repo.store.repo
         if new is None:
-            return set()
+            return set(), set()
         new_tree = repo[new].tree
         diff = repo.diff(repo[old].tree, new_tree) if old else new_tree.diff_to_tree(swap=True)
         diff.find_similar()
-        paths = set()
+        paths, added = set(), set()
         for patch in diff.deltas:
             paths.add(patch.old_file.path)
             paths.add(patch.new_file.path)
-        return {p for p in paths if is_note_path(p)}
+            if patch.status in (pygit2.GIT_DELTA_ADDED, pygit2.GIT_DELTA_RENAMED, pygit2.GIT_DELTA_COPIED):
+                added.add(patch.new_file.path)
+        return {p for p in paths if is_note_path(p)}, {p for p in added if is_note_path(p)}
 
     def _worktree_dirty(self) -> dict[str, str]:
         """Note files whose work-tree content differs from HEAD (edited, new, deleted)."""
@@ -246,10 +256,11 @@ class NoteIndex:
             out[path] = str(pygit2.hash(full.read_bytes())) if full.exists() else "deleted"
         return out
 
-    def _apply(self, paths: list[str], broken: dict, *, progress: ProgressCallback | None) -> SyncReport:
+    def _apply(self, paths: list[str], broken: dict, *, progress: ProgressCallback | None,
+               fresh: set[str] = frozenset()) -> SyncReport:
         report = SyncReport(broken={p: r for p, r in broken.items() if p not in paths})
         ix = self._open()
-        upserts = self._read_notes(paths, report, progress=None)
+        upserts = self._read_notes(paths, report, progress=progress)
         found = {s.path for s in upserts}
         removals = [p for p in paths if p not in found]  # deleted, or broken: out of the index
         if upserts or removals:
@@ -261,7 +272,10 @@ class NoteIndex:
                 for path in removals:
                     writer.delete_by_term("doc_id", path)
                 for doc in docs:
-                    writer.update_document(**doc)
+                    if doc["doc_id"] in fresh:
+                        writer.add_document(**doc)
+                    else:
+                        writer.update_document(**doc)
                 writer.commit()
             except BaseException:
                 writer.cancel()

@@ -1,0 +1,114 @@
+"""remember_many and `mdmem import`: one commit per batch through the gate, held items held,
+refused ones reported with their line, searchable when the call returns."""
+import json
+import subprocess
+
+from conftest import T0, T1, git_status, run_cli, team_fact
+
+from mdmem import MemoryRepo
+
+
+def items(n, **kw):
+    return [dict(text=f"Service {i} pages the on-call after {i + 3} failed health checks", kind="fact",
+                 subject=f"service:svc{i % 7}", key=f"pager.{i}", scope="team", team="payments", **kw)
+            for i in range(n)]
+
+
+def commits(repo):
+    return int(subprocess.run(["git", "-C", str(repo.root), "rev-list", "--count", "HEAD"],
+                              capture_output=True, text=True).stdout)
+
+
+def test_one_commit_per_batch_and_searchable_on_return(repo):
+    before = commits(repo)
+    result = repo.remember_many(items(25, new_key=True), as_user="bob", batch_size=10, now=T0)
+    assert len(result.committed) == 25 and not result.refused and not result.held
+    assert commits(repo) - before == 3 == len(result.commits)
+    repo.index.worktree_check_seconds = 3600
+    hits = repo.recall("after 20 failed health checks", as_user="dana", now=T0)
+    assert "team/payments/service/svc3/fact/pager.17.md" in [h.path for h in hits]
+    assert git_status(repo.root) == ""
+    # The view was rendered in the batch's commit, listing the imported notes.
+    assert "pager.24" in (repo.root / "team/payments/MEMORY.md").read_text()
+
+
+def test_held_and_refused_items_are_reported_with_their_line_and_the_rest_written(repo):
+    batch = items(4, new_key=True)
+    batch[1]["source"] = "web:https://example.com"  # untrusted: held for review
+    batch[2]["scope"], batch[2]["team"] = "team", "search"  # bob is not in search: refused
+    batch[3].pop("key")  # keyed kind without a key: refused
+    batch.append({"text": "x", "kind": "fact", "subject": "service:a", "colour": "red"})  # unknown field
+    result = repo.remember_many(batch, as_user="bob", now=T0)
+    assert [c["line"] for c in result.committed] == [1]
+    assert [h["line"] for h in result.held] == [2] and result.held[0]["review_id"]
+    assert sorted(r["line"] for r in result.refused) == [3, 4, 5]
+    assert all(r["reason"] for r in result.refused)
+    held = repo.review_list(as_user="bob")
+    assert [i.path for i in held] == [result.held[0]["path"]]
+    assert all("example" not in h.text for h in repo.recall("health checks", as_user="bob", k=10, now=T0))
+
+
+def test_the_key_gate_counts_notes_earlier_in_the_same_batch(repo):
+    team_fact(repo, "Billing deploys any weekday before 3pm")
+    result = repo.remember_many(items(1) + [dict(text="Billing deploys on Fridays too", kind="fact",
+                                                subject="service:billing", key="deploy.days", scope="team",
+                                                team="payments")], as_user="bob", now=T0)
+    # pager.0 is new in an empty folder: fine; deploy.days is a new key beside deploy.window: refused
+    assert [c["line"] for c in result.committed] == [1]
+    assert result.refused[0]["line"] == 2 and "deploy.window" in result.refused[0]["reason"]
+    same = [dict(text=f"note {i}", kind="fact", subject="service:new", key=f"k{i}", scope="team",
+                 team="payments") for i in range(2)]
+    result = repo.remember_many(same, as_user="bob", now=T0)
+    assert [c["line"] for c in result.committed] == [1] and result.refused[0]["line"] == 2
+
+
+def test_a_path_twice_keeps_both_versions_in_history(repo):
+    two = [dict(text=f"Deploys close at {h}pm", kind="fact", subject="service:billing", key="deploy.window",
+                scope="team", team="payments") for h in (3, 4)]
+    result = repo.remember_many(two, as_user="bob", now=T1)
+    assert len(result.commits) == 2 and [c["op"] for c in result.committed] == ["create", "supersede"]
+    versions = repo.history(as_user="bob", subject="service:billing", kind="fact", key="deploy.window")
+    assert [v.note.text for v in versions] == ["Deploys close at 4pm", "Deploys close at 3pm"]
+
+
+def test_cli_import_jsonl_with_a_broken_line(repo, tmp_path):
+    src = tmp_path / "notes.jsonl"
+    rows = [json.dumps(i) for i in items(3)]
+    rows.insert(1, "{not json")
+    rows.append(json.dumps([1, 2]))
+    src.write_text("\n".join(rows) + "\n\n")
+    proc = run_cli("import", str(src), "--as", "bob", "--repo", str(repo.root), "--new-key", "--json",
+                   env={"MDMEM_EMBEDDER": "none"})
+    assert proc.returncode == 10, proc.stderr
+    out = json.loads(proc.stdout)
+    assert len(out["committed"]) == 3 and [r["line"] for r in out["refused"]] == [2, 5]
+    assert "not JSON" in out["refused"][0]["reason"]
+    fresh = MemoryRepo.open(repo.root)
+    assert "pager.1" in [h.key for h in fresh.recall("after 4 failed health checks", as_user="dana")]
+
+
+def test_cli_import_markdown_folder(repo, tmp_path):
+    folder = tmp_path / "vault"
+    (folder / "ops").mkdir(parents=True)
+    (folder / "ops" / "backups.md").write_text("---\ntags: [ops]\nsubject: service:db\n---\nBackups run nightly at 2am\n")
+    (folder / "plain.md").write_text("The staging database is Postgres 16\n")
+    (folder / "bomb.md").write_text("---\na: &a [x, x]\nb: *a\n---\nboom\n")
+    (folder / "link.md").symlink_to(folder / "plain.md")
+    (folder / "notes.txt").write_text("not markdown")
+    proc = run_cli("import", str(folder), "--as", "bob", "--repo", str(repo.root), "--kind", "fact",
+                   "--subject", "service:infra", "--scope", "team", "--team", "payments", "--new-key", "--json",
+                   env={"MDMEM_EMBEDDER": "none"})
+    assert proc.returncode == 10, proc.stderr
+    out = json.loads(proc.stdout)
+    assert len(out["committed"]) == 2
+    assert {r["line"] for r in out["refused"]} == {"bomb.md", "link.md"}
+    assert any("aliases" in r["reason"] for r in out["refused"])
+    fresh = MemoryRepo.open(repo.root)
+    hit = fresh.recall("when do backups run?", as_user="dana")[0]
+    assert hit.path == "team/payments/service/db/fact/backups.md"
+    assert git_status(repo.root) == ""
+
+
+def test_cli_import_of_a_missing_source_is_bad_input(repo, tmp_path):
+    proc = run_cli("import", str(tmp_path / "nope.jsonl"), "--as", "bob", "--repo", str(repo.root))
+    assert proc.returncode == 2 and "nope.jsonl" in proc.stderr
