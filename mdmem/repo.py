@@ -951,7 +951,8 @@ class MemoryRepo:
                     self.access.check_write(user, root)
                 except Refused:
                     continue
-                expired += [s for s in scan_notes(self.root, self.contracts, root, max_bytes=self.config.note_max_bytes)[0]
+                expired += [s for s in scan_notes(self.root, self.contracts, root,
+                                                  max_bytes=self.config.note_max_bytes)[0]
                             if s.note.expires_at is not None and s.note.expires_at <= when]
             if not expired:
                 return {"removed": [], "commit": None}

@@ -16,7 +16,8 @@ from .context import Ctx
 
 # One module per command; each defines register(subparsers) and run(ctx) -> int.
 COMMANDS = ["init", "remember", "import", "get", "keys", "history", "retire", "sweep", "consolidate",
-            "review", "check", "recall", "index", "watch", "render", "startup", "serve", "forget", "prove-gone", "sync", "guard", "verify", "demo"]
+            "review", "check", "recall", "index", "watch", "render", "startup", "serve", "forget", "prove-gone",
+            "sync", "guard", "verify", "demo"]
 
 
 def build_parser() -> argparse.ArgumentParser:

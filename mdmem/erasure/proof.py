@@ -228,6 +228,7 @@ def cannot_reach(repo) -> list[str]:
     out.append("backups, snapshots and freed disk blocks of this machine")
     backend = repo.config.embedder.backend
     if backend in ("ollama", "openai"):
-        out.append(f"the embedding provider ({backend} at {repo.config.embedder.url}) saw the text when it was embedded")
+        out.append(f"the embedding provider ({backend} at {repo.config.embedder.url}) saw the text "
+                   "when it was embedded")
     out.append("anyone or anything that read the memory before (agents' transcripts, exports)")
     return out

@@ -74,7 +74,8 @@ class Access:
             raise Refused(f"scope: {user} may not write to {root}; only {name} writes there")
         if scope == "team":
             if name not in self.teams:
-                raise Refused(f"team: no team {name!r} in mdmem.toml; known teams: {', '.join(sorted(self.teams)) or 'none'}")
+                known = ", ".join(sorted(self.teams)) or "none"
+                raise Refused(f"team: no team {name!r} in mdmem.toml; known teams: {known}")
             if user not in self.teams[name]:
                 raise Refused(f"team: {user} is not a member of team {name} and may not write to {root}")
 

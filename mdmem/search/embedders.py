@@ -125,7 +125,8 @@ class _HTTPEmbedder(abc.ABC):
         try:
             response = self.client.post(url, json=payload, headers=headers or {})
         except httpx.TimeoutException:
-            raise EmbedderError(f"{url}: timed out; is the server up? (raise [embedder] timeout in mdmem.toml)") from None
+            raise EmbedderError(f"{url}: timed out; is the server up? "
+                                "(raise [embedder] timeout in mdmem.toml)") from None
         except httpx.HTTPError as exc:
             raise EmbedderError(f"{url}: unreachable ({type(exc).__name__}); start the server or fix "
                                 "[embedder] url in mdmem.toml, or set backend = \"none\"") from None
@@ -139,7 +140,8 @@ class _HTTPEmbedder(abc.ABC):
             raise EmbedderError(f"{url}: the reply is not JSON") from None
 
     def _check(self, vectors, expected: int, url: str) -> np.ndarray:
-        if not isinstance(vectors, list) or len(vectors) != expected or not all(isinstance(v, list) and v for v in vectors):
+        if (not isinstance(vectors, list) or len(vectors) != expected
+                or not all(isinstance(v, list) and v for v in vectors)):
             raise EmbedderError(f"{url}: expected {expected} embedding(s) in the reply, got something else")
         dims = {len(v) for v in vectors}
         if len(dims) != 1:

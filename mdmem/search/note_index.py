@@ -285,7 +285,8 @@ class NoteIndex:
         report.removed = removals
         return report
 
-    def _read_notes(self, paths: list[str], report: SyncReport, *, progress: ProgressCallback | None) -> list[StoredNote]:
+    def _read_notes(self, paths: list[str], report: SyncReport, *,
+                    progress: ProgressCallback | None) -> list[StoredNote]:
         """The valid notes at ``paths``; broken ones go into the report, missing ones nowhere."""
         notes: list[StoredNote] = []
         report_every = 0 if progress is None or len(paths) < 64 else 64
@@ -302,12 +303,14 @@ class NoteIndex:
                 progress(n, len(paths), "reading notes")
         return notes
 
-    def _documents(self, notes: list[StoredNote], report: SyncReport, *, progress: ProgressCallback | None) -> list[dict]:
+    def _documents(self, notes: list[StoredNote], report: SyncReport, *,
+                   progress: ProgressCallback | None) -> list[dict]:
         docs = [fulltext.note_doc(s) for s in notes]
         self.embed_docs(docs, report, progress=progress)
         return docs
 
-    def embed_docs(self, docs: list[dict], report: SyncReport | None = None, *, progress: ProgressCallback | None = None) -> None:
+    def embed_docs(self, docs: list[dict], report: SyncReport | None = None, *,
+                   progress: ProgressCallback | None = None) -> None:
         """Give each index document its embedding (from the cache when the same model has
         embedded the same text before). No embedder: nothing to add."""
         if self.embedder is None or not docs:

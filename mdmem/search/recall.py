@@ -6,7 +6,6 @@ for the hits returned.
 from __future__ import annotations
 
 import datetime as _dt
-import os
 import re
 from collections.abc import Hashable
 from dataclasses import dataclass

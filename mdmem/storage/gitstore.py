@@ -305,7 +305,8 @@ class GitStore:
         return sorted(name for name in self.repo.branches.local if name.startswith(prefix))
 
     # --- writing --------------------------------------------------------------------
-    def _edit_tree(self, tree: pygit2.Tree | None, edits: dict[tuple[str, ...], pygit2.Oid | None]) -> pygit2.Oid | None:
+    def _edit_tree(self, tree: pygit2.Tree | None,
+                   edits: dict[tuple[str, ...], pygit2.Oid | None]) -> pygit2.Oid | None:
         """A copy of ``tree`` with each path set to its blob (or removed), every changed tree
         written once; None if the tree ends up empty."""
         builder = self.repo.TreeBuilder(tree) if tree is not None else self.repo.TreeBuilder()

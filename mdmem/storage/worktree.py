@@ -52,7 +52,8 @@ def read_note_bytes(root: Path, path: str, max_bytes: int | None = None, *, chec
         return None
     except (IsADirectoryError, NotADirectoryError):
         if _through_symlink(root, path):
-            raise NoteInvalid(path, "file", "a folder on its path is a symbolic link; notes are regular files") from None
+            raise NoteInvalid(path, "file", "a folder on its path is a symbolic link; "
+                              "notes are regular files") from None
         return None
     except OSError as exc:
         if os.path.islink(full):

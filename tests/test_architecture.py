@@ -1,0 +1,135 @@
+"""The layout's rules, checked on the source (ast), so a change that breaks one fails CI.
+
+- only storage/ touches git: imports pygit2 or subprocess, calls ``store.git(...)`` or
+  reaches the raw pygit2 repository (``store.repo``);
+- only cli/ and mcp/ read the environment (os.environ, os.getenv);
+- search/ and storage/ never import ops/ or the MemoryRepo facade (repo.py); model/ and
+  policy/ import neither storage, search, views, ops nor erasure;
+- no module uses a private (_underscore) name another mdmem module defines.
+
+KNOWN_* list today's debt, module by module; a module leaving the list must stay out (the
+test fails on a listed module that no longer breaks the rule, so the lists only shrink).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parent.parent / "mdmem"
+
+# Being moved behind storage/ (issue 9; erasure/ by issue 10).
+KNOWN_GIT_OUTSIDE_STORAGE = {
+    "erasure/forget.py", "erasure/proof.py", "remote.py", "repo.py", "search/note_index.py",
+    "search/versions.py", "views/render.py", "watch.py",
+}
+KNOWN_PRIVATE_USE = {"erasure/forget.py", "remote.py", "watch.py"}
+
+
+def modules() -> dict[str, ast.Module]:
+    return {p.relative_to(PKG).as_posix(): ast.parse(p.read_text(encoding="utf-8"))
+            for p in sorted(PKG.rglob("*.py"))}
+
+
+def imported(tree: ast.Module, rel: str) -> set[str]:
+    """Absolute module names a module imports (relative imports resolved)."""
+    package = ["mdmem", *rel.split("/")[:-1]]
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - (node.level - 1)] if node.level else []
+            mod = ".".join([*base, node.module] if node.module else base)
+            out.add(mod)
+            out |= {f"{mod}.{a.name}" for a in node.names}
+    return out
+
+
+def touches_git(tree: ast.Module, rel: str) -> list[str]:
+    found = []
+    for name in imported(tree, rel):
+        if name.split(".")[0] in ("pygit2", "subprocess"):
+            found.append(f"imports {name}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "git":
+            found.append(f"line {node.lineno}: {ast.unparse(node.func)}(...)")
+        if (isinstance(node, ast.Attribute) and node.attr == "repo"
+                and ast.unparse(node.value).split(".")[-1] == "store"):
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_only_storage_touches_git():
+    offenders = {rel: why for rel, tree in modules().items()
+                 if not rel.startswith("storage/") and (why := touches_git(tree, rel))}
+    new = {rel: why for rel, why in offenders.items() if rel not in KNOWN_GIT_OUTSIDE_STORAGE}
+    assert not new, f"git outside storage/ (add a named operation to storage/ instead): {new}"
+    cleared = KNOWN_GIT_OUTSIDE_STORAGE - set(offenders)
+    assert not cleared, f"no longer touching git, take them off KNOWN_GIT_OUTSIDE_STORAGE: {cleared}"
+
+
+def test_only_the_boundaries_read_the_environment():
+    offenders = []
+    for rel, tree in modules().items():
+        if rel.startswith(("cli/", "mcp/")):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "environb"):
+                offenders.append(f"{rel}:{node.lineno}")
+            if isinstance(node, ast.ImportFrom) and node.module == "os" and \
+                    any(a.name in ("environ", "getenv") for a in node.names):
+                offenders.append(f"{rel}:{node.lineno}")
+    assert not offenders, f"the library reads the environment (resolve it in cli/ and pass it): {offenders}"
+
+
+def test_layers_import_downwards():
+    rules = {
+        ("search/", "storage/"): ("mdmem.ops", "mdmem.repo", "mdmem.erasure", "mdmem.cli", "mdmem.mcp"),
+        ("model/", "policy/"): ("mdmem.storage", "mdmem.search", "mdmem.views", "mdmem.ops", "mdmem.erasure",
+                                "mdmem.repo", "mdmem.cli", "mdmem.mcp"),
+        ("views/", "ops/", "erasure/", "remote.py", "watch.py", "results.py", "errors.py"):
+            ("mdmem.cli", "mdmem.mcp"),
+    }
+    bad = []
+    for rel, tree in modules().items():
+        for prefixes, banned in rules.items():
+            if rel.startswith(prefixes):
+                bad += [f"{rel} imports {m}" for m in imported(tree, rel)
+                        if any(m == b or m.startswith(b + ".") for b in banned)]
+    assert not bad, bad
+
+
+def defined_private_names(tree: ast.Module) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def test_no_module_uses_another_modules_private_names():
+    trees = modules()
+    own = {rel: defined_private_names(tree) for rel, tree in trees.items()}
+    offenders: dict[str, list[str]] = {}
+    for rel, tree in trees.items():
+        elsewhere = set().union(*(names for other, names in own.items() if other != rel)) - own[rel]
+        for node in ast.walk(tree):
+            hit = None
+            if isinstance(node, ast.Attribute) and node.attr in elsewhere and \
+                    not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                hit = f"line {node.lineno}: {ast.unparse(node)}"
+            elif isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("mdmem")):
+                hit = next((f"line {node.lineno}: imports {a.name}" for a in node.names
+                            if a.name.startswith("_") and not a.name.startswith("__")), None)
+            if hit:
+                offenders.setdefault(rel, []).append(hit)
+    new = {rel: hits for rel, hits in offenders.items() if rel not in KNOWN_PRIVATE_USE}
+    assert not new, f"private names used across modules (make them public or add an operation): {new}"
+    cleared = KNOWN_PRIVATE_USE - set(offenders)
+    assert not cleared, f"clean now, take them off KNOWN_PRIVATE_USE: {cleared}"
