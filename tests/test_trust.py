@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import T0, T1, TEAMS, run_cli, snapshot, team_fact
+from conftest import T0, T1, run_cli, snapshot, team_fact
 from embed_server import EmbedServer
 from mcp import StdioServerParameters
 from mcp.client import Client

@@ -255,8 +255,8 @@ class GitStore:
             entries.append(LogEntry(sha, when, author, message.strip(), blob, email))
         return entries
 
-    def changes_by_commit(self, rev: str, since: str | None = None,
-                          prefixes: tuple[str, ...] = ("team", "private")) -> list[tuple[str, str, list[tuple[str, str]]]]:
+    def changes_by_commit(self, rev: str, since: str | None = None, prefixes: tuple[str, ...] = ("team", "private"),
+                          ) -> list[tuple[str, str, list[tuple[str, str]]]]:
         """(commit, author e-mail, [(status, path)]) for each commit on ``rev``'s first-parent line
         after ``since`` (all of history without it), oldest first. Merges count as changes
         against their first parent: whoever merged made those versions current here."""
