@@ -113,8 +113,8 @@ class MetaCache:
                 continue
             try:
                 n = parse_note(path, (contents or {}).get(blob) or store.read_blob(blob))
-                meta = [n.kind, n.subject, n.key, escape_controls(n.first_line()[:160], newlines=False), n.source, format_time(n.valid_from)[:10],
-                        _ts(n.valid_from), _ts(n.valid_until), _ts(n.expires_at)]
+                meta = [n.kind, n.subject, n.key, escape_controls(n.first_line()[:160], newlines=False), n.source,
+                        format_time(n.valid_from)[:10], _ts(n.valid_from), _ts(n.valid_until), _ts(n.expires_at)]
             except NoteInvalid:
                 meta = None
             self._mem[blob] = meta
