@@ -381,7 +381,7 @@ class MemoryRepo:
             with self.store.locked():
                 live: dict[str, set[str]] = {}
 
-                def live_keys(folder: str) -> set[str]:
+                def live_keys(folder: str, live: dict[str, set[str]] = live) -> set[str]:  # this attempt's
                     if folder not in live:
                         live[folder] = {s.note.key for s in live_in_dir(self.root, folder, self.contracts, when,
                                                                         max_bytes=self.config.note_max_bytes)}
