@@ -12,11 +12,12 @@ from mdmem.storage.tree_watch import INotify
 
 
 def watched(repo):
-    """The repo after its first recall (which walks the tree once and starts the watch),
+    """The repo after two recalls (the first walks the tree, the second starts the watch),
     with the periodic walk pushed out of reach so only events can find an edit."""
     team_fact(repo, "Refunds are allowed within 30 days", key="refund.window", new_key=True)
     team_fact(repo, "Billing deploys any weekday before 3pm", new_key=True)
-    repo.recall("refunds", as_user="bob", now=T1)
+    repo.recall("refunds", as_user="bob", now=T1)  # walks
+    repo.recall("refunds", as_user="bob", now=T1)  # starts the watch, walks once more
     repo.index.worktree_check_seconds = 3600
     return repo
 
@@ -77,6 +78,7 @@ def test_two_repos_on_one_folder_in_one_process_both_see_an_edit(repo):
     r = watched(repo)
     other = MemoryRepo.open(repo.root)
     other.recall("refunds", as_user="bob", now=T1)
+    other.recall("refunds", as_user="bob", now=T1)
     other.index.worktree_check_seconds = 3600
     note = repo.root / repo.get(as_user="bob", subject="service:billing", kind="fact", key="refund.window").path
     note.write_text(note.read_text().replace("30 days", "45 days"))
@@ -96,3 +98,13 @@ def test_without_events_the_walk_still_finds_edits(repo):
     note.write_text(note.read_text().replace("30 days", "45 days"))
     assert "45 days" in repo.recall("refund window", as_user="bob", now=T1)[0].text
     assert repo.index.tree_walks >= 2
+
+
+def test_a_one_call_process_watches_nothing(repo):
+    """The CLI makes one call: it walks the tree and never pays for a watch per folder."""
+    team_fact(repo, "Refunds are allowed within 30 days", key="refund.window", new_key=True)
+    fresh = MemoryRepo.open(repo.root)
+    fresh.recall("refunds", as_user="bob", now=T1)
+    assert fresh.index.watching is False and fresh.index.tree_walks == 1
+    fresh.recall("refunds", as_user="bob", now=T1)
+    assert fresh.index.watching is True

@@ -27,6 +27,8 @@ from .embedders import Embedder, make_embedder
 from .embedding_cache import EmbeddingCache, cache_key
 
 SCHEMA_VERSION = 9
+# Small segments tolerated before a catch-up merges them (see _merge_when_many).
+MERGE_AFTER_SEGMENTS = 8
 WORKTREE_CHECK_SECONDS = 1.0
 
 
@@ -63,6 +65,7 @@ class NoteIndex:
         self.watch_tree = True
         self._watch: TreeWatch | None = None
         self._watch_tried = False
+        self._walked = False  # the first call's walk, made without a watch
         self._touched: set[str] = set()  # note files the watch saw written, not yet applied
         self.tree_walks = 0  # whole work-tree walks made by this process (measured by tests)
         # One thread at a time in this process (the MCP server's watcher and its tool calls
@@ -102,7 +105,7 @@ class NoteIndex:
     def close(self) -> None:
         if self._watch is not None:
             self._watch.close()
-        self._watch, self._watch_tried = None, False
+        self._watch, self._watch_tried, self._walked = None, False, False
         self._close_index()
 
     def _close_index(self) -> None:
@@ -177,18 +180,28 @@ class NoteIndex:
                 self.repo.trust.flags(head)  # verify who made the commits caught up with
             return report
 
+    @property
+    def watching(self) -> bool:
+        """Whether hand edits are found from the kernel's events (else by walking the tree)."""
+        return self._watch is not None
+
     def _tree_check(self, worktree: bool | None) -> tuple[bool, bool]:
         """(walk the whole work tree?, did the watch see note files written?).
 
-        The first call in a process walks the tree (edits made while no process watched);
-        after that the kernel's events name the files written, and the tree is walked again
-        only when they cannot (overflow, a folder moved away). Without inotify, the walk is
-        spaced by 20 times its cost, at least ``worktree_check_seconds``."""
+        The first call in a process walks the tree (edits made while no process watched).
+        The second starts the watch and walks once more (a one-call process, like the CLI,
+        never pays for watching ~a folder per subject); after that the kernel's events name
+        the files written, and the tree is walked again only when they cannot (overflow, a
+        folder moved away). Without inotify, the walk is spaced by 20 times its cost, at
+        least ``worktree_check_seconds``."""
         if worktree is not None:
             return worktree, False
         if self._watch is None and not self._watch_tried:
+            if not self._walked:
+                self._walked = True
+                return True, False
             self._watch_tried = True
-            # Started before the first walk, so nothing written in between is missed.
+            # Started before the walk, so nothing written in between is missed.
             self._watch = TreeWatch.start(self.repo.root) if self.watch_tree else None
             return True, False
         if self._watch is not None:
@@ -276,7 +289,7 @@ class NoteIndex:
                         writer.add_document(**doc)
                     else:
                         writer.update_document(**doc)
-                writer.commit()
+                writer.commit(mergetype=_merge_when_many)
             except BaseException:
                 writer.cancel()
                 raise
@@ -445,3 +458,14 @@ def _valid_state(state: dict) -> bool:
     return (isinstance(state.get("schema", 0), int) and isinstance(state.get("model", ""), str)
             and isinstance(state.get("commit") or "", str) and isinstance(state.get("dirty", {}), dict)
             and isinstance(state.get("broken", {}), dict))
+
+
+def _merge_when_many(writer, segments):
+    """Whoosh merges small segments on every commit by default: after one write that is a
+    rewrite of the recent segments, paid by the first recall. Leave them until a few have
+    piled up (each costs a recall little: its columns are read once, then kept)."""
+    from whoosh.writing import MERGE_SMALL, NO_MERGE
+
+    if len(segments) < MERGE_AFTER_SEGMENTS:
+        return NO_MERGE(writer, segments)
+    return MERGE_SMALL(writer, segments)
