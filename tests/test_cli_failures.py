@@ -88,3 +88,31 @@ def test_memory_views_never_hold_control_characters(repo):
     assert "\\x1b[31mRED" in (repo.root / "team/payments/MEMORY.md").read_text()
     startup = repo.startup(as_user="bob", now=T0)
     assert "\x1b" not in startup
+
+
+def write_notes(repo, n):
+    """``n`` notes committed in one import (no index built yet)."""
+    from mdmem.model.layout import keyed_path
+    from mdmem.model.note import Note
+    from mdmem.model.clock import parse_time
+    for i in range(n):
+        note = Note(id=f"01JDQ6Z4V4K3Y8N1XQ2W5T{i:04d}", kind="fact", subject=f"service:s{i % 20}", key=f"k{i}",
+                    scope="team", team="payments", owner="bob", source="user", valid_from=parse_time(T0),
+                    text=f"Rule {i}: billing deploys in window {i % 13}")
+        path = repo.root / keyed_path("team/payments", note.subject, "fact", note.key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(note.dumps())
+    subprocess.run(["git", "-C", str(repo.root), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(repo.root), "-c", "user.name=bob", "-c", "user.email=bob@mdmem.invalid",
+                    "commit", "-qm", "import", "--no-verify"], check=True)
+
+
+def test_an_implicit_index_build_shows_progress_on_stderr(repo):
+    write_notes(repo, 120)
+    env = {"MDMEM_EMBEDDER": "none"}
+    proc = run_cli("recall", "billing deploy window", "--as", "bob", "--repo", str(repo.root), "--now", T0, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "mdmem: reading notes: 120 to do" in proc.stderr  # not a TTY: a line, not a bar
+    proc = run_cli("recall", "billing deploy window", "--as", "bob", "--repo", str(repo.root), "--now", T0, "--json",
+                   env=env)
+    assert proc.returncode == 0 and "to do" not in proc.stderr  # built: nothing to report

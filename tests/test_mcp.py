@@ -112,3 +112,36 @@ def test_no_tool_result_for_others_carries_alices_private_text(repo):
         out = run(repo, user, "read", [("startup", {}), ("recall", {"query": "What does Alice prefer for standups?"}),
                                        ("keys", {"subject": "user:alice", "kind": "profile"})])
         assert not any(private in json.dumps([r.model_dump() for r in out["results"]]) for _ in [0]), user
+
+
+def test_the_server_answers_at_once_and_builds_the_index_beside(repo):
+    """Issue 11: the server built the whole index before answering initialize (11.9 s at
+    1,980 notes). It answers at once; recall answers from the views until the index is in."""
+    import time
+
+    from test_cli_failures import write_notes
+    write_notes(repo, 800)
+    repo.render(as_user="bob", now=T0)
+    env = {**os.environ}
+    env.pop("MDMEM_EMBEDDER", None)  # MiniLM: embedding 800 notes takes many seconds
+    env.pop("MDMEM_USER", None)
+    server = StdioServerParameters(command=sys.executable, args=["-m", "mdmem.cli.main", "serve", "--repo",
+                                   str(repo.root), "--as", "bob", "--allow", "read", "--agent", "t"], env=env)
+
+    async def go():
+        started = time.monotonic()
+        async with Client(server, read_timeout_seconds=120) as client:
+            connected = time.monotonic() - started
+            first = data(await client.call_tool("recall", {"query": "billing deploys window 7"}))
+            for _ in range(240):
+                later = data(await client.call_tool("recall", {"query": "billing deploys window 7"}))
+                if later.get("index") != "building":
+                    break
+                await asyncio.sleep(0.5)
+            return connected, first, later
+
+    connected, first, later = asyncio.run(go())
+    # Answered while the index was still being built (before: only after the whole build).
+    assert first.get("index") == "building", (connected, first)
+    assert first["hits"] == [] and first["from_views"] and all("window" in line for line in first["from_views"])
+    assert later["hits"] and "window 7" in later["hits"][0]["text"]

@@ -66,6 +66,12 @@ class RichProgress:
         self._tasks: dict[str, Any] = {}
 
     def __call__(self, done: int, total: int, what: str) -> None:
+        if not sys.stderr.isatty():
+            # Not a terminal (a log, an agent's pipe): one line as each stage starts, no bar.
+            if what not in self._tasks:
+                self._tasks[what] = None
+                print(f"mdmem: {what}: {total} to do", file=sys.stderr, flush=True)
+            return
         if self._bar is None:
             from rich.console import Console
             from rich.progress import Progress
@@ -115,6 +121,9 @@ class Ctx:
             # a committed mdmem.toml never names the secret that is sent (issue 14).
             settings = {**self.settings(), "user_config": self.user_config()}
             repo = MemoryRepo.open(path, **settings) if path else MemoryRepo.find(**settings)
+            # An index build the command did not ask for (a first recall) shows progress too,
+            # on stderr, so it also shows beside --json output.
+            repo.index.progress = self._progress_always()
             self._repo = repo
         return self._repo
 
@@ -124,6 +133,11 @@ class Ctx:
         if self._repo is not None:
             self._repo.close()
             self._repo = None
+
+    def _progress_always(self) -> ProgressCallback:
+        if self._progress is None:
+            self._progress = RichProgress()
+        return self._progress
 
     def progress(self) -> ProgressCallback | None:
         """The progress callback for long library work (a bar on stderr), None with --json."""
