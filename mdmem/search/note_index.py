@@ -175,7 +175,8 @@ class NoteIndex:
             changed |= set(state.get("broken", {}))
             if scan:
                 fresh -= set(dirty)
-            report = self._apply(sorted(changed), state.get("broken", {}), progress=progress or self.progress, fresh=fresh)
+            report = self._apply(sorted(changed), state.get("broken", {}), progress=progress or self.progress,
+                                 fresh=fresh)
             self._save_state({"schema": SCHEMA_VERSION, "model": self.model_id, "commit": head,
                               "dirty": dirty, "broken": report.broken})
             self._touched.clear()
