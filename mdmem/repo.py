@@ -122,12 +122,16 @@ class MemoryRepo:
     """A memory repository: notes in git, kinds, scopes, the write gate and history."""
 
     def __init__(self, path: str | Path, *, embedder: str | None = None, fusion: str | None = None,
-                 user_config: UserConfig | None = None):
+                 user_config: UserConfig | None = None, finish_erasure: bool = True):
         """Open the memory repo at ``path`` (same as :meth:`open`). ``embedder`` and ``fusion``
         override ``mdmem.toml`` ([embedder] backend, [recall] fusion) for this process; the
         library never reads them from the environment (the CLI does, MDMEM_EMBEDDER/MDMEM_FUSION).
         ``user_config`` is the acting person's own configuration (where note text may be sent,
-        with which secret; the signing key): never taken from the repo."""
+        with which secret; the signing key): never taken from the repo.
+        An erasure a crash interrupted is finished first, under the lock: no command sees a
+        half-erased repository (``finish_erasure=False`` is for `forget --resume` itself)."""
+        from .erasure.journal import pending
+
         root = Path(path)
         config = Config.load(root)
         if not (root / ".git").exists():
@@ -156,6 +160,8 @@ class MemoryRepo:
         self._recall = None
         self._meta_cache = None
         self._root_blobs = None
+        if finish_erasure and pending(self.root):
+            self.finish_erasure()
 
     # --- opening --------------------------------------------------------------------
     @classmethod
@@ -192,9 +198,9 @@ class MemoryRepo:
 
     @classmethod
     def open(cls, path: str | Path, *, embedder: str | None = None, fusion: str | None = None,
-             user_config: UserConfig | None = None) -> "MemoryRepo":
+             user_config: UserConfig | None = None, finish_erasure: bool = True) -> "MemoryRepo":
         """The memory repo at ``path``; ``with MemoryRepo.open(path) as repo:`` closes it."""
-        return cls(path, embedder=embedder, fusion=fusion, user_config=user_config)
+        return cls(path, embedder=embedder, fusion=fusion, user_config=user_config, finish_erasure=finish_erasure)
 
     def __enter__(self) -> "MemoryRepo":
         return self
@@ -754,37 +760,37 @@ class MemoryRepo:
         self.store = GitStore(self.root, self.config.identity)
         self.store.signing_key = self.user_config.signing_key
 
+    def reload(self) -> None:
+        """Forget every in-process cache (history was rewritten under us)."""
+        self._reset_caches()
+
+    def scope_view(self, root: str, now) -> str:
+        """A fresh render of one scope root's MEMORY view at HEAD."""
+        return self._scope_view(root, {}, resolve_now(now))
+
     # --- erasure ----------------------------------------------------------------------
     def forget(self, *, as_user: str, subject: str | None = None, owner: str | None = None,
                paths: list[str] | None = None, texts: list[str] | None = None, dry_run: bool = False,
-               push: bool = False, scrub: bool = True, now=None) -> dict:
+               push: bool = False, scrub: bool = True, force: bool = False, now=None) -> dict:
         """Erase notes from every version of history and every copy (see :mod:`mdmem.erasure.forget`).
         Returns the plan (dry run) or the receipt; never the erased text."""
-        from .erasure.forget import build_plan, execute
+        from .erasure.forget import forget
 
         user = require_user(as_user)
         when = resolve_now(now)
         with self.store.locked():
-            plan = build_plan(self, subject=subject, owner=owner, paths=paths, texts=texts, scrub=scrub)
-            roots = plan.roots
-            if texts:
-                roots = sorted(set(roots) | set(self._roots_holding(texts)))
-            self.access.check_forget(user, roots)
-            if dry_run:
-                return {"dry_run": True, **plan.to_dict()}
-            if not plan.paths and not plan.copies and not texts:
-                raise NotFound("forget: nothing matches those targets")
-            return execute(self, plan, as_user=user, when=when, push=push)
+            return forget(self, as_user=user, when=when, subject=subject, owner=owner, paths=paths, texts=texts,
+                          dry_run=dry_run, push=push, scrub=scrub, force=force)
 
-    def _roots_holding(self, texts: list[str]) -> list[str]:
-        """Scope roots whose files (now or in history) contain any of ``texts``."""
-        roots = set()
-        for text in texts:
-            out = self.store.git("log", "--all", "--format=", "--name-only", "-S", text, check=False)
-            roots |= {"/".join(p.split("/")[:2]) for p in out.splitlines() if p.startswith(("team/", "private/"))}
-            out = self.store.git("grep", "-l", "-F", text, check=False)
-            roots |= {"/".join(p.split("/")[:2]) for p in out.splitlines() if p.startswith(("team/", "private/"))}
-        return sorted(roots)
+    def finish_erasure(self) -> dict | None:
+        """Finish an erasure a crash interrupted (its journal is in .git); None if there is none."""
+        from .erasure.forget import finish
+        from .erasure.journal import pending
+
+        if not pending(self.root):
+            return None
+        with self.store.locked():
+            return finish(self)
 
     def prove_gone(self, needles: list[str], *, as_user: str, subject: str | None = None,
                    owner: str | None = None, allow_paths: list[str] | None = None) -> dict:

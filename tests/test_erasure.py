@@ -107,7 +107,10 @@ def test_worktree_stash_tag_and_git_note_carry_nothing_afterwards(repo, tmp_path
     (repo.root / "ignored-copy.txt").write_text(f"copy {PHONE}")
     repo.forget(as_user="ali", texts=[PHONE], now=T1)
     assert PHONE.encode() not in all_bytes(repo.root)
-    assert not (tmp_path / "wt").exists()
+    # The clean linked worktree is kept (no collateral), its rewritten files checked out.
+    assert (tmp_path / "wt").exists() and PHONE.encode() not in all_bytes(tmp_path / "wt")
+    assert subprocess.run(["git", "-C", str(repo.root), "stash", "list"], capture_output=True,
+                          text=True).stdout.count("stash@") == 1  # the stash is kept, scrubbed
     tag = subprocess.run(["git", "-C", str(repo.root), "cat-file", "-p", "v1"], capture_output=True, text=True).stdout
     assert "[removed]" in tag
     assert not (repo.root / r.path).read_text().count(PHONE)

@@ -89,5 +89,21 @@ class EmbeddingCache:
         self.db.execute("VACUUM")
         return n
 
+    def keys(self) -> list[tuple[str, str]]:
+        """(key, model) of every entry."""
+        return list(self.db.execute("SELECT key, model FROM cache"))
+
+    def models(self) -> list[str]:
+        return [m for (m,) in self.db.execute("SELECT DISTINCT model FROM cache")]
+
+    def retain(self, keep: set[str]) -> int:
+        """Drop every entry whose key is not in ``keep`` (after an erasure: keep only what
+        current history still holds), then VACUUM so freed pages keep no old vectors."""
+        drop = [k for k, _ in self.keys() if k not in keep]
+        with _Tx(self.db):
+            self.db.executemany("DELETE FROM cache WHERE key = ?", [(k,) for k in drop])
+        self.db.execute("VACUUM")
+        return len(drop)
+
     def close(self) -> None:
         self.db.close()

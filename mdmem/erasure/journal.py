@@ -1,0 +1,63 @@
+"""The erasure journal: what an erasure is doing, written inside ``.git`` before anything
+changes, so a crash (kill -9, power loss) leaves a job that the next mdmem command finishes.
+
+It holds the plan (erased texts included: it must be able to finish scrubbing them), so it
+lives in ``.git/mdmem-erasure/`` with mode 0600 in a 0700 folder, beside the scratch folder
+every subprocess uses as TMPDIR. Both are removed when the job ends; while the journal
+exists, prove-gone fails.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+FOLDER = "mdmem-erasure"
+
+
+class Journal:
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.folder = self.root / ".git" / FOLDER
+        self.path = self.folder / "journal.json"
+        self.scratch = self.folder / "scratch"
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def load(self) -> dict:
+        return json.loads(self.path.read_text(encoding="utf-8"))
+
+    def save(self, state: dict) -> None:
+        """Atomically: the new journal is complete on disk before it replaces the old one."""
+        self.folder.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(self.folder, 0o700)
+        tmp = self.folder / "journal.json.new"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        dir_fd = os.open(self.folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def advance(self, state: dict, phase: str) -> None:
+        state["phase"] = phase
+        self.save(state)
+
+    def make_scratch(self) -> Path:
+        self.scratch.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return self.scratch
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def pending(root: Path) -> bool:
+    """An erasure was interrupted here (cheap: one stat)."""
+    return (Path(root) / ".git" / FOLDER / "journal.json").exists()

@@ -1,0 +1,83 @@
+"""Which strings erasure may scrub from other files: distinctive ones only.
+
+A needle replaced everywhere it occurs must not be a common word: `remember "y"` followed
+by `forget --owner bob` once turned every "y" of every file of all history into
+"[removed]". So a copy is scrubbed only for a needle that is distinctive: long enough and
+of enough words, or a recognised identifier (phone number, e-mail address), or a long
+single token (an id, a key, a token).
+"""
+from __future__ import annotations
+
+import re
+
+REMOVED = "[removed]"
+# A sentence fragment this long is not found by accident (measured on the benchmark data:
+# no line of 20+ characters and 3+ words of one note occurs in any unrelated note).
+MIN_CHARS = 20
+MIN_WORDS = 3
+MIN_TOKEN = 16  # one word: an id, a token, a long compound
+VIEW_CUT = 160  # views quote a note's first line cut at this many characters
+
+_PHONE = re.compile(r"\+?\d[\d ().-]{5,}\d")
+_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(\.[\w-]+)+")
+_WORD = re.compile(r"\w+")
+
+
+def identifiers(text: str) -> list[str]:
+    """Phone numbers and e-mail addresses: a copy often quotes only these."""
+    out = [m.group(0) for m in _EMAIL.finditer(text)]
+    out += [m.group(0) for m in _PHONE.finditer(text) if sum(ch.isdigit() for ch in m.group(0)) >= 7]
+    return out
+
+
+def is_identifier(text: str) -> bool:
+    return text.strip() in identifiers(text.strip())
+
+
+def is_distinctive(text: str) -> bool:
+    """Safe to replace wherever it occurs."""
+    t = text.strip()
+    if is_identifier(t):
+        return True
+    words = _WORD.findall(t)
+    if len(t) >= MIN_CHARS and len(words) >= MIN_WORDS:
+        return True
+    return len(words) == 1 and len(t) >= MIN_TOKEN
+
+
+def why_not(text: str) -> str:
+    return (f"it is not distinctive enough to replace everywhere: give at least {MIN_CHARS} characters and "
+            f"{MIN_WORDS} words, a phone number or e-mail address, or one token of {MIN_TOKEN}+ characters")
+
+
+def from_note_text(text: str) -> list[str]:
+    """The needles an erased version's body yields: the whole body, each distinctive line
+    (a copy quoted elsewhere is usually one line), the view's cut of long lines, and the
+    identifiers in it. Nothing short or common."""
+    out = []
+    whole = text.strip()
+    if is_distinctive(whole):
+        out.append(whole)
+    out += identifiers(text)
+    for line in text.splitlines():
+        line = line.strip().lstrip("-*> ").strip()
+        if is_distinctive(line):
+            out.append(line)
+            if len(line) > VIEW_CUT:
+                out.append(line[:VIEW_CUT])
+    return out
+
+
+def ordered(needles) -> list[str]:
+    """Longest first, so a needle inside a longer one never leaves half of the longer one."""
+    return sorted(set(needles), key=lambda n: (-len(n), n))
+
+
+def replace_all(data: bytes, needles: list[bytes]) -> tuple[bytes, int]:
+    count = 0
+    for n in needles:
+        c = data.count(n)
+        if c:
+            count += c
+            data = data.replace(n, REMOVED.encode())
+    return data, count

@@ -1,0 +1,408 @@
+"""What an erasure will change, computed before anything changes (the dry-run shows it).
+
+Targets (notes erased whole, every version):
+- ``--path``: those notes; ``--subject``: every note of that subject;
+- ``--owner P`` (erasing a person): P's private root, and notes whose subject is ``user:P``
+  in roots the asker may erase. Team notes P wrote are NOT erased — ownership is not
+  authorship — they stay, with P's identity fields pseudonymised, and show up in the
+  mention scan when their text names P;
+- ``--text T``: T is scrubbed; a note whose path, key or frontmatter holds T is erased whole
+  (scrubbing there would leave a broken note).
+
+Copies are scrubbed only for distinctive needles (:mod:`.needles`), only in note files and
+MEMORY views, only in roots the asker may erase. Permission is computed on what would
+change. A non-eraser's plan is computed over the roots they may read only, so what lives in
+roots they cannot read changes neither the plan nor the refusal (no oracle).
+"""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import BadInput, NotFound, Refused
+from ..model import layout
+from ..model.note import parse_note
+from ..storage import history_ops as ops
+from . import needles as nd
+from .scan import REPO_FILES, HistoryScan, is_git_note, is_view, root_of, split_note
+
+FORCE_THRESHOLD = 25  # more copies or local files than this to change needs --force
+MAX_LOCAL_FILE = 64 * 1024 * 1024  # untracked files larger than this are listed, not read
+HOLD_PREFIX = "refs/mdmem-erasure/"
+LEFTOVERS = ("COMMIT_EDITMSG", "ORIG_HEAD", "FETCH_HEAD", "MERGE_MSG", "SQUASH_MSG", "MERGE_HEAD")
+
+
+@dataclass
+class Plan:
+    as_user: str
+    eraser: bool
+    subject: str | None
+    owner: str | None
+    paths_given: int
+    texts_given: int
+    scrub: bool = True
+    targets: list[str] = field(default_factory=list)            # note paths erased whole
+    versions: int = 0
+    target_keys: list[str] = field(default_factory=list)        # keys / subject-keys naming erased notes
+    needles: list[str] = field(default_factory=list)
+    copies: dict[str, dict] = field(default_factory=dict)       # path -> {versions, replacements}
+    not_scrubbed: dict[str, str] = field(default_factory=dict)  # path -> why it keeps a needle
+    messages: int = 0                                           # commit messages to rewrite
+    people: dict[str, str] = field(default_factory=dict)        # handle -> pseudonym
+    aliases: dict[str, list[str]] = field(default_factory=dict)  # handle -> other names of them
+    stashes: list[dict] = field(default_factory=list)
+    worktrees: list[dict] = field(default_factory=list)
+    local_files: list[dict] = field(default_factory=list)       # untracked/ignored/edited files
+    refs_renamed: dict[str, str] = field(default_factory=dict)
+    refs_deleted: list[dict] = field(default_factory=list)
+    rewrite_refs: list[str] = field(default_factory=list)
+    message_commits: list[str] = field(default_factory=list)    # commits whose messages may be scrubbed
+    local_blobs: list[str] = field(default_factory=list)        # stashed blobs to scrub (any path: local work)
+    local_commits: list[str] = field(default_factory=list)      # stash commits (messages scrubbed too)
+    mentions_outside: list[str] = field(default_factory=list)   # user:P notes the asker may not erase
+    review: list[dict] = field(default_factory=list)            # held writes erased or scrubbed
+    commits_touched: int = 0
+
+    # --- what a person sees ---------------------------------------------------------------
+    def targets_record(self) -> dict:
+        """The targets as given, for the receipt: never an erased path, key or text."""
+        out = {}
+        if self.subject:
+            out["subject"] = self.pseudonymise_subject(self.subject)
+        if self.owner:
+            out["owner"] = self.people.get(self.owner, self.owner)
+        if self.paths_given:
+            out["paths"] = f"{self.paths_given} path(s), not recorded"
+        if self.texts_given:
+            out["texts"] = f"{self.texts_given} string(s), not recorded"
+        return out
+
+    def pseudonymise_subject(self, subject: str) -> str:
+        kind, _, name = subject.partition(":")
+        return f"{kind}:{self.people[name]}" if kind == "user" and name in self.people else subject
+
+    def to_dict(self) -> dict:
+        """The plan for a person: every file and count, never the erased text."""
+        return {"targets": self.targets_record(), "notes": self.targets, "versions": self.versions,
+                "commits_to_rewrite": self.commits_touched,
+                "copies_to_scrub": [{"path": p, **c} for p, c in sorted(self.copies.items())],
+                "not_scrubbed": [{"path": p, "why": w} for p, w in sorted(self.not_scrubbed.items())],
+                "commit_messages_to_rewrite": self.messages,
+                "identities_pseudonymised": len(self.people),
+                "stashes": self.stashes, "worktrees": self.worktrees, "local_files": self.local_files,
+                "refs_renamed": sorted(self.refs_renamed), "refs_deleted": self.refs_deleted,
+                "review_branches": [r["branch"] for r in self.review],
+                "roots": self.roots(), "needs_force": self.needs_force(),
+                "mentions_outside_your_roots": self.mentions_outside}
+
+    def roots(self) -> list[str]:
+        return sorted({root_of(p) for p in [*self.targets, *self.copies]} - {REPO_FILES})
+
+    def needs_force(self) -> bool:
+        return len(self.copies) + len(self.local_files) > FORCE_THRESHOLD
+
+    def changes_anything(self) -> bool:
+        return bool(self.targets or self.copies or self.messages or self.people or self.local_files
+                    or self.refs_renamed or any(s["action"] == "scrubbed" for s in self.stashes)
+                    or any(w["action"] == "removed" for w in self.worktrees))
+
+    # --- for the journal --------------------------------------------------------------------
+    def to_state(self) -> dict:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_state(cls, data: dict) -> "Plan":
+        return cls(**data)
+
+
+def identity_names(person: str, aliases: list[str]) -> set[str]:
+    return {person.lower(), *(a.lower() for a in aliases)}
+
+
+def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, texts=None, scrub: bool = True) -> Plan:
+    if not (subject or owner or paths or texts):
+        raise BadInput("forget: name what to erase: --subject, --owner, --path or --text")
+    if subject:
+        layout.check_subject(subject)
+    if owner:
+        layout.check_name(owner, "owner")
+    for p in paths or []:
+        if not layout.is_note_path(p):
+            raise BadInput(f"--path: {p!r} is not a note path (team/<team>/... or private/<owner>/...)")
+    texts = [t for t in (texts or []) if t and t.strip()]
+    for t in texts:
+        if not nd.is_distinctive(t):
+            raise BadInput(f"--text: {len(t)} character(s) given; {nd.why_not(t)}")
+    access = repo.access
+    eraser = as_user in access.erasers
+    if owner and owner != as_user and not eraser:
+        # Decided before looking at any data: the answer cannot depend on what exists.
+        raise Refused(f"forget --owner {owner}: only {owner} themself or an eraser may erase a person "
+                      "(the eraser role is [roles] erasers in mdmem.toml)")
+    plan = Plan(as_user, eraser, subject, owner, len(paths or []), len(texts), scrub)
+
+    def readable(root: str) -> bool:
+        return eraser or root == REPO_FILES or access.may_read_root(as_user, root)
+
+    def erasable(root: str) -> bool:
+        return root != REPO_FILES and (eraser or root == f"private/{as_user}")
+
+    scan = HistoryScan.read(repo.root)
+    ever = [p for p in scan.note_paths() if readable(root_of(p))]
+    targets = set()
+    for p in paths or []:
+        if p not in ever:
+            raise NotFound(f"--path: no note ever at {p} visible to {as_user}")
+        targets.add(p)
+    if subject:
+        targets |= {p for p in ever if layout.parse_path(p).subject == subject}
+    if owner:
+        plan.people[owner] = f"erased-{secrets.token_hex(4)}"
+        plan.aliases[owner] = list(repo.config.aliases.get(owner, ()))
+        targets |= {p for p in ever if p.startswith(f"private/{owner}/")}
+        about = [p for p in ever if layout.parse_path(p).subject == f"user:{owner}"]
+        targets |= {p for p in about if erasable(root_of(p))}
+        plan.mentions_outside = sorted(p for p in about if not erasable(root_of(p)))
+    text_bytes = [t.encode() for t in texts]
+    # A text naming a note (its path or key) or sitting in its frontmatter: the note goes whole.
+    for p in ever:
+        if any(t in p for t in texts):
+            targets.add(p)
+    readable_blobs = {b for p, bs in scan.path_blobs.items() if readable(root_of(p)) for b in bs}
+    data = scan.blobs(readable_blobs)
+    if text_bytes:
+        for p in ever:
+            if p not in targets and any(any(t in split_note(data.get(b, b""))[0] for t in text_bytes)
+                                        for b in scan.path_blobs[p]):
+                targets.add(p)
+    plan.targets = sorted(targets)
+    refused = sorted({root_of(p) for p in targets if not erasable(root_of(p))})
+
+    # Needles: the explicit texts, and what every erased version's body yields.
+    found: set[str] = set(texts)
+    keys: set[str] = set()
+    for p in plan.targets:
+        loc = layout.parse_path(p)
+        for b in scan.path_blobs[p]:
+            plan.versions += 1
+            raw = data.get(b, b"")
+            try:
+                note = parse_note(p, raw)
+                body = note.text
+            except Exception:
+                body = raw.decode("utf-8", "replace")
+            found.update(nd.from_note_text(body))  # views quote it even with --no-scrub
+        if loc.key:
+            keys.add(f"{loc.subject}/{loc.key}")
+            if nd.is_distinctive(loc.key) or loc.key in texts:
+                keys.add(loc.key)
+        keys.add(f"{loc.subject} {p.rsplit('/', 1)[-1]}")
+    plan.needles = nd.ordered(found)
+    plan.target_keys = nd.ordered(keys)
+    needle_bytes = [n.encode() for n in plan.needles]
+
+    # Copies: note bodies and views in readable roots that quote a needle.
+    for path, blobs in scan.path_blobs.items():
+        if path in targets:
+            continue
+        root = root_of(path)
+        if not readable(root):
+            continue
+        note_file = layout.is_note_path(path)
+        versions = replacements = 0
+        for b in blobs:
+            raw = data.get(b, b"")
+            part = split_note(raw)[1] if note_file else raw
+            n = sum(part.count(x) for x in needle_bytes)
+            if n:
+                versions += 1
+                replacements += n
+        if not versions:
+            continue
+        if note_file or is_view(path):
+            if not erasable(root):
+                refused.append(root)
+            elif scrub or is_view(path):
+                plan.copies[path] = {"versions": versions, "replacements": replacements}
+            else:
+                plan.not_scrubbed[path] = "a quoted copy, kept (--no-scrub)"
+        elif is_git_note(path):
+            plan.copies[path] = {"versions": versions, "replacements": replacements, "what": "git note"}
+        else:
+            plan.not_scrubbed[path] = "not a note (configuration, audit log and other files are never scrubbed)"
+
+    # Commit messages: scrubbed where every root the commit touched may be erased.
+    key_bytes = [k.encode() for k in plan.target_keys]
+    target_set = set(plan.targets)
+    for commit, message in _messages(repo.root).items():
+        touches_target = bool(scan.commit_paths.get(commit, set()) & target_set)
+        if not (any(n in message for n in needle_bytes) or (touches_target and any(k in message for k in key_bytes))):
+            continue
+        roots = scan.commit_roots.get(commit, set())
+        if eraser or (roots and all(erasable(r) for r in roots)):
+            plan.message_commits.append(commit)
+        else:
+            refused += [r for r in roots if readable(r) and not erasable(r)]
+    plan.messages = len(plan.message_commits)
+    if refused:
+        raise Refused(f"forget: {as_user} may erase only their own private notes; this would change "
+                      f"{', '.join(sorted(set(refused)))}, which needs the eraser role in mdmem.toml "
+                      "([roles] erasers = [...])")
+
+    _local_state(repo, plan, scan, needle_bytes)
+    changed_commits = {c for c in scan.commit_paths if scan.commit_paths[c] & (target_set | set(plan.copies))}
+    changed_commits |= set(plan.message_commits)
+    if plan.people:
+        changed_commits |= _authored_by(repo.root, identity_names(owner, plan.aliases[owner]))
+    plan.commits_touched = len(changed_commits)
+    return plan
+
+
+def _messages(root: Path) -> dict[str, bytes]:
+    out = ops.run_git(root, "log", *ops.HISTORY_REFS, "--format=%H%x00%B%x1e", check=False)
+    messages = {}
+    for rec in out.split("\x1e"):
+        rec = rec.strip("\n")
+        if rec:
+            commit, _, body = rec.partition("\0")
+            messages[commit] = body.encode()
+    return messages
+
+
+def _authored_by(root: Path, names: set[str]) -> set[str]:
+    out = ops.run_git(root, "log", *ops.HISTORY_REFS, "--format=%H%x00%an%x00%ae%x00%cn%x00%ce%x00%B%x1e",
+                      check=False)
+    found = set()
+    for rec in out.split("\x1e"):
+        fields = rec.strip("\n").split("\0")
+        if len(fields) < 6:
+            continue
+        ids = [fields[1], fields[2].split("@")[0], fields[3], fields[4].split("@")[0]]
+        trailer_values = [v.strip().split(":")[-1] for v in re.findall(r"^Memory-[\w-]+: (.*)$", fields[5], re.M)]
+        if any(x.lower() in names for x in ids + trailer_values):
+            found.add(fields[0])
+    return found
+
+
+def _local_state(repo, plan: Plan, scan: HistoryScan, needle_bytes: list[bytes]) -> None:
+    """Stashes, worktrees, local files and refs: each listed with what will happen and why."""
+    root = repo.root
+    targets = set(plan.targets)
+    erased_names = [k for k in plan.target_keys if "/" not in k and " " not in k] + plan.needles
+
+    def holds(data: bytes) -> bool:
+        return any(n in data for n in needle_bytes)
+
+    for entry in ops.stash_entries(root):
+        changed = ops.stash_changed_paths(root, entry.commit)
+        blobs = ops.read_blobs(root, [f"{entry.commit}{part}:{p}" for p in changed for part in ("", "^3")])
+        holding = [oid for oid, b in blobs.items() if holds(b)]
+        plan.local_blobs += holding
+        plan.local_commits += [c for c in (ops.peel_to_commit(root, f"{entry.commit}{part}")
+                                           for part in ("", "^2", "^3")) if c]
+        why = ("it changes an erased note" if set(changed) & targets else
+               "it holds erased text" if holding else None)
+        plan.stashes.append({"stash": f"stash@{{{entry.index}}}", "commit": entry.commit, "message": entry.message,
+                             "action": "scrubbed" if why else "rebased",
+                             "why": why or "its base commit is rewritten; its own changes are kept as they are"})
+    for wt in ops.linked_worktrees(root):
+        why = None
+        for rel in ops.dirty_files(wt.path):
+            if rel in targets or _file_holds(wt.path / rel, needle_bytes):
+                why = f"uncommitted {rel} holds erased text"
+                break
+        plan.worktrees.append({"path": str(wt.path), "branch": wt.branch, "head": wt.head,
+                               "action": "removed" if why else ("files updated" if wt.branch else "head moved"),
+                               "why": why or "its commit is rewritten; rewritten files are checked out, "
+                                             "its own edits kept"})
+    tracked_changed = targets | set(plan.copies)
+    untracked = set(ops.untracked_files(root))
+    for rel, full in _files_under(root, skip=(".git", ".mdmem")):
+        if rel in targets and rel not in untracked:
+            continue  # a tracked erased note: the rewrite removes it from the work tree
+        if rel in tracked_changed and rel not in untracked:
+            if _file_holds(full, needle_bytes) and _differs_from_head(repo, rel, full):
+                plan.local_files.append({"path": rel, "action": "replaced",
+                                         "why": "uncommitted edits hold erased text; the scrubbed version replaces it"})
+            continue
+        if rel in targets:
+            plan.local_files.append({"path": rel, "action": "deleted", "why": "an untracked copy of an erased note"})
+            continue
+        try:
+            size = full.stat().st_size
+        except OSError:
+            continue
+        if size > MAX_LOCAL_FILE:
+            plan.local_files.append({"path": rel, "action": "not checked", "why": f"larger than {MAX_LOCAL_FILE} bytes"})
+            continue
+        if not _file_holds(full, needle_bytes):
+            continue
+        if rel not in untracked and root_of(rel) == REPO_FILES:
+            plan.not_scrubbed.setdefault(rel, "not a note (never scrubbed)")
+            continue
+        what = "untracked or ignored file" if rel in untracked else "uncommitted edit"
+        plan.local_files.append({"path": rel, "action": "scrubbed", "why": f"{what} holding erased text"})
+    for name, oid, kind in ops.list_refs(root):
+        if name.startswith(HOLD_PREFIX) or name == "refs/stash":
+            continue
+        if name.startswith("refs/remotes/"):
+            plan.refs_deleted.append({"ref": name, "why": "a copy of the remote's old history; fetch again"})
+            continue
+        if name.startswith("refs/heads/review/"):
+            held = _held_path(root, oid)
+            if held in targets:
+                plan.refs_deleted.append({"ref": name, "why": "a held write of an erased note"})
+                plan.review.append({"branch": name[len("refs/heads/"):], "action": "deleted"})
+                continue
+            if held in plan.copies:
+                plan.review.append({"branch": name[len("refs/heads/"):], "action": "scrubbed"})
+        plan.rewrite_refs.append(name)
+        short = name.split("/", 2)[-1]
+        new = short
+        for n in erased_names:
+            safe = n.replace(" ", "-")
+            if n in new or safe in new:
+                new = new.replace(n, "removed").replace(safe, "removed")
+        if new != short:
+            plan.refs_renamed[name] = name[:len(name) - len(short)] + new
+    for leftover in LEFTOVERS:
+        if (ops.git_dir(root) / leftover).exists():
+            plan.local_files.append({"path": f".git/{leftover}", "action": "deleted",
+                                     "why": "git's leftover of an earlier command (names old commits)"})
+
+
+def _held_path(root: Path, oid: str) -> str | None:
+    out = ops.run_git(root, "diff", "--name-only", f"{oid}~1", oid, check=False).split()
+    notes = [p for p in out if layout.is_note_path(p)]
+    return notes[0] if notes else None
+
+
+def _files_under(top: Path, skip: tuple[str, ...] = (".git",)):
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = [d for d in dirnames if not (Path(dirpath) == top and d in skip)]
+        for name in filenames:
+            full = Path(dirpath) / name
+            if full.is_symlink():
+                continue  # never followed: a link's target is not ours to change
+            yield str(full.relative_to(top)).replace(os.sep, "/"), full
+
+
+def _file_holds(full: Path, needle_bytes: list[bytes]) -> bool:
+    try:
+        if full.stat().st_size > MAX_LOCAL_FILE:
+            return False
+        data = full.read_bytes()
+    except OSError:
+        return False
+    return any(n in data for n in needle_bytes)
+
+
+def _differs_from_head(repo, rel: str, full: Path) -> bool:
+    head = repo.store.read_at(rel, "HEAD") if repo.store.head() else None
+    try:
+        return head != full.read_bytes()
+    except OSError:
+        return False

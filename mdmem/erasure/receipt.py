@@ -1,0 +1,99 @@
+"""The erasure receipt: one line in ``audit/erasures.jsonl``, committed with the regenerated
+views. It records the targets as given (a person as their pseudonym), counts and the
+rewritten commit ids (ids, not content: a stale clone cannot push them back), never an
+erased text, path or key. Also the mention scan: live notes that still name the person,
+for someone to review (a team fact may need rewriting, not deleting)."""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+
+from ..model.clock import format_time
+from ..storage import history_ops as ops
+from ..storage.gitstore import Trailers
+from .plan import Plan
+
+AUDIT_PATH = "audit/erasures.jsonl"
+
+
+def receipt_id(when: _dt.datetime) -> str:
+    return f"erasure-{when:%Y%m%dT%H%M%SZ}"
+
+
+def build(plan: Plan, *, when: _dt.datetime, counts: dict, old_head: str | None, rewritten: list[str],
+          mentions: list[dict]) -> dict:
+    asked_by = plan.people.get(plan.as_user, plan.as_user)
+    return {"id": receipt_id(when), "asked_by": asked_by, "at": format_time(when),
+            "targets": plan.targets_record(), "counts": counts, "old_head": old_head,
+            "rewritten_commits": rewritten, "mentions_for_review": [m["path"] for m in mentions], "remotes": {}}
+
+
+def commit(repo, receipt: dict, plan: Plan, when: _dt.datetime) -> str:
+    """The receipt in the audit log and the regenerated views, in one commit (once: a resumed
+    job finding its receipt at HEAD does not write it again)."""
+    from ..views.render import VIEW_NAME, render_root, view_path
+
+    store = repo.store
+    head = store.head()
+    audit = store.read_at(AUDIT_PATH, head) or b""
+    if f'"id": "{receipt["id"]}"'.encode() in audit:
+        return head
+    line = json.dumps({k: v for k, v in receipt.items() if k != "mentions"}, sort_keys=True)
+    changes: dict[str, bytes | None] = {AUDIT_PATH: audit + line.encode() + b"\n"}
+    tracked = ops.tree_paths(repo.root, head) if head else {}
+    from ..model import layout
+    roots = {"/".join(p.split("/")[:2]) for p in tracked if layout.is_note_path(p)} | \
+        {f"team/{t}" for t in repo.config.teams}
+    for path in tracked:
+        if path.endswith("/MEMORY.md") and path.count("/") == 2 and path.rsplit("/", 1)[0] not in roots:
+            changes[path] = None  # a scope with no notes left keeps no view
+    for root in sorted(roots):
+        changes[view_path(root)] = repo.scope_view(root, when).encode()
+    changes[VIEW_NAME] = render_root(repo.config).encode()
+    changes = {p: d for p, d in changes.items() if store.read_at(p, head) != d}
+    actor = plan.people.get(plan.as_user, plan.as_user)
+    message = f"forget: erasure receipt {receipt['id']}\n\n" + Trailers("forget", actor, "system:forget").render()
+    with_lock = store.commit(changes, message, actor=actor, when=when)
+    return with_lock
+
+
+def erased_commit_ids(text: str) -> set[str]:
+    ids = set()
+    for line in text.splitlines():
+        try:
+            ids |= set(json.loads(line).get("rewritten_commits", []))
+        except (ValueError, AttributeError):
+            continue
+    return ids
+
+
+def push(root) -> dict:
+    out = {}
+    for name in ops.remotes(root):
+        ok, err = ops.force_push_all(root, name)
+        out[name] = "pushed (force); the remote must still gc to drop the old objects" if ok else f"push failed: {err}"
+    return out
+
+
+def mention_scan(repo, plan: Plan) -> list[dict]:
+    """Live notes that still mention the person, for a human to review (not deleted)."""
+    names = set(plan.people)
+    for person in list(names):
+        names |= set(plan.aliases.get(person, ()))
+    out = [{"path": p, "line": "(its subject is the person; only an eraser may erase it)"}
+           for p in plan.mentions_outside]
+    if not names:
+        return out
+    # Not \\b: a handle like "@asmith" starts with a non-word character.
+    pattern = re.compile(r"(?<!\w)(" + "|".join(re.escape(n) for n in sorted(names)) + r")(?!\w)", re.IGNORECASE)
+    from ..storage.worktree import scan_notes
+    listed = {m["path"] for m in out}
+    for stored in scan_notes(repo.root, repo.contracts)[0]:
+        if stored.path in listed:
+            continue
+        for line in stored.note.text.splitlines():
+            if pattern.search(line):
+                out.append({"path": stored.path, "line": line.strip()[:200]})
+                break
+    return out

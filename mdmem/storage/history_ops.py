@@ -1,0 +1,364 @@
+"""Named git operations for history rewriting and the clean-up around it (erasure).
+
+Erasure reads every version of every file, rewrites history with git-filter-repo and then
+clears what would keep the old objects alive (stash, worktrees, refs, reflogs) before
+pruning. Every git command it needs is one function here, so storage/ stays the only code
+that runs git; erasure decides what to do, these functions only do it.
+
+Scratch space: every command that may write temporary files gets ``TMPDIR`` pointing inside
+``.git`` (``scratch``), so no erased text is ever written to /tmp.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import MdmemError
+
+# History as erasure sees it: every ref but the stash (its entries are handled one by one)
+# and erasure's own parking refs.
+HISTORY_REFS = ("--exclude=refs/stash", "--exclude=refs/mdmem-erasure/*", "--all")
+# A changed path in `git log --raw`: ":<old mode> <new mode> <old oid> <new oid> <status>\t<path>"
+_ZERO = "0" * 40
+
+
+def git_dir(root: Path) -> Path:
+    return Path(root) / ".git"
+
+
+def _env(scratch: Path | None) -> dict | None:
+    if scratch is None:
+        return None
+    scratch.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return {**os.environ, "TMPDIR": str(scratch), "TMP": str(scratch), "TEMP": str(scratch)}
+
+
+def run_git(root: Path, *args: str, input: bytes | None = None, check: bool = True,
+            scratch: Path | None = None) -> str:
+    proc = subprocess.run(["git", "-C", str(root), *args], input=input, capture_output=True, env=_env(scratch))
+    if check and proc.returncode != 0:
+        raise MdmemError(f"git {' '.join(args[:3])} failed: {proc.stderr.decode(errors='replace').strip()[:300]}")
+    return proc.stdout.decode("utf-8", errors="replace")
+
+
+# --- reading history ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CommitChanges:
+    commit: str
+    paths: dict[str, str | None]  # path -> blob written there (None: deleted)
+
+
+def commit_changes(root: Path) -> list[CommitChanges]:
+    """Every commit reachable from any ref with the paths it changed (against each parent,
+    root commits against nothing). Together these name every (path, blob) in history."""
+    out = subprocess.run(["git", "-C", str(root), "log", *HISTORY_REFS, "--raw", "--no-renames", "--root", "-m",
+                          "--no-abbrev", "-z", "--format=%x00C %H"], capture_output=True).stdout
+    commits: dict[str, dict[str, str | None]] = {}
+    current: dict[str, str | None] | None = None
+    parts = out.split(b"\0")
+    i = 0
+    while i < len(parts):
+        part = parts[i].strip(b"\n")
+        if part.startswith(b"C "):
+            current = commits.setdefault(part[2:].decode(), {})
+            i += 1
+            continue
+        if part.startswith(b":") and current is not None and i + 1 < len(parts):
+            fields = part[1:].split()
+            new_oid = fields[3].decode()
+            path = parts[i + 1].decode("utf-8", "surrogateescape")
+            if fields[1] != b"160000":
+                current[path] = None if new_oid == _ZERO else new_oid
+            i += 2
+            continue
+        i += 1
+    return [CommitChanges(c, p) for c, p in commits.items()]
+
+
+def read_blobs(root: Path, oids: list[str]) -> dict[str, bytes]:
+    """The contents of many blobs in one `cat-file --batch` stream."""
+    if not oids:
+        return {}
+    proc = subprocess.run(["git", "-C", str(root), "cat-file", "--batch"],
+                          input=("\n".join(oids) + "\n").encode(), capture_output=True)
+    data = proc.stdout
+    out: dict[str, bytes] = {}
+    pos = 0
+    while pos < len(data):
+        end = data.index(b"\n", pos)
+        header = data[pos:end].split()
+        pos = end + 1
+        if len(header) < 3:  # "<oid> missing"
+            continue
+        size = int(header[2])
+        out[header[0].decode()] = data[pos:pos + size]
+        pos += size + 1
+    return out
+
+
+def all_objects(root: Path):
+    """(oid, type, content) for every object in the repository, reachable or not, loose or packed."""
+    proc = subprocess.Popen(["git", "-C", str(root), "cat-file", "--batch-all-objects", "--batch",
+                             "--unordered"], stdout=subprocess.PIPE)
+    stream = proc.stdout
+    while True:
+        header = stream.readline()
+        if not header:
+            break
+        oid, kind, size = header.decode().split()
+        data = stream.read(int(size))
+        stream.read(1)
+        yield oid, kind, data
+    proc.wait()
+
+
+def reachable_commits(root: Path) -> set[str]:
+    return set(run_git(root, "rev-list", "--all", check=False).split())
+
+
+def tree_paths(root: Path, rev: str, under: tuple[str, ...] = ()) -> dict[str, str]:
+    """path -> blob id of every file in ``rev``'s tree (optionally only below ``under``)."""
+    out = subprocess.run(["git", "-C", str(root), "ls-tree", "-r", "-z", rev, "--", *under],
+                         capture_output=True).stdout
+    paths = {}
+    for rec in out.split(b"\0"):
+        if not rec:
+            continue
+        meta, path = rec.split(b"\t", 1)
+        mode, kind, oid = meta.split()
+        if kind == b"blob":
+            paths[path.decode("utf-8", "surrogateescape")] = oid.decode()
+    return paths
+
+
+def commit_message(root: Path, rev: str) -> str:
+    return run_git(root, "log", "-1", "--format=%B", rev, check=False)
+
+
+# --- refs ---------------------------------------------------------------------------------
+
+def list_refs(root: Path, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(refname, object id, object type) for every ref (below ``prefix``)."""
+    args = ["for-each-ref", "--format=%(refname)%00%(objectname)%00%(objecttype)"]
+    if prefix:
+        args.append(prefix)
+    out = []
+    for line in run_git(root, *args, check=False).splitlines():
+        name, oid, kind = line.split("\0")
+        out.append((name, oid, kind))
+    return out
+
+
+def set_ref(root: Path, name: str, oid: str) -> None:
+    run_git(root, "update-ref", name, oid)
+
+
+def delete_ref(root: Path, name: str) -> None:
+    run_git(root, "update-ref", "-d", name, check=False)
+
+
+def peel_to_commit(root: Path, rev: str) -> str | None:
+    out = run_git(root, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False).strip()
+    return out or None
+
+
+def reflog_files(root: Path) -> list[Path]:
+    logs = git_dir(root) / "logs"
+    return [p for p in logs.rglob("*") if p.is_file()] if logs.exists() else []
+
+
+def expire_reflogs(root: Path) -> None:
+    """Drop every reflog entry (HEAD's and every ref's): they name old commits."""
+    run_git(root, "reflog", "expire", "--expire=now", "--expire-unreachable=now", "--all", check=False)
+
+
+def gc_prune(root: Path, scratch: Path | None = None) -> None:
+    """Repack and prune every unreachable object now (reflogs: expire them first)."""
+    run_git(root, "gc", "--prune=now", "--quiet", check=False, scratch=scratch)
+
+
+def remove_stale_locks(root: Path) -> list[str]:
+    """git lock files and temporary packs a killed rewrite left behind. Call only under the
+    repo lock with an erasure journal present: the process that held them is gone."""
+    gd = git_dir(root)
+    removed = []
+    for pattern in ("*.lock", "refs/**/*.lock", "objects/pack/tmp_*", "objects/**/tmp_obj_*", "logs/**/*.lock"):
+        for p in gd.glob(pattern):
+            if p.is_file():
+                p.unlink(missing_ok=True)
+                removed.append(str(p.relative_to(gd)))
+    return removed
+
+
+# --- stash --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StashEntry:
+    index: int
+    commit: str
+    message: str
+
+
+def stash_entries(root: Path) -> list[StashEntry]:
+    out = run_git(root, "stash", "list", "-z", "--format=%H%x1f%gs", check=False)
+    entries = []
+    for i, rec in enumerate(r for r in out.split("\0") if r):
+        commit, _, message = rec.partition("\x1f")
+        entries.append(StashEntry(i, commit.strip(), message))
+    return entries
+
+
+def stash_clear(root: Path) -> None:
+    run_git(root, "stash", "clear", check=False)
+
+
+def stash_store(root: Path, commit: str, message: str) -> None:
+    run_git(root, "stash", "store", "-m", message, commit)
+
+
+def stash_changed_paths(root: Path, commit: str) -> list[str]:
+    """Paths a stash entry changes against its base (index, work tree and untracked parts)."""
+    out = run_git(root, "diff", "--name-only", "-z", f"{commit}^1", commit, check=False)
+    paths = [p for p in out.split("\0") if p]
+    untracked = peel_to_commit(root, f"{commit}^3")
+    if untracked:
+        paths += list(tree_paths(root, untracked))
+    return paths
+
+
+# --- worktrees and the work tree ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Worktree:
+    path: Path
+    head: str | None
+    branch: str | None  # None when detached
+
+
+def linked_worktrees(root: Path) -> list[Worktree]:
+    out = []
+    current: dict = {}
+    for line in run_git(root, "worktree", "list", "--porcelain", check=False).splitlines() + [""]:
+        if not line:
+            if current.get("worktree") and Path(current["worktree"]).resolve() != Path(root).resolve():
+                out.append(Worktree(Path(current["worktree"]), current.get("HEAD"), current.get("branch")))
+            current = {}
+            continue
+        key, _, value = line.partition(" ")
+        current[key] = value
+    return out
+
+
+def remove_worktree(root: Path, path: Path) -> None:
+    run_git(root, "worktree", "remove", "--force", "--force", str(path), check=False)
+    run_git(root, "worktree", "prune", check=False)
+
+
+def dirty_files(path: Path) -> list[str]:
+    """Files of a work tree that differ from its HEAD: modified, staged, untracked or ignored."""
+    out = run_git(path, "status", "--porcelain", "-z", "--untracked-files=all", "--ignored", "--no-renames",
+                  check=False)
+    return [rec[3:] for rec in out.split("\0") if len(rec) > 3]
+
+
+def untracked_files(root: Path) -> list[str]:
+    """Untracked and ignored files of the main work tree (relative paths)."""
+    names = run_git(root, "ls-files", "--others", "-z", check=False).split("\0")
+    return sorted({n for n in names if n})
+
+
+def checkout_from_head(root: Path, paths: list[str]) -> None:
+    """Bring these work-tree files to HEAD's version (deleting those HEAD no longer has),
+    then let the index follow HEAD. Files the rewrite did not touch are left as they are."""
+    head_paths = tree_paths(root, "HEAD") if peel_to_commit(root, "HEAD") else {}
+    present = [p for p in paths if p in head_paths]
+    for p in paths:
+        if p not in head_paths:
+            full = Path(root) / p
+            if full.is_file() or full.is_symlink():
+                full.unlink()
+                _prune_empty(Path(root), full.parent)
+    for i in range(0, len(present), 500):
+        run_git(root, "checkout", "HEAD", "--", *present[i:i + 500], check=False)
+    run_git(root, "reset", "-q", check=False)
+
+
+def _prune_empty(root: Path, folder: Path) -> None:
+    root = root.resolve()
+    folder = folder.resolve()
+    while folder != root and folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+        folder = folder.parent
+
+
+# --- remotes --------------------------------------------------------------------------------
+
+def remotes(root: Path) -> dict[str, str]:
+    out = {}
+    for name in run_git(root, "remote", check=False).split():
+        out[name] = run_git(root, "remote", "get-url", name, check=False).strip()
+    return out
+
+
+def force_push_all(root: Path, remote: str) -> tuple[bool, str]:
+    proc = subprocess.run(["git", "-C", str(root), "push", "--force", "--prune", remote,
+                           "refs/heads/*:refs/heads/*", "refs/tags/*:refs/tags/*"], capture_output=True, text=True)
+    return proc.returncode == 0, proc.stderr.strip()[:200]
+
+
+# --- git-filter-repo --------------------------------------------------------------------------
+
+def filter_repo(root: Path, refs: list[str], *, file_info=None, commit=None, tag=None) -> None:
+    """Rewrite ``refs`` (only those: a partial rewrite, so filter-repo neither drops remotes nor
+    gcs; the caller clears and prunes) with git-filter-repo's Python callbacks. Runs in the
+    calling process; call it from a process of its own (filter-repo changes directory)."""
+    import git_filter_repo as fr
+
+    os.chdir(root)
+    state = git_dir(root) / "filter-repo"
+    if state.exists():  # a run killed half-way: start again (the rewrite is idempotent)
+        import shutil
+        shutil.rmtree(state)
+    args = fr.FilteringOptions.parse_args(["--force", "--quiet", "--refs", *refs])
+    kwargs = {}
+    if file_info is not None:
+        kwargs["file_info_callback"] = file_info
+    if commit is not None:
+        kwargs["commit_callback"] = commit
+    if tag is not None:
+        kwargs["tag_callback"] = tag
+    fr.RepoFilter(args, **kwargs).run()
+
+
+def clear_filter_repo_state(root: Path) -> None:
+    import shutil
+    shutil.rmtree(git_dir(root) / "filter-repo", ignore_errors=True)
+
+
+def snapshot_ref(root: Path, ref: str, files: dict[str, bytes], message: str) -> str:
+    """Point ``ref`` at one new parentless commit holding ``files`` (its old history becomes
+    unreachable). Used for refs filter-repo passes through untouched (refs/notes/*)."""
+    import pygit2
+
+    repo = pygit2.Repository(str(root))
+
+    def build(entries: dict[tuple[str, ...], bytes]):
+        tb = repo.TreeBuilder()
+        groups: dict[str, dict] = {}
+        for parts, data in entries.items():
+            if len(parts) == 1:
+                tb.insert(parts[0], repo.create_blob(data), pygit2.GIT_FILEMODE_BLOB)
+            else:
+                groups.setdefault(parts[0], {})[parts[1:]] = data
+        for name, sub in groups.items():
+            tb.insert(name, build(sub), pygit2.GIT_FILEMODE_TREE)
+        return tb.write()
+
+    tree = build({tuple(p.split("/")): d for p, d in files.items()})
+    sig = pygit2.Signature("mdmem", "mdmem@localhost")
+    oid = repo.create_commit(None, sig, sig, message, tree, [])
+    set_ref(root, ref, str(oid))
+    return str(oid)
