@@ -210,12 +210,14 @@ class MemoryRepo:
 
     @classmethod
     def find(cls, start: str | Path | None = None, *, embedder: str | None = None,
-             fusion: str | None = None, user_config: UserConfig | None = None) -> "MemoryRepo":
+             fusion: str | None = None, user_config: UserConfig | None = None,
+             finish_erasure: bool = True) -> "MemoryRepo":
         """The memory repo at or above ``start`` (the current folder by default)."""
         here = Path(start or Path.cwd()).resolve()
         for folder in (here, *here.parents):
             if (folder / CONFIG_NAME).exists():
-                return cls.open(folder, embedder=embedder, fusion=fusion, user_config=user_config)
+                return cls.open(folder, embedder=embedder, fusion=fusion, user_config=user_config,
+                                finish_erasure=finish_erasure)
         raise BadInput(f"{here}: not inside a memory repo (no {CONFIG_NAME} here or above); "
                        "pass --repo PATH or set MDMEM_REPO")
 

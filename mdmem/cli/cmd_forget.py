@@ -1,48 +1,92 @@
-"""mdmem forget (--subject S | --owner U | --path P | --text T)... [--dry-run] [--push]"""
+"""mdmem forget (--subject S | --owner U | --path P | --text T)... [--dry-run] [--force] [--push]
+mdmem forget --resume"""
 from __future__ import annotations
 
+import os
 import sys
 
+from ..errors import BadInput, NotFound
+from ..repo import MemoryRepo
 from .context import add_common
 
 
 def register(sub) -> None:
     p = sub.add_parser("forget", help="erase notes from history and every copy (irreversible)")
     p.add_argument("--subject")
-    p.add_argument("--owner")
+    p.add_argument("--owner", help="erase a person: their private root, notes about them, their identity")
     p.add_argument("--path", action="append", dest="paths", default=[])
-    p.add_argument("--text", action="append", dest="texts", default=[], help="scrub this exact text everywhere")
+    p.add_argument("--text", action="append", dest="texts", default=[],
+                   help="scrub this exact text everywhere (it must be distinctive)")
     p.add_argument("--no-scrub", action="store_true", help="remove the notes but leave copies quoted elsewhere")
     p.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
+    p.add_argument("--force", action="store_true", help="carry out a plan that changes many files")
     p.add_argument("--push", action="store_true", help="force-push the rewritten refs to every remote")
+    p.add_argument("--resume", action="store_true", help="finish an erasure a crash interrupted")
     add_common(p)
     p.set_defaults(run=run)
 
 
+def _open(ctx) -> MemoryRepo:
+    path = getattr(ctx.args, "repo", None) or os.environ.get("MDMEM_REPO")
+    if path:
+        return MemoryRepo.open(path, finish_erasure=False)
+    return MemoryRepo.find(finish_erasure=False)
+
+
 def run(ctx) -> int:
     a = ctx.args
+    if a.resume:
+        if a.subject or a.owner or a.paths or a.texts:
+            raise BadInput("forget --resume: finishes the interrupted erasure; give no targets with it")
+        out = _open(ctx).finish_erasure()
+        if out is None:
+            raise NotFound("forget --resume: no interrupted erasure in this repository")
+        _print_receipt(ctx, out, resumed=True)
+        return 0
     repo = ctx.repo()
+    user = ctx.user
     if a.push and not ctx.json:
         print("warning: --push force-pushes rewritten history; everyone else must re-clone or `mdmem sync`",
               file=sys.stderr)
-    out = repo.forget(as_user=ctx.user, subject=a.subject, owner=a.owner, paths=a.paths or None,
+    out = repo.forget(as_user=user, subject=a.subject, owner=a.owner, paths=a.paths or None,
                       texts=a.texts or None, dry_run=a.dry_run, push=a.push, scrub=not a.no_scrub,
-                      now=ctx.now)
+                      force=a.force, now=ctx.now)
     if a.dry_run:
-        text = (f"plan (nothing changed): {len(out['notes'])} note(s), {out['versions']} version(s), "
-                f"{out['commits_to_rewrite']} commit(s) to rewrite\n"
-                + "".join(f"  erase  {p}\n" for p in out["notes"])
-                + "".join(f"  scrub  {p}\n" for p in out["copies_to_scrub"])
-                + "".join(f"  review branch  {b}\n" for b in out["review_branches"]))
+        _print_plan(ctx, out)
     else:
-        c = out["counts"]
-        text = (f"erased {c['notes']} note(s), {c['versions']} version(s); rewrote {c['commits_rewritten']} "
-                f"commit(s); scrubbed {c['copies_scrubbed']} copy(ies); purged {c['index_entries']} index "
-                f"entries, {c['vectors']} vectors, {c['cache_entries']} cache entries\n"
-                f"receipt {out['id']} in audit/erasures.jsonl; HEAD {out['old_head'][:10]} -> {out['new_head'][:10]}")
-        for m in out["mentions"]:
-            text += f"\n  review mention: {m['path']}: {m['line']}"
-        for name, status in out["remotes"].items():
-            text += f"\n  remote {name}: {status}"
-    ctx.emit(out, text.rstrip())
+        _print_receipt(ctx, out)
     return 0
+
+
+def _print_plan(ctx, out: dict) -> None:
+    lines = [f"plan (nothing changed): {len(out['notes'])} note(s), {out['versions']} version(s), "
+             f"{out['commits_to_rewrite']} commit(s) to rewrite, {out['commit_messages_to_rewrite']} message(s), "
+             f"{out['identities_pseudonymised']} identit(y/ies) pseudonymised"]
+    lines += [f"  erase  {p}" for p in out["notes"]]
+    lines += [f"  scrub  {c['path']}  ({c['replacements']} replacement(s) in {c['versions']} version(s))"
+              for c in out["copies_to_scrub"]]
+    lines += [f"  keep   {c['path']}: {c['why']}" for c in out["not_scrubbed"]]
+    lines += [f"  {s['stash']}  {s['action']}: {s['why']}" for s in out["stashes"]]
+    lines += [f"  worktree {w['path']}  {w['action']}: {w['why']}" for w in out["worktrees"]]
+    lines += [f"  local  {f['path']}  {f['action']}: {f['why']}" for f in out["local_files"]]
+    lines += [f"  ref    {r['ref']}  deleted: {r['why']}" for r in out["refs_deleted"]]
+    lines += [f"  ref    {r}  renamed (its name holds erased text)" for r in out["refs_renamed"]]
+    lines += [f"  mention (not erased; needs an eraser)  {p}" for p in out["mentions_outside_your_roots"]]
+    if out["needs_force"]:
+        lines.append("this plan changes many files: run it with --force once you have checked the list")
+    ctx.emit(out, "\n".join(lines))
+
+
+def _print_receipt(ctx, out: dict, resumed: bool = False) -> None:
+    c = out["counts"]
+    text = (("resumed an interrupted erasure: " if resumed else "")
+            + f"erased {c['notes']} note(s), {c['versions']} version(s); rewrote {c['commits_rewritten']} "
+            f"commit(s); scrubbed {c['copies_scrubbed']} copy(ies); purged {c['index_entries']} index "
+            f"entries, {c['vectors']} vectors, {c['cache_entries']} cache entries\n"
+            f"receipt {out['id']} in audit/erasures.jsonl; HEAD {(out['old_head'] or '')[:10]} -> "
+            f"{(out['new_head'] or '')[:10]}")
+    for m in out["mentions"]:
+        text += f"\n  review mention: {m['path']}: {m['line']}"
+    for name, status in out["remotes"].items():
+        text += f"\n  remote {name}: {status}"
+    ctx.emit(out, text)

@@ -31,6 +31,10 @@ def run(ctx) -> int:
                          f"(cosine {item['nearest']['cosine']})")
     for name, check in report["scope"].items():
         lines.append(f"{'ok  ' if check['pass'] else 'FAIL'} {name}")
+    if report.get("not_checked"):
+        nc = report["not_checked"]
+        lines.append(f"not checked (roots you may not read): {len(nc['roots'])} root(s), "
+                     f"{nc['git_objects']} git object(s); git metadata {nc['git_metadata']}")
     lines.append("cannot vouch for:")
     lines += [f"  - {x}" for x in report["cannot_reach"]]
     ctx.emit(report, "\n".join(lines))

@@ -222,7 +222,7 @@ def purge_caches(repo) -> int:
     cache_path = base / "embeddings.sqlite"
     dropped = 0
     if cache_path.exists():
-        texts = history_texts(HistoryScan.read(repo.root))
+        texts = history_texts(HistoryScan.read(repo.root), repo.contracts)
         cache = EmbeddingCache(cache_path)
         try:
             keep = {cache_key(m, t) for m in cache.models() for t in texts}

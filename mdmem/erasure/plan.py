@@ -368,10 +368,6 @@ def _local_state(repo, plan: Plan, scan: HistoryScan, needle_bytes: list[bytes])
                 new = new.replace(n, "removed").replace(safe, "removed")
         if new != short:
             plan.refs_renamed[name] = name[:len(name) - len(short)] + new
-    for leftover in LEFTOVERS:
-        if (ops.git_dir(root) / leftover).exists():
-            plan.local_files.append({"path": f".git/{leftover}", "action": "deleted",
-                                     "why": "git's leftover of an earlier command (names old commits)"})
 
 
 def _held_path(root: Path, oid: str) -> str | None:

@@ -9,31 +9,17 @@ built from them may legitimately hold a name.
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 from ..model import layout
+from ..storage import history_ops as ops
 from ..storage.worktree import scan_notes
+from .journal import Journal
+from .scan import REPO_FILES, HistoryScan, history_texts, root_of
 
 
 def _check(where: list[str]) -> dict:
     return {"pass": not where, "where": sorted(set(where))[:50]}
-
-
-def _cat_all_objects(root: Path):
-    """(oid, type, content) for every object in the repository, reachable or not, loose or packed."""
-    proc = subprocess.Popen(["git", "-C", str(root), "cat-file", "--batch-all-objects", "--batch",
-                             "--unordered"], stdout=subprocess.PIPE)
-    stream = proc.stdout
-    while True:
-        header = stream.readline()
-        if not header:
-            break
-        oid, kind, size = header.decode().split()
-        data = stream.read(int(size))
-        stream.read(1)
-        yield oid, kind, data
-    proc.wait()
 
 
 def _allowed(repo, allow_paths: list[str]) -> tuple[set[str], list[str], list[str]]:
@@ -60,25 +46,51 @@ def _explained(data: str, needle: str, texts: list[str], links: list[str]) -> bo
 
 
 def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=None, allow_paths=None) -> dict:
+    """An eraser's proof covers everything; anyone else's covers the roots they may read (and
+    the repository's own files) and says how much it did not check, so it is no oracle for
+    other people's data."""
     if not needles:
         from ..errors import BadInput
         raise BadInput("prove-gone: give at least one --needle")
-    repo.access.check_prove(as_user, subject=subject, owner=owner)
+    if subject or owner:
+        repo.access.check_prove(as_user, subject=subject, owner=owner)
+    eraser = as_user in repo.access.erasers
+
+    def readable(root: str) -> bool:
+        return eraser or root == REPO_FILES or repo.access.may_read_root(as_user, root)
+
     allow_paths = list(allow_paths or [])
     allowed_blobs, allowed_texts, links = _allowed(repo, allow_paths)
     root = repo.root
     git_dir = Path(repo.store.repo.path)
-    objects = list(_cat_all_objects(root))
-    live, _ = scan_notes(root, repo.contracts)
+    scan = HistoryScan.read(root)
+    checkable = None
+    not_checked = 0
+    if not eraser:
+        checkable = {b for p, bs in scan.path_blobs.items() if readable(root_of(p)) for b in bs}
+        checkable |= {c for c, roots in scan.commit_roots.items() if all(readable(r) for r in roots)}
+    objects = []
+    for oid, kind, data in ops.all_objects(root):
+        if checkable is None or oid in checkable:
+            objects.append((oid, kind, data))
+        else:
+            not_checked += 1
+    live_all = scan_notes(root, repo.contracts)[0]
+    live = [s for s in live_all if readable(s.root)]
     # Every file is read once here, then searched for each needle.
-    files = [(rel, p.read_bytes()) for rel, p in _work_tree_files(root)]
-    meta_files = [(str(p.relative_to(root)), p.read_bytes()) for p in git_dir.rglob("*")
-                  if p.is_file() and "objects" not in p.relative_to(git_dir).parts[:1]]
+    files = [(rel, p.read_bytes()) for rel, p in _work_tree_files(root) if readable(root_of(rel))]
+    # Ref names are repository-wide: everyone's proof checks them; .git's files only an eraser's.
+    meta_files = [(f"ref name {name}", name.encode()) for name, _, _ in ops.list_refs(root)]
+    if eraser:
+        meta_files += [(str(p.relative_to(root)), p.read_bytes()) for p in git_dir.rglob("*")
+                       if p.is_file() and "objects" not in p.relative_to(git_dir).parts[:1]]
+        meta_files += [(f"file name {p.relative_to(git_dir)}", str(p.relative_to(git_dir)).encode())
+                       for p in git_dir.rglob("*")]
     cache_dir = root / ".mdmem"
     index_files = [(str(p.relative_to(root)), p.read_bytes()) for p in cache_dir.rglob("*")
                    if p.is_file() and p.parts[len(cache_dir.parts)] in ("fulltext", "versions")] \
-        if cache_dir.exists() else []
-    stash = repo.store.git("stash", "list", check=False)
+        if cache_dir.exists() and eraser else []
+    stash = "\n".join(e.message for e in ops.stash_entries(root))
     report = {"needles": [], "subject": subject, "owner": owner}
     for needle in needles:
         nb = needle.encode()
@@ -98,7 +110,7 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
         checks["work_tree"] = _check([rel for rel, data in files if nb in data and rel not in allow_paths
                                       and not _explained(data.decode("utf-8", "replace"), needle, allowed_texts,
                                                          links)])
-        checks["fulltext_index"] = _index_check(repo, index_files, needle, allowed_texts, allow_paths)
+        checks["fulltext_index"] = _index_check(repo, index_files, needle, allowed_texts, allow_paths, readable)
         checks["embedding_cache"] = _sqlite_check(cache_dir / "embeddings.sqlite", nb, [], needle)
         checks["view_cache"] = _sqlite_check(cache_dir / "viewmeta.sqlite", nb, allowed_texts, needle)
         checks["memory_views"] = _check([rel for rel, data in files if rel.endswith("MEMORY.md") and nb in data
@@ -107,10 +119,55 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
         report["needles"].append({"needle_index": len(report["needles"]), "checks": checks,
                                   "pass": all(c["pass"] for c in checks.values()),
                                   "nearest": _nearest(repo, needle, as_user)})
-    report["scope"] = _scope_checks(repo, live, allow_paths, subject, owner)
+    report["scope"] = _scope_checks(repo, live_all, allow_paths, subject, owner)
+    if "no_orphaned_index_entries" in report["scope"]:
+        check = report["scope"]["no_orphaned_index_entries"]
+        report["scope"]["no_orphaned_index_entries"] = _check([p for p in check["where"] if readable(root_of(p))])
+    report["scope"]["no_erasure_in_progress"] = _check(
+        [".git/mdmem-erasure (an erasure was interrupted: run mdmem forget --resume)"]
+        if Journal(root).folder.exists() else [])
+    report["scope"]["caches_hold_only_history"] = _caches_hold_only_history(repo, scan)
+    report["not_checked"] = {"git_objects": not_checked,
+                             "git_metadata": "checked" if eraser else "not checked (needs the eraser role)",
+                             "roots": sorted(r for r in _all_roots(scan) if not readable(r))} \
+        if not eraser else {}
     report["cannot_reach"] = cannot_reach(repo)
     report["pass"] = all(n["pass"] for n in report["needles"]) and all(c["pass"] for c in report["scope"].values())
     return report
+
+
+def _all_roots(scan: HistoryScan) -> set[str]:
+    return {root_of(p) for p in scan.path_blobs} - {REPO_FILES}
+
+
+def _caches_hold_only_history(repo, scan: HistoryScan) -> dict:
+    """Every embedding-cache key is the hash of (model, a text current history holds); every
+    index document (current and versions, deleted ones too) holds such a text."""
+    from ..search.embedding_cache import EmbeddingCache, cache_key
+
+    texts = history_texts(scan, repo.contracts)
+    where = []
+    cache_path = repo.root / ".mdmem" / "embeddings.sqlite"
+    if cache_path.exists():
+        cache = EmbeddingCache(cache_path)
+        try:
+            keep = {cache_key(m, t) for m in cache.models() for t in texts}
+            orphans = sum(1 for k, _ in cache.keys() if k not in keep)
+        finally:
+            cache.close()
+        if orphans:
+            where.append(f"embeddings.sqlite: {orphans} entr(y/ies) for texts no longer in history")
+    from whoosh import index as windex
+    for name in ("fulltext", "versions"):
+        folder = repo.root / ".mdmem" / name
+        if not windex.exists_in(str(folder)):
+            continue
+        with windex.open_dir(str(folder)).reader() as reader:
+            bad = sum(1 for n in range(reader.doc_count_all())
+                      if (reader.stored_fields(n).get("body") or "") not in texts)
+        if bad:
+            where.append(f"{name}: {bad} document(s) whose text is no longer in history")
+    return _check(where)
 
 
 def _work_tree_files(root: Path) -> list[tuple[str, Path]]:
@@ -124,7 +181,7 @@ def _work_tree_files(root: Path) -> list[tuple[str, Path]]:
 
 
 def _index_check(repo, files: list[tuple[str, bytes]], needle: str, allowed_texts: list[str],
-                 allow_paths: list[str]) -> dict:
+                 allow_paths: list[str], readable) -> dict:
     """Whoosh compresses stored fields, so a raw byte scan alone would pass with the text
     still there: read every stored document, deleted ones included (they linger in segment
     files until a merge), and also scan the raw bytes."""
@@ -138,6 +195,8 @@ def _index_check(repo, files: list[tuple[str, bytes]], needle: str, allowed_text
         with windex.open_dir(str(folder)).reader() as reader:
             for docnum in range(reader.doc_count_all()):
                 fields = reader.stored_fields(docnum)
+                if not readable(fields.get("root") or root_of(fields.get("path") or "")):
+                    continue
                 if any(isinstance(v, str) and needle in v for v in fields.values()):
                     deleted = reader.is_deleted(docnum)
                     if deleted or fields.get("path") not in allow_paths:

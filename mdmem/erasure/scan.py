@@ -82,13 +82,18 @@ def note_versions(scan: HistoryScan) -> list[tuple[str, str, str | None, str]]:
     return out
 
 
-def history_texts(scan: HistoryScan) -> set[str]:
-    """Every text the caches may hold for the notes current history has: the body and the
-    embedded form (key + body) of each version."""
+def history_texts(scan: HistoryScan, contracts=None) -> set[str]:
+    """Every text the caches may hold: the body and the embedded form (key + body) of each
+    note version current history has, and of the notes in the work tree (hand edits not yet
+    committed are indexed too)."""
     from ..search.fulltext import embedding_text
+    from ..storage.worktree import scan_notes
 
+    versions = [(key, body) for _, _, key, body in note_versions(scan)]
+    if contracts is not None:
+        versions += [(s.note.key, s.note.text) for s in scan_notes(scan.root, contracts)[0]]
     texts = set()
-    for _, _, key, body in note_versions(scan):
+    for key, body in versions:
         texts.add(body)
         texts.add(embedding_text(key, body))
     return texts
