@@ -1,8 +1,17 @@
 """Erasure: the permissions scenario (erase Alice, prove it), forget_phone's four worlds,
-and forget + prove-gone time on repos of 1,000 and 10,000 commits (target < 30 s at 10k)."""
+kill -9 at random points of a forget (then resume and prove), a team note two people wrote
+with one of them erased, a one-character private note erased (nothing else may change), and
+forget + prove-gone time on repos of 1,000 and 10,000 commits (target <= 30 s at 10k).
+
+Options: --quick (no timing, fewer kills), --kills N, --json."""
 from __future__ import annotations
 
 import datetime as dt
+import os
+import random
+import re
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -121,14 +130,197 @@ def timing(as_json: bool) -> list[list]:
     return rows
 
 
+def _git(root, *args) -> bytes:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, check=True).stdout
+
+
+def _kill_world(path: Path) -> MemoryRepo:
+    repo = MemoryRepo.init(path, teams={"payments": ["bob", "dana"]}, erasers=["dana"], now=T0)
+    for i in range(40):
+        repo.remember(f"Billing fact {i}: retries wait {i * 3} seconds", as_user="bob", kind="fact",
+                      subject=f"service:svc{i % 5}", key=f"k{i}", scope="team", team="payments", new_key=True,
+                      now=T0 + dt.timedelta(minutes=i))
+    repo.remember(f"Call Ali on {PHONE} after six", as_user="ali", kind="profile", subject="user:ali",
+                  key="phone", now=T0)
+    repo.remember(f"Session summary: the user gave their number {PHONE} for callbacks", as_user="ali",
+                  kind="summary", subject="session:2026-10-01", source="system:consolidate", now=T0)
+    repo.recall("phone number", as_user="ali", now=T0)
+    repo.close()
+    return repo
+
+
+def _cli(args: list[str], env: dict) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "mdmem.cli.main", *args], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def kill_loop(kills: int) -> list[list]:
+    """kill -9 a `forget --text` at a random moment, then `forget --resume`; prove-gone must
+    pass and no erased text may be left in the TMPDIR every process was given (or /tmp)."""
+    rng = random.Random(10)
+    stats = {"runs": 0, "killed": 0, "journal_left": 0, "resumed_ok": 0, "proofs_passed": 0, "plaintext_left": 0,
+             "phases": {}}
+    durations = []
+    with tempfile.TemporaryDirectory(dir=Path(__file__).parent) as tmp:
+        base = Path(tmp)
+        tmpdir = base / "tmpdir"
+        tmpdir.mkdir()
+        env = {**os.environ, "TMPDIR": str(tmpdir), "MDMEM_USER": "ali"}
+        template = base / "template"
+        _kill_world(template)
+        before_tmp = {p.name for p in Path("/tmp").glob("mdmem-forget-*")}
+        i = 0
+        while stats["killed"] < kills and i < kills * 3:
+            i += 1
+            root = base / f"run{i}"
+            shutil_copy(template, root)
+            stats["runs"] += 1
+            t0 = time.perf_counter()
+            proc = _cli(["forget", "--text", PHONE, "--repo", str(root)], env)
+            if durations:
+                time.sleep(rng.uniform(0.0, max(durations)))
+                if proc.poll() is None:
+                    journal = root / ".git/mdmem-erasure/journal.json"
+                    phase = "before journal"
+                    if journal.exists():
+                        try:
+                            phase = __import__("json").loads(journal.read_text())["phase"]
+                        except ValueError:
+                            phase = "journal being written"
+                    os.kill(proc.pid, signal.SIGKILL)
+                    stats["killed"] += 1
+                    stats["phases"][phase] = stats["phases"].get(phase, 0) + 1
+            proc.wait()
+            if not durations:
+                durations.append(time.perf_counter() - t0)
+            if (root / ".git/mdmem-erasure/journal.json").exists():
+                stats["journal_left"] += 1
+            resume = _cli(["forget", "--resume", "--repo", str(root)], env)
+            resume.wait()
+            # --resume exits 6 when the kill came before the journal: nothing had changed; do it again.
+            if resume.returncode == 6:
+                again = _cli(["forget", "--text", PHONE, "--repo", str(root)], env)
+                again.wait()
+                ok = again.returncode == 0
+            else:
+                ok = resume.returncode == 0
+            stats["resumed_ok"] += ok
+            repo = MemoryRepo.open(root)
+            report = repo.prove_gone([PHONE], as_user="ali")
+            stats["proofs_passed"] += bool(report["pass"]) and PHONE.encode() not in all_bytes(root)
+            repo.close()
+            leaked = [p for p in tmpdir.rglob("*") if p.is_file() and PHONE.encode() in p.read_bytes()]
+            leaked += [p for p in Path("/tmp").glob("mdmem-forget-*") if p.name not in before_tmp]
+            stats["plaintext_left"] += len(leaked)
+            shutil.rmtree(root, ignore_errors=True)
+    phases = ", ".join(f"{k}: {v}" for k, v in sorted(stats["phases"].items()))
+    return [[stats["runs"], stats["killed"], stats["journal_left"], stats["resumed_ok"], stats["proofs_passed"],
+             stats["plaintext_left"], phases]]
+
+
+def shutil_copy(src: Path, dst: Path) -> None:
+    shutil.copytree(src, dst, symlinks=True)
+
+
+def two_writers() -> list[list]:
+    """bob writes a team note, alice supersedes it, bob again; alice leaves the team and an
+    eraser erases her. The note survives; her name is nowhere in history."""
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = MemoryRepo.init(Path(tmp) / "mem", teams={"payments": ["alice", "bob", "dana"]}, erasers=["dana"],
+                               now=T0)
+        path = "team/payments/service/billing/fact/deploy.window.md"
+        kw = dict(kind="fact", subject="service:billing", key="deploy.window", scope="team", team="payments")
+        repo.remember("Billing deploys only on Tuesdays", as_user="bob", now=T0, **kw)
+        repo.remember("Billing deploys on Tuesdays and Thursdays", as_user="alice",
+                      now=T0 + dt.timedelta(days=1), **kw)
+        repo.remember("Billing deploys any weekday before 3pm", as_user="bob", now=T0 + dt.timedelta(days=2), **kw)
+        repo.remember("I take Fridays off for climbing", as_user="alice", kind="preference", subject="user:alice",
+                      key="dayoff", now=T0 + dt.timedelta(days=2))
+        # She left: the team's configuration no longer names her (a reviewed change, as any).
+        cfg = repo.root / "mdmem.toml"
+        cfg.write_text(cfg.read_text().replace('"alice", ', ""))
+        _git(repo.root, "commit", "-qam", "alice left payments", "--no-verify")
+        repo = MemoryRepo.open(repo.root)
+        when = T0 + dt.timedelta(days=3)
+        receipt = repo.forget(as_user="dana", owner="alice", now=when)
+        get_ok = "3pm" in repo.get(as_user="bob", path=path, now=when).note.text
+        versions = len(repo.history(as_user="bob", path=path))
+        word = re.compile(rb"(?i)(?<![a-z0-9])alice(?![a-z0-9])")
+        meta = _git(repo.root, "log", "--all", "--format=%an%n%ae%n%cn%n%ce%n%B")
+        in_meta = len(word.findall(meta))
+        in_files = 0
+        config_versions = 0
+        for commit in _git(repo.root, "rev-list", "--all").decode().split():
+            for line in _git(repo.root, "ls-tree", "-r", commit).decode().splitlines():
+                meta_part, name = line.split("\t", 1)
+                data = _git(repo.root, "cat-file", "-p", meta_part.split()[2])
+                if name == "mdmem.toml":
+                    config_versions += bool(word.search(data))
+                    continue
+                in_files += len(word.findall(data)) + len(word.findall(name.encode()))
+        return [["team note survives (bob's get)", "yes" if get_ok else "NO"],
+                ["its versions in bob's history", f"{versions} (expected 3)"],
+                ["'alice' in commit authors/committers/messages", in_meta],
+                ["'alice' in any file or path of any commit (but mdmem.toml)", in_files],
+                ["mdmem.toml versions naming her (configuration: never rewritten)", config_versions],
+                ["receipt names her", "yes" if b"alice" in str(receipt).encode().lower() else "no"]]
+
+
+def one_character() -> list[list]:
+    """bob remembers "y" privately, then forgets himself: every other file's bytes in every
+    commit must be as they were."""
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = MemoryRepo.init(Path(tmp) / "mem", teams={"payments": ["bob", "dana"], "search": ["carol"]}, now=T0)
+        repo.remember("Yes, every deploy needs a ticket", as_user="dana", kind="fact", subject="service:billing",
+                      key="ticket", scope="team", team="payments", now=T0)
+        repo.remember("y", as_user="bob", kind="fact", subject="user:bob", key="answer",
+                      now=T0 + dt.timedelta(hours=1))
+        repo.remember("my yearly review is in May", as_user="carol", kind="fact", subject="user:carol",
+                      key="review", now=T0 + dt.timedelta(hours=2))
+        repo.remember("Search yields 20 results a page", as_user="carol", kind="fact", subject="service:search",
+                      key="page", scope="team", team="search", now=T0 + dt.timedelta(hours=3))
+
+        def snapshots() -> list[dict]:
+            out = []
+            for commit in _git(repo.root, "rev-list", "--reverse", "main").decode().split():
+                tree = {}
+                for line in _git(repo.root, "ls-tree", "-r", commit).decode().splitlines():
+                    meta_part, name = line.split("\t", 1)
+                    if not name.startswith("private/bob/"):
+                        tree[name] = _git(repo.root, "cat-file", "-p", meta_part.split()[2])
+                if not out or out[-1] != tree:
+                    out.append(tree)
+            return out
+
+        before = snapshots()
+        repo.forget(as_user="bob", owner="bob", now=T0 + dt.timedelta(hours=4))
+        after = snapshots()[:-1]  # the last commit is the erasure receipt
+        compared = sum(len(t) for t in before)
+        diffs = sum(1 for a, b in zip(before, after) for p in set(a) | set(b) if a.get(p) != b.get(p))
+        diffs += abs(len(before) - len(after))
+        removed = b"[removed]" in _git(repo.root, "log", "--all", "-p", "--format=")
+        return [[len(before), compared, diffs, "yes" if removed else "no",
+                 "PASS" if diffs == 0 and not removed else "FAIL"]]
+
+
 def main():
     as_json = wants_json()
+    kills = int(sys.argv[sys.argv.index("--kills") + 1]) if "--kills" in sys.argv else (6 if "--quick" in sys.argv
+                                                                                         else 24)
     table("permissions_and_erasure: erase Alice (subject + owner), then prove-gone",
           ["needle", "prove-gone", "receipt free of needle", "nearest remaining (pointer)"], alice(),
           as_json=as_json)
     table("forget_phone: is the number in any stored byte (every object decompressed, every file)?",
           ["world", "scrub copies", "before", "after", "expected before/after", "result"], phone_worlds(),
           as_json=as_json)
+    table(f"kill -9 at a random point of `forget --text`, then `forget --resume` (target: {kills} kills)",
+          ["runs", "killed", "journal left", "resumed ok", "proofs passed", "plaintext left (must be 0)",
+           "killed in phase"], kill_loop(kills), as_json=as_json)
+    table("two writers of one team note, one erased (dana erases alice after she left)", ["check", "result"],
+          two_writers(), as_json=as_json)
+    table("one-character private note erased (forget --owner bob): every other file in every commit",
+          ["commits (snapshots)", "files compared", "files that differ", "[removed] anywhere", "result"],
+          one_character(), as_json=as_json)
     if "--quick" not in sys.argv:
         table("erasure time (forget by path + text, then prove-gone)",
               ["commits", "commits rewritten", "forget s", "prove-gone s", "total s", "proof"], timing(as_json),

@@ -161,7 +161,12 @@ def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, text
         targets |= {p for p in ever if layout.parse_path(p).subject == subject}
     if owner:
         plan.people[owner] = f"erased-{secrets.token_hex(4)}"
-        plan.aliases[owner] = list(repo.config.aliases.get(owner, ()))
+        # Other names and addresses of theirs from [people.<owner>]: identity fields in git.
+        person = repo.config.people.get(owner)
+        others = list(repo.config.aliases.get(owner, ()))
+        if person is not None:
+            others += [x for x in (person.name, person.email, *person.emails) if x]
+        plan.aliases[owner] = sorted(set(others))
         targets |= {p for p in ever if p.startswith(f"private/{owner}/")}
         about = [p for p in ever if layout.parse_path(p).subject == f"user:{owner}"]
         targets |= {p for p in about if erasable(root_of(p))}
@@ -280,7 +285,7 @@ def _authored_by(root: Path, names: set[str]) -> set[str]:
         fields = rec.strip("\n").split("\0")
         if len(fields) < 6:
             continue
-        ids = [fields[1], fields[2].split("@")[0], fields[3], fields[4].split("@")[0]]
+        ids = [fields[1], fields[2], fields[2].split("@")[0], fields[3], fields[4], fields[4].split("@")[0]]
         trailer_values = [v.strip().split(":")[-1] for v in re.findall(r"^Memory-[\w-]+: (.*)$", fields[5], re.M)]
         if any(x.lower() in names for x in ids + trailer_values):
             found.add(fields[0])
