@@ -171,6 +171,8 @@ def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, text
         about = [p for p in ever if layout.parse_path(p).subject == f"user:{owner}"]
         targets |= {p for p in about if erasable(root_of(p))}
         plan.mentions_outside = sorted(p for p in about if not erasable(root_of(p)))
+        # Their whole root goes, its MEMORY view (every version) included.
+        targets |= {p for p in scan.path_blobs if p.startswith(f"private/{owner}/")}
     text_bytes = [t.encode() for t in texts]
     # A text naming a note (its path or key) or sitting in its frontmatter: the note goes whole.
     for p in ever:
@@ -190,6 +192,8 @@ def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, text
     found: set[str] = set(texts)
     keys: set[str] = set()
     for p in plan.targets:
+        if not layout.is_note_path(p):
+            continue  # the erased root's view: derived from the notes below
         loc = layout.parse_path(p)
         for b in scan.path_blobs[p]:
             plan.versions += 1
