@@ -62,7 +62,7 @@ def _print_plan(ctx, out: dict) -> None:
     lines = [f"plan (nothing changed): {len(out['notes'])} note(s), {out['versions']} version(s), "
              f"{out['commits_to_rewrite']} commit(s) to rewrite, {out['commit_messages_to_rewrite']} message(s), "
              f"{out['identities_pseudonymised']} identit(y/ies) pseudonymised"]
-    lines += [f"  erase  {p}" for p in out["notes"]]
+    lines += [f"  erase  {p}" for p in out["notes"] + out["other_files_erased"]]
     lines += [f"  scrub  {c['path']}  ({c['replacements']} replacement(s) in {c['versions']} version(s))"
               for c in out["copies_to_scrub"]]
     lines += [f"  keep   {c['path']}: {c['why']}" for c in out["not_scrubbed"]]

@@ -52,7 +52,7 @@ def forget(repo, *, as_user: str, when: _dt.datetime, subject=None, owner=None, 
     if plan.needs_force() and not force:
         raise Refused(f"forget: this would scrub {len(plan.copies)} file(s) and touch {len(plan.local_files)} "
                       "local file(s); check the plan (--dry-run) and pass --force if that is meant")
-    counts = {"notes": len(plan.targets), "versions": plan.versions, "copies_scrubbed": len(plan.copies),
+    counts = {"notes": len(plan.target_notes()), "versions": plan.versions, "copies_scrubbed": len(plan.copies),
               "review_branches": sum(r["ref"].startswith("refs/heads/review/") for r in plan.refs_deleted),
               "commit_messages": plan.messages, "identities_pseudonymised": len(plan.people),
               "stashes": len(plan.stashes), "worktrees_removed": sum(w["action"] == "removed" for w in plan.worktrees),

@@ -86,7 +86,9 @@ class Plan:
 
     def to_dict(self) -> dict:
         """The plan for a person: every file and count, never the erased text."""
-        return {"targets": self.targets_record(), "notes": self.targets, "versions": self.versions,
+        return {"targets": self.targets_record(), "notes": self.target_notes(),
+                "other_files_erased": [p for p in self.targets if not layout.is_note_path(p)],
+                "versions": self.versions,
                 "commits_to_rewrite": self.commits_touched,
                 "copies_to_scrub": [{"path": p, **c} for p, c in sorted(self.copies.items())],
                 "not_scrubbed": [{"path": p, "why": w} for p, w in sorted(self.not_scrubbed.items())],
@@ -97,6 +99,9 @@ class Plan:
                 "review_branches": [r["branch"] for r in self.review],
                 "roots": self.roots(), "needs_force": self.needs_force(),
                 "mentions_outside_your_roots": self.mentions_outside}
+
+    def target_notes(self) -> list[str]:
+        return [p for p in self.targets if layout.is_note_path(p)]
 
     def roots(self) -> list[str]:
         return sorted({root_of(p) for p in [*self.targets, *self.copies]} - {REPO_FILES})
