@@ -135,7 +135,7 @@ def _git(root, *args) -> bytes:
 
 
 def _kill_world(path: Path) -> MemoryRepo:
-    repo = MemoryRepo.init(path, teams={"payments": ["bob", "dana"]}, erasers=["dana"], now=T0)
+    repo = MemoryRepo.init(path, teams={"payments": ["bob", "dana"]}, erasers=["dana"], now=T0, as_user="mdmem")
     for i in range(40):
         repo.remember(f"Billing fact {i}: retries wait {i * 3} seconds", as_user="bob", kind="fact",
                       subject=f"service:svc{i % 5}", key=f"k{i}", scope="team", team="payments", new_key=True,
@@ -230,7 +230,7 @@ def two_writers() -> list[list]:
     eraser erases her. The note survives; her name is nowhere in history."""
     with tempfile.TemporaryDirectory() as tmp:
         repo = MemoryRepo.init(Path(tmp) / "mem", teams={"payments": ["alice", "bob", "dana"]}, erasers=["dana"],
-                               now=T0)
+                               now=T0, as_user="mdmem")
         path = "team/payments/service/billing/fact/deploy.window.md"
         kw = dict(kind="fact", subject="service:billing", key="deploy.window", scope="team", team="payments")
         repo.remember("Billing deploys only on Tuesdays", as_user="bob", now=T0, **kw)
@@ -278,7 +278,7 @@ def one_character() -> list[list]:
     for how in ("path", "owner"):
         with tempfile.TemporaryDirectory() as tmp:
             repo = MemoryRepo.init(Path(tmp) / "mem", teams={"payments": ["bob", "dana"], "search": ["carol"]},
-                                   now=T0)
+                                   now=T0, as_user="mdmem")
             repo.remember("Yes, every deploy needs a ticket", as_user="dana", kind="fact",
                           subject="service:billing", key="ticket", scope="team", team="payments", now=T0)
             r = repo.remember("y", as_user="bob", kind="fact", subject="user:bob", key="answer",

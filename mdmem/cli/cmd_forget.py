@@ -29,8 +29,8 @@ def register(sub) -> None:
 def _open(ctx) -> MemoryRepo:
     path = getattr(ctx.args, "repo", None) or os.environ.get("MDMEM_REPO")
     if path:
-        return MemoryRepo.open(path, finish_erasure=False)
-    return MemoryRepo.find(finish_erasure=False)
+        return MemoryRepo.open(path, finish_erasure=False, **ctx.settings())
+    return MemoryRepo.find(finish_erasure=False, **ctx.settings())
 
 
 def run(ctx) -> int:

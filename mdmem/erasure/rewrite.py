@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..errors import MdmemError
+from ..errors import GitFailed
 from ..model import layout
 from ..storage import history_ops as ops
 from .journal import Journal
@@ -139,7 +139,7 @@ def run(root: Path, refs: list[str], scratch: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "mdmem.erasure.rewrite", str(root)], capture_output=True,
                           text=True, env=env, cwd=str(root))
     if proc.returncode != 0:
-        raise MdmemError(f"history rewrite failed: {(proc.stderr or proc.stdout).strip()[-400:]}")
+        raise GitFailed(f"history rewrite failed: {(proc.stderr or proc.stdout).strip()[-400:]}")
 
 
 def main(argv: list[str]) -> int:

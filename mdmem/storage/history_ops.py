@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import MdmemError
+from ..errors import GitFailed
 
 # History as erasure sees it: every ref but the stash (its entries are handled one by one)
 # and erasure's own parking refs.
@@ -39,7 +39,7 @@ def run_git(root: Path, *args: str, input: bytes | None = None, check: bool = Tr
             scratch: Path | None = None) -> str:
     proc = subprocess.run(["git", "-C", str(root), *args], input=input, capture_output=True, env=_env(scratch))
     if check and proc.returncode != 0:
-        raise MdmemError(f"git {' '.join(args[:3])} failed: {proc.stderr.decode(errors='replace').strip()[:300]}")
+        raise GitFailed(f"git {' '.join(args[:3])} failed: {proc.stderr.decode(errors='replace').strip()[:300]}")
     return proc.stdout.decode("utf-8", errors="replace")
 
 
