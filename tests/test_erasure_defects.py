@@ -293,3 +293,39 @@ def test_forget_over_mcp_is_refused_outside_the_agents_roots(repo):
     forget = make(ServerContext(repo, "bob", frozenset({"delete"})))
     with pytest.raises(Refused):
         forget(texts=["The vault combination is 12-34-56-78 today"])
+
+
+def test_a_damaged_journal_is_named_and_nothing_changes(repo):
+    from mdmem.erasure.journal import Journal
+    repo.remember("Call me on 555-0142 after six", as_user="ali", kind="profile", subject="user:ali", key="phone",
+                  now=T0)
+    journal = Journal(repo.root)
+    journal.folder.mkdir()
+    journal.path.write_text('{"phase": "held", "pla')
+    head = repo.store.head()
+    with pytest.raises(BadInput, match="journal unreadable"):
+        MemoryRepo.open(repo.root)
+    assert MemoryRepo.open(repo.root, finish_erasure=False).store.head() == head
+
+
+def test_two_erasures_in_one_second_both_leave_a_receipt(repo):
+    repo.remember("Call me on 555-0142 after six", as_user="ali", kind="profile", subject="user:ali", key="phone",
+                  now=T0)
+    repo.remember("Write to ali@example.org for invoices", as_user="ali", kind="profile", subject="user:ali",
+                  key="mail", new_key=True, now=T0)
+    first = repo.forget(as_user="ali", texts=["555-0142"], now=T1)
+    second = repo.forget(as_user="ali", texts=["ali@example.org"], now=T1)
+    lines = (repo.root / "audit/erasures.jsonl").read_text().splitlines()
+    assert first["id"] != second["id"] and [json.loads(x)["id"] for x in lines] == [first["id"], second["id"]]
+
+
+def test_an_untracked_symlink_is_never_followed(repo, tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("my number 555-0142 lives outside the repo")
+    (repo.root / "link.txt").symlink_to(outside)
+    repo.remember("Call me on 555-0142 after six", as_user="ali", kind="profile", subject="user:ali", key="phone",
+                  now=T0)
+    plan = repo.forget(as_user="ali", texts=["555-0142"], dry_run=True, now=T1)
+    assert all(f["path"] != "link.txt" for f in plan["local_files"])
+    repo.forget(as_user="ali", texts=["555-0142"], now=T1)
+    assert outside.read_text() == "my number 555-0142 lives outside the repo"

@@ -58,7 +58,8 @@ def forget(repo, *, as_user: str, when: _dt.datetime, subject=None, owner=None, 
               "stashes": len(plan.stashes), "worktrees_removed": sum(w["action"] == "removed" for w in plan.worktrees),
               "local_files": len(plan.local_files), "refs_renamed": len(plan.refs_renamed),
               **_count_index_entries(repo, plan)}
-    state = {"phase": "planned", "at": format_time(when), "push": push, "plan": plan.to_state(),
+    state = {"phase": "planned", "at": format_time(when), "receipt_id": rc.receipt_id(when), "push": push,
+             "plan": plan.to_state(),
              "counts": counts, "old_head": repo.store.head(), "old_commits": sorted(ops.reachable_commits(repo.root)),
              "refs": []}
     journal.save(state)
@@ -101,8 +102,8 @@ def _run(repo, journal: Journal, state: dict) -> dict:
         rewritten = sorted(set(state["old_commits"]) - ops.reachable_commits(root))
         state["counts"]["commits_rewritten"] = len(rewritten)
         mentions = rc.mention_scan(repo, plan)
-        receipt = rc.build(plan, when=when, counts=state["counts"], old_head=state["old_head"],
-                           rewritten=rewritten, mentions=mentions)
+        receipt = rc.build(plan, rid=state["receipt_id"], when=when, counts=state["counts"],
+                           old_head=state["old_head"], rewritten=rewritten, mentions=mentions)
         receipt["new_head"] = rc.commit(repo, receipt, plan, when)
         state["receipt"] = receipt
         state["mentions"] = mentions

@@ -13,6 +13,8 @@ import os
 import shutil
 from pathlib import Path
 
+from ..errors import BadInput
+
 FOLDER = "mdmem-erasure"
 
 
@@ -27,7 +29,16 @@ class Journal:
         return self.path.exists()
 
     def load(self) -> dict:
-        return json.loads(self.path.read_text(encoding="utf-8"))
+        try:
+            state = json.loads(self.path.read_text(encoding="utf-8"))
+            if not isinstance(state, dict) or "phase" not in state or "plan" not in state:
+                raise ValueError("no phase or plan")
+            return state
+        except (ValueError, OSError) as exc:
+            # Written atomically, so this is damage from outside: say so, change nothing.
+            raise BadInput(f"{self.path}: erasure journal unreadable ({exc}); the interrupted erasure cannot be "
+                           "finished from it. Inspect the repository (git log --all), then remove that folder "
+                           "and run the forget again") from None
 
     def save(self, state: dict) -> None:
         """Atomically: the new journal is complete on disk before it replaces the old one."""

@@ -176,7 +176,8 @@ def _work_tree_files(root: Path) -> list[tuple[str, Path]]:
         dirnames[:] = [d for d in dirnames if d not in (".git", ".mdmem")]
         for name in filenames:
             p = Path(dirpath) / name
-            out.append((str(p.relative_to(root)), p))
+            if not p.is_symlink():  # a link's target is outside what mdmem controls
+                out.append((str(p.relative_to(root)), p))
     return out
 
 

@@ -18,13 +18,15 @@ AUDIT_PATH = "audit/erasures.jsonl"
 
 
 def receipt_id(when: _dt.datetime) -> str:
-    return f"erasure-{when:%Y%m%dT%H%M%SZ}"
+    """Unique even for two erasures in one second (a resumed job finds its own by this id)."""
+    import secrets
+    return f"erasure-{when:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
 
 
-def build(plan: Plan, *, when: _dt.datetime, counts: dict, old_head: str | None, rewritten: list[str],
+def build(plan: Plan, *, rid: str, when: _dt.datetime, counts: dict, old_head: str | None, rewritten: list[str],
           mentions: list[dict]) -> dict:
     asked_by = plan.people.get(plan.as_user, plan.as_user)
-    return {"id": receipt_id(when), "asked_by": asked_by, "at": format_time(when),
+    return {"id": rid, "asked_by": asked_by, "at": format_time(when),
             "targets": plan.targets_record(), "counts": counts, "old_head": old_head,
             "rewritten_commits": rewritten, "mentions_for_review": [m["path"] for m in mentions], "remotes": {}}
 
