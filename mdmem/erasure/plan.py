@@ -147,6 +147,13 @@ def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, text
         # Decided before looking at any data: the answer cannot depend on what exists.
         raise Refused(f"forget --owner {owner}: only {owner} themself or an eraser may erase a person "
                       "(the eraser role is [roles] erasers in mdmem.toml)")
+    about = subject.split(":", 1)[1] if subject and subject.startswith("user:") else None
+    if about and about != as_user and not eraser:
+        # Also decided before looking: notes about another person live mostly where the asker
+        # cannot look, and a data-dependent answer would tell them whether such notes exist.
+        raise Refused(f"forget --subject {subject}: erasing what is known about another person needs the eraser "
+                      "role ([roles] erasers in mdmem.toml); to erase your own notes about them, name them "
+                      "with --path")
     plan = Plan(as_user, eraser, subject, owner, len(paths or []), len(texts), scrub)
 
     def readable(root: str) -> bool:
