@@ -27,10 +27,10 @@ def register(sub) -> None:
 
 
 def _open(ctx) -> MemoryRepo:
+    """The repo without finishing the interrupted erasure on open: --resume does it and says so."""
     path = getattr(ctx.args, "repo", None) or os.environ.get("MDMEM_REPO")
-    if path:
-        return MemoryRepo.open(path, finish_erasure=False, **ctx.settings())
-    return MemoryRepo.find(finish_erasure=False, **ctx.settings())
+    settings = {**ctx.settings(), "user_config": ctx.user_config(), "finish_erasure": False}
+    return MemoryRepo.open(path, **settings) if path else MemoryRepo.find(**settings)
 
 
 def run(ctx) -> int:

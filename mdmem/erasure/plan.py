@@ -160,7 +160,7 @@ def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, text
         return eraser or root == REPO_FILES or access.may_read_root(as_user, root)
 
     def erasable(root: str) -> bool:
-        return root != REPO_FILES and (eraser or root == f"private/{as_user}")
+        return root != REPO_FILES and access.may_erase_root(as_user, root)
 
     scan = HistoryScan.read(repo.root)
     ever = [p for p in scan.note_paths() if readable(root_of(p))]

@@ -79,6 +79,10 @@ class Access:
             if user not in self.teams[name]:
                 raise Refused(f"team: {user} is not a member of team {name} and may not write to {root}")
 
+    def may_erase_root(self, user: str, root: str) -> bool:
+        """Erasure: an eraser may change any scope root; anyone else only their own private root."""
+        return user in self.erasers or root == f"private/{user}"
+
     def check_forget(self, user: str, roots: list[str]) -> None:
         """Erasure: owners may forget their own private notes; anything else needs the eraser role.
         The refusal names only roots the user may read."""
