@@ -357,7 +357,8 @@ def _local_state(repo, plan: Plan, scan: HistoryScan, needle_bytes: list[bytes])
         except OSError:
             continue
         if size > MAX_LOCAL_FILE:
-            plan.local_files.append({"path": rel, "action": "not checked", "why": f"larger than {MAX_LOCAL_FILE} bytes"})
+            plan.local_files.append({"path": rel, "action": "not checked",
+                                     "why": f"larger than {MAX_LOCAL_FILE} bytes"})
             continue
         if not _file_holds(full, needle_bytes):
             continue
@@ -366,7 +367,7 @@ def _local_state(repo, plan: Plan, scan: HistoryScan, needle_bytes: list[bytes])
             continue
         what = "untracked or ignored file" if rel in untracked else "uncommitted edit"
         plan.local_files.append({"path": rel, "action": "scrubbed", "why": f"{what} holding erased text"})
-    for name, oid, kind in ops.list_refs(root):
+    for name, oid, _kind in ops.list_refs(root):
         if name.startswith(HOLD_PREFIX) or name == "refs/stash":
             continue
         if name.startswith("refs/remotes/"):

@@ -24,7 +24,7 @@ from ..errors import GitFailed
 from ..model import layout
 from ..storage import history_ops as ops
 from .journal import Journal
-from .needles import REMOVED, replace_all
+from .needles import replace_all
 from .plan import Plan
 from .scan import is_git_note, is_view, split_note
 
