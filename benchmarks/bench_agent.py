@@ -16,7 +16,7 @@ basic-memory (a peer) has no side-by-side row: every release on PyPI requires Py
 and this project runs on 3.11, so it cannot be installed into this process.
 
 Usage: bench_agent.py [--sizes 1000,10000,100000] [--modes minilm,none] [--pause 1.2]
-                      [--skip import,cli,rebuild] [--embed-100k] [--cache DIR] [--json]
+                      [--skip import,cli,rebuild] [--embed-100k] [--cache DIR] [--bulk N] [--json]
 --cache DIR keeps each size's embedding cache there between runs (the rebuild column then
 says "cached vectors": it measures reading, indexing and cache lookups, not the embedder).
 """
@@ -297,7 +297,7 @@ if __name__ == "__main__":
     if "import" not in skip:
         bulk_rows = []
         for mode in modes:
-            b = bulk(10_000 if 10_000 in sizes or not sizes else max(sizes), mode)
+            b = bulk(int(opt("--bulk", "10000")), mode)
             bulk_rows.append([f"{b['notes']:,}", mode, b["how"], f"{b['seconds']:.1f}", b["found_last"]])
             print(json.dumps(b), file=sys.stderr)
         table("bulk import: written and searchable (s)", ["notes", "embedder", "how", "seconds", "searchable"],
