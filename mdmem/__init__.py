@@ -9,11 +9,13 @@ from .errors import (BadInput, BranchMoved, Conflict, EmbedderError, GitFailed, 
                      NoteInvalid, NotFound, ProofFailed, Refused)
 from .model.note import Note
 from .search.recall import Hit
-from .repo import BatchResult, MemoryRepo, ReviewItem, Version, WriteResult
+from .repo import MemoryRepo
+from .results import BatchResult, KeyInfo, ProgressCallback, ReviewItem, SweepResult, Version, WriteResult
 from .storage.worktree import StoredNote
 
 __all__ = [
-    "MemoryRepo", "BatchResult", "Note", "StoredNote", "WriteResult", "Version", "ReviewItem", "Hit",
+    "MemoryRepo", "Note", "StoredNote", "Hit", "WriteResult", "Version", "ReviewItem", "KeyInfo", "SweepResult",
+    "BatchResult", "ProgressCallback",
     "MdmemError", "BadInput", "NoteInvalid", "Refused", "Conflict", "BranchMoved", "LockTimeout", "NotFound",
     "ProofFailed", "EmbedderError", "GitFailed", "Internal",
 ]

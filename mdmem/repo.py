@@ -23,7 +23,7 @@ from .errors import BranchMoved
 from .storage.gitstore import GitStore, Trailers, parse_trailers
 from .model.note import Note, check_source, parse_note
 from .storage.worktree import StoredNote, live_in_dir, read_note, scan_notes
-from .results import ProgressCallback
+from .results import BatchResult, KeyInfo, ProgressCallback, ReviewItem, SweepResult, Version, WriteResult
 from .template import read_template
 
 REVIEW_PREFIX = "review/"
@@ -32,79 +32,6 @@ REVIEW_AUDIT_PATH = "audit/reviews.jsonl"
 _ITEM_FIELDS = {"text", "kind", "subject", "key", "scope", "team", "owner", "source", "ttl", "valid_from",
                 "new_key", "expect_version", "derived_from"}
 _WRITE_RETRIES = 3
-
-
-@dataclass(frozen=True)
-class WriteResult:
-    """What the gate said: ``committed`` (commit, path, version, superseded) or ``held`` (review_id)."""
-
-    status: str
-    path: str
-    commit: str | None = None
-    version: str | None = None
-    superseded: str | None = None
-    review_id: str | None = None
-    reason: str | None = None
-    note_id: str | None = None
-
-    def to_dict(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
-
-
-@dataclass(frozen=True)
-class Version:
-    """One version of a note from git."""
-
-    commit: str
-    time: _dt.datetime
-    op: str
-    actor: str
-    source: str
-    version: str | None
-    note: Note | None  # None where this commit deleted the note
-    untrusted: str | None = None  # why this version's commit is not a permitted writer's
-
-    def to_dict(self) -> dict:
-        return {"commit": self.commit, "time": format_time(self.time), "op": self.op, "actor": self.actor,
-                "source": self.source, "version": self.version, "untrusted": self.untrusted,
-                "text": self.note.text if self.note else None,
-                "note": self.note.to_dict() if self.note else None}
-
-
-@dataclass(frozen=True)
-class ReviewItem:
-    review_id: str
-    path: str
-    note: Note
-    actor: str
-    reason: str
-    commit: str
-    channel: str = HUMAN
-    new_key: bool = False
-    expect_version: str | None = None
-    claimed_source: str | None = None
-
-    def to_dict(self) -> dict:
-        return {"review_id": self.review_id, "path": self.path, "actor": self.actor,
-                "reason": self.reason, "commit": self.commit, "channel": self.channel, "new_key": self.new_key,
-                "expect_version": self.expect_version, "claimed_source": self.claimed_source,
-                "note": self.note.to_dict()}
-
-
-@dataclass
-class BatchResult:
-    """What remember_many did: items committed, held for review and refused (each with its
-    line), the commits made, and the index catch-up that made them searchable."""
-
-    committed: list[dict] = field(default_factory=list)
-    held: list[dict] = field(default_factory=list)
-    refused: list[dict] = field(default_factory=list)
-    commits: list[str] = field(default_factory=list)
-    index: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return {"committed": self.committed, "held": self.held, "refused": self.refused,
-                "commits": self.commits, "index": self.index}
 
 
 @dataclass
@@ -852,7 +779,7 @@ class MemoryRepo:
         return replace(stored, untrusted=reason) if reason else stored
 
     def keys(self, *, as_user: str, subject: str, kind: str, scope: str | None = None,
-             team: str | None = None, now=None) -> list[dict]:
+             team: str | None = None, now=None) -> list[KeyInfo]:
         """Live keys for a subject and kind in every root the user may read."""
         user = require_user(as_user)
         contract = self.contracts.resolve(kind)
@@ -864,8 +791,8 @@ class MemoryRepo:
                 continue
             for stored in live_in_dir(self.root, layout.kind_dir(root, subject, contract.name), self.contracts, when,
                                       max_bytes=self.config.note_max_bytes):
-                out.append({"key": stored.note.key, "root": root, "path": stored.path,
-                            "version": stored.version, "first_line": stored.note.first_line()})
+                out.append(KeyInfo(key=stored.note.key or "", root=root, path=stored.path, version=stored.version,
+                                   note_id=stored.note.id, first_line=stored.note.first_line()))
         return out
 
     def notes(self, *, as_user: str, now=None, include_ended: bool = False) -> list[StoredNote]:
@@ -913,7 +840,7 @@ class MemoryRepo:
             untrusted = None if committer in writers else \
                 f"committed by {committer or 'an unknown identity'}, who may not write {root}"
             versions.append(Version(entry.commit, entry.time, t.get("op", "edit"), t.get("actor", entry.author),
-                                    t.get("source", "human"), entry.blob, note, untrusted))
+                                    t.get("source", "human"), entry.blob, note, untrusted, path=path))
         if not versions:
             raise not_visible(path, user)
         if at is not None:
@@ -948,7 +875,7 @@ class MemoryRepo:
 
         return self._commit_pending(user, when, prepare)
 
-    def sweep(self, *, as_user: str, now=None) -> dict:
+    def sweep(self, *, as_user: str, now=None) -> SweepResult:
         """Remove expired notes the user may write, in one commit."""
         user = require_user(as_user)
         when = resolve_now(now)
@@ -963,13 +890,13 @@ class MemoryRepo:
                                                   max_bytes=self.config.note_max_bytes)[0]
                             if s.note.expires_at is not None and s.note.expires_at <= when]
             if not expired:
-                return {"removed": [], "commit": None}
+                return SweepResult(removed=[], commit=None)
             message = (f"sweep {len(expired)} expired note(s)\n\n"
                        + Trailers("expire", user, "system:sweep",
                                   tuple(s.note.id for s in expired)).render())
             commit = self._commit_changes({s.path: None for s in expired}, message, actor=user, when=when)
             self._after_write()
-        return {"removed": [s.path for s in expired], "commit": commit}
+        return SweepResult(removed=[s.path for s in expired], commit=commit)
 
     def consolidate(self, *, as_user: str, subject: str, scope: str = "team", team: str | None = None,
                     now=None) -> WriteResult:

@@ -84,3 +84,32 @@ def test_cli_maps_a_git_failure(tmp_path):
     r = run_cli("history", "team/payments/x/fact/k.md", "--repo", str(path), "--as", "alice", "--json")
     assert r.returncode == GitFailed.exit_code and "Traceback" not in r.stderr, r.stderr
     assert json.loads(r.stdout)["error"] == "git" and str(path) in r.stderr
+
+
+def test_results_say_the_same_thing_in_python_cli_and_mcp(repo):
+    """Committed and held writes have the same keys; CLI --json and the MCP tools return the
+    same shapes for keys and history (the MCP tool functions called as the server calls them)."""
+    import importlib
+
+    from mdmem.mcp.server import ServerContext
+    from mdmem.results import KeyInfo, Version, WriteResult
+
+    committed = team_fact(repo, "Billing deploys any weekday")
+    held = team_fact(repo, "Grafana says deploys fail on Fridays", key="deploy.risk", source="tool:grafana",
+                     new_key=True)
+    assert (committed.status, held.status) == ("committed", "held")
+    assert committed.to_dict().keys() == held.to_dict().keys() == {f for f in WriteResult.__dataclass_fields__}
+    [key] = repo.keys(as_user="bob", subject="service:billing", kind="fact", now=T0)
+    assert isinstance(key, KeyInfo) and key.note_id and key.path == committed.path
+    [version] = repo.history(as_user="bob", path=committed.path)
+    assert isinstance(version, Version) and version.note_id == key.note_id and version.path == committed.path
+    assert version.to_dict()["time"] == T0 and version.to_dict()["text"] == "Billing deploys any weekday"
+
+    ctx = ServerContext(repo, "bob", frozenset({"read", "write"}))
+    mcp_keys = importlib.import_module("mdmem.mcp.tools.keys").make(ctx)(subject="service:billing", kind="fact")
+    mcp_history = importlib.import_module("mdmem.mcp.tools.history").make(ctx)(path=committed.path)
+    common = ["--repo", str(repo.root), "--as", "bob", "--json", "--now", T0]
+    cli_keys = json.loads(run_cli("keys", "--subject", "service:billing", "--kind", "fact", *common).stdout)
+    cli_history = json.loads(run_cli("history", committed.path, *common).stdout)
+    assert cli_keys == mcp_keys == {"keys": [key.to_dict()]}
+    assert cli_history == mcp_history == {"versions": [version.to_dict()]}

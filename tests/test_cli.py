@@ -94,7 +94,7 @@ def test_history_via_cli_with_now_replay(cli_repo):
     remember(cli_repo, "--now", "2026-10-02T09:00:00Z")
     r = run_cli("history", "--subject", "service:billing", "--kind", "fact", "--key", "deploy.window",
                 "--repo", str(cli_repo), "--as", "alice", "--json")
-    [v] = json.loads(r.stdout)
+    [v] = json.loads(r.stdout)["versions"]
     assert v["time"] == "2026-10-02T09:00:00Z" and v["actor"] == "bob"
 
 

@@ -19,7 +19,7 @@ def test_two_processes_writing_at_once_lose_nothing(repo):
     n = 25
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(repo.root), who, str(n)]) for who in ("bob", "dana")]
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
-    keys = {k["key"] for k in repo.keys(as_user="alice", subject="service:load", kind="fact")}
+    keys = {k.key for k in repo.keys(as_user="alice", subject="service:load", kind="fact")}
     assert keys == {f"{w}.{i}" for w in ("bob", "dana") for i in range(n)}
     commits = repo.store.git("log", "--format=%s", "--", "team/payments/service/load").splitlines()
     assert len(commits) == 2 * n

@@ -130,7 +130,7 @@ def test_a_kill_between_the_ref_update_and_the_work_tree_is_repaired(repo):
     reopened = MemoryRepo.open(repo.root)
     got = reopened.get(as_user="alice", subject="service:billing", kind="fact", key="deploy.window", now=T0)
     assert "any weekday" in got.note.text
-    assert [k["key"] for k in reopened.keys(as_user="alice", subject="service:billing", kind="fact", now=T0)] \
+    assert [k.key for k in reopened.keys(as_user="alice", subject="service:billing", kind="fact", now=T0)] \
         == ["deploy.window"]
     assert "any weekday" in reopened.recall("when does billing deploy", as_user="alice", now=T0)[0].text
     assert_consistent(repo.root)

@@ -148,7 +148,7 @@ def test_one_hostile_note_costs_only_itself(repo, kind):
         repo.get(as_user="alice", path=path, now=T0)
     # Writes to the same root still work, and keys lists the good note only.
     team_fact(repo, "Refunds take 30 days", key="refund.window", new_key=True)
-    assert {k["key"] for k in repo.keys(as_user="bob", subject="service:billing", kind="fact", now=T0)} \
+    assert {k.key for k in repo.keys(as_user="bob", subject="service:billing", kind="fact", now=T0)} \
         == {"deploy.window", "refund.window"}
     assert repo.reindex(rebuild=True).broken.keys() == {path}
     repo.close()

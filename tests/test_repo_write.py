@@ -54,9 +54,9 @@ def test_sweep_removes_expired_notes_in_one_commit(repo):
     repo.remember("a", as_user="ali", kind="working", subject="task:x", key="a", source="agent", now=T0)
     repo.remember("b", as_user="ali", kind="working", subject="task:x", key="b", source="agent", new_key=True, ttl="3h", now=T0)
     out = repo.sweep(as_user="ali", now="2026-10-01T11:00:00Z")
-    assert [p.rsplit("/", 1)[-1] for p in out["removed"]] == ["a.md"]
-    assert not (repo.root / out["removed"][0]).exists() and git_status(repo.root) == ""
-    assert repo.sweep(as_user="ali", now="2026-10-01T11:00:00Z")["commit"] is None
+    assert [p.rsplit("/", 1)[-1] for p in out.removed] == ["a.md"]
+    assert not (repo.root / out.removed[0]).exists() and git_status(repo.root) == ""
+    assert repo.sweep(as_user="ali", now="2026-10-01T11:00:00Z").commit is None
 
 
 def test_retire_sets_valid_until_and_hides_the_note(repo):

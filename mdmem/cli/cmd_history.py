@@ -18,5 +18,5 @@ def run(ctx) -> int:
     versions = ctx.repo().history(as_user=ctx.user, at=a.at, **selector(a))
     lines = [f"{v.commit[:10]} {format_time(v.time)} {v.op:<9} {v.actor:<8} {v.source:<14} "
              f"{v.note.first_line() if v.note else '(deleted)'}" for v in versions]
-    ctx.emit([v.to_dict() for v in versions], "\n".join(lines))
+    ctx.emit({"versions": [v.to_dict() for v in versions]}, "\n".join(lines))  # the MCP tool's shape
     return 0

@@ -13,5 +13,6 @@ def register(sub) -> None:
 
 def run(ctx) -> int:
     rows = ctx.repo().keys(as_user=ctx.user, now=ctx.now, **selector(ctx.args))
-    ctx.emit(rows, "\n".join(f"{r['key']}\t{r['root']}\t{r['first_line']}" for r in rows) or "(no live keys)")
+    ctx.emit({"keys": [r.to_dict() for r in rows]},
+             "\n".join(f"{r.key}\t{r.root}\t{r.first_line}" for r in rows) or "(no live keys)")
     return 0

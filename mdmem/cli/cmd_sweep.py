@@ -12,5 +12,5 @@ def register(sub) -> None:
 
 def run(ctx) -> int:
     out = ctx.repo().sweep(as_user=ctx.user, now=ctx.now)
-    ctx.emit(out, f"removed {len(out['removed'])} expired note(s)" + "".join(f"\n  {p}" for p in out["removed"]))
+    ctx.emit(out.to_dict(), f"removed {len(out.removed)} expired note(s)" + "".join(f"\n  {p}" for p in out.removed))
     return 0

@@ -7,5 +7,5 @@ DESCRIPTION = ("List the live keys for a subject and kind (with each note's firs
 
 def make(ctx):
     def keys(subject: str, kind: str) -> dict:
-        return {"keys": ctx.repo.keys(as_user=ctx.user, subject=subject, kind=kind)}
+        return {"keys": [k.to_dict() for k in ctx.repo.keys(as_user=ctx.user, subject=subject, kind=kind)]}
     return keys
