@@ -7,49 +7,42 @@ and the pre-receive guard on the shared remote refuses any push that contains th
 from __future__ import annotations
 
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 from .erasure.forget import AUDIT_PATH, erased_commit_ids
 from .errors import BadInput, Refused
-
-
-def _git(path, *args, check=True) -> str:
-    proc = subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise BadInput(f"git {' '.join(args)}: {proc.stderr.strip()}")
-    return proc.stdout
+from .storage.queries import run_git_at
 
 
 def sync(repo, *, remote: str = "origin", push: bool = False) -> dict:
     store = repo.store
-    if remote not in store.git("remote", check=False).split():
+    if remote not in store.remotes():
         raise BadInput(f"--remote: no remote {remote!r}; add one with git remote add")
     with store.locked():
-        store.git("fetch", "--prune", remote)
+        store.fetch(remote)
         branch = store.branch_ref().removeprefix("refs/heads/")
         theirs = f"{remote}/{branch}"
-        erased = erased_commit_ids(store.git("show", f"{theirs}:{AUDIT_PATH}", check=False))
-        erased |= erased_commit_ids(store.git("show", f"HEAD:{AUDIT_PATH}", check=False))
-        mine = sorted(set(store.git("rev-list", "--all", check=False).split()) & erased)
+        erased = erased_commit_ids(store.show_file(theirs, AUDIT_PATH))
+        erased |= erased_commit_ids(store.show_file("HEAD", AUDIT_PATH))
+        mine = sorted(store.commit_ids("--all") & erased)
         if mine:
             raise Refused(f"sync: this clone holds {len(mine)} commit(s) that were erased on the remote "
                           f"(first {mine[0][:10]}); re-clone, or reset to {theirs} after saving your own notes")
-        base = store.git("merge-base", "HEAD", theirs, check=False).strip()
+        base = store.merge_base("HEAD", theirs)
         head = store.head()
-        their_head = store.git("rev-parse", theirs).strip()
+        their_head = store.rev_parse(theirs)
         if base == their_head:
             status = "ahead"
         elif base == head:
-            store.git("merge", "--ff-only", "--quiet", theirs)
+            store.fast_forward(theirs)
             status = "fast-forwarded"
         else:
-            store.git("rebase", "--quiet", theirs)
+            store.rebase_onto(theirs)
             status = "rebased"
         if push:
-            store.git("push", remote, f"HEAD:refs/heads/{branch}")
-    repo._reset_caches()
+            store.push(remote, f"HEAD:refs/heads/{branch}")
+    repo.reset_caches()
     # Whatever arrived is verified at once: notes no permitted writer committed are flagged
     # (kept out of views and startup, marked in recall) before anyone reads them.
     untrusted = repo.verify()["untrusted"]
@@ -60,7 +53,7 @@ def install_guard(bare: str | None) -> Path:
     if not bare:
         raise BadInput("guard: give the path of the bare repository to protect")
     path = Path(bare)
-    if _git(path, "rev-parse", "--is-bare-repository", check=False).strip() != "true":
+    if run_git_at(path, "rev-parse", "--is-bare-repository", check=False).strip() != "true":
         raise BadInput(f"{path}: not a bare git repository")
     hook = path / "hooks" / "pre-receive"
     hook.parent.mkdir(parents=True, exist_ok=True)
@@ -74,15 +67,15 @@ def check_push(bare: str, refs_text: str) -> list[str]:
     """For each pushed ref, the erased commits its new history would contain."""
     erased = set()
     for ref in ("refs/heads/main", "HEAD"):
-        erased |= erased_commit_ids(_git(bare, "show", f"{ref}:{AUDIT_PATH}", check=False))
+        erased |= erased_commit_ids(run_git_at(bare, "show", f"{ref}:{AUDIT_PATH}", check=False))
     problems = []
     for line in refs_text.splitlines():
         parts = line.split()
         if len(parts) != 3 or set(parts[1]) == {"0"}:
             continue
         old, new, ref = parts
-        erased |= erased_commit_ids(_git(bare, "show", f"{new}:{AUDIT_PATH}", check=False))
-        found = sorted(set(_git(bare, "rev-list", new, check=False).split()) & erased)
+        erased |= erased_commit_ids(run_git_at(bare, "show", f"{new}:{AUDIT_PATH}", check=False))
+        found = sorted(set(run_git_at(bare, "rev-list", new, check=False).split()) & erased)
         if found:
             problems.append(f"{ref} contains {len(found)} erased commit(s) (first {found[0][:10]}); "
                             "re-clone instead of pushing an old clone")

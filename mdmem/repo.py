@@ -7,7 +7,6 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import pygit2
 from ulid import ULID
 
 from .model import layout
@@ -21,6 +20,7 @@ from .policy import gate
 from .policy.gate import AGENT, HUMAN, check_key_reuse, judge_source
 from .errors import BranchMoved
 from .storage.gitstore import GitStore, Trailers, parse_trailers
+from .storage.queries import blob_hash
 from .model.note import Note, check_source, parse_note
 from .storage.worktree import StoredNote, live_in_dir, read_note, scan_notes
 from .results import BatchResult, KeyInfo, ProgressCallback, ReviewItem, SweepResult, Version, WriteResult
@@ -115,7 +115,7 @@ class MemoryRepo:
         when = resolve_now(now)
         store = GitStore.init(root, files, actor=as_user, when=when,
                               message="mdmem init\n\n" + Trailers("init", as_user, "system:init").render())
-        hook = Path(store.repo.path) / "hooks" / "pre-commit"
+        hook = store.hooks_dir / "pre-commit"
         hook.parent.mkdir(parents=True, exist_ok=True)
         hook.write_text(read_template("hooks/pre-commit").replace("{{python}}", sys.executable), encoding="utf-8")
         hook.chmod(0o755)
@@ -343,7 +343,7 @@ class MemoryRepo:
                     message = (f"import {len(accepted)} note(s)\n\n"
                                + Trailers("import", user, sources[0] if len(sources) == 1 else "mixed").render())
                     try:
-                        commit = self._commit_changes({p.path: p.note.dumps().encode() for _, p, _ in accepted},
+                        commit = self.commit_changes({p.path: p.note.dumps().encode() for _, p, _ in accepted},
                                                       message, actor=user, when=when)
                     except BranchMoved:
                         if attempt == _WRITE_RETRIES - 1:
@@ -414,14 +414,14 @@ class MemoryRepo:
                 message = self._message(pending, user, op or pending.op, evidence)
                 data = pending.note.dumps().encode()
                 try:
-                    commit = self._commit_changes({pending.path: data}, message, actor=user, when=when)
+                    commit = self.commit_changes({pending.path: data}, message, actor=user, when=when)
                 except BranchMoved:
                     if attempt == _WRITE_RETRIES - 1:
                         raise
                     continue
                 # Acknowledged: nothing from here may raise (the version is the blob we wrote).
                 self._after_write()
-                version = str(pygit2.hash(data))
+                version = blob_hash(data)
                 return WriteResult("committed", pending.path, commit=commit, version=version,
                                    superseded=pending.superseded, note_id=pending.note.id)
         raise AssertionError("unreachable")
@@ -443,9 +443,14 @@ class MemoryRepo:
             self._meta_cache = MetaCache(self.root / ".mdmem" / "viewmeta.sqlite")
         return self._meta_cache
 
-    def _scope_view(self, root: str, overlay: dict[str, bytes | None], when: _dt.datetime, *,
-                    max_lines: int | None = None, max_bytes: int | None = None) -> str:
+    def scope_view(self, root: str, now=None, *, overlay: dict[str, bytes | None] | None = None,
+                   max_lines: int | None = None, max_bytes: int | None = None) -> str:
+        """One scope root's MEMORY view at HEAD, with ``overlay`` (path -> bytes, None deleted)
+        applied as if committed: a write renders the view it commits with."""
         from .views.render import RootEntries, render_scope, without
+
+        when = resolve_now(now)
+        overlay = overlay or {}
 
         if self._root_blobs is None:
             self._root_blobs = RootEntries(self.store, self._meta)
@@ -466,7 +471,7 @@ class MemoryRepo:
         roots = sorted({"/".join(p.split("/")[:2]) for p in changes if layout.is_note_path(p)})
         out = {}
         for root in roots:
-            text = self._scope_view(root, changes, when).encode()
+            text = self.scope_view(root, when, overlay=changes).encode()
             path = view_path(root)
             head = self.store.head()
             current = self.store.read_at(path, head) if head else None
@@ -474,8 +479,8 @@ class MemoryRepo:
                 out[path] = text
         return out
 
-    def _commit_changes(self, changes: dict[str, bytes | None], message: str, *, actor: str,
-                        when: _dt.datetime, author: tuple[str, str] | None = None) -> str:
+    def commit_changes(self, changes: dict[str, bytes | None], message: str, *, actor: str,
+                       when: _dt.datetime, author: tuple[str, str] | None = None) -> str:
         """Commit note changes with the views they alter (call under the lock)."""
         views = self._views_for(changes, when)
         parent = self.store.head()
@@ -499,11 +504,11 @@ class MemoryRepo:
         user = require_user(as_user)
         when = resolve_now(now)
         with self.store.locked():
-            roots = sorted({"/".join(p.split("/")[:2]) for p in self._tracked_note_paths()}
+            roots = sorted({"/".join(p.split("/")[:2]) for p in self.store.tracked_note_paths()}
                            | {f"team/{t}" for t in self.config.teams})
             changes = {VIEW_NAME: render_root(self.config).encode()}
             for root in roots:
-                changes[view_path(root)] = self._scope_view(root, {}, when).encode()
+                changes[view_path(root)] = self.scope_view(root, when).encode()
             head = self.store.head()
             changes = {p: d for p, d in changes.items() if self.store.read_at(p, head) != d}
             if not changes:
@@ -511,13 +516,6 @@ class MemoryRepo:
             message = "render MEMORY views\n\n" + Trailers("render", user, "system:render").render()
             commit = self.store.commit(changes, message, actor=user, when=when)
         return {"commit": commit, "views": sorted(changes)}
-
-    def _tracked_note_paths(self) -> list[str]:
-        head = self.store.head()
-        if head is None:
-            return []
-        out = self.store.git("ls-tree", "-r", "--name-only", head, "--", "team", "private")
-        return [p for p in out.splitlines() if layout.is_note_path(p)]
 
     def startup(self, *, as_user: str, now=None) -> str:
         """The view one user starts from: the root guide, their teams and their private scope,
@@ -532,7 +530,7 @@ class MemoryRepo:
         bytes_left = max(4000, self.config.view_max_bytes - len(guide.encode()))
         parts = [guide]
         for root in roots:
-            parts.append(self._scope_view(root, {}, when, max_lines=max(20, lines_left // len(roots)),
+            parts.append(self.scope_view(root, when, max_lines=max(20, lines_left // len(roots)),
                                           max_bytes=max(2000, bytes_left // len(roots))))
         return f"# Startup view for {user}\n\n" + "\n".join(parts)
 
@@ -553,7 +551,7 @@ class MemoryRepo:
         trailers = Trailers("hold", user, note.source, extra=tuple(extra))
         message = f"hold {note.kind} {note.subject}/{note.key or path.rsplit('/', 1)[-1]}\n\n{trailers.render()}"
         # The held commit sits on main's tip in a branch of its own, out of the work tree.
-        self.store.repo.references.create(branch, base)
+        self.store.create_branch(REVIEW_PREFIX + review_id, base)
         commit = self.store.commit({path: note.dumps().encode()}, message, actor=user, when=when,
                                    branch=branch, worktree=False)
         return WriteResult("held", path, commit=commit, review_id=review_id, reason=reason, note_id=note.id)
@@ -568,27 +566,18 @@ class MemoryRepo:
         return items
 
     def _review_item(self, review_id: str) -> ReviewItem | None:
-        branch = self.store.repo.branches.local.get(REVIEW_PREFIX + review_id)
-        if branch is None:
+        tip = self.store.branch_commit(REVIEW_PREFIX + review_id)
+        if tip is None or parse_trailers(tip.message).get("op") != "hold" or not tip.notes:
             return None
-        commit = self.store.repo[branch.target]
-        if parse_trailers(commit.message).get("op") != "hold":
-            return None
-        parent = commit.parents[0] if commit.parents else None
-        diff = self.store.repo.diff(parent.tree if parent else None, commit.tree) if parent else None
-        paths = [d.delta.new_file.path for d in diff if layout.is_note_path(d.delta.new_file.path)] \
-            if diff is not None else []
-        if not paths:
-            return None
-        path = paths[0]
-        note = parse_note(path, self.store.repo[commit.tree[path].id].data)
-        t = parse_trailers(commit.message)
+        path, blob = next(iter(tip.notes.items()))
+        note = parse_note(path, self.store.read_blob(blob))
+        t = parse_trailers(tip.message)
         # The writer is who made the hold commit (its author identity), not what its trailer says.
-        author = self.config.committer(commit.author.email) or ""
+        author = self.config.committer(tip.author_email) or ""
         actor = t.get("actor", "")
         writer = author if author == actor else (author or actor)
         channel = AGENT if t.get("channel") == AGENT and author == actor else HUMAN
-        return ReviewItem(review_id, path, note, writer, t.get("hold-reason", ""), str(commit.id), channel=channel,
+        return ReviewItem(review_id, path, note, writer, t.get("hold-reason", ""), tip.commit, channel=channel,
                           new_key=t.get("new-key") == "true", expect_version=t.get("expect-version") or None,
                           claimed_source=t.get("claimed-source") or None)
 
@@ -682,7 +671,7 @@ class MemoryRepo:
         flags = self.trust.flags()
         return [replace(h, untrusted=flags[h.path].detail) if h.current and h.path in flags else h for h in hits]
 
-    def _reset_caches(self) -> None:
+    def reset_caches(self) -> None:
         """After a history rewrite every in-process cache describes commits that are gone."""
         self.close()
         self._index = self._recall = self._meta_cache = self._root_blobs = None
@@ -691,11 +680,7 @@ class MemoryRepo:
 
     def reload(self) -> None:
         """Forget every in-process cache (history was rewritten under us)."""
-        self._reset_caches()
-
-    def scope_view(self, root: str, now) -> str:
-        """A fresh render of one scope root's MEMORY view at HEAD."""
-        return self._scope_view(root, {}, resolve_now(now))
+        self.reset_caches()
 
     # --- erasure ----------------------------------------------------------------------
     def forget(self, *, as_user: str, subject: str | None = None, owner: str | None = None,
@@ -894,7 +879,7 @@ class MemoryRepo:
             message = (f"sweep {len(expired)} expired note(s)\n\n"
                        + Trailers("expire", user, "system:sweep",
                                   tuple(s.note.id for s in expired)).render())
-            commit = self._commit_changes({s.path: None for s in expired}, message, actor=user, when=when)
+            commit = self.commit_changes({s.path: None for s in expired}, message, actor=user, when=when)
             self._after_write()
         return SweepResult(removed=[s.path for s in expired], commit=commit)
 

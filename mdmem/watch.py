@@ -6,7 +6,6 @@ index until it is fixed, and never touched on disk.
 """
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
 from dataclasses import dataclass
@@ -34,11 +33,9 @@ class WatchEvent:
         return {"path": self.path, "status": self.status, "detail": self.detail}
 
 
-def git_identity(root) -> tuple[str, str]:
+def git_identity(store) -> tuple[str, str]:
     """The person's own git identity (user.name, user.email) as git would sign their commit."""
-    def get(key):
-        return subprocess.run(["git", "-C", str(root), "config", key], capture_output=True, text=True).stdout.strip()
-    name, email = get("user.name"), get("user.email")
+    name, email = store.config_value("user.name"), store.config_value("user.email")
     if not name or not email:
         from .errors import BadInput
         raise BadInput("watch --commit: git has no user.name/user.email here; set them (git config user.name ...) "
@@ -46,10 +43,10 @@ def git_identity(root) -> tuple[str, str]:
     return name, email
 
 
-def git_user(root, config=None) -> str:
+def git_user(store, config=None) -> str:
     """The mdmem handle of the person at this git identity: the [people] entry listing their
     e-mail, else their git name made into a handle."""
-    name, email = git_identity(root)
+    name, email = git_identity(store)
     user = config.user_for_email(email) if config is not None else None
     return user or "".join(ch if ch.isalnum() or ch in "._-" else "-" for ch in name) or "unknown"
 
@@ -177,12 +174,12 @@ class Watcher:
                      if (store.blob_id(p, head) if head else None) != (store.worktree_blob_id(p))}
             if not dirty:
                 return
-            author = git_identity(self.repo.root)
-            user = git_user(self.repo.root, self.repo.config)
+            author = git_identity(self.repo.store)
+            user = git_user(self.repo.store, self.repo.config)
             op = "edit" if all(d is not None for d in dirty.values()) else "delete"
             message = (f"human {op}: {', '.join(sorted(dirty))}\n\n"
                        + Trailers(op, user, f"human:{user}").render())
-            commit = self.repo._commit_changes(dirty, message, actor=user, when=_now(), author=author)
+            commit = self.repo.commit_changes(dirty, message, actor=user, when=_now(), author=author)
         for path in dirty:
             self.on_event(WatchEvent(path, "committed", commit))
 

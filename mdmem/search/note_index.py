@@ -12,13 +12,13 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-import pygit2
 
 from .. import cache as cachefiles
 from ..errors import NoteInvalid
 from ..model.layout import is_note_path
 from ..results import ProgressCallback
 from ..storage.locks import Lock
+from ..storage.queries import blob_hash
 from ..storage.tree_watch import TreeWatch
 from ..storage.worktree import StoredNote, iter_note_paths, read_note
 from . import fulltext
@@ -143,7 +143,7 @@ class NoteIndex:
             # second rebuild would pull the index away from under it.
             self._recover_folders()
             state = self._load_state()
-            if self._needs_rebuild(state) or (state.get("commit") and state["commit"] not in self.repo.store.repo):
+            if self._needs_rebuild(state) or (state.get("commit") and not self.repo.store.has_object(state["commit"])):
                 self._touched.clear()
                 return self._rebuild(progress=progress or self.progress)
             changed: set[str] = set()
@@ -234,7 +234,7 @@ class NoteIndex:
         if full.is_symlink():
             return f"symlink:{os.readlink(full)}"  # never a valid note; read_note says why
         try:
-            current = str(pygit2.hash(full.read_bytes()))
+            current = blob_hash(full.read_bytes())
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None if committed is None else "deleted"
         return None if current == committed else current
@@ -248,30 +248,15 @@ class NoteIndex:
 
     def _committed_changes(self, old: str | None, new: str | None) -> tuple[set[str], set[str]]:
         """Note paths changed between two commits, and those among them that ``old`` lacked."""
-        repo = self.repo.store.repo
         if new is None:
             return set(), set()
-        new_tree = repo[new].tree
-        diff = repo.diff(repo[old].tree, new_tree) if old else new_tree.diff_to_tree(swap=True)
-        diff.find_similar()
-        paths, added = set(), set()
-        for patch in diff.deltas:
-            paths.add(patch.old_file.path)
-            paths.add(patch.new_file.path)
-            if patch.status in (pygit2.GIT_DELTA_ADDED, pygit2.GIT_DELTA_RENAMED, pygit2.GIT_DELTA_COPIED):
-                added.add(patch.new_file.path)
-        return {p for p in paths if is_note_path(p)}, {p for p in added if is_note_path(p)}
+        changes = self.repo.store.note_changes(old, new, renames=True)
+        return {c.path for c in changes}, {c.path for c in changes if c.added}
 
     def _worktree_dirty(self) -> dict[str, str]:
         """Note files whose work-tree content differs from HEAD (edited, new, deleted)."""
         self.tree_walks += 1
-        out = {}
-        for path, flags in self.repo.store.repo.status(untracked_files="all").items():
-            if not is_note_path(path) or flags == pygit2.GIT_STATUS_IGNORED:
-                continue
-            full = self.repo.root / path
-            out[path] = str(pygit2.hash(full.read_bytes())) if full.exists() else "deleted"
-        return out
+        return self.repo.store.dirty_note_paths()
 
     def _apply(self, paths: list[str], broken: dict, *, progress: ProgressCallback | None,
                fresh: set[str] = frozenset()) -> SyncReport:

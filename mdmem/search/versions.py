@@ -11,7 +11,6 @@ import numpy as np
 
 from .. import cache as cachefiles
 from ..errors import NoteInvalid
-from ..model.layout import is_note_path
 from ..storage.worktree import StoredNote
 from ..model.validate import validate_note
 from . import fulltext
@@ -25,36 +24,25 @@ def version_docs(repo, revs: str, open_docs: dict[str, dict]) -> tuple[list[dict
     that these commits closed). ``open_docs`` maps a path to its current version's doc and
     is updated as the walk goes."""
     store = repo.store
-    out = store.git("log", "--reverse", "--format=%x1e%H %ct", "--name-only", "--no-renames", revs, "--",
-                    "team", "private")
     docs: list[dict] = []
     closed: list[dict] = []
     new_ids: set[str] = set()
-    for record in out.split("\x1e"):
-        lines = [line for line in record.strip().splitlines() if line.strip()]
-        if not lines:
-            continue
-        sha, ct = lines[0].split()
-        when = int(ct)
-        commit = store.repo[sha]
-        for path in lines[1:]:
-            if not is_note_path(path):
-                continue
+    for sha, when, paths in store.commits_with_note_paths(revs):
+        for path in paths:
             if path in open_docs:
                 doc = open_docs.pop(path)
                 doc["end"] = when
                 if doc["doc_id"] not in new_ids:
                     closed.append(doc)
-            try:
-                entry = commit.tree[path]
-            except KeyError:
+            blob = store.blob_id(path, sha)
+            if blob is None:
                 continue  # deleted here
             try:
-                note = validate_note(path, store.repo[entry.id].data, repo.contracts,
+                note = validate_note(path, store.read_blob(blob), repo.contracts,
                                      max_bytes=repo.config.note_max_bytes)
             except NoteInvalid:
                 continue
-            doc = fulltext.note_doc(StoredNote(path, str(entry.id), note), doc_id=f"{path}@{sha}",
+            doc = fulltext.note_doc(StoredNote(path, blob, note), doc_id=f"{path}@{sha}",
                                     start=when, commit=sha)
             open_docs[path] = doc
             docs.append(doc)
@@ -101,7 +89,7 @@ class VersionsIndex:
     def _update(self, state: dict, exists: bool, head: str) -> None:
         store = self.index.repo.store
         old = state.get("commit")
-        if exists and old and old in store.repo and _is_ancestor(store, old, head):
+        if exists and old and store.has_object(old) and store.is_ancestor(old, head):
             self._catch_up(state, old, head)
         else:
             self._rebuild(head)
@@ -180,12 +168,6 @@ def _valid_state(state: dict) -> bool:
     return (isinstance(state.get("commit") or "", str) and isinstance(state.get("open", {}), dict)
             and all(isinstance(v, str) for v in state.get("open", {}).values()))
 
-
-def _is_ancestor(store, old: str, head: str) -> bool:
-    """``old`` is an ancestor of ``head`` (history moved forward, not rewritten)."""
-    import subprocess
-
-    return subprocess.run(["git", "-C", str(store.root), "merge-base", "--is-ancestor", old, head]).returncode == 0
 
 
 def _restore(fields: dict) -> dict:

@@ -34,6 +34,7 @@ import pygit2
 
 from ..errors import BranchMoved, GitFailed, LockTimeout
 from .locks import Lock
+from .queries import GitQueries
 
 # A git lock file nobody holds open is stale once this old (git closes a ref lock a moment
 # before renaming it, so a young unheld lock may still be a live writer's).
@@ -96,7 +97,7 @@ def _signature(name: str, email: str, when: _dt.datetime) -> pygit2.Signature:
     return pygit2.Signature(name, email, int(when.timestamp()), 0)
 
 
-class GitStore:
+class GitStore(GitQueries):
     """One git repository holding memory notes (or, later, one scope root of them)."""
 
     def __init__(self, root: Path, identity=None):

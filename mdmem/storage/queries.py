@@ -1,0 +1,208 @@
+"""Named git operations for the layers above storage/ (the one seam to git).
+
+Everything above storage/ asks a store object these questions instead of running git or
+reaching into pygit2: so a scope root can later be a repository of its own, and git's
+failures become :class:`mdmem.errors.GitFailed` in one place. ``GitStore`` mixes this in;
+the methods rely only on its ``repo`` (pygit2), ``root`` and ``git()``.
+"""
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pygit2
+
+from ..errors import GitFailed
+from ..model.layout import is_note_path
+
+NOTE_PREFIXES = ("team", "private")
+
+
+def blob_hash(data: bytes) -> str:
+    """The git blob id ``data`` would have (a note's version), without writing anything."""
+    return str(pygit2.hash(data))
+
+
+def run_git_at(path: str | Path, *args: str, check: bool = True) -> str:
+    """git in a repository that is not a memory repo's store (a bare remote the guard protects)."""
+    proc = subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise GitFailed(f"{path}: git {' '.join(args)} failed: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+@dataclass(frozen=True)
+class BranchCommit:
+    """A branch's tip: its commit, message, and the note paths it changed against its parent
+    (with each one's blob there)."""
+
+    commit: str
+    message: str
+    author_email: str
+    notes: dict[str, str]
+
+
+@dataclass(frozen=True)
+class TreeChange:
+    """A note path that changed between two commits; ``blob`` None where it was deleted."""
+
+    path: str
+    blob: str | None
+    added: bool  # new at this path (added, renamed or copied here)
+
+
+class GitQueries:
+    """Mixed into :class:`~mdmem.storage.gitstore.GitStore`."""
+
+    repo: pygit2.Repository
+    root: Path
+
+    def git(self, *args: str, input: bytes | None = None, check: bool = True) -> str:  # GitStore's
+        raise NotImplementedError
+
+    def head(self) -> str | None:  # GitStore's
+        raise NotImplementedError
+
+    # --- objects and refs ---------------------------------------------------------------
+    @property
+    def hooks_dir(self) -> Path:
+        return Path(self.repo.path) / "hooks"
+
+    def has_object(self, oid: str | None) -> bool:
+        return bool(oid) and oid in self.repo
+
+    def create_branch(self, name: str, target: str) -> None:
+        """A new branch ``refs/heads/<name>`` at ``target`` (refuses to move an existing one)."""
+        try:
+            self.repo.references.create(f"refs/heads/{name}", target)
+        except (pygit2.GitError, ValueError) as exc:
+            raise GitFailed(f"{self.root}: cannot create branch {name} ({exc})") from None
+
+    def branch_commit(self, name: str) -> BranchCommit | None:
+        """The tip of local branch ``name`` and the note files it changed; None if no branch."""
+        branch = self.repo.branches.local.get(name)
+        if branch is None:
+            return None
+        commit = self.repo[branch.target]
+        notes: dict[str, str] = {}
+        if commit.parents:
+            diff = self.repo.diff(commit.parents[0].tree, commit.tree)
+            for delta in diff.deltas:
+                path = delta.new_file.path
+                if is_note_path(path) and delta.status != pygit2.GIT_DELTA_DELETED:
+                    notes[path] = str(delta.new_file.id)
+        return BranchCommit(str(commit.id), commit.message, commit.author.email, notes)
+
+    # --- trees ------------------------------------------------------------------------
+    def tracked_note_paths(self, rev: str | None = None) -> list[str]:
+        """Every note path in ``rev``'s tree (HEAD by default); none before the first commit."""
+        rev = rev or self.head()
+        if rev is None:
+            return []
+        out = self.git("ls-tree", "-r", "--name-only", rev, "--", *NOTE_PREFIXES)
+        return [p for p in out.splitlines() if is_note_path(p)]
+
+    def note_blobs(self, rev: str, under: str) -> dict[str, str]:
+        """Note path -> blob id for every note below folder ``under`` in ``rev``'s tree."""
+        out: dict[str, str] = {}
+        try:
+            tree = self.repo[rev].peel(pygit2.Commit).tree[under]
+        except KeyError:
+            return out
+        stack: list[tuple[Any, str]] = [(self.repo[tree.id], under)]
+        while stack:
+            t, prefix = stack.pop()
+            for entry in t:
+                path = f"{prefix}/{entry.name}"
+                if entry.type_str == "tree":
+                    stack.append((self.repo[entry.id], path))
+                elif is_note_path(path):
+                    out[path] = str(entry.id)
+        return out
+
+    def note_changes(self, old: str | None, new: str, *, renames: bool = False) -> list[TreeChange]:
+        """Note paths that differ between commits ``old`` (None: the empty tree) and ``new``.
+        A rename shows as its old path (deleted) and its new path (added)."""
+        new_tree = self.repo[new].peel(pygit2.Commit).tree
+        diff = (self.repo.diff(self.repo[old].peel(pygit2.Commit).tree, new_tree) if old
+                else new_tree.diff_to_tree(swap=True))
+        if renames:
+            diff.find_similar()
+        out: dict[str, TreeChange] = {}
+        for delta in diff.deltas:
+            old_path, new_path = delta.old_file.path, delta.new_file.path
+            deleted = delta.status == pygit2.GIT_DELTA_DELETED
+            if deleted or delta.status == pygit2.GIT_DELTA_RENAMED:
+                out.setdefault(old_path, TreeChange(old_path, None, False))
+            if not deleted:
+                added = delta.status in (pygit2.GIT_DELTA_ADDED, pygit2.GIT_DELTA_RENAMED, pygit2.GIT_DELTA_COPIED)
+                out[new_path] = TreeChange(new_path, str(delta.new_file.id), added)
+        return [c for c in out.values() if is_note_path(c.path)]
+
+    def commits_with_note_paths(self, revs: str) -> list[tuple[str, int, list[str]]]:
+        """(commit, commit time, note paths it touched) for the commits ``revs``, oldest first."""
+        out = self.git("log", "--reverse", "--format=%x1e%H %ct", "--name-only", "--no-renames", revs, "--",
+                       *NOTE_PREFIXES)
+        result = []
+        for record in out.split("\x1e"):
+            lines = [line for line in record.strip().splitlines() if line.strip()]
+            if lines:
+                sha, ct = lines[0].split()
+                result.append((sha, int(ct), [p for p in lines[1:] if is_note_path(p)]))
+        return result
+
+    def dirty_note_paths(self) -> dict[str, str]:
+        """Note files whose work-tree content differs from HEAD: path -> blob id or "deleted"."""
+        out = {}
+        for path, flags in self.repo.status(untracked_files="all").items():
+            if not is_note_path(path) or flags == pygit2.GIT_STATUS_IGNORED:
+                continue
+            full = self.root / path
+            out[path] = blob_hash(full.read_bytes()) if full.exists() else "deleted"
+        return out
+
+    # --- search through history -------------------------------------------------------------
+    def paths_ever_containing(self, text: str) -> list[str]:
+        """Paths (of any commit on any ref) whose content ever added or removed ``text``."""
+        out = self.git("log", "--all", "--format=", "--name-only", "-S", text, check=False)
+        return sorted({p for p in out.splitlines() if p})
+
+    def paths_containing(self, text: str) -> list[str]:
+        """Tracked work-tree files containing ``text`` (fixed string)."""
+        out = self.git("grep", "-l", "-F", text, check=False)
+        return sorted({p for p in out.splitlines() if p})
+
+    # --- remotes ------------------------------------------------------------------------
+    def remotes(self) -> list[str]:
+        return self.git("remote", check=False).split()
+
+    def fetch(self, remote: str) -> None:
+        self.git("fetch", "--prune", remote)
+
+    def show_file(self, rev: str, path: str) -> str:
+        """The text of ``path`` at ``rev``; "" when either does not exist."""
+        return self.git("show", f"{rev}:{path}", check=False)
+
+    def commit_ids(self, rev: str = "--all") -> set[str]:
+        return set(self.git("rev-list", rev, check=False).split())
+
+    def merge_base(self, a: str, b: str) -> str:
+        return self.git("merge-base", a, b, check=False).strip()
+
+    def rev_parse(self, rev: str) -> str:
+        return self.git("rev-parse", rev).strip()
+
+    def fast_forward(self, rev: str) -> None:
+        self.git("merge", "--ff-only", "--quiet", rev)
+
+    def rebase_onto(self, rev: str) -> None:
+        self.git("rebase", "--quiet", rev)
+
+    def push(self, remote: str, refspec: str) -> None:
+        self.git("push", remote, refspec)
+
+    def config_value(self, key: str) -> str:
+        """git config ``key`` as git would resolve it here (repo, user, system); "" if unset."""
+        return self.git("config", key, check=False).strip()
