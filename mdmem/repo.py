@@ -468,7 +468,7 @@ class MemoryRepo:
         """The scope views a change alters, regenerated to go into the same commit."""
         from .views.render import view_path
 
-        roots = sorted({"/".join(p.split("/")[:2]) for p in changes if layout.is_note_path(p)})
+        roots = sorted({layout.root_of(p) for p in changes if layout.is_note_path(p)})
         out = {}
         for root in roots:
             text = self.scope_view(root, when, overlay=changes).encode()
@@ -504,7 +504,7 @@ class MemoryRepo:
         user = require_user(as_user)
         when = resolve_now(now)
         with self.store.locked():
-            roots = sorted({"/".join(p.split("/")[:2]) for p in self.store.tracked_note_paths()}
+            roots = sorted({layout.root_of(p) for p in self.store.tracked_note_paths()}
                            | {f"team/{t}" for t in self.config.teams})
             changes = {VIEW_NAME: render_root(self.config).encode()}
             for root in roots:

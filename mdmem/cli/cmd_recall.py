@@ -1,6 +1,7 @@
 """mdmem recall QUERY [--kind K ...] [--subject S] [-k N] [--at TIME] [--history]"""
 from __future__ import annotations
 
+from ..model.layout import root_of
 from .context import add_common
 
 
@@ -29,7 +30,7 @@ def run(ctx) -> int:
     # Broken notes are reported only from roots this user may read, and by path only: the
     # reason quotes field values, which another user's note must not show.
     readable = set(repo.access.readable_roots(ctx.user))
-    broken = {p: r for p, r in repo.index.broken().items() if "/".join(p.split("/")[:2]) in readable}
+    broken = {p: r for p, r in repo.index.broken().items() if root_of(p) in readable}
     if ctx.json:
         ctx.emit({"hits": [h.to_dict() for h in hits], "broken": broken})
     else:

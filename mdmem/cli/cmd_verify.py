@@ -2,6 +2,7 @@
 disagrees with their path (exit 3 when any is found)."""
 from __future__ import annotations
 
+from ..model.layout import root_of
 from .context import add_common
 
 
@@ -19,7 +20,7 @@ def run(ctx) -> int:
     report = repo.verify()
     # Only roots the acting user may read are reported: verify is no oracle for the others.
     readable = set(repo.access.readable_roots(user))
-    flags = [f for f in report["untrusted"] if "/".join(f["path"].split("/")[:2]) in readable]
+    flags = [f for f in report["untrusted"] if root_of(f["path"]) in readable]
     out = {"head": report["head"], "untrusted": flags}
     lines = [f"UNTRUSTED {f['path']}: {f['detail']} (commit {f['commit'][:10]})" for f in flags]
     ctx.emit(out, "\n".join(lines) or "every note you may read was committed by a permitted writer")

@@ -45,7 +45,7 @@ def commit(repo, receipt: dict, plan: Plan, when: _dt.datetime) -> str:
     changes: dict[str, bytes | None] = {AUDIT_PATH: audit + line.encode() + b"\n"}
     tracked = ops.tree_paths(repo.root, head) if head else {}
     from ..model import layout
-    roots = {"/".join(p.split("/")[:2]) for p in tracked if layout.is_note_path(p)} | \
+    roots = {layout.root_of(p) for p in tracked if layout.is_note_path(p)} | \
         {f"team/{t}" for t in repo.config.teams}
     for path in tracked:
         if path.endswith("/MEMORY.md") and path.count("/") == 2 and path.rsplit("/", 1)[0] not in roots:

@@ -24,8 +24,6 @@ class Contract:
     aliases: tuple[str, ...] = ()
     # Whether an agent's own statement may write this kind without review.
     agent_may_write: bool = False
-    # "What is true now" kinds; episodes and working state are not.
-    describes_now: bool = True
 
 
 DEFAULT_CONTRACTS: dict[str, Contract] = {
@@ -36,9 +34,9 @@ DEFAULT_CONTRACTS: dict[str, Contract] = {
         Contract("decision", True, False, READ_RANK_LIVE),
         Contract("procedure", True, False, READ_RANK_LIVE, aliases=("rule", "procedural")),
         Contract("episode", False, True, READ_RANK_EVENTS, aliases=("episodic", "event"),
-                 agent_may_write=True, describes_now=False),
+                 agent_may_write=True),
         Contract("working", True, False, READ_NEWEST, default_ttl=_dt.timedelta(hours=1),
-                 aliases=("buffer", "scratch"), agent_may_write=True, describes_now=False),
+                 aliases=("buffer", "scratch"), agent_may_write=True),
         Contract("summary", True, False, READ_RANK_LIVE),
     )
 }
@@ -82,5 +80,3 @@ class Contracts:
         known = sorted(set(self.kinds) | {a for c in self.kinds.values() for a in c.aliases})
         raise BadInput(f"kind: unknown kind {name!r}; use one of: {', '.join(known)}")
 
-    def names(self) -> list[str]:
-        return list(self.kinds)

@@ -129,13 +129,19 @@ def check_note_path(path: str) -> str:
     return path
 
 
+def root_of(path: str) -> str:
+    """The scope root (``team/<team>`` or ``private/<owner>``) a repository path lies in: the
+    one place that rule lives (``parse_path`` reads the rest of a note path)."""
+    return "/".join(path.split("/", 2)[:2])
+
+
 def parse_path(path: str) -> NoteLocation:
     """Read scope, subject, kind and key from a repository-relative note path."""
     parts = path.split("/")
     if not is_note_path(path):
         raise BadInput(f"{path}: not a note path (team/<team>/... or private/<owner>/..., ending in .md)")
     scope, name = parts[0], parts[1]
-    root = f"{scope}/{name}"
+    root = root_of(path)
     if len(parts) >= 6 and parts[-3] == "episode" and re.match(r"^\d{4}-\d{2}$", parts[-2]):
         kind, key, subject_parts = "episode", None, parts[2:-3]
     else:

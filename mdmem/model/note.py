@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import re
 from dataclasses import dataclass, field, replace
 
@@ -188,10 +187,6 @@ class Note:
 
     def to_dict(self) -> dict:
         return {**self.metadata(), "text": self.text.strip()}
-
-
-def content_hash(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def _time_field(meta: dict, name: str, path: str, *, required: bool) -> _dt.datetime | None:

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 
 from ..errors import NoteInvalid
-from ..model.layout import is_note_path
+from ..model.layout import is_note_path, root_of
 from ..model.validate import validate_note
 
 CACHE_VERSION = 1
@@ -140,7 +140,7 @@ class Verifier:
             sigs = self._signatures(state, head)
         out: dict[str, Flag] = {}
         for path, (commit, email) in state["touch"].items():
-            root = "/".join(path.split("/")[:2])
+            root = root_of(path)
             writers = access.writers_of_root(root)
             user = cfg.committer(email)
             if user is None or user not in writers:

@@ -13,7 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..config import EmbedderConfig
+from ..config import EMBEDDER_BACKENDS, EmbedderConfig
 from ..errors import BadInput, EmbedderError
 
 _ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -221,4 +221,4 @@ def make_embedder(cfg: EmbedderConfig) -> Embedder | None:
             raise BadInput("mdmem.toml: [embedder] backend = \"openai\" needs url and model")
         return OpenAIEmbedder(cfg.url, cfg.model, api_key=cfg.api_key, timeout=cfg.timeout,
                               batch_size=cfg.batch_size)
-    raise BadInput(f"embedder: unknown backend {backend!r}; use minilm, ollama, openai or none")
+    raise BadInput(f"embedder: unknown backend {backend!r}; use {', '.join(EMBEDDER_BACKENDS)}")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..model.kinds import Contracts
 from ..errors import NoteInvalid
-from ..model.layout import is_note_path
+from ..model.layout import is_note_path, root_of
 from ..model.note import DEFAULT_MAX_BYTES, Note, check_size
 from ..model.validate import validate_note
 
@@ -26,7 +26,7 @@ class StoredNote:
 
     @property
     def root(self) -> str:
-        return "/".join(self.path.split("/")[:2])
+        return root_of(self.path)
 
     def to_dict(self) -> dict:
         out = {"path": self.path, "version": self.version, **self.note.to_dict()}
