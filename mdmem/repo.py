@@ -192,7 +192,7 @@ class MemoryRepo:
 
     # --- writing --------------------------------------------------------------------
     def remember(self, text: str, *, as_user: str, kind: str, subject: str, key: str | None = None,
-                 scope: str = "private", team: str | None = None, owner: str | None = None,
+                 scope: str | None = None, team: str | None = None, owner: str | None = None,
                  source: str = "user", ttl=None, valid_from=None, new_key: bool = False,
                  expect_version: str | None = None, derived_from: list[str] | None = None,
                  now=None, channel: str = HUMAN, claimed_source: str | None = None) -> WriteResult:
@@ -221,11 +221,12 @@ class MemoryRepo:
 
         return self._commit_pending(user, when, prepare)
 
-    def _draft(self, user: str, text: str, *, kind: str, subject: str, key: str | None, scope: str,
+    def _draft(self, user: str, text: str, *, kind: str, subject: str, key: str | None, scope: str | None,
                team: str | None, owner: str | None, source: str, ttl, valid_from, derived_from, when: _dt.datetime,
                channel: str = HUMAN, claimed_source: str | None = None):
         """The note a write would store, its path, its contract and the provenance verdict;
         raises on bad input or a scope the user may not write (remember and remember_many)."""
+        scope = layout.default_scope(scope, team)
         contract = self.contracts.resolve(kind)
         layout.check_subject(subject)
         check_source(source)
@@ -883,11 +884,12 @@ class MemoryRepo:
             self._after_write()
         return SweepResult(removed=[s.path for s in expired], commit=commit)
 
-    def consolidate(self, *, as_user: str, subject: str, scope: str = "team", team: str | None = None,
+    def consolidate(self, *, as_user: str, subject: str, scope: str | None = None, team: str | None = None,
                     now=None) -> WriteResult:
         """A deterministic digest of one scope's live notes about one subject."""
         from .ops.consolidate import build_digest
 
+        scope = layout.default_scope(scope, team)
         user = require_user(as_user)
         when = resolve_now(now)
         root = self._root_for(user, scope, team, None)

@@ -113,3 +113,15 @@ def test_results_say_the_same_thing_in_python_cli_and_mcp(repo):
     cli_history = json.loads(run_cli("history", committed.path, *common).stdout)
     assert cli_keys == mcp_keys == {"keys": [key.to_dict()]}
     assert cli_history == mcp_history == {"versions": [version.to_dict()]}
+
+
+def test_an_omitted_scope_means_the_same_in_every_operation(repo):
+    """One default everywhere: the team's scope when a team is named, else the user's own."""
+    mine = repo.remember("I prefer short answers", as_user="bob", kind="profile", subject="user:bob",
+                         key="style", now=T0)
+    ours = repo.remember("Billing deploys any weekday", as_user="bob", kind="fact", subject="service:billing",
+                         key="deploy.window", team="payments", now=T0)
+    assert mine.path.startswith("private/bob/") and ours.path.startswith("team/payments/")
+    digest = repo.consolidate(as_user="bob", subject="service:billing", team="payments", now=T0)
+    assert digest.path.startswith("team/payments/")
+    assert repo.consolidate(as_user="bob", subject="user:bob", now=T0).path.startswith("private/bob/")

@@ -7,7 +7,7 @@ from .context import add_common
 def register(sub) -> None:
     p = sub.add_parser("consolidate", help="write a per-scope digest of one subject")
     p.add_argument("--subject", required=True)
-    p.add_argument("--scope", default="team", choices=["private", "team"])
+    p.add_argument("--scope", choices=["private", "team"], help="default: team with --team, else private")
     p.add_argument("--team")
     add_common(p)
     p.set_defaults(run=run)

@@ -13,7 +13,7 @@ def register(sub) -> None:
     p.add_argument("--kind", required=True)
     p.add_argument("--subject", required=True, help="like service:billing or user:alice")
     p.add_argument("--key")
-    p.add_argument("--scope", default="private", choices=["private", "team"])
+    p.add_argument("--scope", choices=["private", "team"], help="default: team with --team, else private")
     p.add_argument("--team")
     p.add_argument("--owner", help="the private root's owner (default: you)")
     p.add_argument("--source", default="user")

@@ -129,6 +129,12 @@ def check_note_path(path: str) -> str:
     return path
 
 
+def default_scope(scope: str | None, team: str | None) -> str:
+    """The one rule for an omitted scope, in every operation: a team's when a team is named,
+    else the acting user's private scope."""
+    return scope or ("team" if team else "private")
+
+
 def root_of(path: str) -> str:
     """The scope root (``team/<team>`` or ``private/<owner>``) a repository path lies in: the
     one place that rule lives (``parse_path`` reads the rest of a note path)."""

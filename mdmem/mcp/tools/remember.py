@@ -6,7 +6,8 @@ from ...policy.gate import AGENT
 
 DESCRIPTION = ("Write one memory note. kind: profile, fact, decision, procedure (keyed: a write under an "
                "existing key supersedes it), episode (append-only), working (expires; default 1h). subject: "
-               "like service:billing or user:alice. scope: private (default) or team (with team). The write is "
+               "like service:billing or user:alice. scope: private or team (the default when you name a team). "
+               "The write is "
                "recorded as yours (agent:<your name>) whatever you pass; source: where you got it "
                "(tool:<name>, web:<url>, user), shown to the reviewer. Returns status committed, held (waiting "
                "for a person to review) or refused (with existing_keys: update under the matching one, or pass "
@@ -14,7 +15,7 @@ DESCRIPTION = ("Write one memory note. kind: profile, fact, decision, procedure 
 
 
 def make(ctx):
-    def remember(text: str, kind: str, subject: str, key: str | None = None, scope: str = "private",
+    def remember(text: str, kind: str, subject: str, key: str | None = None, scope: str | None = None,
                  team: str | None = None, source: str | None = None, ttl: str | None = None,
                  new_key: bool = False, expect_version: str | None = None) -> dict:
         try:
