@@ -89,6 +89,8 @@ def remember_as_writer(repo, text, **kw):
             raise
         result = repo.remember(text, new_key=True, **kw)
     if result.status == "held":
+        # These scenarios have one person, who reviews their own held writes ([review] self_approve).
+        repo.config.self_approve = True
         result = repo.approve(result.review_id, as_user=kw["as_user"], new_key=True, now=kw.get("now"))
     return result
 
