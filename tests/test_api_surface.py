@@ -125,3 +125,26 @@ def test_an_omitted_scope_means_the_same_in_every_operation(repo):
     digest = repo.consolidate(as_user="bob", subject="service:billing", team="payments", now=T0)
     assert digest.path.startswith("team/payments/")
     assert repo.consolidate(as_user="bob", subject="user:bob", now=T0).path.startswith("private/bob/")
+
+
+def test_an_unexpected_exception_is_internal_at_both_boundaries(repo, monkeypatch, capsys):
+    """A bug (here: a RuntimeError from deep inside) reaches neither user raw: the CLI exits 70
+    naming it, the MCP tool answers a ToolError of kind internal."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from mdmem.cli.main import main
+    from mdmem.mcp.server import tool_errors
+
+    def boom(*a, **k):
+        raise RuntimeError("the disk said no")
+
+    monkeypatch.setattr(MemoryRepo, "keys", boom)
+    code = main(["keys", "--subject", "service:billing", "--kind", "fact", "--repo", str(repo.root),
+                 "--as", "bob", "--json"])
+    out = capsys.readouterr()
+    assert code == Internal.exit_code and json.loads(out.out)["error"] == "internal"
+    assert "the disk said no" in out.err
+    with pytest.raises(ToolError, match="internal: RuntimeError: the disk said no"):
+        tool_errors(boom)()
+    with pytest.raises(ToolError, match="lock_timeout"):
+        tool_errors(lambda: (_ for _ in ()).throw(LockTimeout("x/write.lock: held")))()
