@@ -18,7 +18,7 @@ from ..policy.access import require_user
 from ..errors import BadInput, as_mdmem_error
 from ..model.layout import check_name
 from ..repo import MemoryRepo
-from ..views.render import KIND_GUIDE
+from ..model.kinds import KIND_GUIDE
 
 CAPABILITIES = ("read", "write", "delete")
 # tool module -> the capability it needs. Approving held writes is deliberately not a tool:

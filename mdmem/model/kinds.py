@@ -80,3 +80,22 @@ class Contracts:
         known = sorted(set(self.kinds) | {a for c in self.kinds.values() for a in c.aliases})
         raise BadInput(f"kind: unknown kind {name!r}; use one of: {', '.join(known)}")
 
+
+# Each kind described once, for people (the root MEMORY.md guide) and agents (MCP
+# instructions): what it holds and how to use it.
+KIND_GUIDE = [
+    ("profile", "Who someone is and what they prefer. One note per key; a new write replaces it.",
+     "Read by exact key (`get`); write when the person states a lasting preference."),
+    ("fact", "Something true now about a subject. A new write under the same key supersedes it.",
+     "Reuse the key you were shown when updating; `valid_until` ends it; `--new-key` for a new fact."),
+    ("decision", "A choice that was made and why. Superseded by key like a fact.",
+     "Write when a decision is taken; recall before reopening it."),
+    ("procedure", "How to do something (rules, checklists). A new version replaces the old.",
+     "Follow the current version; write when the team changes how it works."),
+    ("episode", "Something that happened. Append-only: never superseded, never edited.",
+     "Write after notable events (incidents, releases, rejections); ask about the past with them."),
+    ("working", "Scratch state for the task at hand. Expires after its TTL (default 1 hour).",
+     "Write what you are doing now; do not rely on it across sessions."),
+    ("summary", "A per-scope digest built by consolidation from the live notes it lists.",
+     "Never write by hand; `mdmem consolidate` regenerates it."),
+]

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import re
 
+from ...model.kinds import DEFAULT_CONTRACTS
+
 DESCRIPTION = ("Search memory for notes that answer a question, best first. Returns only notes that are "
                "true now (unless at/include_history), that you may see, above a relevance floor; an empty "
-               "list means memory has nothing relevant. kinds: restrict to profile, fact, decision, "
-               "procedure, episode, working, summary. include_history: also superseded versions "
+               f"list means memory has nothing relevant. kinds: restrict to {', '.join(DEFAULT_CONTRACTS)}. "
+               "include_history: also superseded versions "
                "(\"what was it before?\"). at: ISO time for the state back then.")
 
 
