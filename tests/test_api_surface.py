@@ -113,6 +113,8 @@ def test_results_say_the_same_thing_in_python_cli_and_mcp(repo):
     cli_history = json.loads(run_cli("history", committed.path, *common).stdout)
     assert cli_keys == mcp_keys == {"keys": [key.to_dict()]}
     assert cli_history == mcp_history == {"versions": [version.to_dict()]}
+    [hit] = repo.recall("when does billing deploy", as_user="bob", now=T0)
+    assert hit.note_id == key.note_id == version.note_id and hit.to_dict()["note_id"] == key.note_id
 
 
 def test_an_omitted_scope_means_the_same_in_every_operation(repo):

@@ -82,6 +82,7 @@ class Hit:
     bm25: float | None = None
     cosine: float | None = None
     untrusted: str | None = None  # set by MemoryRepo.recall from verify: no permitted writer committed it
+    note_id: str | None = None  # the note's id (frontmatter `id`), the same across its versions
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
@@ -96,7 +97,8 @@ def _hit(fields: dict, score: float, *, current: bool, bm25, cosine) -> Hit:
                text=fields["body"], score=round(score, 6), version=fields["version"],
                valid_from=utc(fields["valid_from"]), valid_until=utc(fields["valid_until"]),
                expires_at=utc(fields["expires_at"]), current=current, commit=fields.get("commit") or None,
-               bm25=None if bm25 is None else round(bm25, 4), cosine=None if cosine is None else round(cosine, 4))
+               bm25=None if bm25 is None else round(bm25, 4), cosine=None if cosine is None else round(cosine, 4),
+               note_id=fields.get("note_id") or None)
 
 
 class Recall:
