@@ -116,3 +116,14 @@ def test_an_implicit_index_build_shows_progress_on_stderr(repo):
     proc = run_cli("recall", "billing deploy window", "--as", "bob", "--repo", str(repo.root), "--now", T0, "--json",
                    env=env)
     assert proc.returncode == 0 and "to do" not in proc.stderr  # built: nothing to report
+
+
+def test_a_corrupt_git_object_is_a_git_failure_not_a_traceback(repo):
+    r = team_fact(repo, "Billing deploys any weekday")
+    obj = repo.root / ".git" / "objects" / r.version[:2] / r.version[2:]
+    obj.chmod(0o644)
+    obj.write_bytes(b"garbage")
+    for args in (("history", r.path), ("forget", "--subject", "service:billing", "--dry-run")):
+        proc = run_cli(*args, "--as", "bob", "--repo", str(repo.root))
+        err = one_line_error(proc, 9)
+        assert "failed to inflate" in err or "corrupt" in err, err
