@@ -79,7 +79,7 @@ def write_kills(kills: int) -> list:
         nxt = 0
         for _ in range(kills):
             proc = subprocess.Popen([PY, "-c", WRITER, str(root), str(nxt)], stdout=subprocess.PIPE, text=True)
-            time.sleep(rng.uniform(0.6, 2.5))  # interpreter start + some writes, killed anywhere
+            time.sleep(rng.uniform(1.5, 5.0))  # interpreter start + some writes, killed anywhere
             proc.send_signal(signal.SIGKILL)
             out, _ = proc.communicate()
             for line in out.splitlines():

@@ -59,6 +59,7 @@ def seeded(tmp_path_factory):
 def cache_files(root):
     base = root / ".mdmem"
     out = ["state.json", "versions.json", "embeddings.sqlite", "viewmeta.sqlite"]
+    out += ["verify.json"] if (base / "verify.json").exists() else []
     toc = sorted(p.name for p in (base / "fulltext").iterdir() if p.suffix == ".toc")
     seg = sorted(p.name for p in (base / "fulltext").iterdir() if p.suffix == ".seg")
     vtoc = sorted(p.name for p in (base / "versions").iterdir() if p.suffix == ".toc")

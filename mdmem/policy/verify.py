@@ -48,7 +48,10 @@ class Verifier:
     def _load(self) -> dict:
         try:
             state = json.loads(self.path.read_text())
-            if state.get("version") == CACHE_VERSION:
+            # A damaged cache of the right JSON but the wrong shape is recomputed, not trusted.
+            if (isinstance(state, dict) and state.get("version") == CACHE_VERSION
+                    and isinstance(state.get("head") or "", str)
+                    and all(isinstance(state.get(k), dict) for k in ("touch", "fm", "sig"))):
                 return state
         except (OSError, ValueError):
             pass
