@@ -119,11 +119,11 @@ def test_an_implicit_index_build_shows_progress_on_stderr(repo):
 
 
 def test_a_corrupt_git_object_is_a_git_failure_not_a_traceback(repo):
-    r = team_fact(repo, "Billing deploys any weekday")
+    r = repo.remember("Bob deploys billing on Mondays", as_user="bob", kind="fact", subject="service:billing",
+                      key="deploy.window", now=T0)  # private: bob may erase it himself
     obj = repo.root / ".git" / "objects" / r.version[:2] / r.version[2:]
     obj.chmod(0o644)
     obj.write_bytes(b"garbage")
-    for args in (("history", r.path), ("forget", "--subject", "service:billing", "--dry-run")):
-        proc = run_cli(*args, "--as", "bob", "--repo", str(repo.root))
-        err = one_line_error(proc, 9)
-        assert "failed to inflate" in err or "corrupt" in err, err
+    proc = run_cli("history", r.path, "--as", "bob", "--repo", str(repo.root))
+    err = one_line_error(proc, 9)
+    assert "failed to inflate" in err or "corrupt" in err, err
