@@ -30,7 +30,7 @@ REVIEW_PREFIX = "review/"
 REVIEW_AUDIT_PATH = "audit/reviews.jsonl"
 # What one item of remember_many may hold: remember's arguments.
 _ITEM_FIELDS = {"text", "kind", "subject", "key", "scope", "team", "owner", "source", "ttl", "valid_from",
-                "new_key", "expect_version", "derived_from"}
+                "new_key", "expect_version", "derived_from", "context"}
 _WRITE_RETRIES = 3
 
 
@@ -195,7 +195,8 @@ class MemoryRepo:
                  scope: str | None = None, team: str | None = None, owner: str | None = None,
                  source: str = "user", ttl=None, valid_from=None, new_key: bool = False,
                  expect_version: str | None = None, derived_from: list[str] | None = None,
-                 now=None, channel: str = HUMAN, claimed_source: str | None = None) -> WriteResult:
+                 context: str | None = None, now=None, channel: str = HUMAN,
+                 claimed_source: str | None = None) -> WriteResult:
         """Write one note through the gate: committed, held for review, or refused (raised).
 
         ``channel`` is who is at the other end: a person (CLI, API) or an agent (the MCP server,
@@ -205,7 +206,7 @@ class MemoryRepo:
         path, note, contract, provenance = self._draft(
             user, text, kind=kind, subject=subject, key=key, scope=scope, team=team, owner=owner, source=source,
             ttl=ttl, valid_from=valid_from, derived_from=derived_from, channel=channel,
-            claimed_source=claimed_source, when=when)
+            claimed_source=claimed_source, when=when, context=context)
         if not provenance.trusted:
             with self.store.locked():
                 pending = self._prepare(user, path, note, contract, new_key=new_key,
@@ -223,7 +224,7 @@ class MemoryRepo:
 
     def _draft(self, user: str, text: str, *, kind: str, subject: str, key: str | None, scope: str | None,
                team: str | None, owner: str | None, source: str, ttl, valid_from, derived_from, when: _dt.datetime,
-               channel: str = HUMAN, claimed_source: str | None = None):
+               channel: str = HUMAN, claimed_source: str | None = None, context: str | None = None):
         """The note a write would store, its path, its contract and the provenance verdict;
         raises on bad input or a scope the user may not write (remember and remember_many)."""
         scope = layout.default_scope(scope, team)
@@ -250,7 +251,7 @@ class MemoryRepo:
         note = Note(id=str(ULID()), kind=contract.name, subject=subject, key=key, scope=scope,
                     team=team if scope == "team" else None, owner=user, source=source,
                     valid_from=start, expires_at=add_span(start, ttl_delta) if ttl_delta else None,
-                    derived_from=tuple(derived_from or ()), text=text.strip())
+                    derived_from=tuple(derived_from or ()), text=text.strip(), context=context)
         size = len(note.dumps().encode())
         if size > self.config.note_max_bytes:
             raise BadInput(f"text: the note would be {size} bytes; a note is at most "

@@ -67,8 +67,8 @@ class HistoryScan:
         return ops.read_blobs(self.root, sorted(set(oids)))
 
 
-def note_versions(scan: HistoryScan) -> list[tuple[str, str, str | None, str]]:
-    """(path, blob, key, body) of every note version in history; unparsable ones whole."""
+def note_versions(scan: HistoryScan) -> list[tuple[str, str, str | None, str, str | None]]:
+    """(path, blob, key, body, context) of every note version in history; unparsable ones whole."""
     pairs = [(p, b) for p in scan.note_paths() for b in scan.path_blobs[p]]
     data = scan.blobs(b for _, b in pairs)
     out = []
@@ -76,24 +76,24 @@ def note_versions(scan: HistoryScan) -> list[tuple[str, str, str | None, str]]:
         raw = data.get(blob, b"")
         try:
             note = parse_note(path, raw)
-            out.append((path, blob, note.key, note.text))
+            out.append((path, blob, note.key, note.text, note.context))
         except Exception:  # a broken version still holds text
-            out.append((path, blob, None, raw.decode("utf-8", "replace")))
+            out.append((path, blob, None, raw.decode("utf-8", "replace"), None))
     return out
 
 
 def history_texts(scan: HistoryScan, contracts=None) -> set[str]:
-    """Every text the caches may hold: the body and the embedded form (key + body) of each
+    """Every text the caches may hold: the body and the embedded form (context + key + body) of each
     note version current history has, and of the notes in the work tree (hand edits not yet
     committed are indexed too)."""
     from ..search.fulltext import embedding_text
     from ..storage.worktree import scan_notes
 
-    versions = [(key, body) for _, _, key, body in note_versions(scan)]
+    versions = [(key, body, context) for _, _, key, body, context in note_versions(scan)]
     if contracts is not None:
-        versions += [(s.note.key, s.note.text) for s in scan_notes(scan.root, contracts)[0]]
+        versions += [(s.note.key, s.note.text, s.note.context) for s in scan_notes(scan.root, contracts)[0]]
     texts = set()
-    for key, body in versions:
+    for key, body, context in versions:
         texts.add(body)
-        texts.add(embedding_text(key, body))
+        texts.add(embedding_text(key, body, context))  # what NoteIndex embeds (with the note's context)
     return texts

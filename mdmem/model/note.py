@@ -87,8 +87,16 @@ def _fast_metadata(fm: str) -> dict | None:
     Anything it is not sure of returns None, and the caller uses YAML."""
     meta: dict = {}
     open_list: str | None = None  # a key with no value: a block list follows, or it is null
+    open_block: str | None = None  # a key whose value is a literal block ("|-", as Note writes context)
     try:
         for line in fm.splitlines():
+            if open_block is not None:
+                if line.startswith("  ") and not line.startswith("   ") and line.strip():
+                    meta[open_block] = f"{meta[open_block]}\n{line[2:]}" if meta[open_block] else line[2:]
+                    continue
+                if not line.strip():
+                    return None  # a blank line inside a block: leave it to YAML
+                open_block = None
             if not line.strip():
                 continue
             if line.startswith("- ") and open_list is not None:
@@ -99,7 +107,9 @@ def _fast_metadata(fm: str) -> dict | None:
                 return None
             key, value = m.group(1), (m.group(2) or "")
             open_list = key if value == "" else None
-            if value in ("", "null", "~"):
+            if value == "|-":
+                meta[key], open_block = "", key
+            elif value in ("", "null", "~"):
                 meta[key] = None
             elif value == "[]":
                 meta[key] = []
@@ -126,7 +136,10 @@ def _split_frontmatter(data: str) -> tuple[str, str] | None:
 
 
 FIELDS = ("id", "kind", "subject", "key", "scope", "team", "owner", "source", "valid_from",
-          "valid_until", "expires_at", "derived_from")
+          "valid_until", "expires_at", "derived_from", "context")
+# What was around a note when it was written (for a conversation turn: the session date, the
+# speaker, the turn before). Indexed and embedded with the text, never shown as the note.
+MAX_CONTEXT = 2000
 REQUIRED = ("id", "kind", "subject", "scope", "owner", "source", "valid_from")
 _SOURCE_RE = re.compile(r"^(user|agent|agent:[^\s]+|human:[^\s]+|tool:[^\s]+|web:[^\s]+|system:[^\s]+)$")
 
@@ -153,6 +166,11 @@ class Note:
     valid_until: _dt.datetime | None = None
     expires_at: _dt.datetime | None = None
     derived_from: tuple[str, ...] = field(default_factory=tuple)
+    context: str | None = None
+
+    def __post_init__(self):
+        if self.context is not None:
+            object.__setattr__(self, "context", clean_context(self.context))
 
     def is_live(self, now: _dt.datetime) -> bool:
         """Live at ``now``: started, not ended, not expired (checked at read time)."""
@@ -179,6 +197,10 @@ class Note:
         }
         if self.scope != "team":
             meta.pop("team")
+        if self.context:
+            # A literal block keeps the text verbatim in the file (no quoting, no folding), so
+            # erasure finds a quoted line in it as it finds one in a body.
+            meta["context"] = _Literal(self.context)
         return meta
 
     def dumps(self) -> str:
@@ -186,7 +208,34 @@ class Note:
         return frontmatter.dumps(post, handler=_HANDLER, sort_keys=False) + "\n"
 
     def to_dict(self) -> dict:
-        return {**self.metadata(), "text": self.text.strip()}
+        meta = self.metadata()
+        if "context" in meta:
+            meta["context"] = str(meta["context"])
+        return {**meta, "text": self.text.strip()}
+
+
+class _Literal(str):
+    """A string YAML writes as a literal block."""
+
+
+def _literal(dumper, value):
+    return dumper.represent_scalar("tag:yaml.org,2002:str", str(value), style="|")
+
+
+for _dumper in {yaml.SafeDumper, getattr(yaml, "CSafeDumper", yaml.SafeDumper)}:
+    _dumper.add_representer(_Literal, _literal)
+
+
+def clean_context(value) -> str | None:
+    """One line of printable text, bounded: whitespace runs become one space."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise BadInput(f"context: must be text, got {type(value).__name__}")
+    text = " ".join("".join(ch if ch.isprintable() else " " for ch in value).split())
+    if len(text) > MAX_CONTEXT:
+        raise BadInput(f"context: {len(text)} characters; at most {MAX_CONTEXT}")
+    return text or None
 
 
 def _time_field(meta: dict, name: str, path: str, *, required: bool) -> _dt.datetime | None:
@@ -250,11 +299,15 @@ def parse_note(path: str, data: str | bytes, *, max_bytes: int | None = None) ->
     text = content.strip()
     if not text:
         raise NoteInvalid(path, "body", "empty; a note needs text below the frontmatter")
+    try:
+        context = clean_context(meta.get("context"))
+    except BadInput as exc:
+        raise NoteInvalid(path, "context", str(exc).split(": ", 1)[1]) from None
     return Note(
         id=meta["id"], kind=meta["kind"], subject=meta["subject"], scope=meta["scope"],
         owner=meta["owner"], source=meta["source"],
         valid_from=_time_field(meta, "valid_from", path, required=True),
         valid_until=_time_field(meta, "valid_until", path, required=False),
         expires_at=_time_field(meta, "expires_at", path, required=False),
-        text=text, key=key, team=meta.get("team"), derived_from=tuple(derived),
+        text=text, key=key, team=meta.get("team"), derived_from=tuple(derived), context=context,
     )

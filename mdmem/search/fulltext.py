@@ -32,9 +32,12 @@ ever also just very get got go goes went like right""".split())
 ANALYZER = StemmingAnalyzer(stemfn=porter2_stem, stoplist=STOP_WORDS | QUESTION_WORDS)
 # Field weights for BM25F: the key often carries the only word a superseding note shares
 # with its question (PAYGW_TIMEOUT_MS is in the key gateway.timeout's question, not its text).
-FIELD_BOOSTS = {"body": 1.0, "key_text": 1.2, "subject_text": 0.4}
-# A subject word matches every note of the subject, so it is no evidence of relevance.
-EVIDENCE_FIELDS = frozenset({"body", "key_text"})
+# A note's context (what was around it when written: a turn's speaker, date and the turn
+# before) is weaker evidence than its own words. Measured on LoCoMo (bench_conversations).
+FIELD_BOOSTS = {"body": 1.0, "key_text": 1.2, "subject_text": 0.4, "context_text": 0.3}
+# A subject word matches every note of the subject, so it is no evidence of relevance; a
+# context word is (a reply is the answer to the question its context asked).
+EVIDENCE_FIELDS = frozenset({"body", "key_text", "context_text"})
 B, K1 = 0.75, 1.2
 
 
@@ -48,6 +51,7 @@ def make_schema() -> Schema:
         subject_code=Int64Column(stored=False),
         key=STORED(), key_text=TEXT(analyzer=ANALYZER, phrase=False),
         subject_text=TEXT(analyzer=ANALYZER, phrase=False),
+        context_text=TEXT(analyzer=ANALYZER, phrase=False),
         body=TEXT(analyzer=ANALYZER, phrase=False, stored=True), scope=STORED(), team=STORED(), owner=STORED(),
         source=STORED(), note_id=STORED(), version=STORED(), valid_from=Int64Column(),
         valid_until=Int64Column(), expires_at=Int64Column(), start=Int64Column(), end=Int64Column(),
@@ -64,10 +68,12 @@ def words(text: str) -> str:
     return re.sub(r"[._:/\-]+", " ", text or "")
 
 
-def embedding_text(key: str | None, text: str) -> str:
+def embedding_text(key: str | None, text: str, context: str | None = None) -> str:
     """What gets embedded: the key goes in with the text, since a superseding note often
-    shares no other word with its question."""
-    return f"{words(key)}: {text}" if key else text
+    shares no other word with its question; so does the note's context, since a turn of a
+    conversation often lacks its subject ("Yes, last Tuesday!")."""
+    text = f"{words(key)}: {text}" if key else text
+    return f"{context}\n{text}" if context else text
 
 
 def note_doc(stored: StoredNote, *, doc_id: str | None = None, start: int = 0, end: int = NEVER,
@@ -76,6 +82,7 @@ def note_doc(stored: StoredNote, *, doc_id: str | None = None, start: int = 0, e
     return dict(doc_id=doc_id or stored.path, path=stored.path, root=stored.root, kind=n.kind, subject=n.subject,
                 root_code=code(stored.root), kind_code=code(n.kind), subject_code=code(n.subject),
                 key=n.key or "", key_text=words(n.key or ""), subject_text=words(n.subject), body=n.text,
+                context_text=n.context or "",
                 scope=n.scope, team=n.team or "", owner=n.owner, source=n.source, note_id=n.id,
                 version=stored.version, valid_from=ts(n.valid_from), valid_until=ts(n.valid_until),
                 expires_at=ts(n.expires_at), start=start, end=end, commit=commit)

@@ -26,7 +26,7 @@ from .doctable import VECTOR_FIELD, DocTable, prepare_vectors
 from .embedders import Embedder, make_embedder
 from .embedding_cache import EmbeddingCache, cache_key
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 # Small segments tolerated before a catch-up merges them (see _merge_when_many).
 MERGE_AFTER_SEGMENTS = 8
 WORKTREE_CHECK_SECONDS = 1.0
@@ -317,7 +317,7 @@ class NoteIndex:
         embedded the same text before). No embedder: nothing to add."""
         if self.embedder is None or not docs:
             return
-        texts = [fulltext.embedding_text(d["key"], d["body"]) for d in docs]
+        texts = [fulltext.embedding_text(d["key"], d["body"], d.get("context_text")) for d in docs]
         keys = [cache_key(self.model_id, t) for t in texts]
         found = self.cache.get_many(sorted(set(keys)))
         missing = sorted({k: t for k, t in zip(keys, texts) if k not in found}.items())

@@ -20,6 +20,7 @@ from . import fulltext
 from .doctable import admits, code
 from .note_index import NoteIndex
 from .versions import VersionsIndex, utc
+from .when import named_spans
 
 BM25_WEIGHT = 0.3
 RRF_K = 60
@@ -40,6 +41,9 @@ EPISODE_WEIGHT = 0.5
 COSINE_FLOOR = 0.25
 COVERAGE_FLOOR = 0.5
 BM25_ONLY_COVERAGE_FLOOR = 0.25
+# Added to the fused score of a note whose valid_from lies in a span of time the question
+# names ("on 7 July, 2023", "in May 2023"). Measured on LoCoMo (bench_conversations).
+TIME_BOOST = 0.1
 
 
 # A question about what happened: past tense and event words. Without kinds, such a
@@ -145,7 +149,7 @@ class Recall:
         # Embedding the query in a thread beside the BM25 search was measured: onnxruntime
         # releases the GIL, but on these 2 cores both halves slowed down as much as they overlapped.
         ranked, scores, cos = self._rank(searcher, table, query, self.index.embed_query(query), allowed,
-                                         candidates(k), exempt=exempt)
+                                         candidates(k), exempt=exempt, favour=_in_spans(table, query))
         weighted = self._weigh(ranked, table, explicit=kind_names is not None, events=event_intent(query),
                                working=bool(exempt))
         weights = dict(weighted)
@@ -164,17 +168,30 @@ class Recall:
         return [_hit(doc, 1.0, current=True, bm25=None, cosine=None)]
 
     def _rank(self, searcher, table, query: str, qv, allowed: np.ndarray, limit: int,
-              exempt: set[int] = frozenset()) -> tuple[list[tuple[int, float]], dict[int, float], dict[int, float]]:
+              exempt: set[int] = frozenset(), favour: np.ndarray | None = None,
+              ) -> tuple[list[tuple[int, float]], dict[int, float], dict[int, float]]:
         """BM25F and cosine over the same allowed docnums, fused: (ranked docnums with fused
-        scores, BM25F scores, cosines). ``exempt`` docnums skip the floor and get a cosine."""
+        scores, BM25F scores, cosines). ``exempt`` docnums skip the floor and get a cosine.
+        ``favour`` (the notes in a span of time the question names) proposes its own best
+        candidates too, and they rank TIME_BOOST higher."""
         bm25 = fulltext.search(searcher, query, allowed, limit=limit)
         have_vectors = table.has_vectors(qv)
         vec = table.nearest(qv, allowed, limit) if have_vectors else []
+        inside = allowed & favour if favour is not None else None
+        if inside is not None and inside.any():
+            seen = {h.docnum for h in bm25}
+            bm25 += [h for h in fulltext.search(searcher, query, inside, limit=limit) if h.docnum not in seen]
+            if have_vectors:
+                seen = {d for d, _ in vec}
+                vec += [(d, c) for d, c in table.nearest(qv, inside, limit) if d not in seen]
         cos = dict(vec)
         if have_vectors:
             cos.update(table.cosines(qv, [d for d in {h.docnum for h in bm25} | set(exempt) if d not in cos]))
         ranked = self._fuse([(h.docnum, h.score, h.coverage) for h in bm25], [d for d, _ in vec], cos,
                             have_vectors, exempt=exempt)
+        if inside is not None and inside.any():
+            ranked = sorted(((d, s + TIME_BOOST if inside[d] else s) for d, s in ranked),
+                            key=lambda kv: (-kv[1], kv[0]))
         return ranked, {h.docnum: h.score for h in bm25}, cos
 
     def _fuse(self, bm25: list[tuple[Hashable, float, float]], vec: list[Hashable], cos: dict[Hashable, float],
@@ -203,16 +220,21 @@ class Recall:
         # The floor: never present an unrelated note as the best evidence. A negative
         # [recall] score_floor in mdmem.toml turns it off (benchmarks measure both).
         coverage = {p: c for p, _, c in bm25}
-        kept = {}
-        for key, score in scores.items():
-            if floor < 0:
-                ok = True
-            elif have_vectors:
-                ok = cos.get(key, 0.0) >= floor or coverage.get(key, 0.0) >= COVERAGE_FLOOR
-            else:
-                ok = coverage.get(key, 0.0) >= BM25_ONLY_COVERAGE_FLOOR
-            if ok or key in exempt:
-                kept[key] = score
+        if floor < 0:
+            return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+        if have_vectors:
+            def related(key) -> bool:
+                return cos.get(key, 0.0) >= floor or coverage.get(key, 0.0) >= COVERAGE_FLOOR
+        else:
+            def related(key) -> bool:
+                return coverage.get(key, 0.0) >= BM25_ONLY_COVERAGE_FLOOR
+        kept = {key: s for key, s in scores.items() if related(key) or key in exempt}
+        if not have_vectors and any(key not in exempt for key in kept):
+            # The floor decides whether the question has evidence at all; once one note
+            # clears it, every other note matching a word of the question ranks below it
+            # rather than being dropped (dropping them left 45% of long-conversation
+            # questions with fewer than k notes, see benchmarks/bench_conversations.py).
+            kept.update({key: s for key, s in scores.items() if coverage.get(key, 0.0) > 0})
         return sorted(kept.items(), key=lambda kv: (-kv[1], kv[0]))
 
     def _weigh(self, ranked: list[tuple[int, float]], table, *, explicit: bool, events: bool,
@@ -275,6 +297,18 @@ class _Loader:
                 if len(out) == k:
                     break
         return out
+
+
+def _in_spans(table, query: str) -> np.ndarray | None:
+    """A mask of the notes whose valid_from lies in a span of time the question names."""
+    spans = named_spans(query)
+    if not spans:
+        return None
+    start = table.cols["valid_from"]
+    mask = np.zeros(len(start), dtype=bool)
+    for span in spans:
+        mask |= (start >= span.start) & (start < span.end)
+    return mask
 
 
 def _past_before_current(hits: list[Hit]) -> list[Hit]:

@@ -1,0 +1,100 @@
+"""The time a question names: "on 7 July, 2023", "in May 2023", "in 2022", "before August 3,
+2023", "after 1 May 2023". Recall ranks notes whose ``valid_from`` falls in that span higher
+(a note's valid_from is when it was said or became true), since their words alone often do
+not carry the date.
+"""
+from __future__ import annotations
+
+import calendar
+import datetime as _dt
+import re
+from dataclasses import dataclass
+
+_MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
+_MONTHS.update({name.lower(): i for i, name in enumerate(calendar.month_abbr) if name})
+_MONTHS.pop("may", None)
+_MONTHS["may"] = 5
+_MONTH = r"(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
+_DIR = r"(?:\b(before|after|since|until|by)\s+(?:the\s+\w+\s+of\s+)?)?"
+_DAY_MONTH_YEAR = re.compile(_DIR + r"\b(\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?" + _MONTH + r",?\s+(\d{4})\b", re.I)
+_MONTH_DAY_YEAR = re.compile(_DIR + r"\b" + _MONTH + r"\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})\b", re.I)
+_ISO = re.compile(_DIR + r"\b(\d{4})-(\d{2})-(\d{2})\b", re.I)
+_MONTH_YEAR = re.compile(_DIR + r"\b" + _MONTH + r",?\s+(\d{4})\b", re.I)
+_YEAR = re.compile(r"(?:\b(before|after|since|until|by|in|during|of)\s+)(\d{4})\b", re.I)
+UTC = _dt.timezone.utc
+
+
+@dataclass(frozen=True)
+class Span:
+    """[start, end) in epoch seconds; a question may name an open span (before/after)."""
+
+    start: int
+    end: int
+
+
+# "Before/after D" asks about the time next to D, and is often said on D itself ("last
+# weekend", asked as "the weekend before April 10"): the span runs this far from D and
+# includes D's own day.
+NEAR = _dt.timedelta(days=14)
+
+
+def _span(direction: str | None, start: _dt.datetime, end: _dt.datetime) -> Span:
+    direction = (direction or "").lower()
+    if direction in ("before", "until", "by"):
+        start = start - NEAR
+    elif direction in ("after", "since"):
+        end = end + NEAR
+    return Span(int(start.timestamp()), int(end.timestamp()))
+
+
+def _day(direction, day: int, month: int, year: int) -> Span | None:
+    try:
+        start = _dt.datetime(year, month, day, tzinfo=UTC)
+    except ValueError:
+        return None
+    return _span(direction, start, start + _dt.timedelta(days=1))
+
+
+def _month(direction, month: int, year: int) -> Span:
+    start = _dt.datetime(year, month, 1, tzinfo=UTC)
+    end = _dt.datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=UTC)
+    return _span(direction, start, end)
+
+
+def named_spans(question: str) -> list[Span]:
+    """Every span of time the question names, most precise first; [] when it names none."""
+    spans: list[Span] = []
+    taken: list[tuple[int, int]] = []
+
+    def free(m) -> bool:
+        return not any(a < m.end() and m.start() < b for a, b in taken)
+
+    for m in _DAY_MONTH_YEAR.finditer(question):
+        s = _day(m.group(1), int(m.group(2)), _MONTHS[m.group(3).lower()], int(m.group(4)))
+        taken.append(m.span())  # a day that does not exist names no span, not its month
+        if s:
+            spans.append(s)
+    for m in _MONTH_DAY_YEAR.finditer(question):
+        if free(m):
+            s = _day(m.group(1), int(m.group(3)), _MONTHS[m.group(2).lower()], int(m.group(4)))
+            taken.append(m.span())
+            if s:
+                spans.append(s)
+    for m in _ISO.finditer(question):
+        if free(m):
+            s = _day(m.group(1), int(m.group(4)), int(m.group(3)), int(m.group(2)))
+            taken.append(m.span())
+            if s:
+                spans.append(s)
+    for m in _MONTH_YEAR.finditer(question):
+        if free(m):
+            spans.append(_month(m.group(1), _MONTHS[m.group(2).lower()], int(m.group(3))))
+            taken.append(m.span())
+    for m in _YEAR.finditer(question):
+        year = int(m.group(2))
+        if free(m) and 1900 <= year <= 2200:
+            direction = m.group(1).lower()
+            spans.append(_span(direction if direction in ("before", "after", "since", "until", "by") else None,
+                               _dt.datetime(year, 1, 1, tzinfo=UTC), _dt.datetime(year + 1, 1, 1, tzinfo=UTC)))
+            taken.append(m.span())
+    return spans

@@ -1,0 +1,49 @@
+"""Questions that name a time rank the notes said or true then higher (valid_from)."""
+import datetime as dt
+
+import pytest
+
+from mdmem.search.when import NEAR, named_spans
+
+UTC = dt.timezone.utc
+
+
+def day(y, m, d):
+    return int(dt.datetime(y, m, d, tzinfo=UTC).timestamp())
+
+
+@pytest.mark.parametrize("question,expected", [
+    ("What did Gina find on 1 February, 2023?", [(day(2023, 2, 1), day(2023, 2, 2))]),
+    ("What happened on May 23rd, 2023?", [(day(2023, 5, 23), day(2023, 5, 24))]),
+    ("What setback did she face in October 2023?", [(day(2023, 10, 1), day(2023, 11, 1))]),
+    ("What broke in Dec 2023?", [(day(2023, 12, 1), day(2024, 1, 1))]),
+    ("How often did we deploy in 2022?", [(day(2022, 1, 1), day(2023, 1, 1))]),
+    ("What changed after 2026-10-15?", [(day(2026, 10, 15), day(2026, 10, 16) + int(NEAR.total_seconds()))]),
+    ("What did he do the week before August 3, 2023?",
+     [(day(2023, 8, 3) - int(NEAR.total_seconds()), day(2023, 8, 4))]),
+])
+def test_named_spans(question, expected):
+    assert [(s.start, s.end) for s in named_spans(question)] == expected
+
+
+@pytest.mark.parametrize("question", ["Billing deploys any weekday before 3pm", "May I deploy now?",
+                                      "What is on port 8080?", "Who owns 31 flags?", "on 31 February, 2023",
+                                      "When did Melanie go camping in June?"])
+def test_no_span_where_none_is_named(question):
+    assert named_spans(question) == []
+
+
+def test_a_question_naming_a_date_finds_what_was_said_that_day(repo):
+    for when, text in [("2023-05-08T10:00:00Z", "We talked about the garden and the new roses."),
+                       ("2023-07-07T10:00:00Z", "We talked about the garden and the flood damage."),
+                       ("2023-09-01T10:00:00Z", "We talked about the garden and the harvest.")]:
+        repo.remember(text, as_user="alice", kind="episode", subject="user:alice", valid_from=when,
+                      now="2023-10-01T00:00:00Z")
+    for backend in ("minilm", "none"):
+        repo.config.embedder.backend = backend
+        repo.close()
+        repo._index = repo._recall = None
+        hits = repo.recall("What did we talk about on 7 July, 2023?", as_user="alice", now="2023-10-01T00:00:00Z")
+        assert hits[0].text == "We talked about the garden and the flood damage.", backend
+        hits = repo.recall("What did we talk about in September 2023?", as_user="alice", now="2023-10-01T00:00:00Z")
+        assert hits[0].text == "We talked about the garden and the harvest.", backend
