@@ -22,6 +22,7 @@ import argparse
 import datetime as dt
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -121,14 +122,20 @@ def questions(sample: dict) -> list[dict]:
     return out
 
 
-def use(repo: MemoryRepo, mode: str, default_backend: str | None) -> None:
+def use(repo: MemoryRepo, mode: str, default_backend: str | None, cache: Path | None) -> None:
     backend, floor = MODES[mode]
     repo.config.embedder = EmbedderConfig(backend=backend or default_backend or EmbedderConfig().backend)
     repo.config.score_floor = floor
     repo.close()
     repo._index = None
     repo._recall = None
+    mine = repo.root / ".mdmem" / "embeddings.sqlite"
+    if cache is not None and cache.exists() and not mine.exists():
+        mine.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(cache, mine)  # keyed by model and text, so any run's vectors serve
     repo.reindex(rebuild=True)
+    if cache is not None and mine.exists():
+        shutil.copyfile(mine, cache)
 
 
 def run_mode(repo, by_path, qs, mode, now) -> list[dict]:
@@ -186,6 +193,7 @@ def main(argv=None) -> int:
                     help="what each turn's context holds: date, speaker and the turn before (previous), the "
                          "turn before only for short turns (short), date and speaker (meta), nothing (none)")
     ap.add_argument("--no-captions", action="store_true", help="leave out the captions of shared photos")
+    ap.add_argument("--cache", help="an embedding cache file kept between runs (vectors by model and text)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if not args.data or not Path(args.data).is_file():
@@ -218,7 +226,7 @@ def main(argv=None) -> int:
             qs = questions(samples[cid])
             now = dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)
             for mode in modes:
-                use(repo, mode, args.embedder)
+                use(repo, mode, args.embedder, Path(args.cache) if args.cache else None)
                 results += run_mode(repo, by_path, qs, mode, now)
             repo.close()
     summarise(results, modes, args.json)

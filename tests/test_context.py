@@ -1,6 +1,7 @@
 """A note's context: what was around it when written (a conversation turn's speaker, date and
 the turn before). It is indexed and embedded with the note but is never the note's text."""
 import datetime as dt
+import json
 
 import pytest
 import yaml
@@ -79,3 +80,19 @@ def test_forgetting_a_turn_scrubs_it_from_the_next_turns_context(repo):
     assert repo.prove_gone([secret], as_user="alice", owner="alice")["needles"][0]["pass"]
     hits = repo.recall("exciting", as_user="alice", now=T1)
     assert [h.text for h in hits] == ["Melanie: Wow, exciting!"]
+
+
+def test_cli_remember_takes_a_context_and_recall_finds_the_turn_by_it(repo):
+    from conftest import run_cli
+
+    r = run_cli("remember", "Yes, last Tuesday!", "--kind", "episode", "--subject", "user:alice", "--context",
+                "Melanie asked: did you go to the pottery workshop?", "--repo", str(repo.root), "--as", "alice",
+                "--json")
+    assert r.returncode == 0, r.stderr
+    path = json.loads(r.stdout)["path"]
+    assert "context: |-" in (repo.root / path).read_text()
+    r = run_cli("recall", "pottery workshop", "--repo", str(repo.root), "--as", "alice", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    hits = out["hits"] if isinstance(out, dict) else out
+    assert hits[0]["text"] == "Yes, last Tuesday!"

@@ -21,6 +21,8 @@ def register(sub) -> None:
     p.add_argument("--valid-from")
     p.add_argument("--new-key", action="store_true", help="this is a new fact, not an update under a new key")
     p.add_argument("--expect-version", help="the version you read; the write fails if the note changed")
+    p.add_argument("--context", help="what was around the note (a conversation turn's speaker, date, the turn "
+                                     "before); searched with the note, not part of its text")
     add_common(p)
     p.set_defaults(run=run)
 
@@ -31,7 +33,7 @@ def run(ctx) -> int:
     result = ctx.repo().remember(
         text, as_user=ctx.user, kind=a.kind, subject=a.subject, key=a.key, scope=a.scope, team=a.team,
         owner=a.owner, source=a.source, ttl=a.ttl, valid_from=a.valid_from, new_key=a.new_key,
-        expect_version=a.expect_version, now=ctx.now)
+        expect_version=a.expect_version, context=a.context, now=ctx.now)
     if result.status == "held":
         ctx.emit(result.to_dict(), f"held for review as {result.review_id}: {result.reason}\n"
                                    f"  approve with: mdmem review approve {result.review_id}")
