@@ -83,7 +83,7 @@ def build(sample: dict, path: Path, *, context: str, captions: bool) -> tuple[Me
     """The conversation as one private repo of episode notes, one batch commit (an import)."""
     from ulid import ULID
 
-    repo = MemoryRepo.init(path, teams={}, now=dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc))
+    repo = MemoryRepo.init(path, teams={}, as_user=OWNER, now=dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc))
     by_path: dict[str, str] = {}
     previous = None
     for t in turns(sample, captions=captions):
