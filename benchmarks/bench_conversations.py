@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import pct, table  # noqa: E402
+from _common import console, pct, table  # noqa: E402
 
 from mdmem import MemoryRepo  # noqa: E402
 from mdmem.config import EmbedderConfig  # noqa: E402
@@ -176,6 +176,7 @@ def summarise(results: list[dict], modes: list[str], as_json: bool) -> dict:
     if as_json:
         print(json.dumps(out))
         return out
+    console.width = max(console.width, 120)  # the rows stay one line each, also in a log file
     table("LoCoMo recall (development half)", ["mode", "queries", "hit@1", "hit@5", "hit@10",
           "fewer than 5", "fewer than 10", "recall p50 ms", "recall p95 ms"], rows)
     table("by category", ["mode", "category", "queries", *[f"hit@{k}" for k in KS]], cat_rows)
@@ -208,6 +209,9 @@ def main(argv=None) -> int:
         wanted = [c for c in wanted if c not in HELD_OUT]
     if args.held_out and any(c in DEV for c in wanted) and held:
         print("bench_conversations: do not mix the development and held-out halves in one run", file=sys.stderr)
+        return 2
+    if not wanted:
+        print("bench_conversations: no conversation left to run", file=sys.stderr)
         return 2
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in MODES]
