@@ -81,3 +81,29 @@ def replace_all(data: bytes, needles: list[bytes]) -> tuple[bytes, int]:
             count += c
             data = data.replace(n, REMOVED.encode())
     return data, count
+
+
+def _context_rows(lines: list[bytes]):
+    """Indexes of the lines of a frontmatter's ``context: |-`` literal block."""
+    inside = False
+    for i, line in enumerate(lines):
+        if inside and line.startswith(b"  "):
+            yield i
+            continue
+        inside = line.rstrip() == b"context: |-"
+
+
+def context_block(front: bytes) -> bytes:
+    """The text of a note's ``context`` (a literal block in its frontmatter, see model/note.py):
+    it may quote another note, as a conversation turn quotes the one before it."""
+    lines = front.split(b"\n")
+    return b"\n".join(lines[i] for i in _context_rows(lines))
+
+
+def scrub_context(front: bytes, needles: list[bytes]) -> bytes:
+    """Needles replaced in the ``context`` block only, so the other fields (id, subject,
+    times) stay as they were."""
+    lines = front.split(b"\n")
+    for i in _context_rows(lines):
+        lines[i], _ = replace_all(lines[i], needles)
+    return b"\n".join(lines)

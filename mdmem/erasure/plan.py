@@ -236,7 +236,11 @@ def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, text
         versions = replacements = 0
         for b in blobs:
             raw = data.get(b, b"")
-            part = split_note(raw)[1] if note_file else raw
+            if note_file:
+                front, part = split_note(raw)
+                part += b"\n" + nd.context_block(front)  # a context may quote an erased note too
+            else:
+                part = raw
             n = sum(part.count(x) for x in needle_bytes)
             if n:
                 versions += 1

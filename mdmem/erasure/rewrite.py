@@ -24,7 +24,7 @@ from ..errors import GitFailed
 from ..model import layout
 from ..storage import history_ops as ops
 from .journal import Journal
-from .needles import replace_all
+from .needles import replace_all, scrub_context
 from .plan import Plan
 from .scan import is_git_note, is_view, split_note
 
@@ -106,6 +106,7 @@ class Rewriter:
         front, body = split_note(data) if note_file else (b"", data)
         if scrub:
             body, _ = replace_all(body, self.needles)
+            front = scrub_context(front, self.needles)
         if self.people:
             front = self.people.frontmatter(front)
             if view:
