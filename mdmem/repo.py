@@ -274,6 +274,7 @@ class MemoryRepo:
         items = list(items)
         result = BatchResult()
         batch: list[tuple] = []
+        in_batch: set[str] = set()  # the batch's paths
         for n, item in enumerate(items, 1):
             item = dict(item)
             line = item.pop("line", n)
@@ -294,13 +295,14 @@ class MemoryRepo:
             except MdmemError as exc:
                 result.refused.append({"line": line, "reason": str(exc), "exit_code": exc.exit_code})
                 continue
-            if any(entry[1] == drafted[0] for entry in batch):
+            if drafted[0] in in_batch:
                 self._write_batch(user, batch, when, result)  # the earlier version gets its own commit
-                batch = []
+                batch, in_batch = [], set()
             batch.append((line, *drafted, item_new_key, expect))
+            in_batch.add(drafted[0])
             if len(batch) >= batch_size:
                 self._write_batch(user, batch, when, result)
-                batch = []
+                batch, in_batch = [], set()
                 if progress:
                     progress(n, len(items), "writing notes")
         self._write_batch(user, batch, when, result)
