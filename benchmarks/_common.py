@@ -17,7 +17,11 @@ console = Console()
 
 
 def scenario(name: str) -> dict:
-    return json.loads((SHARED / name).read_text())
+    path = SHARED / name
+    if not path.exists():
+        raise SystemExit(f"{path}: missing. The scenario benchmarks read their data from ../shared/benchmarks "
+                         "beside this checkout, or from $MDMEM_SHARED/benchmarks; put the scenario JSON files there.")
+    return json.loads(path.read_text())
 
 
 def table(title: str, columns: list[str], rows: list[list], *, as_json: bool = False) -> None:

@@ -49,12 +49,15 @@ class NoteInvalid(BadInput):
 
     kind = "invalid_note"
 
-    def __init__(self, path: str, field: str, reason: str):
+    def __init__(self, path: str, field: str, reason: str, *, problems: list[tuple[str, str]] | None = None):
         self.path, self.field, self.reason = path, field, reason
-        super().__init__(f"{path}: {field}: {reason}")
+        # Every problem of the note (the first is field/reason), so one check lists them all.
+        self.problems = list(problems or [(field, reason)])
+        super().__init__("\n".join(f"{path}: {f}: {r}" for f, r in self.problems))
 
     def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "path": self.path, "field": self.field, "reason": self.reason}
+        return {**super().to_dict(), "path": self.path, "field": self.field, "reason": self.reason,
+                "problems": [{"field": f, "reason": r} for f, r in self.problems]}
 
 
 class Refused(MdmemError):

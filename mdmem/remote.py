@@ -8,45 +8,298 @@ from __future__ import annotations
 
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from .erasure.forget import AUDIT_PATH, erased_commit_ids
-from .errors import BadInput, Refused
-from .storage.queries import run_git_at
+from .errors import BadInput, Conflict, GitFailed, MdmemError, Refused
+from .storage import sync_ops
+from .storage.gitstore import parse_trailers
+from .storage.queries import blob_hash, run_git_at
 
 
-def sync(repo, *, remote: str = "origin", push: bool = False) -> dict:
+@dataclass(frozen=True)
+class ConflictPair:
+    """One keyed note changed on both sides of a sync, resolved by validity."""
+
+    path: str
+    live: str  # the blob id kept live
+    superseded: str  # the other version's blob id, still in history (its side's commit)
+    live_side: str  # "local" | "remote"
+    rule: str  # why: "later valid_from" | "later commit" | "kept the change over the deletion" ...
+
+    def trailer(self) -> str:
+        return f"{self.path} live={self.live} superseded={self.superseded} ({self.rule})"
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+CONFLICT_TRAILER = "Memory-Conflict"
+
+
+def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, now=None) -> dict:
+    """Integrate a remote's history, or change nothing.
+
+    Fetch, then fast-forward or merge in memory: generated views are regenerated rather than
+    merged; a keyed note changed on both sides resolves by validity (the later valid_from
+    live, then the later commit; the other stays in history and is named in a
+    ``Memory-Conflict`` trailer and listed for review). Anything needing a person (both
+    sides hand-edited a note, a non-note file changed on both sides, a note that does not
+    parse, hooks that differ from mdmem's) raises Conflict naming the files with the branch,
+    index and work tree exactly as they were. No rebase or merge is ever left in progress:
+    the merge commit is built in memory and the branch moves by compare-and-swap.
+    """
+    from .model.clock import resolve_now
+    from .policy.access import require_user
+
+    user = require_user(as_user)
+    when = resolve_now(now)
     store = repo.store
     if remote not in store.remotes():
         raise BadInput(f"--remote: no remote {remote!r}; add one with git remote add")
     with store.locked():
-        store.fetch(remote)
+        _refuse_unfinished_git(store)
         branch = store.branch_ref().removeprefix("refs/heads/")
-        theirs = f"{remote}/{branch}"
-        erased = erased_commit_ids(store.show_file(theirs, AUDIT_PATH))
-        erased |= erased_commit_ids(store.show_file("HEAD", AUDIT_PATH))
-        mine = sorted(store.commit_ids("--all") & erased)
-        if mine:
-            raise Refused(f"sync: this clone holds {len(mine)} commit(s) that were erased on the remote "
-                          f"(first {mine[0][:10]}); re-clone, or reset to {theirs} after saving your own notes")
-        base = store.merge_base("HEAD", theirs)
         head = store.head()
-        their_head = store.rev_parse(theirs)
-        if base == their_head:
-            status = "ahead"
-        elif base == head:
-            store.fast_forward(theirs)
-            status = "fast-forwarded"
-        else:
-            store.rebase_onto(theirs)
-            status = "rebased"
-        if push:
-            store.push(remote, f"HEAD:refs/heads/{branch}")
+        # Fetched into a scratch ref: until the sync succeeds no ref a person sees moves
+        # (not even refs/remotes/<remote>/<branch>), so a refused sync leaves the repo as it was.
+        scratch = f"refs/mdmem-sync/{remote}/{branch}"
+        fetched, error = sync_ops.fetch_to(store, remote, branch, scratch)
+        if not fetched:
+            raise GitFailed(f"sync: git fetch {remote} failed, nothing changed: {error[:300]}")
+        their_head = sync_ops.rev(store, scratch)
+        try:
+            status, conflicts = _integrate(repo, user, when, head, their_head, remote, branch)
+        finally:
+            sync_ops.set_ref(store, scratch, None)
+        if their_head:
+            sync_ops.set_ref(store, f"refs/remotes/{remote}/{branch}", their_head)
+        # Whatever arrived, the views must be a fresh render of the tip (a commit pushed
+        # with --no-verify could have left them stale): regenerate them in one more commit.
+        rendered = _render_if_stale(repo, user, when)
+        pushed = None
+        if push and store.head():
+            ok, error = sync_ops.push(store, remote, f"HEAD:refs/heads/{branch}")
+            pushed = "pushed" if ok else f"push refused (sync again): {error[:200]}"
+            if ok:
+                sync_ops.set_ref(store, f"refs/remotes/{remote}/{branch}", store.head())
     repo.reset_caches()
+    head = repo.store.head()
+    detail = f"{branch} now at {head[:10] if head else '(empty)'}"
+    if conflicts:
+        detail += f"; {len(conflicts)} note(s) changed on both sides, resolved by validity (listed for review)"
     # Whatever arrived is verified at once: notes no permitted writer committed are flagged
     # (kept out of views and startup, marked in recall) before anyone reads them.
     untrusted = repo.verify()["untrusted"]
-    return {"status": status, "detail": f"{branch} now at {repo.store.head()[:10]}", "untrusted": untrusted}
+    out = {"status": status, "detail": detail, "commit": head, "conflicts": [c.to_dict() for c in conflicts],
+           "rendered": rendered, "untrusted": untrusted}
+    if pushed is not None:
+        out["push"] = pushed
+    return out
+
+
+def _integrate(repo, user, when, head, their_head, remote, branch) -> tuple[str, list[ConflictPair]]:
+    store = repo.store
+    _refuse_erased(store, head, their_head, remote, branch)
+    conflicts: list[ConflictPair] = []
+    if their_head is None or their_head == head:
+        return ("ahead" if their_head is None and head else "up to date"), conflicts
+    base = sync_ops.merge_base(store, head, their_head) if head else ""
+    if base == their_head:
+        return "ahead", conflicts
+    _refuse_foreign_hooks(store, their_head)
+    if base == head or head is None:
+        _refuse_dirty(store, store.tree_changes(head, their_head), "fast-forward")
+        store.fast_forward(their_head, expect_tip=head)
+        return "fast-forwarded", conflicts
+    conflicts = _merge(repo, user, when, head, their_head, base, f"{remote}/{branch}")
+    return "merged", conflicts
+
+
+def _refuse_unfinished_git(store) -> None:
+    for what in sync_ops.in_progress(store):
+        raise Conflict(f"sync: {what} is in progress in this clone; finish or abort it with git first "
+                       "(nothing changed)")
+
+
+def _refuse_erased(store, head, their_head, remote, branch) -> None:
+    erased = set()
+    if their_head:
+        erased |= erased_commit_ids(store.show_file(their_head, AUDIT_PATH))
+    if head:
+        erased |= erased_commit_ids(store.show_file("HEAD", AUDIT_PATH))
+    if not erased:
+        return
+    mine = sorted(sync_ops.all_commit_ids(store) & erased)
+    if mine:
+        raise Refused(f"sync: this clone holds {len(mine)} commit(s) that were erased on the remote "
+                      f"(first {mine[0][:10]}); re-clone, or reset to {remote}/{branch} after saving your own notes")
+
+
+def _refuse_foreign_hooks(store, their_head: str) -> None:
+    """Incoming hooks run code on every commit here: only mdmem's own may arrive by sync."""
+    from .hooks import committed_files
+
+    bad = []
+    for path, data in committed_files().items():
+        theirs = store.read_at(path, their_head)
+        if theirs is not None and theirs != data:
+            bad.append(path)
+    if bad:
+        raise Conflict(f"sync: the remote changes {', '.join(bad)} to differ from mdmem's hooks; a person must "
+                       f"review that change (git log -p {their_head[:10]} -- {' '.join(bad)}); nothing changed")
+
+
+def _refuse_dirty(store, changes: dict, what: str) -> None:
+    clash = sorted(sync_ops.dirty_paths(store) & set(changes))
+    if clash:
+        raise Conflict(f"sync: uncommitted edits to {', '.join(clash[:10])} would be overwritten by the {what}; "
+                       "commit or stash them first (nothing changed)")
+
+
+def _last_touch(store, base: str, tip: str, path: str) -> tuple[int, dict]:
+    """When the side's last commit touching ``path`` was made, and its Memory-* trailers."""
+    ts, message = sync_ops.last_touch(store, base, tip, path)
+    return ts, parse_trailers(message) if message else {}
+
+
+def _by_hand(trailers: dict) -> bool:
+    """A commit made by a person with git (no trailers) or by `watch --commit` (human:)."""
+    return not trailers or trailers.get("source", "").startswith("human:")
+
+
+def _resolve(repo, path: str, base: str, ours: str, theirs: str, mine: str | None,
+             their: str | None) -> ConflictPair | str:
+    """The winning version of a note both sides changed (blob ids, None: deleted there), or
+    why a person is needed."""
+    from .errors import NoteInvalid
+    from .model.layout import parse_path
+    from .model.note import parse_note
+
+    store = repo.store
+    try:
+        contract = repo.contracts.resolve(parse_path(path).kind)
+    except MdmemError:
+        return f"{path} (not a note mdmem knows)"
+    my_time, my_trailers = _last_touch(store, base, ours, path)
+    their_time, their_trailers = _last_touch(store, base, theirs, path)
+    if _by_hand(my_trailers) and _by_hand(their_trailers):
+        return f"{path} (edited by hand on both sides)"
+    if not contract.keyed or contract.append_only:
+        return f"{path} ({contract.name} notes are append-only: two versions of one need a person)"
+    if mine is None or their is None:
+        live, side = (their, "remote") if mine is None else (mine, "local")
+        gone = "local" if mine is None else "remote"
+        old = store.blob_id(path, base) or "0" * 40
+        return ConflictPair(path, live, old, side, f"kept the change over the {gone} deletion")
+    try:
+        mine_note = parse_note(path, store.read_blob(mine))
+        their_note = parse_note(path, store.read_blob(their))
+    except NoteInvalid as exc:
+        return f"{path} (does not parse: {exc.field}: {exc.reason})"
+    rule = "later valid_from" if mine_note.valid_from != their_note.valid_from else "later commit"
+    if (their_note.valid_from, their_time, their) > (mine_note.valid_from, my_time, mine):
+        return ConflictPair(path, their, mine, "remote", rule)
+    return ConflictPair(path, mine, their, "local", rule)
+
+
+def _merge(repo, user: str, when, head: str, their_head: str, base: str, label: str) -> list[ConflictPair]:
+    """Merge in memory, resolve what policy resolves, commit with the views regenerated."""
+    from .model.layout import is_note_path
+    from .storage.gitstore import Trailers
+    from .views.fresh import Views, changed, is_view_path
+
+    store = repo.store
+    conflicted = sync_ops.conflicted_paths(store, head, their_head)
+    mine_changed = store.tree_changes(base, head)
+    their_changed = store.tree_changes(base, their_head)
+    conflicts: list[ConflictPair] = []
+    needs_person: list[str] = []
+    resolved: dict[str, str | None] = {}
+    for path in sorted(set(mine_changed) & set(their_changed)):
+        mine, their = store.blob_id(path, head), store.blob_id(path, their_head)
+        if mine == their:
+            continue
+        if is_view_path(path):
+            resolved[path] = mine or their  # regenerated below from the merged notes
+        elif is_note_path(path):
+            # Policy, not git's line merge: a blend of two versions of one note is neither.
+            outcome = _resolve(repo, path, base, head, their_head, mine, their)
+            if isinstance(outcome, str):
+                needs_person.append(outcome)
+            else:
+                conflicts.append(outcome)
+                resolved[path] = outcome.live
+        elif path in conflicted:
+            needs_person.append(f"{path} (changed on both sides)")
+    if needs_person:
+        raise Conflict("sync: needs a person, nothing changed: " + "; ".join(needs_person)
+                       + f". Merge {label} with git to resolve these, then run mdmem render")
+    tree, left = sync_ops.merged_tree(store, head, their_head, resolved)
+    if tree is None:
+        raise Conflict(f"sync: needs a person, nothing changed: {', '.join(left)} conflict")
+    changes = store.tree_changes(head, tree)
+    _refuse_dirty(store, changes, "merge")
+    # Trust flags of the merged notes: each keeps the flag of the side its version came from
+    # (the render after the merge settles any difference with the merge commit's own flags).
+    mine_flags, their_flags = repo.trust.flags(head), repo.trust.flags(their_head)
+    merged_flags = set()
+    for path in set(mine_flags) | set(their_flags):
+        data = store.file_in(tree, path)
+        blob = blob_hash(data) if data is not None else None
+        if blob is not None and ((path in mine_flags and blob == store.blob_id(path, head))
+                                 or (path in their_flags and blob == store.blob_id(path, their_head))):
+            merged_flags.add(path)
+    views = Views(store, repo.views.entries, repo.config, flags=lambda rev: merged_flags)
+    changes.update(changed(store, tree, views.expected(tree)))
+    extra = tuple((CONFLICT_TRAILER, c.trailer()) for c in conflicts)
+    message = (f"sync: merge {label}\n\n"
+               + Trailers("merge", user, "system:sync", extra=extra).render())
+    store.commit(changes, message, actor=user, when=when, merge_parent=their_head, expect_tip=head)
+    return conflicts
+
+
+def _render_if_stale(repo, user: str, when) -> list[str]:
+    from .storage.gitstore import Trailers
+
+    repo.reset_caches()
+    changes = repo.fresh_view_changes()
+    if not changes:
+        return []
+    message = "render MEMORY views after sync\n\n" + Trailers("render", user, "system:sync").render()
+    repo.store.commit(changes, message, actor=user, when=when)
+    return sorted(changes)
+
+
+def open_conflicts(repo, *, as_user: str) -> list[dict]:
+    """Pairs resolved by sync that nobody has looked at since: the live version is still the
+    one the merge chose. Only pairs in roots the user may read."""
+    from .model.layout import parse_path
+    from .policy.access import require_user
+
+    user = require_user(as_user)
+    store = repo.store
+    out = []
+    seen = set()
+    for sha, message in sync_ops.messages_with(store, f"{CONFLICT_TRAILER}:"):
+        for line in message.splitlines():
+            if not line.startswith(CONFLICT_TRAILER + ": "):
+                continue
+            parts = line[len(CONFLICT_TRAILER) + 2:].split(" ")
+            path, live, superseded = parts[0], parts[1].removeprefix("live="), parts[2].removeprefix("superseded=")
+            if path in seen:
+                continue
+            seen.add(path)
+            try:
+                root = parse_path(path).root
+            except BadInput:
+                continue
+            if not repo.access.may_read_root(user, root) or store.blob_id(path) != live:
+                continue
+            out.append({"path": path, "live": live, "superseded": superseded, "merge": sha,
+                        "rule": " ".join(parts[3:]).strip("()")})
+    return out
 
 
 def install_guard(bare: str | None) -> Path:

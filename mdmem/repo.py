@@ -104,21 +104,22 @@ class MemoryRepo:
             raise BadInput(f"{root}: already a git repository; mdmem init makes a new one")
         if root.exists() and any(root.iterdir()):
             raise BadInput(f"{root}: folder is not empty; give mdmem init an empty or new folder")
+        from . import hooks
+
         teams = teams or {}
         files = {
             CONFIG_NAME: render_config(teams, erasers).encode(),
             "README.md": read_template("README.md").encode(),
             "MEMORY.md": read_template("MEMORY.md").encode(),
             ".gitignore": read_template("gitignore").encode(),
+            **hooks.committed_files(),
         }
         root.mkdir(parents=True, exist_ok=True)
         when = resolve_now(now)
-        store = GitStore.init(root, files, actor=as_user, when=when,
-                              message="mdmem init\n\n" + Trailers("init", as_user, "system:init").render())
-        hook = store.hooks_dir / "pre-commit"
-        hook.parent.mkdir(parents=True, exist_ok=True)
-        hook.write_text(read_template("hooks/pre-commit").replace("{{python}}", sys.executable), encoding="utf-8")
-        hook.chmod(0o755)
+        GitStore.init(root, files, actor=as_user, when=when, executable=hooks.EXECUTABLE,
+                      message="mdmem init\n\n" + Trailers("init", as_user, "system:init").render())
+        # The hooks travel with the repo (committed); this clone uses them from now on.
+        hooks.configure(root, sys.executable)
         repo = cls.open(root, embedder=embedder, fusion=fusion)
         repo.render(as_user=as_user, now=when)
         return repo
@@ -388,7 +389,8 @@ class MemoryRepo:
         if note.derived_from or contract.name == "summary":
             self._check_derivation(loc.root, note)
         if current is not None:
-            note = note.evolve(id=current.note.id)
+            # The note keeps its id, and the fields editors added (tags, aliases...).
+            note = note.evolve(id=current.note.id, extra={**current.note.extra, **note.extra})
         return _Pending(path, note, op or ("supersede" if current is not None else "create"),
                         current.version if current is not None else None)
 
@@ -447,41 +449,44 @@ class MemoryRepo:
             self._meta_cache = MetaCache(self.root / ".mdmem" / "viewmeta.sqlite")
         return self._meta_cache
 
-    def scope_view(self, root: str, now=None, *, overlay: dict[str, bytes | None] | None = None,
-                   max_lines: int | None = None, max_bytes: int | None = None) -> str:
-        """One scope root's MEMORY view at HEAD, with ``overlay`` (path -> bytes, None deleted)
-        applied as if committed: a write renders the view it commits with."""
-        from .views.render import RootEntries, render_scope, without
-
-        when = resolve_now(now)
-        overlay = overlay or {}
+    @property
+    def views(self):
+        """Renders views from git trees; shares the per-root entries kept across writes. Notes
+        whose latest commit no permitted writer made stay out of views (trust's flags)."""
+        from .views.fresh import Views
+        from .views.render import RootEntries
 
         if self._root_blobs is None:
             self._root_blobs = RootEntries(self.store, self._meta)
-        entries, totals = self._root_blobs.get(root, self.store.head(), overlay)
-        # Notes whose latest commit no permitted writer made stay out of views until one does;
-        # a path this write changes is being written by a permitted writer now.
-        flagged = {p for p in self.trust.flags() if p.startswith(root + "/") and p not in overlay}
-        if flagged:
-            entries, totals = without(entries, flagged)
-        return render_scope(root, entries, when, readers=sorted(self.access.readers_of_root(root)), totals=totals,
-                            max_lines=max_lines or self.config.view_max_lines,
-                            max_bytes=max_bytes or self.config.view_max_bytes)
+        return Views(self.store, self._root_blobs, self.config, flags=lambda rev: set(self.trust.flags(rev)))
 
-    def _views_for(self, changes: dict[str, bytes | None], when: _dt.datetime) -> dict[str, bytes]:
+    def scope_view(self, root: str, now=None, *, overlay: dict[str, bytes | None] | None = None,
+                   max_lines: int | None = None, max_bytes: int | None = None) -> str:
+        """One scope root's MEMORY view at HEAD with ``overlay`` (path -> bytes, None deleted)
+        applied as if committed: the committed view (a function of the notes) without ``now``,
+        the entries live at ``now`` with it (startup)."""
+        return self.views.scope_view(root, self.store.head(), overlay or {},
+                                     now=resolve_now(now) if now is not None else None,
+                                     max_lines=max_lines, max_bytes=max_bytes)
+
+    def _views_for(self, changes: dict[str, bytes | None], when: _dt.datetime | None = None) -> dict[str, bytes | None]:
         """The scope views a change alters, regenerated to go into the same commit."""
-        from .views.render import view_path
+        from .views.fresh import changed, touched_roots
 
-        roots = sorted({layout.root_of(p) for p in changes if layout.is_note_path(p)})
-        out = {}
-        for root in roots:
-            text = self.scope_view(root, when, overlay=changes).encode()
-            path = view_path(root)
-            head = self.store.head()
-            current = self.store.read_at(path, head) if head else None
-            if current != text:
-                out[path] = text
-        return out
+        head = self.store.head()
+        return changed(self.store, head, self.views.for_roots(touched_roots(changes), head, changes))
+
+    def fresh_view_changes(self) -> dict[str, bytes | None]:
+        """Every view (and the root guide) as a fresh render of HEAD would have it, where it differs."""
+        from .views.fresh import changed
+
+        head = self.store.head()
+        return changed(self.store, head, self.views.expected(head))
+
+    def stale_views(self) -> list[str]:
+        """Views committed at HEAD that differ from a fresh render of HEAD (`mdmem check`)."""
+        head = self.store.head()
+        return self.views.stale(head) if head else []
 
     def commit_changes(self, changes: dict[str, bytes | None], message: str, *, actor: str,
                        when: _dt.datetime, author: tuple[str, str] | None = None) -> str:
@@ -503,18 +508,10 @@ class MemoryRepo:
 
     def render(self, *, as_user: str, now=None) -> dict:
         """Regenerate the root MEMORY.md and every scope view in one commit."""
-        from .views.render import VIEW_NAME, render_root, view_path
-
         user = require_user(as_user)
         when = resolve_now(now)
         with self.store.locked():
-            roots = sorted({layout.root_of(p) for p in self.store.tracked_note_paths()}
-                           | {f"team/{t}" for t in self.config.teams})
-            changes = {VIEW_NAME: render_root(self.config).encode()}
-            for root in roots:
-                changes[view_path(root)] = self.scope_view(root, when).encode()
-            head = self.store.head()
-            changes = {p: d for p, d in changes.items() if self.store.read_at(p, head) != d}
+            changes = self.fresh_view_changes()
             if not changes:
                 return {"commit": None, "views": []}
             message = "render MEMORY views\n\n" + Trailers("render", user, "system:render").render()
@@ -652,14 +649,15 @@ class MemoryRepo:
 
     def recall(self, query: str, *, as_user: str, k: int = 5, kinds: list[str] | None = None,
                subject: str | None = None, key: str | None = None, at=None, include_history: bool = False,
-               now=None):
-        """Live notes the user may see that answer ``query``, best first (see :mod:`mdmem.search.recall`)."""
+               now=None, tags: list[str] | None = None):
+        """Live notes the user may see that answer ``query``, best first (see :mod:`mdmem.search.recall`).
+        ``tags``: only notes whose frontmatter ``tags`` include every one of them."""
         from .search.recall import Recall
 
         if isinstance(query, str):
             check_unicode(query, "query")
         args = dict(as_user=as_user, k=k, kinds=kinds, subject=subject, key=key, at=at,
-                    include_history=include_history, now=now)
+                    include_history=include_history, now=now, tags=tags)
         if self._recall is None:
             self._recall = Recall(self, self.index)
         try:
@@ -794,6 +792,25 @@ class MemoryRepo:
                 if include_ended or stored.note.is_live(when):
                     out.append(stored)
         return out
+
+    def show(self, *, as_user: str, path: str) -> StoredNote:
+        """One note by path whatever its validity (ended and expired notes too), if the user may
+        see it; every frontmatter field, editors' ones included."""
+        return self._visible_stored(require_user(as_user), path)
+
+    def listing(self, *, as_user: str, subject: str | None = None, kind: str | None = None,
+                root: str | None = None, include_ended: bool = False, now=None) -> list[StoredNote]:
+        """The notes the user may see, by subject, kind and scope root (``mdmem ls``)."""
+        user = require_user(as_user)
+        if root is not None and not self.access.may_read_root(user, root.rstrip("/")):
+            raise NotFound(f"--root {root}: no scope root visible to {user}; yours: "
+                           f"{', '.join(self.access.readable_roots(user))}")
+        kind_name = self.contracts.resolve(kind).name if kind else None
+        if subject:
+            layout.check_subject(subject)
+        return [s for s in self.notes(as_user=user, now=now, include_ended=include_ended)
+                if (root is None or s.root == root.rstrip("/")) and (kind_name is None or s.note.kind == kind_name)
+                and (subject is None or s.note.subject == subject)]
 
     def check(self) -> tuple[list[StoredNote], list[NoteInvalid]]:
         return scan_notes(self.root, self.contracts, max_bytes=self.config.note_max_bytes)

@@ -173,7 +173,7 @@ def test_a_stale_clone_cannot_bring_erased_history_back(repo, tmp_path):
                     "-X", "ours", "--no-edit"], capture_output=True)
     push = subprocess.run(["git", "-C", str(stale), "push", "origin", "HEAD:main"], capture_output=True, text=True)
     assert push.returncode != 0 and "erased commit" in push.stderr
-    sync = run_cli("sync", "--repo", str(stale))
+    sync = run_cli("sync", "--repo", str(stale), "--as", "bob")
     assert sync.returncode == 3 and "erased" in sync.stderr
 
 

@@ -322,7 +322,7 @@ def test_sync_verifies_what_it_fetched(repo, tmp_path):
     plain_commit(other, PLANT, note_text())
     git(other, "push", "-q", "origin", "HEAD:main")
     from mdmem.remote import sync
-    out = sync(repo)
+    out = sync(repo, as_user="alice")  # a sync names who is acting (its merge commit is theirs)
     assert [f["path"] for f in out["untrusted"]] == [PLANT]
     assert "evil@example.com" not in repo.startup(as_user="alice", now=T1)
 

@@ -1,4 +1,5 @@
-"""mdmem check: validate every note; exits 2 listing path: field: reason."""
+"""mdmem check: every problem of every note (path: field: reason), and every committed
+MEMORY view that differs from a fresh render of HEAD; exits 2 if there is any."""
 from __future__ import annotations
 
 import sys
@@ -7,19 +8,24 @@ from .context import add_common
 
 
 def register(sub) -> None:
-    p = sub.add_parser("check", help="validate every note (also the pre-commit hook)")
+    p = sub.add_parser("check", help="validate every note and every committed view (also run by the pre-commit hook)")
     p.add_argument("--quiet", action="store_true", help="print only problems")
     add_common(p, identity=False)
     p.set_defaults(run=run)
 
 
 def run(ctx) -> int:
-    good, bad = ctx.repo().check()
+    repo = ctx.repo()
+    good, bad = repo.check()
+    stale = repo.stale_views()
     if ctx.json:
-        ctx.emit({"ok": len(good), "invalid": [b.to_dict() for b in bad]})
+        ctx.emit({"ok": len(good), "invalid": [b.to_dict() for b in bad], "stale_views": stale})
     else:
         for b in bad:
             print(str(b), file=sys.stderr)
+        for path in stale:
+            print(f"{path}: view: stale; it differs from a fresh render of HEAD (`mdmem render` rewrites it)",
+                  file=sys.stderr)
         if not ctx.args.quiet:
-            print(f"{len(good)} note(s) valid, {len(bad)} invalid")
-    return 2 if bad else 0
+            print(f"{len(good)} note(s) valid, {len(bad)} invalid, {len(stale)} stale view(s)")
+    return 2 if bad or stale else 0

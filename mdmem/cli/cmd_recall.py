@@ -11,6 +11,8 @@ def register(sub) -> None:
     p.add_argument("--kind", action="append", dest="kinds", help="restrict to a kind (repeatable)")
     p.add_argument("--subject")
     p.add_argument("--key", help="with --kind profile: an exact key lookup")
+    p.add_argument("--tag", action="append", dest="tags",
+                   help="only notes tagged so in their frontmatter (repeatable: all of them)")
     p.add_argument("-k", type=int, default=5, help="how many results (default 5)")
     p.add_argument("--at", help="the state as of a past time")
     p.add_argument("--history", action="store_true", help="include superseded versions (what was it before?)")
@@ -22,7 +24,7 @@ def run(ctx) -> int:
     a = ctx.args
     repo = ctx.repo()
     hits = repo.recall(a.query, as_user=ctx.user, k=a.k, kinds=a.kinds, subject=a.subject, key=a.key,
-                       at=a.at, include_history=a.history, now=ctx.now)
+                       at=a.at, include_history=a.history, now=ctx.now, tags=a.tags)
     lines = []
     for h in hits:
         tag = ("" if h.current else " (past)") + (f" (UNTRUSTED: {h.untrusted})" if h.untrusted else "")

@@ -17,10 +17,21 @@ def run(ctx) -> int:
     a = ctx.args
     repo = ctx.repo()
     if a.action == "list":
+        from ..remote import open_conflicts
+
         items = repo.review_list(as_user=ctx.user)
-        ctx.emit([i.to_dict() for i in items],
-                 "\n".join(f"{i.review_id}  {i.path}  by {i.actor}: {i.note.first_line()}\n    {i.reason}"
-                           for i in items) or "(nothing held for review)")
+        conflicts = open_conflicts(repo, as_user=ctx.user)
+        text = "\n".join(f"{i.review_id}  {i.path}  by {i.actor}: {i.note.first_line()}\n    {i.reason}"
+                         for i in items)
+        text += "".join(f"\nsync conflict  {c['path']}: live {c['live'][:10]}, superseded {c['superseded'][:10]} "
+                        f"({c['rule']}; merge {c['merge'][:10]}); `mdmem history {c['path']}` shows both"
+                        for c in conflicts)
+        if ctx.json:
+            # Held writes as before (a list); sync conflicts are in `mdmem review list` text and
+            # in each merge commit's Memory-Conflict trailers.
+            ctx.emit([i.to_dict() for i in items] + [{"sync_conflict": c} for c in conflicts])
+        else:
+            ctx.emit(None, text.strip() or "(nothing held for review)")
         return 0
     if not a.review_id:
         from ..errors import BadInput

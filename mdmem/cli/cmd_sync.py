@@ -1,20 +1,27 @@
-"""mdmem sync [--remote NAME] [--push]: pull from a team remote, refusing erased history."""
+"""mdmem sync [--remote NAME] [--push]: integrate a team remote's history, or change nothing."""
 from __future__ import annotations
 
 from .context import add_common
 
 
 def register(sub) -> None:
-    p = sub.add_parser("sync", help="fetch and fast-forward from a remote; refuse history erased there")
+    p = sub.add_parser("sync", help="fetch and integrate a remote (views regenerated, keyed-note conflicts resolved "
+                                    "by validity); anything needing a person changes nothing")
     p.add_argument("--remote", default="origin")
-    p.add_argument("--push", action="store_true", help="push local commits after a clean sync")
-    add_common(p, identity=False)
+    p.add_argument("--push", action="store_true", help="push after integrating")
+    add_common(p)
     p.set_defaults(run=run)
 
 
 def run(ctx) -> int:
     from ..remote import sync
 
-    out = sync(ctx.repo(), remote=ctx.args.remote, push=ctx.args.push)
-    ctx.emit(out, f"{out['status']}: {out['detail']}")
+    out = sync(ctx.repo(), as_user=ctx.user, remote=ctx.args.remote, push=ctx.args.push, now=ctx.now)
+    text = f"{out['status']}: {out['detail']}"
+    for c in out["conflicts"]:
+        text += (f"\n  conflict {c['path']}: {c['live_side']} version live ({c['rule']}); "
+                 f"the other ({c['superseded'][:10]}) stays in history — `mdmem review list` shows it")
+    if out.get("push"):
+        text += f"\n  {out['push']}"
+    ctx.emit(out, text)
     return 0

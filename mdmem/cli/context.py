@@ -124,6 +124,12 @@ class Ctx:
             # An index build the command did not ask for (a first recall) shows progress too,
             # on stderr, so it also shows beside --json output.
             repo.index.progress = self._progress_always()
+            if not getattr(self.args, "skip_hook_check", False):
+                # The hooks travel with the repo; a clone gets them enabled by its first mdmem command.
+                from ..hooks import ensure
+                notice = ensure(repo.root, sys.executable)
+                if notice:
+                    print(notice, file=sys.stderr)
             self._repo = repo
         return self._repo
 

@@ -16,17 +16,26 @@ from .context import Ctx
 
 # One module per command; each defines register(subparsers) and run(ctx) -> int.
 COMMANDS = ["init", "remember", "import", "get", "keys", "history", "retire", "sweep", "consolidate",
-            "review", "check", "recall", "index", "watch", "render", "startup", "serve", "forget", "prove-gone",
-            "sync", "guard", "verify", "demo"]
+            "review", "check", "recall", "index", "watch", "render", "startup", "serve", "forget",
+            "prove-gone", "sync", "guard", "verify", "demo", "hooks", "new", "ls", "show"]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    return _build()[0]
+
+
+def command_parsers() -> dict[str, argparse.ArgumentParser]:
+    """Each command's own parser, by name (what the README's claims about options are checked on)."""
+    return _build()[1]
+
+
+def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     parser = argparse.ArgumentParser(prog="mdmem", description="Memory for AI agents, as markdown notes in git.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         module = importlib.import_module(f"mdmem.cli.cmd_{name.replace('-', '_')}")
         module.register(sub)
-    return parser
+    return parser, dict(sub.choices)
 
 
 def _show_warnings() -> None:

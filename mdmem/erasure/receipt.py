@@ -34,8 +34,6 @@ def build(plan: Plan, *, rid: str, when: _dt.datetime, counts: dict, old_head: s
 def commit(repo, receipt: dict, plan: Plan, when: _dt.datetime) -> str:
     """The receipt in the audit log and the regenerated views, in one commit (once: a resumed
     job finding its receipt at HEAD does not write it again)."""
-    from ..views.render import VIEW_NAME, render_root, view_path
-
     store = repo.store
     head = store.head()
     audit = store.read_at(AUDIT_PATH, head) or b""
@@ -43,16 +41,7 @@ def commit(repo, receipt: dict, plan: Plan, when: _dt.datetime) -> str:
         return head
     line = json.dumps({k: v for k, v in receipt.items() if k != "mentions"}, sort_keys=True)
     changes: dict[str, bytes | None] = {AUDIT_PATH: audit + line.encode() + b"\n"}
-    tracked = ops.tree_paths(repo.root, head) if head else {}
-    from ..model import layout
-    roots = {layout.root_of(p) for p in tracked if layout.is_note_path(p)} | \
-        {f"team/{t}" for t in repo.config.teams}
-    for path in tracked:
-        if path.endswith("/MEMORY.md") and path.count("/") == 2 and path.rsplit("/", 1)[0] not in roots:
-            changes[path] = None  # a scope with no notes left keeps no view
-    for root in sorted(roots):
-        changes[view_path(root)] = repo.scope_view(root, when).encode()
-    changes[VIEW_NAME] = render_root(repo.config).encode()
+    changes.update(repo.fresh_view_changes())  # the views of the rewritten tree: views/fresh.py's one definition
     changes = {p: d for p, d in changes.items() if store.read_at(p, head) != d}
     actor = plan.people.get(plan.as_user, plan.as_user)
     message = f"forget: erasure receipt {receipt['id']}\n\n" + Trailers("forget", actor, "system:forget").render()

@@ -52,6 +52,12 @@ def _load_frontmatter(fm: str, path: str) -> dict:
     try:
         _check_yaml_shape(fm, path)
         meta = yaml.load(fm, Loader=_LOADER)
+    except yaml.MarkedYAMLError as exc:
+        # The mark counts within the frontmatter; the file has the '---' line above it.
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + 2}, column {mark.column + 1}" if mark is not None else ""
+        what = exc.problem or exc.context or type(exc).__name__
+        raise NoteInvalid(path, "frontmatter", f"YAML does not parse{where}: {what}") from None
     except (yaml.YAMLError, ValueError, RecursionError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise NoteInvalid(path, "frontmatter", f"YAML does not parse: {reason}") from None
@@ -171,6 +177,14 @@ class Note:
     def __post_init__(self):
         if self.context is not None:
             object.__setattr__(self, "context", clean_context(self.context))
+    # Fields mdmem does not define (tags, aliases, links that editors add): kept in order,
+    # written back, shown; never interpreted except ``tags`` (a recall filter).
+    extra: dict = field(default_factory=dict, hash=False)
+
+    @property
+    def tags(self) -> list[str]:
+        """``tags`` as a list of lowercase strings (Obsidian writes a list or one string)."""
+        return normalise_tags(self.extra.get("tags"))
 
     def is_live(self, now: _dt.datetime) -> bool:
         """Live at ``now``: started, not ended, not expired (checked at read time)."""
@@ -201,17 +215,23 @@ class Note:
             # A literal block keeps the text verbatim in the file (no quoting, no folding), so
             # erasure finds a quoted line in it as it finds one in a body.
             meta["context"] = _Literal(self.context)
+        meta.update(self.extra)
         return meta
 
     def dumps(self) -> str:
-        post = frontmatter.Post(self.text.strip() + "\n", **self.metadata())
+        post = frontmatter.Post(self.text.strip() + "\n")
+        post.metadata.update(self.metadata())  # not as keywords: an editor's field may be named "handler"
         return frontmatter.dumps(post, handler=_HANDLER, sort_keys=False) + "\n"
 
     def to_dict(self) -> dict:
         meta = self.metadata()
         if "context" in meta:
             meta["context"] = str(meta["context"])
-        return {**meta, "text": self.text.strip()}
+        out = {k: v for k, v in meta.items() if k not in self.extra}
+        out["text"] = self.text.strip()
+        if self.extra:
+            out["extra"] = {k: _jsonable(v) for k, v in self.extra.items()}
+        return out
 
 
 class _Literal(str):
@@ -238,6 +258,23 @@ def clean_context(value) -> str | None:
     return text or None
 
 
+def _jsonable(value):
+    if isinstance(value, (_dt.date, _dt.datetime)):
+        return value.isoformat()
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def normalise_tags(value) -> list[str]:
+    if value is None:
+        return []
+    items = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+    return sorted({str(t).strip().lstrip("#").lower() for t in items if isinstance(t, str) and t.strip()})
+
+
 def _time_field(meta: dict, name: str, path: str, *, required: bool) -> _dt.datetime | None:
     value = meta.get(name)
     if value in (None, ""):
@@ -251,7 +288,19 @@ def _time_field(meta: dict, name: str, path: str, *, required: bool) -> _dt.date
 
 
 def parse_note(path: str, data: str | bytes, *, max_bytes: int | None = None) -> Note:
-    """Parse and validate one note; every problem names the path and the field."""
+    """Parse and validate one note; every problem names the path and the field. A note with
+    several problems raises NoteInvalid carrying all of them (``problems``)."""
+    meta, text, problems = read_fields(path, data, max_bytes=max_bytes)
+    if problems:
+        raise NoteInvalid(path, *problems[0], problems=problems)
+    return build_note(path, meta, text)
+
+
+def read_fields(path: str, data: str | bytes, *, max_bytes: int | None = None
+                ) -> tuple[dict, str, list[tuple[str, str]]]:
+    """The frontmatter and body of a note with every schema problem found, as (field, reason).
+    A file that cannot be read as a note at all (size, encoding, no frontmatter, YAML that does
+    not parse) raises NoteInvalid: there are no fields to check."""
     check_size(path, len(data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data), max_bytes)
     if isinstance(data, bytes):
         try:
@@ -269,45 +318,66 @@ def parse_note(path: str, data: str | bytes, *, max_bytes: int | None = None) ->
         meta = _load_frontmatter(fm, path)
     if not meta:
         raise NoteInvalid(path, "frontmatter", "empty or not a mapping")
-    unknown = sorted(set(meta) - set(FIELDS))
-    if unknown:
-        raise NoteInvalid(path, unknown[0], f"unknown field; known fields: {', '.join(FIELDS)}")
+    problems: list[tuple[str, str]] = []
+    for name in meta:
+        if not isinstance(name, str):
+            problems.append((str(name), "a field name must be text"))
     for name in REQUIRED:
         if meta.get(name) in (None, ""):
-            raise NoteInvalid(path, name, "missing")
-    for name in ("id", "kind", "subject", "scope", "owner", "source"):
-        if not isinstance(meta[name], str):
-            raise NoteInvalid(path, name, f"must be a string, got {type(meta[name]).__name__}")
-    if meta.get("team") is not None and not isinstance(meta["team"], str):
-        raise NoteInvalid(path, "team", f"must be a string, got {type(meta['team']).__name__}")
-    if meta["scope"] not in ("team", "private"):
-        raise NoteInvalid(path, "scope", f"{meta['scope']!r}: must be team or private")
-    if meta["scope"] == "team" and not meta.get("team"):
-        raise NoteInvalid(path, "team", "missing; a team-scoped note names its team")
-    try:
-        check_source(meta["source"])
-    except BadInput as exc:
-        raise NoteInvalid(path, "source", str(exc).split(": ", 1)[1]) from None
+            problems.append((name, "missing" if name != "valid_from"
+                             else "missing; an ISO-8601 time like 2026-10-15T09:00:00Z"))
+    for name in ("id", "kind", "subject", "scope", "owner", "source", "team"):
+        if meta.get(name) not in (None, "") and not isinstance(meta[name], str):
+            problems.append((name, f"must be a string, got {type(meta[name]).__name__}"))
+    scope = meta.get("scope")
+    if isinstance(scope, str) and scope and scope not in ("team", "private"):
+        problems.append(("scope", f"{scope!r}: must be team or private"))
+    if scope == "team" and not meta.get("team"):
+        problems.append(("team", "missing; a team-scoped note names its team"))
+    if isinstance(meta.get("source"), str) and meta["source"]:
+        try:
+            check_source(meta["source"])
+        except BadInput as exc:
+            problems.append(("source", str(exc).split(": ", 1)[1]))
     derived = meta.get("derived_from") or []
     if not isinstance(derived, list) or not all(isinstance(d, str) for d in derived):
-        raise NoteInvalid(path, "derived_from", "must be a list of note ids")
+        problems.append(("derived_from", "must be a list of note ids"))
+    key = meta.get("key")
+    if key is not None and not isinstance(key, (str, int, float)) or isinstance(key, bool):
+        problems.append(("key", f"must be a string, got {type(key).__name__}"))
+    tags = meta.get("tags")
+    if tags is not None and not (isinstance(tags, str) or (isinstance(tags, list)
+                                                           and all(isinstance(t, str) for t in tags))):
+        problems.append(("tags", "must be a list of words (tags: [billing, slo]) or one word"))
+    for name in ("valid_from", "valid_until", "expires_at"):
+        value = meta.get(name)
+        if value not in (None, ""):
+            try:
+                parse_time(value, field=name)
+            except BadInput:
+                problems.append((name, f"{value!r} is not an ISO-8601 time"))
+    text = content.strip()
+    if not text:
+        problems.append(("body", "empty; a note needs text below the frontmatter"))
+    try:
+        clean_context(meta.get("context"))
+    except BadInput as exc:
+        problems.append(("context", str(exc).split(": ", 1)[1]))
+    return meta, text, problems
+
+
+def build_note(path: str, meta: dict, text: str) -> Note:
+    """A Note from fields read_fields found no problem with."""
     key = meta.get("key")
     if isinstance(key, (int, float)) and not isinstance(key, bool):
         key = str(key)  # key: 2026 is a fine key that YAML reads as a number
-    if key is not None and not isinstance(key, str):
-        raise NoteInvalid(path, "key", f"must be a string, got {type(key).__name__}")
-    text = content.strip()
-    if not text:
-        raise NoteInvalid(path, "body", "empty; a note needs text below the frontmatter")
-    try:
-        context = clean_context(meta.get("context"))
-    except BadInput as exc:
-        raise NoteInvalid(path, "context", str(exc).split(": ", 1)[1]) from None
     return Note(
         id=meta["id"], kind=meta["kind"], subject=meta["subject"], scope=meta["scope"],
         owner=meta["owner"], source=meta["source"],
         valid_from=_time_field(meta, "valid_from", path, required=True),
         valid_until=_time_field(meta, "valid_until", path, required=False),
         expires_at=_time_field(meta, "expires_at", path, required=False),
-        text=text, key=key, team=meta.get("team"), derived_from=tuple(derived), context=context,
+        text=text, key=key, team=meta.get("team"), derived_from=tuple(meta.get("derived_from") or ()),
+        context=clean_context(meta.get("context")),
+        extra={k: v for k, v in meta.items() if k not in FIELDS},
     )

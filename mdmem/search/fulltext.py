@@ -14,7 +14,7 @@ from pathlib import Path
 from whoosh import index as windex
 from whoosh.analysis import STOP_WORDS, StemmingAnalyzer
 from whoosh.lang.porter2 import stem as porter2_stem
-from whoosh.fields import ID, STORED, TEXT, Schema
+from whoosh.fields import ID, KEYWORD, STORED, TEXT, Schema
 from whoosh.scoring import BM25F
 
 from ..storage.worktree import StoredNote
@@ -56,6 +56,7 @@ def make_schema() -> Schema:
         source=STORED(), note_id=STORED(), version=STORED(), valid_from=Int64Column(),
         valid_until=Int64Column(), expires_at=Int64Column(), start=Int64Column(), end=Int64Column(),
         commit=STORED(),
+        tags=KEYWORD(lowercase=True, commas=True, scorable=False),  # a filter (recall --tag), never ranked
     )
 
 
@@ -85,7 +86,7 @@ def note_doc(stored: StoredNote, *, doc_id: str | None = None, start: int = 0, e
                 context_text=n.context or "",
                 scope=n.scope, team=n.team or "", owner=n.owner, source=n.source, note_id=n.id,
                 version=stored.version, valid_from=ts(n.valid_from), valid_until=ts(n.valid_until),
-                expires_at=ts(n.expires_at), start=start, end=end, commit=commit)
+                expires_at=ts(n.expires_at), start=start, end=end, commit=commit, tags=",".join(n.tags))
 
 
 def open_or_create(folder: Path):
@@ -121,3 +122,18 @@ def search(searcher, text: str, allowed, *, limit: int) -> list:
 
 def weighting() -> BM25F:
     return BM25F(B=B, K1=K1)
+
+
+def tag_mask(searcher, tags: list[str], size: int):
+    """Docnums carrying every one of ``tags`` (an editor's frontmatter ``tags``) as a mask."""
+    import numpy as np
+    from whoosh.query import And, Term
+
+    mask = np.zeros(size, dtype=bool)
+    wanted = [t.strip().lstrip("#").lower() for t in tags if t.strip()]
+    if not wanted:
+        return ~mask
+    docs = list(searcher.docs_for_query(And([Term("tags", t) for t in wanted])))
+    if docs:
+        mask[np.asarray(docs, dtype=np.int64)] = True
+    return mask

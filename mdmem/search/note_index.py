@@ -26,7 +26,7 @@ from .doctable import VECTOR_FIELD, DocTable, prepare_vectors
 from .embedders import Embedder, make_embedder
 from .embedding_cache import EmbeddingCache, cache_key
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11  # 10: context; 11: tags
 # Small segments tolerated before a catch-up merges them (see _merge_when_many).
 MERGE_AFTER_SEGMENTS = 8
 WORKTREE_CHECK_SECONDS = 1.0

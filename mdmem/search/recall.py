@@ -122,13 +122,14 @@ class Recall:
         self._by_code: dict | None = None  # kind code (as the index stores it) -> contract
 
     def __call__(self, query: str, *, as_user: str, k: int = 5, kinds=None, subject: str | None = None,
-                 key: str | None = None, at=None, include_history: bool = False, now=None) -> list[Hit]:
+                 key: str | None = None, at=None, include_history: bool = False, now=None,
+                 tags: list[str] | None = None) -> list[Hit]:
         with self.index.mutex:
             return self._recall(query, as_user=as_user, k=k, kinds=kinds, subject=subject, key=key, at=at,
-                                include_history=include_history, now=now)
+                                include_history=include_history, now=now, tags=tags)
 
     def _recall(self, query: str, *, as_user: str, k: int, kinds, subject: str | None, key: str | None, at,
-                include_history: bool, now) -> list[Hit]:
+                include_history: bool, now, tags: list[str] | None = None) -> list[Hit]:
         user = require_user(as_user)
         if not isinstance(query, str) or not query.strip():
             raise BadInput("query: recall needs a question or some words")
@@ -138,14 +139,20 @@ class Recall:
         contracts = [self.repo.contracts.resolve(x) for x in (kinds or [])]
         kind_names = sorted({c.name for c in contracts}) or None
         roots = self.repo.access.readable_roots(user)  # the one visibility rule
-        if key and kind_names and all(c.read_rule == READ_EXACT_KEY for c in contracts) and at is None:
+        if tags is not None and (isinstance(tags, str) or not all(isinstance(t, str) for t in tags)):
+            raise BadInput("tags: a list of tags (like [\"billing\"])")
+        if key and kind_names and all(c.read_rule == READ_EXACT_KEY for c in contracts) and at is None \
+                and not tags:
             return self._exact(user, kind_names, subject, key, when)
         self.index.sync()
         if at is not None or include_history:
             return self._search_versions(query, self.index.embed_query(query), roots, kind_names, subject, k,
-                                         when, at=parse_time(at, field="at") if at is not None else None)
+                                         when, at=parse_time(at, field="at") if at is not None else None,
+                                         tags=tags)
         searcher, table = self.index.searcher(), self.index.table()
         allowed = table.allowed(roots, kinds=kind_names, subject=subject, live_at=fulltext.ts(when))
+        if tags:
+            allowed &= fulltext.tag_mask(searcher, tags, len(allowed))
         load = _Loader(searcher, roots, kind_names, subject)
         if contracts and all(c.read_rule == READ_NEWEST for c in contracts):
             # Working memory: every live note of the kind, newest first; recency is the rule.
@@ -273,7 +280,7 @@ class Recall:
             out.append((docnum, round(score, 6)))
         return sorted(out, key=lambda x: (-x[1], x[0]))
 
-    def _search_versions(self, query, qv, roots, kind_names, subject, k, when, *, at) -> list[Hit]:
+    def _search_versions(self, query, qv, roots, kind_names, subject, k, when, *, at, tags=None) -> list[Hit]:
         """The versions index, read like the current one: filter, BM25F and cosine over the
         same docnums, fusion. History recall puts a note's past versions before its current one."""
         if self._versions is None:
@@ -282,6 +289,8 @@ class Recall:
         s, table = self._versions.searcher(), self._versions.table()
         allowed = self._versions.allowed_docs(roots, at=fulltext.ts(at) if at else None,
                                               until=fulltext.ts(when), kinds=kind_names, subject=subject)
+        if tags:
+            allowed = allowed & fulltext.tag_mask(s, tags, len(allowed))
         ranked, scores, cos = self._rank(s, table, query, qv, allowed, CANDIDATES)
         fused = dict(ranked)
         now_ts = fulltext.ts(when)

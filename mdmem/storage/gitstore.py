@@ -116,7 +116,7 @@ class GitStore(GitQueries):
     # --- creation -------------------------------------------------------------------
     @classmethod
     def init(cls, root: Path, files: dict[str, bytes], *, actor: str, when: _dt.datetime,
-             message: str, identity=None) -> "GitStore":
+             message: str, identity=None, executable: frozenset[str] = frozenset()) -> "GitStore":
         root = Path(root)
         proc = subprocess.run(["git", "init", "-q", "-b", "main", str(root)], capture_output=True, text=True)
         if proc.returncode != 0:
@@ -126,6 +126,8 @@ class GitStore(GitQueries):
             target = root / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
+            if rel in executable:
+                target.chmod(0o755)
         index = store.repo.index
         for rel in files:
             index.add(rel)
@@ -211,6 +213,24 @@ class GitStore(GitQueries):
         except KeyError:
             return None
 
+    def file_in(self, rev: str, path: str) -> bytes | None:
+        """A file's bytes in the tree of ``rev`` (a commit or a tree id), None if absent."""
+        try:
+            return self.repo[self.repo[rev].peel(pygit2.Tree)[path].id].data
+        except KeyError:
+            return None
+
+    def folders_in(self, rev: str, folder: str) -> list[str]:
+        """Names of the sub-folders of ``folder`` in the tree of ``rev`` (commit or tree id)."""
+        tree = self.repo[rev].peel(pygit2.Tree)
+        try:
+            entry = tree[folder]
+        except KeyError:
+            return []
+        if entry.type_str != "tree":
+            return []
+        return [e.name for e in self.repo[entry.id] if e.type_str == "tree"]
+
     def read_blob(self, oid: str) -> bytes:
         return self.repo[oid].data
 
@@ -241,7 +261,9 @@ class GitStore(GitQueries):
         if rev == "HEAD" and self.head() is None:
             return []  # no commit yet: no history (git log would fail)
         fmt = "%H%x1f%at%x1f%an%x1f%ae%x1f%B%x1e"
-        args = ["log", f"--format={fmt}", rev]
+        # --full-history: a merge that kept one side's version must not hide the other
+        # side's (sync keeps the superseded version of a conflicting pair in history).
+        args = ["log", "--full-history", f"--format={fmt}", rev]
         if path:
             args += ["--", path]
         out = self.git(*args)  # a failing git is GitFailed, never "no history"
@@ -354,11 +376,14 @@ class GitStore(GitQueries):
 
     def commit(self, changes: dict[str, bytes | None], message: str, *, actor: str,
                when: _dt.datetime, branch: str | None = None, worktree: bool = True,
-               author: tuple[str, str] | None = None) -> str:
+               author: tuple[str, str] | None = None, merge_parent: str | None = None,
+               expect_tip: str | None = None) -> str:
         """One commit of ``changes`` (path -> bytes, or None to delete) on ``branch``.
 
         The author is ``author`` (name, email) when given (a person's own git identity),
-        else the acting user's identity from ``[people]``.
+        else the acting user's identity from ``[people]``. ``merge_parent`` makes it a merge
+        commit (its tree is still the tip's tree with ``changes``); ``expect_tip`` refuses
+        (BranchMoved) unless the branch is still there.
 
         Call under :meth:`locked`. The branch moves by compare-and-swap; if it moved
         since we read its tip, :class:`BranchMoved` is raised and nothing was changed.
@@ -366,12 +391,16 @@ class GitStore(GitQueries):
         ref_name = branch or self.branch_ref()
         ref = self._lookup_ref(ref_name)
         parent = self.repo[ref.target] if ref is not None else None
+        if expect_tip is not None and (parent is None or str(parent.id) != expect_tip):
+            raise BranchMoved(f"{ref_name} moved since {expect_tip[:10]}; nothing was written")
         author_sig = _signature(*(author or self.identity(actor)), when)
         committer = _signature(*_COMMITTER, when)
         for attempt in range(_OBJECT_WRITE_TRIES):
             try:
                 tree = self._tree_with(parent.tree if parent is not None else None, changes)
                 parents = [parent.id] if parent is not None else []
+                if merge_parent is not None:
+                    parents.append(pygit2.Oid(hex=merge_parent))
                 if self.signing_key:
                     oid = self._signed_commit(author_sig, committer, message, tree, parents)
                 else:
@@ -529,6 +558,57 @@ class GitStore(GitQueries):
                 elif prefix and item.filemode == pygit2.GIT_FILEMODE_BLOB:
                     out.append((name, str(item.id)))
         return out
+
+    def fast_forward(self, target: str, *, expect_tip: str) -> dict[str, bytes | None]:
+        """Move the branch from ``expect_tip`` to its descendant ``target`` (compare-and-swap)
+        and bring the changed paths of the work tree and index along. Returns the changes."""
+        ref_name = self.branch_ref()
+        ref = self._lookup_ref(ref_name)
+        if ref is None or str(ref.target) != expect_tip:
+            raise BranchMoved(f"{ref_name} moved since {expect_tip[:10]}; nothing was changed")
+        changes = self.tree_changes(expect_tip, target)
+        self._journal(changes, self.repo[expect_tip].peel(pygit2.Commit))
+        self._move_ref(ref, ref_name, pygit2.Oid(hex=target), f"fast-forward to {target[:10]}")
+        try:
+            self._sync_worktree(changes)
+            self._clear_journal()
+        except Exception as exc:  # noqa: BLE001 -- the branch moved; repair finishes the work tree
+            self.last_repair_error = f"{type(exc).__name__}: {exc}"
+        return changes
+
+    def tree_changes(self, old: str | None, new: str) -> dict[str, bytes | None]:
+        """path -> bytes (None: deleted) taking the tree of ``old`` to that of ``new``
+        (commit or tree ids)."""
+        new_tree = self.repo[new].peel(pygit2.Tree)
+        old_tree = self.repo[old].peel(pygit2.Tree) if old else None
+        diff = self.repo.diff(old_tree, new_tree) if old_tree is not None else new_tree.diff_to_tree(swap=True)
+        out: dict[str, bytes | None] = {}
+        for delta in diff.deltas:
+            if delta.status_char() == "D":
+                out[delta.old_file.path] = None
+            else:
+                if delta.old_file.path != delta.new_file.path:
+                    out[delta.old_file.path] = None
+                out[delta.new_file.path] = self.repo[delta.new_file.id].data
+        return out
+
+    def amend_head(self, changes: dict[str, bytes | None], reflog: str) -> str:
+        """Replace the branch tip by a commit with the same parents, authors and message and
+        ``changes`` applied (a merge commit whose views must be regenerated). Call under
+        :meth:`locked`; the branch moves by compare-and-swap like :meth:`commit`."""
+        ref_name = self.branch_ref()
+        ref = self._lookup_ref(ref_name)
+        head = self.repo[ref.target].peel(pygit2.Commit)
+        tree = self._tree_with(head.tree, changes)
+        oid = self.repo.create_commit(None, head.author, head.committer, head.message, tree, head.parent_ids)
+        self._journal(changes, head)
+        self._move_ref(ref, ref_name, oid, reflog)
+        try:
+            self._sync_worktree(changes)
+            self._clear_journal()
+        except Exception as exc:  # noqa: BLE001 -- the commit stands; repair finishes the work tree
+            self.last_repair_error = f"{type(exc).__name__}: {exc}"
+        return str(oid)
 
     def _sync_worktree(self, changes: dict[str, bytes | None]) -> None:
         # One Index object per store; re-read only when the file changed on disk

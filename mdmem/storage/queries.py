@@ -108,7 +108,7 @@ class GitQueries:
         """Note path -> blob id for every note below folder ``under`` in ``rev``'s tree."""
         out: dict[str, str] = {}
         try:
-            tree = self.repo[rev].peel(pygit2.Commit).tree[under]
+            tree = self.repo[rev].peel(pygit2.Tree)[under]  # a commit's tree, or a tree (a hook's staged one)
         except KeyError:
             return out
         stack: list[tuple[Any, str]] = [(self.repo[tree.id], under)]
@@ -125,8 +125,8 @@ class GitQueries:
     def note_changes(self, old: str | None, new: str, *, renames: bool = False) -> list[TreeChange]:
         """Note paths that differ between commits ``old`` (None: the empty tree) and ``new``.
         A rename shows as its old path (deleted) and its new path (added)."""
-        new_tree = self.repo[new].peel(pygit2.Commit).tree
-        diff = (self.repo.diff(self.repo[old].peel(pygit2.Commit).tree, new_tree) if old
+        new_tree = self.repo[new].peel(pygit2.Tree)  # commits or trees
+        diff = (self.repo.diff(self.repo[old].peel(pygit2.Tree), new_tree) if old
                 else new_tree.diff_to_tree(swap=True))
         if renames:
             diff.find_similar()
@@ -193,12 +193,6 @@ class GitQueries:
 
     def rev_parse(self, rev: str) -> str:
         return self.git("rev-parse", rev).strip()
-
-    def fast_forward(self, rev: str) -> None:
-        self.git("merge", "--ff-only", "--quiet", rev)
-
-    def rebase_onto(self, rev: str) -> None:
-        self.git("rebase", "--quiet", rev)
 
     def push(self, remote: str, refspec: str) -> None:
         self.git("push", remote, refspec)

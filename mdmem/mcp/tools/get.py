@@ -1,9 +1,10 @@
 """get: one note's live version, by path or by subject + kind + key."""
 from __future__ import annotations
 
-DESCRIPTION = ("Read one note's live version exactly: by path, or by subject (like service:billing), kind and "
+DESCRIPTION = ("Read one note's live version exactly: by path, or by subject (like service:web), kind and "
                "key. Returns its text and version (pass the version to remember as expect_version to update "
-               "safely). Your private note wins over a team note with the same key.")
+               "safely). Your private note wins over a team note with the same key. Example: "
+               "`get(subject=\"service:web\", kind=\"fact\", key=\"deploy.window\")`.")
 
 
 def make(ctx):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 DESCRIPTION = ("Every version of one note from git, newest first, with who changed it, when, the operation "
                "and the source. Give a path or subject + kind + key; at (ISO time) gives the version that "
-               "was current then.")
+               "was current then. Example: `history(subject=\"service:web\", kind=\"fact\", key=\"deploy.window\")`.")
 
 
 def make(ctx):

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 DESCRIPTION = ("List the live keys for a subject and kind (with each note's first line). Call this before "
-               "writing a keyed note so an update reuses the existing key instead of adding a duplicate.")
+               "writing a keyed note so an update reuses the existing key instead of adding a duplicate. Example: "
+               "`keys(subject=\"service:web\", kind=\"fact\")`.")
 
 
 def make(ctx):

@@ -9,19 +9,22 @@ DESCRIPTION = ("Search memory for notes that answer a question, best first. Retu
                "true now (unless at/include_history), that you may see, above a relevance floor; an empty "
                f"list means memory has nothing relevant. kinds: restrict to {', '.join(DEFAULT_CONTRACTS)}. "
                "include_history: also superseded versions "
-               "(\"what was it before?\"). at: ISO time for the state back then.")
+               "(\"what was it before?\"). at: ISO time for the state back then. tags: only notes whose "
+               "frontmatter tags include all of these. Example: "
+               "`recall(query=\"When may the web app deploy?\", kinds=[\"fact\"])`.")
 
 
 def make(ctx):
     def recall(query: str, k: int = 5, kinds: list[str] | None = None, subject: str | None = None,
-               key: str | None = None, at: str | None = None, include_history: bool = False) -> dict:
+               key: str | None = None, at: str | None = None, include_history: bool = False,
+               tags: list[str] | None = None) -> dict:
         if not ctx.index_ready.is_set():
             return {"hits": [], "index": "building",
                     "from_views": from_views(ctx.repo.startup(as_user=ctx.user), query, k),
                     "note": "the search index is still being built; these are lines of your MEMORY "
                             "views that share words with the question. Ask again shortly for ranked notes."}
         hits = ctx.repo.recall(query, as_user=ctx.user, k=k, kinds=kinds, subject=subject, key=key, at=at,
-                               include_history=include_history)
+                               include_history=include_history, tags=tags)
         return {"hits": [h.to_dict() for h in hits]}
     return recall
 

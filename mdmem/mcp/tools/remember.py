@@ -5,14 +5,16 @@ from ...errors import Refused
 from ...policy.gate import AGENT
 
 DESCRIPTION = ("Write one memory note. kind: profile, fact, decision, procedure (keyed: a write under an "
-               "existing key supersedes it), episode (append-only), working (expires; default 1h). subject: "
-               "like service:billing or user:alice. scope: private or team (the default when you name a team). "
-               "The write is "
-               "recorded as yours (agent:<your name>) whatever you pass; source: where you got it "
-               "(tool:<name>, web:<url>, user), shown to the reviewer. Returns status committed, held (waiting "
-               "for a person to review) or refused (with existing_keys: update under the matching one, or pass "
-               "new_key=true if it is really new). context (optional): what was around it, like the conversation "
-               "turn it answers; searched with the note, not part of its text.")
+               "existing key supersedes it), episode (append-only; key optional), working (keyed too; expires "
+               "after ttl, default 1h). subject: like service:web or user:alice. scope: private (default) or "
+               "team (with team). The write is recorded as yours (agent:<your name>) whatever you pass; source: "
+               "where you got it (tool:<name>, web:<url>, user), shown to the reviewer. Returns status committed, "
+               "held (waiting for a person to review) or refused (with existing_keys: update under the matching "
+               "one, or pass new_key=true if it is really new). Example: `remember(text=\"Billing deploys any "
+               "weekday before 3pm\", kind=\"fact\", subject=\"service:web\", key=\"deploy.window\", "
+               "scope=\"team\", team=\"<team>\")`; working state: `remember(text=\"Editing PaymentController.cs\", "
+               "kind=\"working\", subject=\"task:current\", key=\"file\")`. context (optional): what was around it, "
+               "like the conversation turn it answers; searched with the note, not part of its text.")
 
 
 def make(ctx):

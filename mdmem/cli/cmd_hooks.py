@@ -1,0 +1,72 @@
+"""mdmem hooks install | mdmem hooks run NAME [ARGS]: the git hooks that travel with the repo."""
+from __future__ import annotations
+
+import os
+import sys
+
+from .context import add_common
+
+
+def register(sub) -> None:
+    p = sub.add_parser("hooks", help="enable the repo's committed git hooks (install), or run one (run NAME)")
+    p.add_argument("action", choices=["install", "run"])
+    p.add_argument("hook", nargs="?", help="with run: pre-commit, post-merge or post-rewrite")
+    p.add_argument("hook_args", nargs="*", help=
+                   "with run: the arguments git passes the hook")
+    add_common(p)
+    p.set_defaults(run=run, skip_hook_check=True)
+
+
+def run(ctx) -> int:
+    from .. import hooks
+
+    a = ctx.args
+    if a.action == "install":
+        out = hooks.install(ctx.repo(), as_user=ctx.user, python=sys.executable, now=ctx.now)
+        ctx.emit(out, f"hooks enabled (core.hooksPath = {out['hooks_path']})"
+                 + (f"; committed mdmem's hooks ({out['committed'][:10]})" if out["committed"] else ""))
+        return 0
+    from ..storage.hook_git import toplevel
+
+    root = toplevel()
+    if a.hook == "pre-commit":
+        # git tells the hook which index it commits through the environment (GIT_INDEX_FILE).
+        report = hooks.pre_commit(root, env=dict(os.environ))
+        for problem in report.problems:
+            print(problem, file=sys.stderr)
+        if report.problems:
+            print(f"mdmem pre-commit: {len(report.problems)} problem(s); fix them, `git add`, commit again",
+                  file=sys.stderr)
+            return 2
+    elif a.hook == "post-merge":
+        report = hooks.post_merge(root, squash=bool(a.hook_args and a.hook_args[0] == "1"))
+    elif a.hook == "post-rewrite":
+        sys.stdin.read()  # git lists the rewritten commits; the views depend on the tip only
+        report = hooks.post_rewrite(root, kind=(a.hook_args or [""])[0], actor=_actor(root), author=_author(root))
+    else:
+        from ..errors import BadInput
+        raise BadInput(f"hooks run: {a.hook!r}; give pre-commit, post-merge or post-rewrite")
+    if report.regenerated:
+        print(f"mdmem {a.hook}: regenerated {', '.join(report.regenerated)}", file=sys.stderr)
+    return 0
+
+
+def _author(root):
+    from ..watch import git_identity
+    from ..errors import BadInput
+
+    try:
+        return git_identity(root)
+    except BadInput:
+        return None
+
+
+def _actor(root) -> str:
+    from ..config import Config
+    from ..watch import git_user
+    from ..errors import BadInput
+
+    try:
+        return git_user(root, Config.load(root))
+    except BadInput:
+        return "mdmem"

@@ -1,0 +1,92 @@
+"""The git operations the repo's hooks need, run inside a git hook: the staged tree, what
+a commit touches, staging files, the hook config. The git binary is used (not libgit2)
+because git hands a hook its own index through GIT_INDEX_FILE, which only git's children
+honour; the caller passes the environment (the library never reads it)."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pygit2
+
+from ..errors import GitFailed
+
+HOOKS_CONFIG = "core.hooksPath"
+
+
+def _git(root: Path, *args: str, input: bytes | None = None, env: dict | None = None, check: bool = True) -> str:
+    proc = subprocess.run(["git", "-C", str(root), *args], input=input, capture_output=True, env=env)
+    if check and proc.returncode != 0:
+        raise GitFailed(f"git {' '.join(args)}: {proc.stderr.decode(errors='replace').strip()}")
+    return proc.stdout.decode("utf-8", errors="replace")
+
+
+def toplevel(start: Path | None = None) -> Path:
+    out = subprocess.run(["git", "-C", str(start or "."), "rev-parse", "--show-toplevel"],
+                         capture_output=True, text=True)
+    return Path(out.stdout.strip() or (start or "."))
+
+
+def staged_file(root: Path, path: str, env: dict | None = None) -> str:
+    """A file as staged for the commit being made ('' if not staged)."""
+    return _git(root, "show", f":{path}", env=env, check=False)
+
+
+def staged_tree(root: Path, env: dict | None = None) -> str:
+    """The tree the commit being made will have (written to the object store)."""
+    return _git(root, "write-tree", env=env).strip()
+
+
+def head_commit(root: Path) -> str | None:
+    return _git(root, "rev-parse", "-q", "--verify", "HEAD^{commit}", check=False).strip() or None
+
+
+def orig_head(root: Path) -> str | None:
+    return _git(root, "rev-parse", "-q", "--verify", "ORIG_HEAD", check=False).strip() or None
+
+
+def touched_paths(root: Path, head: str | None, tree: str, env: dict | None = None) -> list[str]:
+    """Paths the staged tree changes against HEAD (every path when there is no HEAD yet)."""
+    if head:
+        out = _git(root, "diff-index", "--cached", "--name-only", "--no-renames", "-z", head, env=env)
+    else:
+        out = _git(root, "ls-tree", "-r", "--name-only", "-z", tree, env=env)
+    return [p for p in out.split("\0") if p]
+
+
+def stage(root: Path, changes: dict[str, bytes | None], env: dict | None = None) -> None:
+    """Put ``changes`` (path -> bytes, None: remove) into the commit being made and the work
+    tree. ``git commit PATH`` commits a temporary index and writes the real one (locked as
+    index.lock) afterwards: a change staged only in the first would show as reverted, so it
+    goes into both."""
+    repo = pygit2.Repository(str(root))
+    lines = []
+    for path, data in sorted(changes.items()):
+        lines.append(f"0 {'0' * 40}\t{path}" if data is None else f"100644 {repo.create_blob(data)}\t{path}")
+    info = ("\n".join(lines) + "\n").encode()
+    _git(root, "update-index", "--index-info", input=info, env=env)
+    index_file = (env or {}).get("GIT_INDEX_FILE")
+    if index_file and Path(index_file).name.startswith("next-index"):
+        real = Path(repo.path) / "index.lock"
+        if real.exists():
+            _git(root, "update-index", "--index-info", input=info, env={**(env or {}), "GIT_INDEX_FILE": str(real)})
+    for path, data in changes.items():
+        full = Path(root) / path
+        if data is None:
+            full.unlink(missing_ok=True)
+        else:
+            full.parent.mkdir(parents=True, exist_ok=True)
+            full.write_bytes(data)
+
+
+def user_email(root: Path) -> str:
+    return _git(root, "config", "user.email", check=False).strip()
+
+
+def local_config(root: Path) -> pygit2.Config:
+    return pygit2.Repository(str(root)).config
+
+
+def parents_of_head(root: Path) -> list[str]:
+    repo = pygit2.Repository(str(root))
+    return [str(p) for p in repo.head.peel(pygit2.Commit).parent_ids]

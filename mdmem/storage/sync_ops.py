@@ -1,0 +1,110 @@
+"""The git operations `mdmem sync` is made of (the one git seam: nothing above storage/ runs
+git). Fetching goes to a scratch ref and merging happens in memory, so a refused sync leaves
+every ref, the index and the work tree as they were."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pygit2
+
+IN_PROGRESS = (("rebase-merge", "a rebase"), ("rebase-apply", "a rebase or am"), ("MERGE_HEAD", "a merge"),
+               ("CHERRY_PICK_HEAD", "a cherry-pick"), ("REVERT_HEAD", "a revert"))
+
+
+def _run(store, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(store.root), *args], capture_output=True, text=True)
+
+
+def in_progress(store) -> list[str]:
+    """git operations a person left unfinished in this clone (a rebase, a merge...)."""
+    gitdir = Path(store.repo.path)
+    return [what for name, what in IN_PROGRESS if (gitdir / name).exists()]
+
+
+def fetch_to(store, remote: str, branch: str, scratch: str) -> tuple[bool, str]:
+    """Fetch ``branch`` of ``remote`` into ``scratch`` only (``--refmap=``: git's usual update of
+    refs/remotes/... would be a change before we know the sync succeeds). (found, error)."""
+    proc = _run(store, "fetch", "--quiet", "--no-tags", "--refmap=", remote, f"+refs/heads/{branch}:{scratch}")
+    if proc.returncode != 0 and "couldn't find remote ref" not in proc.stderr:
+        return False, proc.stderr.strip()
+    return True, ""
+
+
+def rev(store, ref: str) -> str | None:
+    return _run(store, "rev-parse", "-q", "--verify", ref + "^{commit}").stdout.strip() or None
+
+
+def set_ref(store, ref: str, target: str | None) -> None:
+    """Point ``ref`` at ``target`` (None deletes it)."""
+    if target is None:
+        _run(store, "update-ref", "-d", ref)
+    else:
+        _run(store, "update-ref", ref, target)
+
+
+def push(store, remote: str, refspec: str) -> tuple[bool, str]:
+    proc = _run(store, "push", "--quiet", remote, refspec)
+    return proc.returncode == 0, proc.stderr.strip()
+
+
+def merge_base(store, a: str, b: str) -> str:
+    return _run(store, "merge-base", a, b).stdout.strip()
+
+
+def all_commit_ids(store) -> set[str]:
+    return set(_run(store, "rev-list", "--all").stdout.split())
+
+
+def dirty_paths(store) -> set[str]:
+    """Work-tree paths with uncommitted changes, untracked files included."""
+    out = _run(store, "status", "--porcelain", "-z", "--untracked-files=all").stdout
+    return {item[3:] for item in out.split("\0") if len(item) > 3}
+
+
+def last_touch(store, base: str, tip: str, path: str) -> tuple[int, str]:
+    """The commit time and message of the last commit in ``base..tip`` touching ``path``."""
+    out = _run(store, "log", "-1", "--format=%ct%x1f%B", f"{base}..{tip}", "--", path).stdout
+    if not out.strip():
+        return 0, ""
+    ts, message = out.split("\x1f", 1)
+    return int(ts), message
+
+
+def conflicted_paths(store, ours: str, theirs: str) -> set[str]:
+    """Paths git's own three-way merge of the two commits leaves in conflict."""
+    index = store.repo.merge_commits(store.repo[ours], store.repo[theirs])
+    if index.conflicts is None:
+        return set()
+    return {(m or t or a).path for a, m, t in index.conflicts}
+
+
+def merged_tree(store, ours: str, theirs: str, resolved: dict[str, str | None]) -> tuple[str | None, list[str]]:
+    """The tree of git's merge of the two commits with ``resolved`` (path -> blob id, None:
+    absent) put in place; (None, paths) when conflicts remain unresolved."""
+    index = store.repo.merge_commits(store.repo[ours], store.repo[theirs])
+    conflicted = {(m or t or a).path for a, m, t in index.conflicts} if index.conflicts is not None else set()
+    for path, blob in resolved.items():
+        if path in conflicted:
+            del index.conflicts[path]
+        if blob is None:
+            if path in index:
+                index.remove(path)
+        else:
+            index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=blob), pygit2.GIT_FILEMODE_BLOB))
+    left = sorted(conflicted - set(resolved))
+    if left:
+        return None, left
+    return str(index.write_tree(store.repo)), []
+
+
+def messages_with(store, marker: str) -> list[tuple[str, str]]:
+    """(commit, message) of the commits whose message contains ``marker``, newest first."""
+    out = _run(store, "log", f"--grep={marker}", "--format=%H%x1f%B%x1e").stdout
+    records = []
+    for record in out.split("\x1e"):
+        record = record.strip("\n")
+        if record:
+            sha, message = record.split("\x1f", 1)
+            records.append((sha, message))
+    return records

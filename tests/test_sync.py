@@ -1,0 +1,188 @@
+"""`mdmem sync` integrates a remote's history or changes nothing: views regenerated, keyed
+notes changed on both sides resolved by validity, a person's conflicts refused untouched."""
+import json
+import subprocess
+
+import pytest
+from conftest import T0, T1, git_status, run_cli, snapshot
+
+from mdmem import MemoryRepo
+from mdmem.errors import Conflict
+from mdmem.remote import open_conflicts, sync
+
+VIEW = "team/payments/MEMORY.md"
+T2 = "2026-10-20T09:00:00Z"
+
+
+def git(root, *args, check=True):
+    r = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
+    if check:
+        assert r.returncode == 0, (args, r.stdout, r.stderr)
+    return r
+
+
+@pytest.fixture
+def clones(repo, tmp_path):
+    """A bare remote and two clones of it (a and b), hooks enabled, identities set."""
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
+    git(repo.root, "remote", "add", "origin", str(bare))
+    git(repo.root, "config", "user.name", "Bob")
+    git(repo.root, "config", "user.email", "bob@example.org")
+    cfg = repo.root / "mdmem.toml"  # the clones' people commit as bob (trusted for team payments)
+    cfg.write_text(cfg.read_text() + '\n[people.bob]\nemails = ["bob@example.org", "a@example.org", "b@example.org"]\n')
+    git(repo.root, "commit", "-qm", "people", "--", "mdmem.toml")
+    git(repo.root, "push", "-q", "origin", "main")
+    out = []
+    for name in ("a", "b"):
+        path = tmp_path / name
+        git(tmp_path, "clone", "-q", str(bare), str(path))
+        git(path, "config", "user.name", f"Person {name}")
+        git(path, "config", "user.email", f"{name}@example.org")
+        from mdmem.hooks import ensure
+        import sys
+        ensure(path, sys.executable)
+        out.append(MemoryRepo.open(path))
+    return out
+
+
+def fact(repo, text, key, now=T1, **kw):
+    return repo.remember(text, as_user="bob", kind="fact", subject="service:billing", key=key, scope="team",
+                         team="payments", now=now, new_key=True, **kw)
+
+
+def no_markers(root):
+    out = git(root, "grep", "-n", "-E", "^(<<<<<<<|>>>>>>>)", check=False)
+    return out.stdout == ""
+
+
+def assert_settled(root):
+    gitdir = root / ".git"
+    assert not any((gitdir / n).exists() for n in ("rebase-merge", "rebase-apply", "MERGE_HEAD"))
+    assert git_status(root) == "" and no_markers(root)
+    assert run_cli("check", "--repo", str(root)).returncode == 0
+
+
+def test_two_clones_with_unrelated_facts_both_end_up_with_both(clones):
+    a, b = clones
+    fact(a, "Refunds within 30 days", "refund.window")
+    assert sync(a, as_user="bob", push=True)["push"] == "pushed"
+    fact(b, "Chargebacks go to finance", "chargeback", now=T2)
+    out = sync(b, as_user="bob", push=True)
+    assert out["status"] == "merged" and out["conflicts"] == []
+    assert_settled(b.root)
+    view = (b.root / VIEW).read_text()
+    assert "Refunds within 30 days" in view and "Chargebacks go to finance" in view
+    assert sync(a, as_user="bob")["status"] == "fast-forwarded"
+    assert (a.root / VIEW).read_text() == view
+    assert_settled(a.root)
+    # The repo works afterwards: a write, a render that has nothing to do.
+    a = MemoryRepo.open(a.root)
+    assert fact(a, "Disputes within 60 days", "dispute.window", now=T2).status == "committed"
+    assert a.render(as_user="bob", now=T2)["commit"] is None
+
+
+def test_the_same_keyed_note_changed_in_two_clones_resolves_by_validity(clones):
+    a, b = clones
+    fact(a, "Refunds within 30 days", "refund.window", now=T0)
+    sync(a, as_user="bob", push=True)
+    sync(b, as_user="bob")
+    b = MemoryRepo.open(b.root)
+    fact(a, "Refunds within 45 days", "refund.window", now=T2)  # later valid_from: must win
+    sync(a, as_user="bob", push=True)
+    fact(b, "Refunds within 40 days", "refund.window", now=T1)
+    out = sync(b, as_user="bob", push=True)
+    [pair] = out["conflicts"]
+    path = "team/payments/service/billing/fact/refund.window.md"
+    assert pair["path"] == path and pair["live_side"] == "remote" and pair["rule"] == "later valid_from"
+    assert_settled(b.root)
+    b = MemoryRepo.open(b.root)
+    assert b.get(as_user="dana", path=path, now=T2).note.text == "Refunds within 45 days"
+    texts = [v.note.text for v in b.history(as_user="dana", path=path) if v.note]
+    assert "Refunds within 40 days" in texts and "Refunds within 45 days" in texts  # both in history
+    message = git(b.root, "log", "-1", "--merges", "--format=%B").stdout
+    assert f"Memory-Conflict: {path} live={pair['live']} superseded={pair['superseded']}" in message
+    listed = open_conflicts(b, as_user="alice")
+    assert [c["path"] for c in listed] == [path]
+    assert open_conflicts(b, as_user="carol") == []  # not a reader of team/payments
+    r = run_cli("review", "list", "--repo", str(b.root), "--as", "dana")
+    assert path in r.stdout and "sync conflict" in r.stdout
+    # A later write to the note settles it: no longer listed.
+    fact(b, "Refunds within 45 days, confirmed", "refund.window", now=T2)
+    assert open_conflicts(b, as_user="alice") == []
+
+
+def test_hand_edits_of_one_note_on_both_sides_stop_with_the_repo_as_it_was(clones):
+    a, b = clones
+    fact(a, "Refunds within 30 days", "refund.window", now=T0)
+    sync(a, as_user="bob", push=True)
+    sync(b, as_user="bob")
+    path = "team/payments/service/billing/fact/refund.window.md"
+    for clone, days in ((a, "31"), (b, "32")):
+        note = clone.root / path
+        note.write_text(note.read_text().replace("30 days", f"{days} days"))
+        git(clone.root, "commit", "-qam", f"{days} days")
+    sync(a, as_user="bob", push=True)
+    before = snapshot(b.root)
+    r = run_cli("sync", "--repo", str(b.root), "--as", "bob")
+    assert r.returncode == 5 and path in r.stderr and "by hand on both sides" in r.stderr
+    assert snapshot(b.root) == before
+    assert_settled(b.root)
+
+
+def test_a_non_note_file_changed_on_both_sides_is_a_persons_conflict(clones):
+    a, b = clones
+    for clone, extra in ((a, "# a\n"), (b, "# b\n")):
+        cfg = clone.root / "mdmem.toml"
+        cfg.write_text(cfg.read_text() + extra)
+        git(clone.root, "commit", "-qam", "config")
+    sync(a, as_user="bob", push=True)
+    before = snapshot(b.root)
+    with pytest.raises(Conflict, match="mdmem.toml"):
+        sync(b, as_user="bob")
+    assert snapshot(b.root) == before
+
+
+def test_sync_refuses_to_run_over_a_merge_in_progress_or_clobber_edits(clones):
+    a, b = clones
+    fact(a, "Refunds within 30 days", "refund.window")
+    sync(a, as_user="bob", push=True)
+    # An untracked hand-made file where the incoming note would go: refused, file kept.
+    target = b.root / "team/payments/service/billing/fact/refund.window.md"
+    target.parent.mkdir(parents=True)
+    target.write_text("my draft")
+    before = snapshot(b.root)
+    with pytest.raises(Conflict, match="refund.window.md"):
+        sync(b, as_user="bob")
+    assert snapshot(b.root) == before
+    target.unlink()
+    (b.root / ".git" / "MERGE_HEAD").write_text(git(b.root, "rev-parse", "HEAD").stdout)
+    with pytest.raises(Conflict, match="a merge is in progress"):
+        sync(b, as_user="bob")
+    (b.root / ".git" / "MERGE_HEAD").unlink()
+    assert sync(b, as_user="bob")["status"] == "fast-forwarded"
+
+
+def test_hooks_changed_on_the_remote_are_not_pulled_in(clones):
+    a, b = clones
+    hook = a.root / ".githooks/pre-commit"
+    hook.write_text("#!/bin/sh\nexit 0\n")
+    git(a.root, "commit", "-qam", "weaker hook", "--no-verify")
+    git(a.root, "push", "-q", "origin", "main")
+    before = snapshot(b.root)
+    r = run_cli("sync", "--repo", str(b.root), "--as", "bob", "--json")
+    assert r.returncode == 5 and ".githooks/pre-commit" in r.stderr
+    assert snapshot(b.root) == before
+
+
+def test_stale_views_pushed_by_someone_are_regenerated_by_sync(clones):
+    a, b = clones
+    fact(a, "Refunds within 30 days", "refund.window")
+    note = a.root / "team/payments/service/billing/fact/refund.window.md"
+    note.write_text(note.read_text().replace("30 days", "45 days"))
+    git(a.root, "commit", "-qam", "no hook", "--no-verify")
+    git(a.root, "push", "-q", "origin", "main")
+    out = json.loads(run_cli("sync", "--repo", str(b.root), "--as", "bob", "--json").stdout)
+    assert out["status"] == "fast-forwarded" and out["rendered"] == [VIEW]
+    assert "45 days" in (b.root / VIEW).read_text()
+    assert_settled(b.root)
