@@ -125,7 +125,7 @@ def test_expiring_entries_say_until_when_and_sweep_removes_them(repo, tmp_path):
     team_fact(repo, "Billing deploys any weekday", now=T1)
     assert fresh_stale(repo.root, tmp_path) == []
     out = repo.sweep(as_user="alice", now=T1)
-    assert out["removed"] == ["private/alice/task/now/working/file.md"]
+    assert list(out.removed) == ["private/alice/task/now/working/file.md"]
     assert not (repo.root / "private/alice/MEMORY.md").exists()  # a private root with no notes keeps no view
     assert fresh_stale(repo.root, tmp_path) == []
 
