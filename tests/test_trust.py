@@ -212,20 +212,20 @@ def test_cli_source_agent_is_still_a_human_channel_write(repo):
 
 def test_held_write_keeps_new_key_readme_tour(tmp_path):
     root = tmp_path / "memory"
-    env = {"MDMEM_USER": "bob", "MDMEM_EMBEDDER": "none"}
+    env = {"MDMEM_USER": "bob", "MDMEM_EMBEDDER": "none", "MDMEM_REPO": str(root)}
     assert run_cli("init", str(root), "--team", "payments=alice,bob,dana", env=env).returncode == 0
     r = run_cli("remember", "Billing deploys any weekday before 3pm", "--kind", "fact", "--subject",
                 "service:billing", "--key", "deploy.window", "--scope", "team", "--team", "payments",
-                env=env, cwd=root)
+                env=env)
     assert r.returncode == 0, r.stderr
     r = run_cli("remember", "p99 is 180ms", "--kind", "fact", "--subject", "service:billing", "--key", "latency",
                 "--scope", "team", "--team", "payments", "--source", "tool:grafana", "--new-key", "--json",
-                env=env, cwd=root)
+                env=env)
     assert r.returncode == 4, r.stderr
     review_id = json.loads(r.stdout)["review_id"]
-    r = run_cli("review", "approve", review_id, "--as", "bob", env=env, cwd=root)
+    r = run_cli("review", "approve", review_id, "--as", "bob", env=env)
     assert r.returncode == 3 and "may not approve" in r.stderr
-    r = run_cli("review", "approve", review_id, "--as", "dana", env=env, cwd=root)
+    r = run_cli("review", "approve", review_id, "--as", "dana", env=env)
     assert r.returncode == 0, r.stderr
 
 
