@@ -46,15 +46,6 @@ def judge_source(source: str, contract: Contract, trusted_patterns: tuple[str, .
     return Provenance(False, f"source {source} is not trusted in mdmem.toml ([trust] sources)")
 
 
-def channel_source(channel: str, agent: str | None, claimed: str) -> str:
-    """The source a write is recorded with: over MCP always ``agent:<name>``."""
-    if channel == AGENT:
-        if not agent:
-            raise Refused("identity: an agent channel needs the agent's name (client name or configured label)")
-        return f"agent:{agent}"
-    return claimed
-
-
 def check_key_reuse(key: str, existing_live_keys: list[str], *, new_key: bool, what: str) -> None:
     """A paraphrased update under a new key would leave the old fact live beside it."""
     if new_key or key in existing_live_keys or not existing_live_keys:
