@@ -18,7 +18,8 @@ def test_agent_sources():
 
 def test_judge_source_decides_by_kind_for_agents_and_by_pattern_for_others():
     held = gate.judge_source("agent:claude", FACT, TRUSTED)
-    assert held.trusted is False and "[trust] agent_kinds" in held.reason and "agent:claude" in held.reason
+    assert held.trusted is False and held.reason.endswith("waits for a person's review ([trust] agent_kinds)")
+    assert "agent:claude" in held.reason
     assert gate.judge_source("agent:claude", EPISODE, TRUSTED).trusted is True
     assert "episode" in gate.judge_source("agent:claude", EPISODE, TRUSTED).reason
     # agent_kinds replaces the contracts' default both ways
@@ -40,7 +41,8 @@ def test_key_reuse():
         gate.check_key_reuse("x", ["b", "a"], new_key=False, what="service:billing fact")
     assert err.value.existing_keys == ["a", "b"]
     assert "service:billing fact" in str(err.value) and "'x'" in str(err.value)
-    assert "new_key=True / --new-key" in str(err.value)
+    assert err.value.reason.startswith("key: service:billing fact already has live keys")
+    assert err.value.reason.endswith("say so (new_key=True / --new-key).")
 
 
 def test_clean_append_only_and_expected_version():
