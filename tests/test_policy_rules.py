@@ -108,6 +108,13 @@ def test_access_rules():
                   "/team/payments/service/x/fact/k.md", "team/payments//x/fact/k.md", "", "team\\payments"):
         with pytest.raises(NotFound, match="no such note visible to bob"):
             access.visible_root("bob", probe)
+    with pytest.raises(NotFound) as err:
+        access.visible_root("bob", "../x")
+    assert str(err.value) == "../x: no such note visible to bob"
+    long = "team/" + "a" * 300
+    with pytest.raises(NotFound) as err:
+        access.visible_root("bob", long)
+    assert str(err.value) == long[:200] + ": no such note visible to bob"  # echoed, but bounded
     access.check_write("bob", "team/payments")
     access.check_write("bob", "private/bob")
     with pytest.raises(Refused, match="only alice writes there"):
