@@ -103,6 +103,10 @@ def test_access_rules():
     assert access.writers_of_root("private/alice") == {"alice"}
     assert access.writers_of_root("team/payments") == {"bob", "dana"}
     assert access.writers_of_root("team/nope") == frozenset() and access.writers_of_root("other/x") == frozenset()
+    assert access.writers_of_root("private/") == frozenset()
+    assert access.readers_of_root("private/alice") == {"alice"}
+    assert access.readers_of_root("team/payments") == {"bob", "dana"}
+    assert access.readers_of_root("team/nope") == frozenset()
     assert access.visible_root("bob", "team/payments/service/x/fact/k.md") == "team/payments"
     for probe in ("team/search/service/x/fact/k.md", "team/payments/../search/service/x/fact/k.md",
                   "/team/payments/service/x/fact/k.md", "team/payments//x/fact/k.md", "", "team\\payments"):
@@ -121,8 +125,12 @@ def test_access_rules():
         access.check_write("bob", "private/alice")
     with pytest.raises(Refused, match="not a member of team search"):
         access.check_write("bob", "team/search")
-    with pytest.raises(Refused, match="no team 'nope'"):
+    with pytest.raises(Refused) as err:
         access.check_write("bob", "team/nope")
+    assert str(err.value) == "team: no team 'nope' in mdmem.toml; known teams: payments, search"
+    with pytest.raises(Refused) as err:
+        Access({}).check_write("bob", "team/nope")
+    assert str(err.value).endswith("known teams: none")
     access.check_forget("bob", ["private/bob"])
     access.check_forget("dana", ["private/alice", "team/search"])
     with pytest.raises(Refused) as err:
