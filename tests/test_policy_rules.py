@@ -135,7 +135,11 @@ def test_access_rules():
     access.check_forget("dana", ["private/alice", "team/search"])
     with pytest.raises(Refused) as err:
         access.check_forget("bob", ["private/bob", "team/payments", "private/alice"])
-    assert "team/payments" in str(err.value) and "private/alice" not in str(err.value)
+    assert str(err.value) == ("forget: bob may erase only their own private notes (it would change team/payments); "
+                              "anything else needs the eraser role in mdmem.toml ([roles] erasers = [...])")
+    with pytest.raises(Refused) as err:
+        access.check_forget("bob", ["private/alice"])  # nothing readable to name: no parentheses
+    assert str(err.value).startswith("forget: bob may erase only their own private notes; anything else")
     access.check_prove("dana", subject=None, owner="alice")
     access.check_prove("bob", subject=None, owner="bob")
     access.check_prove("bob", subject="user:bob", owner=None)
