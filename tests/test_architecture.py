@@ -17,9 +17,7 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "mdmem"
 
-# Debt: the rewrite spawns a process of its own (mdmem.erasure.rewrite, git-filter-repo
-# inside it); the spawn belongs in storage/history_ops beside the other git operations.
-KNOWN_GIT_OUTSIDE_STORAGE = {"erasure/rewrite.py", "erasure/proof.py"}  # proof: issue 10 moving it
+KNOWN_GIT_OUTSIDE_STORAGE: set[str] = set()
 KNOWN_PRIVATE_USE: set[str] = set()
 # Not debt: the boundary mapping names libgit2's exception class to map it; it runs no git.
 MAY_NAME_PYGIT2 = {"errors.py"}

@@ -15,7 +15,8 @@ under the repo's exclusive lock:
     (done)     pushed if asked, index rebuilt, journal removed
 
 A crash anywhere leaves the journal; the next mdmem command (or ``forget --resume``) runs
-the remaining phases. Nothing is written outside the repository (scratch lives in .git).
+the remaining phases. Nothing is written outside the repository (filter-repo's state and
+git's packs live in .git).
 """
 from __future__ import annotations
 
@@ -80,13 +81,12 @@ def _run(repo, journal: Journal, state: dict) -> dict:
     plan = Plan.from_state(state["plan"])
     when = parse_time(state["at"], field="at")
     root = repo.root
-    scratch = journal.make_scratch()
     repo.close()
     if state["phase"] == "planned":
         _hold(root, plan, state)
         journal.advance(state, "held")
     if state["phase"] == "held":
-        run_rewrite(root, state["refs"], scratch)
+        run_rewrite(root, state["refs"])
         journal.advance(state, "rewritten")
     if state["phase"] == "rewritten":
         _clean(repo, plan)
@@ -94,7 +94,7 @@ def _run(repo, journal: Journal, state: dict) -> dict:
     if state["phase"] == "restored":
         for name, _, _ in ops.list_refs(root, HOLD_PREFIX):
             ops.delete_ref(root, name)
-        ops.gc_prune(root, scratch)
+        ops.gc_prune(root)
         journal.advance(state, "cleaned")
     if state["phase"] == "cleaned":
         repo.reload()

@@ -2,9 +2,8 @@
 changes, so a crash (kill -9, power loss) leaves a job that the next mdmem command finishes.
 
 It holds the plan (erased texts included: it must be able to finish scrubbing them), so it
-lives in ``.git/mdmem-erasure/`` with mode 0600 in a 0700 folder, beside the scratch folder
-every subprocess uses as TMPDIR. Both are removed when the job ends; while the journal
-exists, prove-gone fails.
+lives in ``.git/mdmem-erasure/`` with mode 0600 in a 0700 folder, removed when the job ends;
+while it exists, prove-gone fails.
 """
 from __future__ import annotations
 
@@ -23,7 +22,6 @@ class Journal:
         self.root = Path(root)
         self.folder = self.root / ".git" / FOLDER
         self.path = self.folder / "journal.json"
-        self.scratch = self.folder / "scratch"
 
     def exists(self) -> bool:
         return self.path.exists()
@@ -60,10 +58,6 @@ class Journal:
     def advance(self, state: dict, phase: str) -> None:
         state["phase"] = phase
         self.save(state)
-
-    def make_scratch(self) -> Path:
-        self.scratch.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return self.scratch
 
     def remove(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)

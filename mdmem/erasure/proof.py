@@ -22,16 +22,13 @@ def _check(where: list[str]) -> dict:
     return {"pass": not where, "where": sorted(set(where))[:50]}
 
 
-def _allowed(repo, allow_paths: list[str]) -> tuple[set[str], list[str], list[str]]:
+def _allowed(scan: HistoryScan, allow_paths: list[str]) -> tuple[set[str], list[str], list[str]]:
     """Blob ids of every version of the allowed notes, their texts, and their [[links]]."""
-    blobs, texts = set(), []
-    for path in allow_paths:
-        for commit in repo.store.git("log", "--all", "--format=%H", "--", path, check=False).split():
-            oid = repo.store.blob_id(path, commit)
-            if oid:
-                blobs.add(oid)
-                data = repo.store.read_blob(oid).decode("utf-8", "replace")
-                texts.append(data.split("---", 2)[-1].strip() if data.startswith("---") else data)
+    blobs = {b for path in allow_paths for b in scan.path_blobs.get(path, ())}
+    texts = []
+    for data in scan.blobs(blobs).values():
+        data = data.decode("utf-8", "replace")
+        texts.append(data.split("---", 2)[-1].strip() if data.startswith("---") else data)
     return blobs, texts, [f"[[{p}]]" for p in allow_paths]
 
 
@@ -60,10 +57,10 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
         return eraser or root == REPO_FILES or repo.access.may_read_root(as_user, root)
 
     allow_paths = list(allow_paths or [])
-    allowed_blobs, allowed_texts, links = _allowed(repo, allow_paths)
     root = repo.root
-    git_dir = Path(repo.store.repo.path)
+    git_dir = ops.git_dir(root)
     scan = HistoryScan.read(root)
+    allowed_blobs, allowed_texts, links = _allowed(scan, allow_paths)
     checkable = None
     not_checked = 0
     if not eraser:
@@ -226,7 +223,7 @@ def _sqlite_check(path: Path, nb: bytes, allowed_texts: list[str], needle: str) 
 def _scope_checks(repo, live_all, allow_paths, subject, owner) -> dict:
     out = {}
     live = [s for s in live_all if s.path not in allow_paths]
-    tracked = repo.store.git("ls-files", check=False).splitlines()
+    tracked = list(ops.tree_paths(repo.root, "HEAD")) if ops.peel_to_commit(repo.root, "HEAD") else []
     if subject:
         sub = layout.subject_dir(subject) + "/"
         out["no_note_for_subject"] = _check([s.path for s in live if s.note.subject == subject]
@@ -280,8 +277,7 @@ def _nearest(repo, needle: str, user: str) -> dict | None:
 
 def cannot_reach(repo) -> list[str]:
     out = []
-    for name in repo.store.git("remote", check=False).split():
-        url = repo.store.git("remote", "get-url", name, check=False).strip()
+    for name, url in ops.remotes(repo.root).items():
         out.append(f"remote {name} ({url}): holds whatever was last pushed; after `forget --push` it must "
                    "also expire its reflogs and gc before old objects are gone there")
     out.append("other clones of this repository (each must re-clone or run `mdmem sync`, which refuses erased history)")

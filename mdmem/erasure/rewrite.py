@@ -16,11 +16,9 @@ rewrite killed half-way is simply run again. It runs in a process of its own
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
-from ..errors import GitFailed
 from ..model import layout
 from ..storage import history_ops as ops
 from .journal import Journal
@@ -131,16 +129,10 @@ class Rewriter:
             tag.tagger_email = self.people.email(tag.tagger_email)
 
 
-def run(root: Path, refs: list[str], scratch: Path) -> None:
-    """The rewrite in a process of its own; its scratch files stay inside .git."""
-    if not refs:
-        return
-    import os
-    env = {**os.environ, "TMPDIR": str(scratch), "TMP": str(scratch), "TEMP": str(scratch)}
-    proc = subprocess.run([sys.executable, "-m", "mdmem.erasure.rewrite", str(root)], capture_output=True,
-                          text=True, env=env, cwd=str(root))
-    if proc.returncode != 0:
-        raise GitFailed(f"history rewrite failed: {(proc.stderr or proc.stdout).strip()[-400:]}")
+def run(root: Path, refs: list[str]) -> None:
+    """The rewrite, in a process of its own (it reads its instructions from the journal)."""
+    if refs:
+        ops.filter_repo_in_own_process(root, "mdmem.erasure.rewrite")
 
 
 def main(argv: list[str]) -> int:

@@ -5,8 +5,8 @@ clears what would keep the old objects alive (stash, worktrees, refs, reflogs) b
 pruning. Every git command it needs is one function here, so storage/ stays the only code
 that runs git; erasure decides what to do, these functions only do it.
 
-Scratch space: every command that may write temporary files gets ``TMPDIR`` pointing inside
-``.git`` (``scratch``), so no erased text is ever written to /tmp.
+Nothing here writes temporary files outside ``.git``: filter-repo keeps its state in
+``.git/filter-repo`` (removed after), fast-import and gc write their packs in ``.git/objects``.
 """
 from __future__ import annotations
 
@@ -28,16 +28,8 @@ def git_dir(root: Path) -> Path:
     return Path(root) / ".git"
 
 
-def _env(scratch: Path | None) -> dict | None:
-    if scratch is None:
-        return None
-    scratch.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return {**os.environ, "TMPDIR": str(scratch), "TMP": str(scratch), "TEMP": str(scratch)}
-
-
-def run_git(root: Path, *args: str, input: bytes | None = None, check: bool = True,
-            scratch: Path | None = None) -> str:
-    proc = subprocess.run(["git", "-C", str(root), *args], input=input, capture_output=True, env=_env(scratch))
+def run_git(root: Path, *args: str, input: bytes | None = None, check: bool = True) -> str:
+    proc = subprocess.run(["git", "-C", str(root), *args], input=input, capture_output=True)
     if check and proc.returncode != 0:
         raise GitFailed(f"git {' '.join(args[:3])} failed: {proc.stderr.decode(errors='replace').strip()[:300]}")
     return proc.stdout.decode("utf-8", errors="replace")
@@ -175,9 +167,9 @@ def expire_reflogs(root: Path) -> None:
     run_git(root, "reflog", "expire", "--expire=now", "--expire-unreachable=now", "--all", check=False)
 
 
-def gc_prune(root: Path, scratch: Path | None = None) -> None:
+def gc_prune(root: Path) -> None:
     """Repack and prune every unreachable object now (reflogs: expire them first)."""
-    run_git(root, "gc", "--prune=now", "--quiet", check=False, scratch=scratch)
+    run_git(root, "gc", "--prune=now", "--quiet", check=False)
 
 
 def remove_stale_locks(root: Path) -> list[str]:
@@ -331,6 +323,15 @@ def filter_repo(root: Path, refs: list[str], *, file_info=None, commit=None, tag
     if tag is not None:
         kwargs["tag_callback"] = tag
     fr.RepoFilter(args, **kwargs).run()
+
+
+def filter_repo_in_own_process(root: Path, module: str) -> None:
+    """Run ``python -m module ROOT`` (which calls :func:`filter_repo`): filter-repo changes the
+    working directory and may exit the process, so it gets one of its own."""
+    import sys
+    proc = subprocess.run([sys.executable, "-m", module, str(root)], capture_output=True, text=True, cwd=str(root))
+    if proc.returncode != 0:
+        raise GitFailed(f"history rewrite failed: {(proc.stderr or proc.stdout).strip()[-400:]}")
 
 
 def clear_filter_repo_state(root: Path) -> None:
