@@ -175,7 +175,10 @@ def _clean(repo, plan: Plan) -> None:
         ops.stash_clear(root)
         for name, oid in reversed(stash):  # stash@{0} is stored last
             index = int(name.rsplit("/", 1)[1])
-            ops.stash_store(root, oid, plan.stashes[index]["message"] if index < len(plan.stashes) else "stash")
+            message = plan.stashes[index]["message"] if index < len(plan.stashes) else "stash"
+            # The stash's message quotes its base commit's subject, which may hold erased text.
+            message = replace_all(message.encode(), [n.encode() for n in plan.needles])[0].decode()
+            ops.stash_store(root, oid, message)
     for name, oid, _ in held:
         if name.startswith(f"{HOLD_PREFIX}worktree/"):
             w = plan.worktrees[int(name.rsplit("/", 1)[1])]

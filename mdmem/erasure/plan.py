@@ -272,12 +272,14 @@ def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, text
         else:
             refused += [r for r in roots if readable(r) and not erasable(r)]
     plan.messages = len(plan.message_commits)
+    # Local state before the permission answer: an uncommitted copy is a change too. Only
+    # roots the asker may read are looked at, so the answer never depends on others' files.
+    refused += _local_state(repo, plan, scan, needle_bytes, readable=readable, erasable=erasable)
     if refused:
         raise Refused(f"forget: {as_user} may erase only their own private notes; this would change "
                       f"{', '.join(sorted(set(refused)))}, which needs the eraser role in mdmem.toml "
                       "([roles] erasers = [...])")
 
-    _local_state(repo, plan, scan, needle_bytes)
     changed_commits = {c for c in scan.commit_paths if scan.commit_paths[c] & (target_set | set(plan.copies))}
     changed_commits |= set(plan.message_commits)
     if plan.people:
@@ -312,9 +314,13 @@ def _authored_by(root: Path, names: set[str]) -> set[str]:
     return found
 
 
-def _local_state(repo, plan: Plan, scan: HistoryScan, needle_bytes: list[bytes]) -> None:
-    """Stashes, worktrees, local files and refs: each listed with what will happen and why."""
+def _local_state(repo, plan: Plan, scan: HistoryScan, needle_bytes: list[bytes], *,
+                 readable, erasable) -> list[str]:
+    """Stashes, worktrees, local files and refs: each listed with what will happen and why.
+    Work-tree files are looked at only in roots the asker may read (and repository files);
+    the roots of local files they may not erase are returned, for the refusal."""
     root = repo.root
+    refused: list[str] = []
     targets = set(plan.targets)
     erased_names = [k for k in plan.target_keys if "/" not in k and " " not in k] + plan.needles
 
@@ -346,6 +352,9 @@ def _local_state(repo, plan: Plan, scan: HistoryScan, needle_bytes: list[bytes])
     tracked_changed = targets | set(plan.copies)
     untracked = set(ops.untracked_files(root))
     for rel, full in _files_under(root, skip=(".git", ".mdmem")):
+        file_root = root_of(rel)
+        if file_root != REPO_FILES and not readable(file_root):
+            continue  # another person's files: never looked at (no oracle), never changed
         if rel in targets and rel not in untracked:
             continue  # a tracked erased note: the rewrite removes it from the work tree
         if rel in tracked_changed and rel not in untracked:
@@ -366,8 +375,13 @@ def _local_state(repo, plan: Plan, scan: HistoryScan, needle_bytes: list[bytes])
             continue
         if not _file_holds(full, needle_bytes):
             continue
-        if rel not in untracked and root_of(rel) == REPO_FILES:
+        if rel not in untracked and file_root == REPO_FILES:
             plan.not_scrubbed.setdefault(rel, "not a note (never scrubbed)")
+            continue
+        if rel not in untracked and not _differs_from_head(repo, rel, full):
+            continue  # a committed copy: the history rewrite decides about it, not the work tree
+        if file_root != REPO_FILES and not erasable(file_root):
+            refused.append(file_root)
             continue
         what = "untracked or ignored file" if rel in untracked else "uncommitted edit"
         plan.local_files.append({"path": rel, "action": "scrubbed", "why": f"{what} holding erased text"})
@@ -394,6 +408,7 @@ def _local_state(repo, plan: Plan, scan: HistoryScan, needle_bytes: list[bytes])
                 new = new.replace(n, "removed").replace(safe, "removed")
         if new != short:
             plan.refs_renamed[name] = name[:len(name) - len(short)] + new
+    return refused
 
 
 def _held_path(root: Path, oid: str) -> str | None:

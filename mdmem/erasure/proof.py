@@ -108,8 +108,9 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
                                       and not _explained(data.decode("utf-8", "replace"), needle, allowed_texts,
                                                          links)])
         checks["fulltext_index"] = _index_check(repo, index_files, needle, allowed_texts, allow_paths, readable)
-        checks["embedding_cache"] = _sqlite_check(cache_dir / "embeddings.sqlite", nb, [], needle)
-        checks["view_cache"] = _sqlite_check(cache_dir / "viewmeta.sqlite", nb, allowed_texts, needle)
+        if eraser:
+            checks["embedding_cache"] = _sqlite_check(cache_dir / "embeddings.sqlite", nb, [], needle)
+            checks["view_cache"] = _sqlite_check(cache_dir / "viewmeta.sqlite", nb, allowed_texts, needle)
         checks["memory_views"] = _check([rel for rel, data in files if rel.endswith("MEMORY.md") and nb in data
                                          and not _explained(data.decode("utf-8", "replace"), needle,
                                                             allowed_texts, links)])
@@ -126,6 +127,9 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
     report["scope"]["caches_hold_only_history"] = _caches_hold_only_history(repo, scan)
     report["not_checked"] = {"git_objects": not_checked,
                              "git_metadata": "checked" if eraser else "not checked (needs the eraser role)",
+                             # These caches hold every root's text in one file: a byte scan by
+                             # someone who may not read every root would be an oracle.
+                             "caches": "not checked (they hold every root; needs the eraser role)",
                              "roots": sorted(r for r in _all_roots(scan) if not readable(r))} \
         if not eraser else {}
     report["cannot_reach"] = cannot_reach(repo)

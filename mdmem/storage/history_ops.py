@@ -322,7 +322,14 @@ def filter_repo(root: Path, refs: list[str], *, file_info=None, commit=None, tag
         kwargs["commit_callback"] = commit
     if tag is not None:
         kwargs["tag_callback"] = tag
-    fr.RepoFilter(args, **kwargs).run()
+    class _KeepWorkTree(fr.RepoFilter):
+        # filter-repo ends with `git reset --hard`, which throws away every uncommitted edit
+        # in the work tree, erased or not. mdmem checks out only the files the rewrite changed
+        # (checkout_from_head) and lets the index follow HEAD, so a person's unrelated edits stay.
+        def cleanup(self, repo, repack, reset, run_quietly=False, show_debuginfo=False):
+            super().cleanup(repo, repack, False, run_quietly=run_quietly, show_debuginfo=show_debuginfo)
+
+    _KeepWorkTree(args, **kwargs).run()
 
 
 def filter_repo_in_own_process(root: Path, module: str) -> None:

@@ -1,0 +1,93 @@
+"""Erasure as an attacker tried it after issue 10 landed: oracles through caches and the work
+tree, a non-eraser's --text changing others' files, lost unrelated edits, stash messages."""
+import subprocess
+
+import pytest
+from conftest import T0
+
+from mdmem import MemoryRepo, NotFound, Refused
+
+TEAMS = {"payments": ["alice", "bob", "dana"], "search": ["carol"]}
+SECRET = "Alice's phone is 555-0142, she has a secret medical condition XYZZY"
+
+
+def git(root, *args):
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, check=True, text=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path):
+    r = MemoryRepo.init(tmp_path / "mem", teams=TEAMS, erasers=["dana"], now=T0, as_user="alice")
+    r.remember(SECRET, as_user="alice", kind="profile", subject="user:alice", key="phone", scope="private", now=T0)
+    r.remember("Search admin password is Kestrel-Violet-Lantern-92", as_user="carol", kind="fact",
+               subject="service:search", key="pw", scope="team", team="search", now=T0)
+    r.recall("phone", as_user="alice")  # views and caches hold every root's text now
+    yield r
+    r.close()
+
+
+def test_prove_gone_by_a_non_eraser_is_no_oracle_for_others_text(repo):
+    for user in ("bob", "mallory"):
+        present = repo.prove_gone(["XYZZY"], as_user=user, owner=user)
+        absent = repo.prove_gone(["XYZZZ"], as_user=user, owner=user)
+        assert present["pass"] == absent["pass"]
+        assert present["needles"][0]["checks"].keys() == absent["needles"][0]["checks"].keys()
+        assert {k: v["pass"] for k, v in present["needles"][0]["checks"].items()} == \
+               {k: v["pass"] for k, v in absent["needles"][0]["checks"].items()}
+        assert "caches" in present["not_checked"]
+    # the eraser's proof still sees the caches
+    assert not repo.prove_gone(["XYZZY"], as_user="dana")["pass"]
+
+
+@pytest.mark.parametrize("user", ["mallory", "bob"])
+def test_forget_text_dry_run_is_no_oracle(repo, user):
+    answers = []
+    for guess in ("555-0141", "555-0142", "Kestrel-Violet-Lantern-91", "Kestrel-Violet-Lantern-92"):
+        try:
+            plan = repo.forget(as_user=user, texts=[guess], dry_run=True)
+            answers.append(("plan", sorted(f["path"] for f in plan.get("local_files", []))))
+        except (NotFound, Refused) as e:
+            answers.append((type(e).__name__, str(e).replace(guess, "G")))
+    assert answers[0] == answers[1] and answers[2] == answers[3], answers
+
+
+def test_non_eraser_forget_text_changes_nobody_elses_files(repo):
+    root = repo.root
+    before = git(root, "rev-parse", "HEAD")
+    with pytest.raises(NotFound):
+        repo.forget(as_user="mallory", texts=["555-0142"])
+    with pytest.raises(NotFound):
+        repo.forget(as_user="bob", texts=["Kestrel-Violet-Lantern-92"])
+    assert git(root, "status", "--porcelain") == ""
+    assert git(root, "rev-parse", "HEAD") == before
+    assert repo.get(as_user="alice", subject="user:alice", kind="profile", key="phone").note.text == SECRET
+
+
+def test_forget_keeps_unrelated_uncommitted_edits(repo):
+    root = repo.root
+    r = repo.remember("Standup is at 9:30 in room Kiwi", as_user="bob", kind="procedure",
+                      subject="team:payments", key="standup", scope="team", team="payments", now=T0)
+    repo.remember("Vendor contact is vendor-escalation@acme.example", as_user="bob", kind="fact",
+                  subject="service:vendor", key="contact", scope="team", team="payments", now=T0)
+    f = root / r.path
+    f.write_text(f.read_text().replace("room Kiwi", "room Mango (edit in progress)"))
+    plan = repo.forget(as_user="dana", texts=["vendor-escalation@acme.example"], dry_run=True)
+    assert r.path not in [x["path"] for x in plan["local_files"]]
+    repo.forget(as_user="dana", texts=["vendor-escalation@acme.example"])
+    assert "room Mango (edit in progress)" in f.read_text()
+    assert git(root, "status", "--porcelain").split() == ["M", r.path]
+    assert "vendor-escalation@acme.example" not in git(root, "log", "--all", "-p")
+
+
+def test_a_stash_message_quoting_erased_text_is_scrubbed(repo):
+    root = repo.root
+    repo.remember("Alice home address is 42 Wallaby Way Sydney, gate code 9911", as_user="alice", kind="profile",
+                  subject="user:alice", key="address", scope="private", new_key=True, now=T0)
+    git(root, "-c", "user.name=alice", "-c", "user.email=alice@x.invalid", "commit", "-q", "--allow-empty",
+        "-m", "doc: alice at 42 Wallaby Way Sydney")
+    (root / "README.md").write_text((root / "README.md").read_text() + "wip\n")
+    git(root, "stash", "-q")
+    repo.forget(as_user="dana", texts=["42 Wallaby Way Sydney"], force=True)
+    assert "Wallaby" not in git(root, "stash", "list")
+    assert b"Wallaby" not in (root / ".git" / "logs" / "refs" / "stash").read_bytes()
+    assert repo.prove_gone(["42 Wallaby Way Sydney"], as_user="dana")["pass"]
