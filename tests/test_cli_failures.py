@@ -127,3 +127,16 @@ def test_a_corrupt_git_object_is_a_git_failure_not_a_traceback(repo):
     proc = run_cli("history", r.path, "--as", "bob", "--repo", str(repo.root))
     err = one_line_error(proc, 9)
     assert "failed to inflate" in err or "corrupt" in err, err
+
+
+def test_the_ttl_bound_names_a_value_that_parses():
+    """The message for a too-long ttl suggests a maximum written in units the parser accepts."""
+    import re
+
+    from mdmem.errors import BadInput
+    from mdmem.model.clock import parse_duration
+
+    with pytest.raises(BadInput) as e:
+        parse_duration("999999d")
+    suggested = re.search(r"between 0 and (\S+)", str(e.value)).group(1)
+    assert parse_duration(suggested).days == 365000

@@ -57,7 +57,8 @@ MAX_SPAN = _dt.timedelta(days=365 * 1000)  # beyond this a ttl is a typo, and da
 
 def _check_span(span: _dt.timedelta, value, field: str) -> _dt.timedelta:
     if not _dt.timedelta(0) <= span <= MAX_SPAN:
-        raise BadInput(f"{field}: {value!r} must be between 0 and 1000 years (like 90s, 15m, 2h, 7d)")
+        raise BadInput(f"{field}: {value!r} must be between 0 and 365000d (1000 years; "
+                       "units s, m, h, d, w: like 90s, 15m, 2h, 7d)")
     return span
 
 
