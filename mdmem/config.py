@@ -7,6 +7,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+import datetime as _dt
+
+from .model.clock import parse_duration
 from .model.kinds import Contracts
 from .errors import BadInput
 from .model.layout import check_name
@@ -59,6 +62,7 @@ class TrustConfig:
     agent_kinds: frozenset[str] | None = None  # None: the kinds whose contract says agent_may_write
     require_signed: bool = False
     allowed_signers: str = "allowed_signers"
+    agent_max_ttl: _dt.timedelta | None = None  # None: an agent may set at most its kind's default_ttl
 
 
 @dataclass(frozen=True)
@@ -135,11 +139,16 @@ class Config:
         path = root / CONFIG_NAME
         if not path.exists():
             raise BadInput(f"{path}: missing; is this a memory repo? (mdmem init PATH makes one)")
+        return cls.parse(path.read_bytes(), where=str(path))
+
+    @classmethod
+    def parse(cls, data: bytes, *, where: str = CONFIG_NAME) -> "Config":
+        """A config from the bytes of an ``mdmem.toml`` (the work tree's, or one committed)."""
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as exc:
-            raise BadInput(f"{path}: does not parse as TOML: {exc}") from None
-        return cls.from_dict(data, where=str(path))
+            parsed = tomllib.loads(data.decode("utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise BadInput(f"{where}: does not parse as TOML: {exc}") from None
+        return cls.from_dict(parsed, where=where)
 
     @classmethod
     def from_dict(cls, data: dict, *, where: str = CONFIG_NAME) -> "Config":
@@ -225,7 +234,10 @@ def _trust(section: dict, where: str) -> TrustConfig:
     signers = section.get("allowed_signers", "allowed_signers")
     if not isinstance(signers, str) or not signers or signers.startswith("/") or ".." in signers.split("/"):
         raise BadInput(f"{where}: trust.allowed_signers: a path inside the repo, like \"allowed_signers\"")
-    return TrustConfig(tuple(sources), frozenset(kinds) if kinds is not None else None, signed, signers)
+    max_ttl = section.get("agent_max_ttl")
+    if max_ttl is not None:
+        max_ttl = parse_duration(max_ttl, field=f"{where}: trust.agent_max_ttl")
+    return TrustConfig(tuple(sources), frozenset(kinds) if kinds is not None else None, signed, signers, max_ttl)
 
 
 @dataclass(frozen=True)

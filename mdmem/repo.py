@@ -247,6 +247,8 @@ class MemoryRepo:
             key = key or SUMMARY_KEY
         start = parse_time(valid_from, field="valid_from") if valid_from is not None else when
         ttl_delta = parse_duration(ttl) if ttl is not None else contract.default_ttl
+        if channel == AGENT and ttl is not None:
+            gate.check_agent_ttl(ttl_delta, contract, self.config.trust.agent_max_ttl)
         root = self._root_for(user, scope, team, owner)
         path = self._path_for(root, contract, subject, key, start, text)
         note = Note(id=str(ULID()), kind=contract.name, subject=subject, key=key, scope=scope,
@@ -594,7 +596,9 @@ class MemoryRepo:
         (unless ``[review] self_approve``); the MCP server offers no way to approve."""
         user = require_user(as_user)
         item = self._review_or_missing(user, review_id)
-        gate.check_approver(user, item.actor, item.channel, self_approve=self.config.self_approve)
+        root = layout.parse_path(item.path).root
+        gate.check_approver(user, item.actor, item.channel, self_approve=self.config.self_approve, root=root,
+                            readers=self.access.readers_of_root(root))
         contract = self.contracts.resolve(item.note.kind)
         when = resolve_now(now)
 

@@ -40,6 +40,9 @@ def test_profile_procedures_and_working_state_lead_the_view(repo):
                   source="agent", now=T0)
     view = (repo.root / "private/ali/MEMORY.md").read_text()
     assert view.index("## Profile") < view.index("## Procedures") < view.index("## Working state") < view.index("## Index")
+    # A line not written by a person says where it came from, as its index bullet does.
+    assert re.search(r"^- task:now `file`: Editing PaymentController\.cs.*\[source: agent\]$", view, re.M)
+    assert "- user:ali `standup`: Prefers async standups\n" in view
 
 
 def test_no_view_carries_another_users_private_text(repo):

@@ -1,7 +1,9 @@
 """mdmem verify: notes whose latest commit no permitted writer made, or whose frontmatter
-disagrees with their path (exit 3 when any is found)."""
+disagrees with their path, and an mdmem.toml last changed by someone who is not a config
+admin (exit 3 when any is found)."""
 from __future__ import annotations
 
+from ..config import CONFIG_NAME
 from ..model.layout import root_of
 from .context import add_common
 
@@ -19,7 +21,8 @@ def run(ctx) -> int:
     user = ctx.user
     report = repo.verify()
     # Only roots the acting user may read are reported: verify is no oracle for the others.
-    readable = set(repo.access.readable_roots(user))
+    # mdmem.toml is everyone's: who changed the rules is always reported.
+    readable = set(repo.access.readable_roots(user)) | {CONFIG_NAME}
     flags = [f for f in report["untrusted"] if root_of(f["path"]) in readable]
     out = {"head": report["head"], "untrusted": flags}
     lines = [f"UNTRUSTED {f['path']}: {f['detail']} (commit {f['commit'][:10]})" for f in flags]

@@ -157,6 +157,12 @@ def check_source(source: str, *, where: str = "source") -> str:
     return source
 
 
+def is_person_source(source: str) -> bool:
+    """A person wrote it (``user``, ``human:<name>``); anything else (an agent, a tool, the web,
+    a job) is shown with its source wherever the note's text is shown."""
+    return source == "user" or source.startswith("human:")
+
+
 @dataclass(frozen=True)
 class Note:
     id: str

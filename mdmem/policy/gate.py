@@ -7,10 +7,11 @@ key reuse, append-only, optimistic concurrency, derivation inputs and review are
 """
 from __future__ import annotations
 
+import datetime as _dt
 import fnmatch
 from dataclasses import dataclass
 
-from ..errors import Conflict, Refused
+from ..errors import BadInput, Conflict, Refused
 from ..model.kinds import Contract
 from .access import Access
 
@@ -44,6 +45,25 @@ def judge_source(source: str, contract: Contract, trusted_patterns: tuple[str, .
     if any(fnmatch.fnmatchcase(source, p) for p in trusted_patterns):
         return Provenance(True, f"source {source} is trusted in mdmem.toml")
     return Provenance(False, f"source {source} is not trusted in mdmem.toml ([trust] sources)")
+
+
+def check_agent_ttl(ttl: _dt.timedelta | None, contract: Contract, max_ttl: _dt.timedelta | None) -> None:
+    """An agent may not keep a note alive longer than its kind's default (or ``[trust]
+    agent_max_ttl``): a working note an agent writes into a team scope shows in every
+    teammate's startup view, so how long it stays there is not the agent's choice."""
+    cap = max_ttl if max_ttl is not None else contract.default_ttl
+    if ttl is None or cap is None or ttl <= cap:  # no ttl given: the kind's default applies
+        return
+    raise BadInput(f"ttl: an agent may keep a {contract.name} note for at most {_span(cap)}, not {_span(ttl)} "
+                   "(the kind's default_ttl, or [trust] agent_max_ttl in mdmem.toml)")
+
+
+def _span(delta: _dt.timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 def check_key_reuse(key: str, existing_live_keys: list[str], *, new_key: bool, what: str) -> None:
@@ -86,13 +106,20 @@ def check_derivation(access: Access, root: str, wanted_ids: set[str], found: dic
                       f"{', '.join(sorted(set(found.values())))}; derive per scope")
 
 
-def check_approver(approver: str, writer: str, channel: str, *, self_approve: bool) -> None:
+def check_approver(approver: str, writer: str, channel: str, *, self_approve: bool, root: str = "",
+                   readers: frozenset[str] = frozenset()) -> None:
     """Review is a second person: the writer of a write made through a human channel (CLI, API)
     may not approve it. A write that came over the agent channel is the agent's claim; the
-    person it works for reviews it. ``[review] self_approve = true`` lifts the rule for
-    single-user repos."""
-    if self_approve or channel == AGENT:
+    person it works for reviews it. In a private root the owner is the only person who may ever
+    read the note, so no second person exists: the owner approves holds into their own private
+    root whatever the channel (else such a hold could never be approved). Team roots keep the
+    second-person rule. ``[review] self_approve = true`` lifts the rule for single-user repos."""
+    if self_approve or channel == AGENT or (root and root == f"private/{approver}"):
         return
     if not writer or approver == writer:
-        raise Refused(f"review: {approver} wrote this held change and may not approve it; another person "
-                      "approves it (single-user repo: [review] self_approve = true in mdmem.toml)")
+        others = sorted(readers - {approver})
+        how = (f"another reader of {root} approves it: mdmem review approve <id> --as {others[0]}"
+               + (f" (or {', '.join(others[1:])})" if others[1:] else "")) if others else \
+            f"nobody else can read {root}: add a second member to it"
+        raise Refused(f"review: {approver} wrote this held change and may not approve it; {how} "
+                      "(single-user repo: [review] self_approve = true in mdmem.toml)")

@@ -8,6 +8,11 @@ the repo's allowed-signers file gives to such a person. Flagged notes are left o
 and startup and marked untrusted in recall, get and history until a permitted writer
 commits them again.
 
+``mdmem.toml`` decides who reads and writes what, so it is judged too: the latest commit that
+changed it must be by a config admin (``[roles] erasers``) of the config it replaced, the
+identity read through that older config's ``[people]`` (a change cannot vouch for itself).
+The commit that created it (``mdmem init``) founds the repo and is trusted.
+
 Results are kept per process and in ``.mdmem/verify.json`` (a cache: deleting it loses
 nothing) and moved forward commit by commit, so a catch-up costs one ``git log`` of the new
 commits; mdmem's own writes update the cache without git.
@@ -18,18 +23,19 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from ..errors import NoteInvalid
+from ..config import CONFIG_NAME, Config
+from ..errors import BadInput, NoteInvalid
 from ..model.layout import is_note_path, root_of
 from ..model.validate import validate_note
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the config entry
 GOOD_SIGNATURES = ("G",)  # git's %G?: G good and trusted by the allowed-signers file
 
 
 @dataclass(frozen=True)
 class Flag:
     path: str
-    reason: str  # committer | frontmatter | unsigned | signer
+    reason: str  # committer | frontmatter | unsigned | signer | config
     detail: str
     commit: str
 
@@ -51,11 +57,12 @@ class Verifier:
             # A damaged cache of the right JSON but the wrong shape is recomputed, not trusted.
             if (isinstance(state, dict) and state.get("version") == CACHE_VERSION
                     and isinstance(state.get("head") or "", str)
-                    and all(isinstance(state.get(k), dict) for k in ("touch", "fm", "sig"))):
+                    and all(isinstance(state.get(k), dict) for k in ("touch", "fm", "sig"))
+                    and isinstance(state.get("config"), (list, type(None)))):
                 return state
         except (OSError, ValueError):
             pass
-        return {"version": CACHE_VERSION, "head": None, "touch": {}, "fm": {}, "sig": {}}
+        return _empty()
 
     def _save(self, state: dict) -> None:
         try:
@@ -74,11 +81,14 @@ class Verifier:
         store = self.repo.store
         since = state["head"] if state["head"] and head and store.is_ancestor(state["head"], head) else None
         if since is None:
-            state = {"version": CACHE_VERSION, "head": None, "touch": {}, "fm": {}, "sig": {}}
+            state = _empty()
         if head is not None:
             changed: set[str] = set()
-            for commit, email, files in store.changes_by_commit(head, since):
+            for commit, email, files in store.changes_by_commit(head, since, ("team", "private", CONFIG_NAME)):
                 for status, path in files:
+                    if path == CONFIG_NAME:
+                        state["config"] = self._config_change(commit, email)
+                        continue
                     if not is_note_path(path):
                         continue
                     changed.add(path)
@@ -97,6 +107,24 @@ class Verifier:
         self._save(state)
         return state
 
+    def _config_change(self, commit: str, email: str) -> list:
+        """[commit, email, who made it (by the config before it), whether they were an admin
+        there, whether the commit created the file]: a change to the rules is judged by the
+        rules it replaced, never by itself."""
+        store = self.repo.store
+        try:
+            before = store.read_at(CONFIG_NAME, f"{commit}^")
+        except (KeyError, ValueError):
+            before = None  # a root commit: nothing before it
+        if before is None:
+            return [commit, email, None, False, True]
+        try:
+            old = Config.parse(before, where=f"{CONFIG_NAME} before {commit[:12]}")
+        except BadInput:
+            return [commit, email, None, False, False]
+        user = old.committer(email)
+        return [commit, email, user, user is not None and user in old.erasers, False]
+
     def _frontmatter_problem(self, path: str, rev: str) -> str:
         data = self.repo.store.read_at(path, rev)
         if data is None:
@@ -112,6 +140,10 @@ class Verifier:
         state = self._state
         if state is None or state["head"] != parent or self.repo.config.trust.require_signed:
             return  # the next call catches up from git (signatures need git to check)
+        if CONFIG_NAME in changes:
+            self._state = None  # judged against the config before it: the next call asks git
+            self._flags = None
+            return
         for path, data in changes.items():
             if not is_note_path(path):
                 continue
@@ -163,6 +195,13 @@ class Verifier:
                 elif signer is None or signer not in writers:
                     out[path] = Flag(path, "signer", f"signed by {principal or 'an unknown key'}, who may not "
                                      f"write {root}", commit)
+        change = state.get("config")
+        if change and not change[4] and not change[3]:
+            commit, email, user = change[0], change[1], change[2]
+            who = user or f"unknown identity <{email}>"
+            out[CONFIG_NAME] = Flag(CONFIG_NAME, "config", f"last changed by {who}, who is not a config admin "
+                                    "([roles] erasers of the config before it); an eraser reviews it and commits "
+                                    f"{CONFIG_NAME} again", commit)
         self._flags = (key, out)
         return out
 
@@ -188,3 +227,7 @@ class Verifier:
         flags = self.flags()
         return {"head": self.repo.store.head(), "notes": len(self._state["touch"]) if self._state else 0,
                 "untrusted": [f.to_dict() for f in sorted(flags.values(), key=lambda f: f.path)]}
+
+
+def _empty() -> dict:
+    return {"version": CACHE_VERSION, "head": None, "touch": {}, "fm": {}, "sig": {}, "config": None}

@@ -24,7 +24,7 @@ from ..model.kinds import KIND_GUIDE
 from ..model.text import escape_controls
 from ..errors import NoteInvalid
 from ..model.layout import is_note_path
-from ..model.note import parse_note
+from ..model.note import is_person_source, parse_note
 from ..storage.queries import blob_hash
 
 VIEW_NAME = "MEMORY.md"
@@ -256,7 +256,10 @@ def render_scope(root: str, entries: list[Entry], now: _dt.datetime | None, *, r
         if chosen:
             cap = max(3, max_lines // 8)  # a section never eats the index's budget
             lines += [f"## {heading}", ""]
-            lines += [f"- {e.subject} `{e.key}`: {e.first_line}{_until(e, ' (until {})')}" for e in chosen[:cap]]
+            # A line not written by a person says where it came from, as the index does: a
+            # teammate's agent must not speak in the view with a person's voice.
+            lines += [f"- {e.subject} `{e.key}`: {e.first_line}{_until(e, ' (until {})')}"
+                      f"{'' if is_person_source(e.source) else f' [source: {e.source}]'}" for e in chosen[:cap]]
             if len(chosen) > cap:
                 lines.append(f"- … {len(chosen) - cap} more {kind} note(s) in the index below")
             lines.append("")
