@@ -364,7 +364,13 @@ def test_config_changed_by_a_non_admin_is_flagged_until_an_eraser_commits_it(tmp
     flags = json.loads(r.stdout)["untrusted"]
     assert [(f["path"], f["reason"]) for f in flags] == [("mdmem.toml", "config")]
     assert "bob" in flags[0]["detail"] and "not a config admin" in flags[0]["detail"]
-    # An eraser (of the config before the change) commits the config again: trusted.
+    # A second commit by bob on top is judged by the last trusted config, not by his own change.
+    cfg.write_text(cfg.read_text() + "# again\n")
+    git(root, "-c", "user.name=bob", "-c", "user.email=bob@mdmem.invalid", "commit", "-qam", "again",
+        "--no-verify")
+    r = run_cli("verify", "--as", "carol", "--json", env=env, cwd=root)
+    assert r.returncode == 3 and json.loads(r.stdout)["untrusted"][0]["path"] == "mdmem.toml"
+    # An eraser of the last trusted config commits the config again: trusted.
     cfg.write_text(cfg.read_text() + "\n")
     git(root, "-c", "user.name=dana", "-c", "user.email=dana@mdmem.invalid", "commit", "-qam", "reviewed",
         "--no-verify")

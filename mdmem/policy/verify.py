@@ -9,8 +9,8 @@ and startup and marked untrusted in recall, get and history until a permitted wr
 commits them again.
 
 ``mdmem.toml`` decides who reads and writes what, so it is judged too: the latest commit that
-changed it must be by a config admin (``[roles] erasers``) of the config it replaced, the
-identity read through that older config's ``[people]`` (a change cannot vouch for itself).
+changed it must be by a config admin (``[roles] erasers``) of the last trusted version, the
+identity read through that version's ``[people]`` (a change cannot vouch for itself).
 The commit that created it (``mdmem init``) founds the repo and is trusted.
 
 Results are kept per process and in ``.mdmem/verify.json`` (a cache: deleting it loses
@@ -58,7 +58,8 @@ class Verifier:
             if (isinstance(state, dict) and state.get("version") == CACHE_VERSION
                     and isinstance(state.get("head") or "", str)
                     and all(isinstance(state.get(k), dict) for k in ("touch", "fm", "sig"))
-                    and isinstance(state.get("config"), (list, type(None)))):
+                    and isinstance(state.get("config"), (list, type(None)))
+                    and isinstance(state.get("config_base"), (str, type(None)))):
                 return state
         except (OSError, ValueError):
             pass
@@ -87,7 +88,10 @@ class Verifier:
             for commit, email, files in store.changes_by_commit(head, since, ("team", "private", CONFIG_NAME)):
                 for status, path in files:
                     if path == CONFIG_NAME:
-                        state["config"] = self._config_change(commit, email)
+                        change = self._config_change(commit, email, state.get("config_base"))
+                        state["config"] = change
+                        if change[3] or change[4]:
+                            state["config_base"] = commit  # the rules a later change is judged by
                         continue
                     if not is_note_path(path):
                         continue
@@ -107,17 +111,23 @@ class Verifier:
         self._save(state)
         return state
 
-    def _config_change(self, commit: str, email: str) -> list:
-        """[commit, email, who made it (by the config before it), whether they were an admin
-        there, whether the commit created the file]: a change to the rules is judged by the
-        rules it replaced, never by itself."""
+    def _config_change(self, commit: str, email: str, base: str | None) -> list:
+        """[commit, email, who made it, whether they are an admin, whether the commit created the
+        file]: a change to the rules is judged by the last trusted rules (``base``'s mdmem.toml),
+        never by itself nor by an untrusted change before it (else a second commit on top of
+        one that made its author an eraser would vouch for both)."""
         store = self.repo.store
-        try:
-            before = store.read_at(CONFIG_NAME, f"{commit}^")
-        except (KeyError, ValueError):
-            before = None  # a root commit: nothing before it
+        if base is not None:
+            before = store.read_at(CONFIG_NAME, base)
+        else:
+            try:
+                before = store.read_at(CONFIG_NAME, f"{commit}^")
+            except (KeyError, ValueError):
+                before = None  # a root commit: nothing before it
+            if before is None:
+                return [commit, email, None, False, True]
         if before is None:
-            return [commit, email, None, False, True]
+            return [commit, email, None, False, False]
         try:
             old = Config.parse(before, where=f"{CONFIG_NAME} before {commit[:12]}")
         except BadInput:
@@ -141,7 +151,7 @@ class Verifier:
         if state is None or state["head"] != parent or self.repo.config.trust.require_signed:
             return  # the next call catches up from git (signatures need git to check)
         if CONFIG_NAME in changes:
-            self._state = None  # judged against the config before it: the next call asks git
+            self._state = None  # judged against the last trusted config: the next call asks git
             self._flags = None
             return
         for path, data in changes.items():
@@ -200,8 +210,8 @@ class Verifier:
             commit, email, user = change[0], change[1], change[2]
             who = user or f"unknown identity <{email}>"
             out[CONFIG_NAME] = Flag(CONFIG_NAME, "config", f"last changed by {who}, who is not a config admin "
-                                    "([roles] erasers of the config before it); an eraser reviews it and commits "
-                                    f"{CONFIG_NAME} again", commit)
+                                    "([roles] erasers of the last trusted mdmem.toml); an eraser reviews it "
+                                    f"and commits {CONFIG_NAME} again", commit)
         self._flags = (key, out)
         return out
 
@@ -230,4 +240,5 @@ class Verifier:
 
 
 def _empty() -> dict:
-    return {"version": CACHE_VERSION, "head": None, "touch": {}, "fm": {}, "sig": {}, "config": None}
+    return {"version": CACHE_VERSION, "head": None, "touch": {}, "fm": {}, "sig": {},
+            "config": None, "config_base": None}
