@@ -17,8 +17,10 @@ from whoosh.lang.porter2 import stem as porter2_stem
 from whoosh.fields import ID, KEYWORD, STORED, TEXT, Schema
 from whoosh.scoring import BM25F
 
+from .. import cache as cachefiles
 from ..storage.worktree import StoredNote
 from . import bm25
+from .doctable import prepare_vectors
 from .doctable import Int64Column, code
 
 NEVER = 2**62  # sentinel "no end" for numeric time fields
@@ -137,3 +139,15 @@ def tag_mask(searcher, tags: list[str], size: int):
     if docs:
         mask[np.asarray(docs, dtype=np.int64)] = True
     return mask
+
+
+def build_beside(folder: Path, docs: list[dict], *, limitmb: int) -> None:
+    """A new index of ``docs`` written beside ``folder`` (see cache.fresh_folder). The caller
+    closes the old index and calls ``cache.swap_in(folder)``: a kill before the swap leaves the
+    old index, never an empty one that recall would trust."""
+    new_ix = windex.create_in(str(cachefiles.fresh_folder(folder)), make_schema())
+    writer = new_ix.writer(limitmb=limitmb)
+    prepare_vectors(writer, docs)
+    for doc in docs:
+        writer.add_document(**doc)
+    writer.commit()

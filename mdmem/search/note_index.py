@@ -357,12 +357,7 @@ class NoteIndex:
         # Built beside the old index and swapped in: a kill leaves the old one (or the
         # finished new one) in place, never an empty index that recall would trust.
         folder = self.base / "fulltext"
-        new_ix = fulltext.windex.create_in(str(cachefiles.fresh_folder(folder)), fulltext.make_schema())
-        writer = new_ix.writer(limitmb=256)
-        prepare_vectors(writer, docs)
-        for doc in docs:
-            writer.add_document(**doc)
-        writer.commit()
+        fulltext.build_beside(folder, docs, limitmb=256)
         self._close_index()
         cachefiles.swap_in(folder)
         shutil.rmtree(self.base / "versions", ignore_errors=True)

@@ -98,13 +98,7 @@ class VersionsIndex:
         open_docs: dict[str, dict] = {}
         docs, _ = version_docs(self.index.repo, head, open_docs)
         self.index.embed_docs(docs)  # before the old index goes: a failing embedder changes nothing
-        # Built beside the old index and swapped in (see cache.swap_in).
-        new_ix = fulltext.windex.create_in(str(cachefiles.fresh_folder(self.folder)), fulltext.make_schema())
-        writer = new_ix.writer(limitmb=128)
-        prepare_vectors(writer, docs)
-        for doc in docs:
-            writer.add_document(**doc)
-        writer.commit()
+        fulltext.build_beside(self.folder, docs, limitmb=128)
         self.close()
         cachefiles.swap_in(self.folder)
         self._ix = fulltext.windex.open_dir(str(self.folder))
