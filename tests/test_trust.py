@@ -374,8 +374,11 @@ def test_config_changed_by_a_non_admin_is_flagged_until_an_eraser_commits_it(tmp
     cfg.write_text(cfg.read_text() + "\n")
     git(root, "-c", "user.name=dana", "-c", "user.email=dana@mdmem.invalid", "commit", "-qam", "reviewed",
         "--no-verify")
-    r = run_cli("verify", "--as", "carol", env=env, cwd=root)
-    assert r.returncode == 0, r.stdout + r.stderr
+    r = run_cli("verify", "--as", "carol", "--json", env=env, cwd=root)
+    out = json.loads(r.stdout)
+    assert out["untrusted"] == [], r.stdout + r.stderr
+    # The membership change went past the hooks, so the search view (its readers) is stale: reported.
+    assert out["stale_views"] == ["team/search/MEMORY.md"] and r.returncode == 3
 
 
 def test_sync_lists_a_config_change_by_a_non_admin_as_untrusted(tmp_path):

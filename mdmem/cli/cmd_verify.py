@@ -1,6 +1,7 @@
 """mdmem verify: notes whose latest commit no permitted writer made, or whose frontmatter
-disagrees with their path, and an mdmem.toml last changed by someone who is not a config
-admin (exit 3 when any is found)."""
+disagrees with their path, an mdmem.toml last changed by someone who is not a config
+admin, and committed MEMORY views that differ from a fresh render (a view edited with
+`git commit --no-verify` would tell agents what no note says) — exit 3 when any is found."""
 from __future__ import annotations
 
 from ..config import CONFIG_NAME
@@ -24,7 +25,10 @@ def run(ctx) -> int:
     # mdmem.toml is everyone's: who changed the rules is always reported.
     readable = set(repo.access.readable_roots(user)) | {CONFIG_NAME}
     flags = [f for f in report["untrusted"] if root_of(f["path"]) in readable]
-    out = {"head": report["head"], "untrusted": flags}
+    stale = [v for v in repo.stale_views() if "/" not in v or root_of(v) in readable]
+    out = {"head": report["head"], "untrusted": flags, "stale_views": stale}
     lines = [f"UNTRUSTED {f['path']}: {f['detail']} (commit {f['commit'][:10]})" for f in flags]
+    lines += [f"STALE VIEW {v}: differs from a fresh render of its notes (`mdmem render` rewrites it)"
+              for v in stale]
     ctx.emit(out, "\n".join(lines) or "every note you may read was committed by a permitted writer")
-    return Refused.exit_code if flags else 0
+    return Refused.exit_code if flags or stale else 0
