@@ -7,6 +7,8 @@ the methods rely only on its ``repo`` (pygit2), ``root`` and ``git()``.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,11 +61,10 @@ class GitQueries:
     repo: pygit2.Repository
     root: Path
 
-    def git(self, *args: str, input: bytes | None = None, check: bool = True) -> str:  # GitStore's
-        raise NotImplementedError
+    if TYPE_CHECKING:  # provided by GitStore, which this class is mixed into
+        def git(self, *args: str, input: bytes | None = None, check: bool = True) -> str: ...
 
-    def head(self) -> str | None:  # GitStore's
-        raise NotImplementedError
+        def head(self) -> str | None: ...
 
     # --- objects and refs ---------------------------------------------------------------
     @property
