@@ -2,8 +2,10 @@
 the exit-code table is the error classes; the Python example runs; the options sentence is
 true of every command."""
 import inspect
+import json
 import re
 import shlex
+import time
 from pathlib import Path
 
 import mdmem.errors as errors
@@ -34,7 +36,8 @@ def indented_commands(text: str) -> list[tuple[str, str]]:
     return [c for c in out if c[0]]
 
 
-def test_the_tour_runs_in_order_and_exits_as_the_readme_says(tmp_path):
+def run_tour(tmp_path) -> tuple[Path, dict]:
+    """Run the tour's commands in order, asserting each exits as its comment says; return (cwd, env)."""
     commands = indented_commands(section("A short tour"))
     assert len(commands) >= 10
     home = tmp_path / "memory"
@@ -50,12 +53,41 @@ def test_the_tour_runs_in_order_and_exits_as_the_readme_says(tmp_path):
             continue
         if "<id>" in command:
             command = command.replace("<id>", last.split()[0])
+        if "supersedes" in comment:
+            time.sleep(1.1)  # a person types slower than git's one-second commit times
         argv = shlex.split(command)
         assert argv[0] == "mdmem", command
         wanted = re.search(r"exit (\d+)", comment)
         r = run_cli(*argv[1:], env={**env, "EDITOR": "true"}, cwd=cwd)
         assert r.returncode == (int(wanted.group(1)) if wanted else 0), (command, r.stdout, r.stderr)
         last = r.stdout
+    return cwd, env
+
+
+def test_the_tour_runs_in_order_and_exits_as_the_readme_says(tmp_path):
+    run_tour(tmp_path)
+
+
+def test_the_recall_examples_find_what_they_say_in_the_tours_repo(tmp_path):
+    cwd, env = run_tour(tmp_path)
+    history = json.loads(run_cli("history", "--subject", "service:billing", "--kind", "fact",
+                                 "--key", "deploy.window", "--json", env=env, cwd=cwd).stdout)["versions"]
+    first_time = min(v["time"] for v in history)
+    wanted = {  # what each example's first hit must say
+        "When is billing allowed": "weekday before 3pm",
+        "--history": "only on Tuesdays",
+        "--at": "only on Tuesdays",
+        "--key refund.window": "Refunds within 30 days",
+    }
+    commands = [c for c, _ in indented_commands(section("Recall")) if c.startswith("mdmem recall")]
+    assert len(commands) == len(wanted)
+    for command in commands:
+        command = command.replace("<time>", first_time)
+        r = run_cli(*shlex.split(command)[1:], "--json", env=env, cwd=cwd)
+        assert r.returncode == 0, (command, r.stderr)
+        hits = json.loads(r.stdout)["hits"]
+        expect = next(text for marker, text in wanted.items() if marker in command)
+        assert hits and expect in hits[0]["text"], (command, hits)
 
 
 def test_the_exit_code_table_is_the_error_classes():
