@@ -6,6 +6,9 @@ import datetime as _dt
 from ..errors import BadInput
 
 UTC = _dt.timezone.utc
+# What the API takes for a time (parse_time) and for a span (parse_duration); None: not given.
+TimeLike = _dt.datetime | _dt.date | str | None
+SpanLike = _dt.timedelta | int | float | str | None
 
 
 def utcnow() -> _dt.datetime:
@@ -45,7 +48,7 @@ def format_time(dt: _dt.datetime | None) -> str | None:
     return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def resolve_now(now=None) -> _dt.datetime:
+def resolve_now(now: TimeLike = None) -> _dt.datetime:
     """``now`` if given, else the clock. (MDMEM_NOW is the CLI's: it passes ``now``.)"""
     if now is not None:
         return parse_time(now, field="now")

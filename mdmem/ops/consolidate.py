@@ -5,7 +5,14 @@ the gate checks the derived scope again when the digest is written.
 """
 from __future__ import annotations
 
-from ..storage.worktree import StoredNote
+from ..errors import NotFound, Refused
+from ..model import layout
+from ..model.clock import TimeLike, resolve_now
+from ..policy.access import require_user
+from ..results import WriteResult
+from ..storage.worktree import StoredNote, scan_notes
+from . import read, write
+from .state import RepoState
 
 _ORDER = {"profile": 0, "procedure": 1, "decision": 2, "fact": 3, "working": 4, "episode": 5}
 
@@ -17,3 +24,23 @@ def build_digest(subject: str, root: str, inputs: list[StoredNote]) -> str:
         label = f"{s.note.kind} {s.note.key}" if s.note.key else s.note.kind
         lines.append(f"- {label}: {s.note.first_line()}")
     return "\n".join(lines)
+
+
+def consolidate(repo: RepoState, *, as_user: str, subject: str, scope: str | None = None, team: str | None = None,
+                now: TimeLike = None) -> WriteResult:
+    """A deterministic digest of one scope's live notes about one subject, written as the
+    subject's summary through the gate."""
+    scope = layout.default_scope(scope, team)
+    user = require_user(as_user)
+    when = resolve_now(now)
+    root = read.root_for(user, scope, team, None)
+    if not repo.access.may_read_root(user, root):
+        raise Refused(f"consolidate: {user} may not read {root}")
+    inputs = [s for s in scan_notes(repo.root, repo.contracts, f"{root}/{layout.subject_dir(subject)}",
+                                    max_bytes=repo.config.note_max_bytes)[0]
+              if s.note.is_live(when) and s.note.kind != "summary" and s.note.subject == subject]
+    if not inputs:
+        raise NotFound(f"consolidate: no live notes about {subject} in {root}")
+    text = build_digest(subject, root, inputs)
+    return write.remember(repo, text, as_user=user, kind="summary", subject=subject, scope=scope, team=team,
+                          source="system:consolidate", derived_from=[s.note.id for s in inputs], now=when)

@@ -1,0 +1,39 @@
+"""Making a new memory repo on disk: the first commit (config, guides, hooks), by a named person."""
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+from pathlib import Path
+
+from ..config import CONFIG_NAME, render_config
+from ..errors import BadInput
+from ..storage.gitstore import GitStore, Trailers
+from ..template import read_template
+
+
+def found(path: str | Path, *, teams: dict[str, list[str]] | None, erasers: list[str] | None, as_user: str,
+          when: _dt.datetime) -> Path:
+    """Create the repo at ``path`` (an empty or new folder) and return its root."""
+    root = Path(path)
+    if (root / CONFIG_NAME).exists():
+        raise BadInput(f"{root}: already a memory repo ({CONFIG_NAME} exists); nothing changed")
+    if (root / ".git").exists():
+        raise BadInput(f"{root}: already a git repository; mdmem init makes a new one")
+    if root.exists() and any(root.iterdir()):
+        raise BadInput(f"{root}: folder is not empty; give mdmem init an empty or new folder")
+    from .. import hooks
+
+    teams = teams or {}
+    files = {
+        CONFIG_NAME: render_config(teams, erasers).encode(),
+        "README.md": read_template("README.md").encode(),
+        "MEMORY.md": read_template("MEMORY.md").encode(),
+        ".gitignore": read_template("gitignore").encode(),
+        **hooks.committed_files(),
+    }
+    root.mkdir(parents=True, exist_ok=True)
+    GitStore.init(root, files, actor=as_user, when=when, executable=hooks.EXECUTABLE,
+                  message="mdmem init\n\n" + Trailers("init", as_user, "system:init").render())
+    # The hooks travel with the repo (committed); this clone uses them from now on.
+    hooks.configure(root, sys.executable)
+    return root

@@ -1,0 +1,55 @@
+"""Held writes: a write the gate did not trust sits on a ``review/<id>`` branch of its own,
+carrying everything it asked for, until a person approves or rejects it (ops/review.py)."""
+from __future__ import annotations
+
+import datetime as _dt
+
+from ulid import ULID
+
+from ..model.note import Note, parse_note
+from ..policy.gate import AGENT, HUMAN
+from ..results import ReviewItem, WriteResult
+from ..storage.gitstore import Trailers, parse_trailers
+from .state import RepoState
+
+REVIEW_PREFIX = "review/"
+
+
+def hold(repo: RepoState, user: str, path: str, note: Note, reason: str, when: _dt.datetime, *, channel: str,
+         new_key: bool, expect_version: str | None, claimed_source: str | None) -> WriteResult:
+    review_id = str(ULID()).lower()[-10:]
+    branch = f"refs/heads/{REVIEW_PREFIX}{review_id}"
+    base = repo.store.head()
+    # Everything the write asked for is kept with it, so approving it replays the same write.
+    extra = [("Memory-Hold-Reason", reason), ("Memory-Channel", channel)]
+    if new_key:
+        extra.append(("Memory-New-Key", "true"))
+    if expect_version:
+        extra.append(("Memory-Expect-Version", expect_version))
+    if claimed_source:
+        extra.append(("Memory-Claimed-Source", claimed_source))
+    trailers = Trailers("hold", user, note.source, extra=tuple(extra))
+    message = f"hold {note.kind} {note.subject}/{note.key or path.rsplit('/', 1)[-1]}\n\n{trailers.render()}"
+    # The held commit sits on main's tip in a branch of its own, out of the work tree.
+    repo.store.create_branch(REVIEW_PREFIX + review_id, base)
+    commit = repo.store.commit({path: note.dumps().encode()}, message, actor=user, when=when,
+                               branch=branch, worktree=False)
+    return WriteResult("held", path, commit=commit, review_id=review_id, reason=reason, note_id=note.id)
+
+
+def review_item(repo: RepoState, review_id: str) -> ReviewItem | None:
+    """The held write on ``review/<review_id>``, or None if there is no such hold."""
+    tip = repo.store.branch_commit(REVIEW_PREFIX + review_id)
+    if tip is None or parse_trailers(tip.message).get("op") != "hold" or not tip.notes:
+        return None
+    path, blob = next(iter(tip.notes.items()))
+    note = parse_note(path, repo.store.read_blob(blob))
+    t = parse_trailers(tip.message)
+    # The writer is who made the hold commit (its author identity), not what its trailer says.
+    author = repo.config.committer(tip.author_email) or ""
+    actor = t.get("actor", "")
+    writer = author if author == actor else (author or actor)
+    channel = AGENT if t.get("channel") == AGENT and author == actor else HUMAN
+    return ReviewItem(review_id, path, note, writer, t.get("hold-reason", ""), tip.commit, channel=channel,
+                      new_key=t.get("new-key") == "true", expect_version=t.get("expect-version") or None,
+                      claimed_source=t.get("claimed-source") or None)

@@ -1,0 +1,203 @@
+"""Reading notes as a user may see them: one note (get, show), keys, listings, history, and the
+helpers every operation shares to find a note's root and path and read it from the work tree."""
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import replace
+
+from ulid import ULID
+
+from ..errors import BadInput, NoteInvalid, NotFound
+from ..model import layout
+from ..model.clock import TimeLike, format_time, parse_time, resolve_now
+from ..model.kinds import SUMMARY_KEY, Contract
+from ..model.note import Note, parse_note
+from ..policy.access import not_visible, require_user
+from ..results import KeyInfo, Version
+from ..storage.worktree import StoredNote, live_in_dir, read_note, scan_notes
+from .state import RepoState
+
+
+# --- where a note lives, and reading it ----------------------------------------------
+def root_for(user: str, scope: str, team: str | None, owner: str | None) -> str:
+    if scope == "private":
+        return layout.scope_root("private", owner=owner or user)
+    return layout.scope_root(scope, team=team)
+
+
+def path_for(root: str, contract: Contract, subject: str, key: str | None, when: _dt.datetime, text: str) -> str:
+    if contract.keyed:
+        return layout.keyed_path(root, subject, contract.name, key)
+    slug = layout.check_key(key) if key else f"{layout.slugify(text)}-{str(ULID())[-6:].lower()}"
+    return layout.episode_path(root, subject, when, slug)
+
+
+def read(repo: RepoState, path: str) -> StoredNote | None:
+    return read_note(repo.root, path, repo.contracts, max_bytes=repo.config.note_max_bytes)
+
+
+def visible_stored(repo: RepoState, user: str, path: str) -> StoredNote:
+    repo.access.visible_root(user, path)  # the path is checked before any file is touched
+    stored = read(repo, path)
+    if stored is None:
+        raise not_visible(path, user)
+    return stored
+
+
+def all_notes(repo: RepoState) -> list[StoredNote]:
+    return scan_notes(repo.root, repo.contracts, max_bytes=repo.config.note_max_bytes)[0]
+
+
+def untrusted(repo: RepoState, path: str) -> str | None:
+    """Why the committed note at ``path`` is not trusted, or None."""
+    flag = repo.trust.flags().get(path)
+    return flag.detail if flag is not None else None
+
+
+def marked(repo: RepoState, stored: StoredNote) -> StoredNote:
+    reason = untrusted(repo, stored.path)
+    return replace(stored, untrusted=reason) if reason else stored
+
+
+def candidate_paths(repo: RepoState, user: str, subject: str, kind: str, key: str | None,
+                    scope: str | None, team: str | None) -> list[str]:
+    contract = repo.contracts.resolve(kind)
+    if scope:
+        roots = [root_for(user, scope, team, None)]
+    else:
+        roots = repo.access.readable_roots(user)
+    return [layout.keyed_path(r, subject, contract.name, key or SUMMARY_KEY) for r in roots]
+
+
+# --- the read operations -------------------------------------------------------------
+def get(repo: RepoState, *, as_user: str, path: str | None = None, subject: str | None = None,
+        kind: str | None = None, key: str | None = None, scope: str | None = None,
+        team: str | None = None, now: TimeLike = None) -> StoredNote:
+    """The live version of one note: by path, or by subject + kind + key (an exact lookup).
+
+    Without a scope the user's private note wins over team notes of the same key.
+    """
+    user = require_user(as_user)
+    when = resolve_now(now)
+    if path:
+        stored = visible_stored(repo, user, path)
+        if not stored.note.is_live(when):
+            raise NotFound(f"{path}: not live at {format_time(when)} (ended or expired)")
+        return marked(repo, stored)
+    if not (subject and kind):
+        raise BadInput("get: pass a path, or subject and kind (and key for keyed kinds)")
+    contract = repo.contracts.resolve(kind)
+    if contract.keyed and not key and contract.name != "summary":
+        raise BadInput(f"key: kind {contract.name} is keyed; get needs the key")
+    for candidate in candidate_paths(repo, user, subject, kind, key, scope, team):
+        if not repo.access.may_read_root(user, layout.parse_path(candidate).root):
+            continue
+        found = read(repo, candidate)
+        if found is not None and found.note.is_live(when):
+            return marked(repo, found)
+    raise not_visible(f"{subject} {contract.name} {key or ''}".strip(), user)
+
+
+def keys(repo: RepoState, *, as_user: str, subject: str, kind: str, scope: str | None = None,
+         team: str | None = None, now: TimeLike = None) -> list[KeyInfo]:
+    """Live keys for a subject and kind in every root the user may read."""
+    user = require_user(as_user)
+    contract = repo.contracts.resolve(kind)
+    when = resolve_now(now)
+    roots = [root_for(user, scope, team, None)] if scope else repo.access.readable_roots(user)
+    out = []
+    for root in roots:
+        if not repo.access.may_read_root(user, root):
+            continue
+        for stored in live_in_dir(repo.root, layout.kind_dir(root, subject, contract.name), repo.contracts, when,
+                                  max_bytes=repo.config.note_max_bytes):
+            out.append(KeyInfo(key=stored.note.key or "", root=root, path=stored.path, version=stored.version,
+                               note_id=stored.note.id, first_line=stored.note.first_line()))
+    return out
+
+
+def notes(repo: RepoState, *, as_user: str, now: TimeLike = None, include_ended: bool = False) -> list[StoredNote]:
+    """Every note the user may see (live ones unless ``include_ended``)."""
+    user = require_user(as_user)
+    when = resolve_now(now)
+    out = []
+    for root in repo.access.readable_roots(user):
+        for stored in scan_notes(repo.root, repo.contracts, root, max_bytes=repo.config.note_max_bytes)[0]:
+            if include_ended or stored.note.is_live(when):
+                out.append(stored)
+    return out
+
+
+def show(repo: RepoState, *, as_user: str, path: str) -> StoredNote:
+    """One note by path whatever its validity (ended and expired notes too), if the user may
+    see it; every frontmatter field, editors' ones included."""
+    return visible_stored(repo, require_user(as_user), path)
+
+
+def listing(repo: RepoState, *, as_user: str, subject: str | None = None, kind: str | None = None,
+            root: str | None = None, include_ended: bool = False, now: TimeLike = None) -> list[StoredNote]:
+    """The notes the user may see, by subject, kind and scope root (``mdmem ls``)."""
+    user = require_user(as_user)
+    if root is not None and not repo.access.may_read_root(user, root.rstrip("/")):
+        raise NotFound(f"--root {root}: no scope root visible to {user}; yours: "
+                       f"{', '.join(repo.access.readable_roots(user))}")
+    kind_name = repo.contracts.resolve(kind).name if kind else None
+    if subject:
+        layout.check_subject(subject)
+    return [s for s in notes(repo, as_user=user, now=now, include_ended=include_ended)
+            if (root is None or s.root == root.rstrip("/")) and (kind_name is None or s.note.kind == kind_name)
+            and (subject is None or s.note.subject == subject)]
+
+
+def check(repo: RepoState) -> tuple[list[StoredNote], list[NoteInvalid]]:
+    return scan_notes(repo.root, repo.contracts, max_bytes=repo.config.note_max_bytes)
+
+
+def history(repo: RepoState, *, as_user: str, path: str | None = None, subject: str | None = None,
+            kind: str | None = None, key: str | None = None, scope: str | None = None,
+            team: str | None = None, at: TimeLike = None) -> list[Version]:
+    """Every version of one note from git, newest first; with ``at``, the one current then."""
+    user = require_user(as_user)
+    if not path:
+        if not (subject and kind):
+            raise BadInput("history: pass a path, or subject and kind and key")
+        # Only roots the user may read are asked: git is not an oracle for the others.
+        paths = [p for p in candidate_paths(repo, user, subject, kind, key, scope, team)
+                 if repo.access.may_read_root(user, layout.parse_path(p).root)]
+        path = next((p for p in paths if repo.store.log(p)), None)
+        if path is None:
+            raise not_visible(f"{subject} {kind} {key or ''}".strip(), user)
+    root = repo.access.visible_root(user, path)
+    writers = repo.access.writers_of_root(root)
+    versions = []
+    for entry in repo.store.log(path):
+        note = None
+        if entry.blob is not None:
+            try:
+                note = parse_note(path, repo.store.read_blob(entry.blob))
+            except NoteInvalid:
+                note = None
+            if note is not None and not version_visible(repo, user, note):
+                break  # the walk stops at the first version the user may not see
+        t = entry.trailers
+        committer = repo.config.committer(entry.email)
+        why = None if committer in writers else \
+            f"committed by {committer or 'an unknown identity'}, who may not write {root}"
+        versions.append(Version(entry.commit, entry.time, t.get("op", "edit"), t.get("actor", entry.author),
+                                t.get("source", "human"), entry.blob, note, why, path=path))
+    if not versions:
+        raise not_visible(path, user)
+    if at is not None:
+        when = parse_time(at, field="at")
+        for v in versions:
+            if v.time <= when:
+                if v.note is None or not v.note.is_live(when):
+                    raise NotFound(f"{path}: not live at {format_time(when)}")
+                return [v]
+        raise NotFound(f"{path}: did not exist at {format_time(when)}")
+    return versions
+
+
+def version_visible(repo: RepoState, user: str, note: Note) -> bool:
+    root = f"team/{note.team}" if note.scope == "team" else f"private/{note.owner}"
+    return repo.access.may_read_root(user, root)

@@ -1,0 +1,75 @@
+"""The MEMORY views as operations: the views a change alters (committed with it), a full
+re-render, the stale ones, and the startup view one user starts from."""
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+from ..model.clock import TimeLike, resolve_now
+from ..policy.access import require_user
+from ..storage.gitstore import Trailers
+from .state import RepoState
+
+
+def scope_view(repo: RepoState, root: str, now: TimeLike = None, *, overlay: dict[str, bytes | None] | None = None,
+               max_lines: int | None = None, max_bytes: int | None = None) -> str:
+    """One scope root's MEMORY view at HEAD with ``overlay`` (path -> bytes, None deleted)
+    applied as if committed: the committed view (a function of the notes) without ``now``,
+    the entries live at ``now`` with it (startup)."""
+    return repo.views.scope_view(root, repo.store.head(), overlay or {},
+                                 now=resolve_now(now) if now is not None else None,
+                                 max_lines=max_lines, max_bytes=max_bytes)
+
+
+def views_for(repo: RepoState, changes: dict[str, bytes | None],
+              when: _dt.datetime | None = None) -> dict[str, bytes | None]:
+    """The scope views a change alters, regenerated to go into the same commit."""
+    from ..views.fresh import changed, touched_roots
+
+    head = repo.store.head()
+    return changed(repo.store, head, repo.views.for_roots(touched_roots(changes), head, changes))
+
+
+def fresh_view_changes(repo: RepoState) -> dict[str, bytes | None]:
+    """Every view (and the root guide) as a fresh render of HEAD would have it, where it differs."""
+    from ..views.fresh import changed
+
+    head = repo.store.head()
+    return changed(repo.store, head, repo.views.expected(head))
+
+
+def stale_views(repo: RepoState) -> list[str]:
+    """Views committed at HEAD that differ from a fresh render of HEAD (`mdmem check`)."""
+    head = repo.store.head()
+    return repo.views.stale(head) if head else []
+
+
+def render(repo: RepoState, *, as_user: str, now: TimeLike = None) -> dict[str, Any]:
+    """Regenerate the root MEMORY.md and every scope view in one commit."""
+    user = require_user(as_user)
+    when = resolve_now(now)
+    with repo.store.locked():
+        changes = fresh_view_changes(repo)
+        if not changes:
+            return {"commit": None, "views": []}
+        message = "render MEMORY views\n\n" + Trailers("render", user, "system:render").render()
+        commit = repo.store.commit(changes, message, actor=user, when=when)
+    return {"commit": commit, "views": sorted(changes)}
+
+
+def startup(repo: RepoState, *, as_user: str, now: TimeLike = None) -> str:
+    """The view one user starts from: the root guide, their teams and their private scope,
+    composed within the budget. Carries only what this user may see."""
+    from ..views.render import render_root
+
+    user = require_user(as_user)
+    when = resolve_now(now)
+    guide = render_root(repo.config)
+    roots = repo.access.readable_roots(user)
+    lines_left = max(40, repo.config.view_max_lines - guide.count("\n"))
+    bytes_left = max(4000, repo.config.view_max_bytes - len(guide.encode()))
+    parts = [guide]
+    for root in roots:
+        parts.append(scope_view(repo, root, when, max_lines=max(20, lines_left // len(roots)),
+                                max_bytes=max(2000, bytes_left // len(roots))))
+    return f"# Startup view for {user}\n\n" + "\n".join(parts)

@@ -1,0 +1,45 @@
+"""The index as operations: catching it up with the notes (or rebuilding it), and recall with
+the index's own recovery (a damaged cache is moved aside and rebuilt) and trust's marks."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from ..errors import MdmemError
+from ..model.clock import TimeLike
+from ..model.text import check_unicode
+from ..results import ProgressCallback
+from .state import RepoState
+
+if TYPE_CHECKING:
+    from ..search.recall import Hit
+
+
+def reindex(repo: RepoState, *, rebuild: bool = False, progress: ProgressCallback | None = None) -> Any:
+    """Catch the index up with the notes (or rebuild it from them)."""
+    if rebuild:
+        return repo.index.rebuild(progress=progress)
+    return repo.index.sync(worktree=True, progress=progress)
+
+
+def recall(repo: RepoState, query: str, *, as_user: str, k: int = 5, kinds: list[str] | None = None,
+           subject: str | None = None, key: str | None = None, at: TimeLike = None, include_history: bool = False,
+           now: TimeLike = None, tags: list[str] | None = None) -> list[Hit]:
+    """Live notes the user may see that answer ``query``, best first (see :mod:`mdmem.search.recall`).
+    ``tags``: only notes whose frontmatter ``tags`` include every one of them."""
+    if isinstance(query, str):
+        check_unicode(query, "query")
+    args: dict[str, Any] = dict(as_user=as_user, k=k, kinds=kinds, subject=subject, key=key, at=at,
+                                include_history=include_history, now=now, tags=tags)
+    try:
+        hits = repo.recaller(query, **args)
+    except MdmemError:
+        raise
+    except Exception as exc:  # noqa: BLE001 -- an index file that cannot be read
+        # The index is a cache: a damaged one (truncated table of contents, a missing
+        # segment, garbage) is moved aside with one warning and rebuilt, then asked again.
+        repo.index.recover(exc)
+        repo.reset_recaller()
+        hits = repo.recaller(query, **args)
+    flags = repo.trust.flags()
+    return [replace(h, untrusted=flags[h.path].detail) if h.current and h.path in flags else h for h in hits]

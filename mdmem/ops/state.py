@@ -1,0 +1,139 @@
+"""What an open memory repo holds: its folder, configuration, git store, access rule and the
+in-process caches (trust, index, recall, views), made on first use and dropped together.
+
+The operations (ops/read.py, write.py, holds.py, review.py, lifecycle.py, views.py,
+searching.py, consolidate.py) are functions of this state; :class:`mdmem.repo.MemoryRepo`
+is this state plus one thin method per operation.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..config import Config, UserConfig, check_backend, check_fusion
+from ..errors import BadInput, Conflict
+from ..policy.access import Access
+from ..storage.gitstore import GitStore
+
+if TYPE_CHECKING:
+    from ..model.kinds import Contracts
+    from ..policy.verify import Verifier
+    from ..search.note_index import NoteIndex
+    from ..search.recall import Recall
+    from ..views.fresh import Views
+    from ..views.render import MetaCache, RootEntries
+
+
+class RepoState:
+    """An open memory repo's state; the caches are disposable (``reset_caches``)."""
+
+    root: Path
+    config: Config
+    user_config: UserConfig
+    store: GitStore
+    access: Access
+    contracts: Contracts
+
+    def __init__(self, path: str | Path, *, embedder: str | None = None, fusion: str | None = None,
+                 user_config: UserConfig | None = None) -> None:
+        root = Path(path)
+        config = Config.load(root)
+        if not (root / ".git").exists():
+            raise BadInput(f"{root}: not a git repository")
+        if embedder is not None:
+            config.embedder.backend = check_backend(embedder, where="embedder")
+        if fusion is not None:
+            config.fusion = check_fusion(fusion, where="fusion")
+        self.root = root
+        self.config = config
+        self.user_config = user_config or UserConfig()
+        self.store = GitStore(root, config.identity)
+        self.store.signing_key = self.user_config.signing_key
+        if self.store.pending_path.exists():
+            # A write was cut short after its commit (a kill, a stale index.lock): bring the
+            # work tree and git's index in line now. Busy? The writer holding it repairs.
+            try:
+                with self.store.locked(timeout=0.5):
+                    pass
+            except Conflict:
+                pass
+        self.access = Access(config.teams, config.erasers)
+        self.contracts = config.contracts
+        self._trust: Verifier | None = None
+        self._index: NoteIndex | None = None
+        self._recall: Recall | None = None
+        self._meta_cache: MetaCache | None = None
+        self._root_blobs: RootEntries | None = None
+
+    # --- the caches -------------------------------------------------------------------
+    @property
+    def trust(self) -> Verifier:
+        """Who committed each note (:mod:`mdmem.policy.verify`)."""
+        if self._trust is None:
+            from ..policy.verify import Verifier
+            self._trust = Verifier(self)
+        return self._trust
+
+    @property
+    def index(self) -> NoteIndex:
+        """The disposable cache beside the notes (created on first use)."""
+        if self._index is None:
+            from ..search.note_index import NoteIndex
+            self._index = NoteIndex(self)
+        return self._index
+
+    @property
+    def recaller(self) -> Recall:
+        """The recall over :attr:`index` (made on first use, remade by :meth:`reset_recaller`).
+        It asks this repo's ``get`` for exact lookups: the state is always the facade's."""
+        if self._recall is None:
+            from ..search.recall import Recall
+            self._recall = Recall(self, self.index)
+        return self._recall
+
+    def reset_recaller(self) -> None:
+        self._recall = None
+
+    @property
+    def views(self) -> Views:
+        """Renders views from git trees; shares the per-root entries kept across writes. Notes
+        whose latest commit no permitted writer made stay out of views (trust's flags)."""
+        from ..views.fresh import Views
+        from ..views.render import MetaCache, RootEntries
+
+        if self._root_blobs is None:
+            if self._meta_cache is None:
+                self._meta_cache = MetaCache(self.root / ".mdmem" / "viewmeta.sqlite")
+            self._root_blobs = RootEntries(self.store, self._meta_cache)
+        return Views(self.store, self._root_blobs, self.config, flags=lambda rev: set(self.trust.flags(rev)))
+
+    def committed(self, commit: str, parent: str | None, changes: dict[str, bytes | None], email: str) -> None:
+        """Tell the caches about a commit just made (views' entries, trust); never raises."""
+        if self._root_blobs is not None:
+            try:
+                self._root_blobs.committed(commit)
+            except Exception:  # noqa: BLE001 -- committed already; a cold cache is only slower
+                self._root_blobs = None
+        try:
+            self.trust.committed(commit, parent, changes, email)
+        except Exception:  # noqa: BLE001 -- committed already; the verifier catches up from git
+            self._trust = None
+
+    def close(self) -> None:
+        if self._index is not None:
+            self._index.close()
+        if self._meta_cache is not None:
+            self._meta_cache.close()
+            self._meta_cache = None
+            self._root_blobs = None  # it reads through the cache just closed
+
+    def reset_caches(self) -> None:
+        """After a history rewrite every in-process cache describes commits that are gone."""
+        self.close()
+        self._index = self._recall = self._meta_cache = self._root_blobs = None
+        self.store = GitStore(self.root, self.config.identity)
+        self.store.signing_key = self.user_config.signing_key
+
+    def reload(self) -> None:
+        """Forget every in-process cache (history was rewritten under us)."""
+        self.reset_caches()

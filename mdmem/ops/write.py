@@ -1,0 +1,326 @@
+"""Writing through the gate: drafting a note from remember's arguments, the gate's checks
+against the current state (under the lock), and the commit that carries the note with the
+views it alters (compare-and-swap on the branch, retried)."""
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ulid import ULID
+
+from ..errors import BadInput, BranchMoved, Conflict, MdmemError, NoteInvalid
+from ..model import layout
+from ..model.clock import SpanLike, TimeLike, add_span, parse_duration, parse_time, resolve_now
+from ..model.kinds import SUMMARY_KEY, Contract
+from ..model.note import Note, check_source
+from ..model.text import check_unicode
+from ..policy import gate
+from ..policy.access import require_user
+from ..policy.gate import AGENT, HUMAN, Provenance, check_key_reuse, judge_source
+from ..results import BatchResult, ProgressCallback, WriteResult
+from ..storage.gitstore import Trailers
+from ..storage.queries import blob_hash
+from ..storage.worktree import StoredNote, live_in_dir
+from . import holds, read, render
+from .state import RepoState
+
+# What one item of remember_many may hold: remember's arguments.
+ITEM_FIELDS = {"text", "kind", "subject", "key", "scope", "team", "owner", "source", "ttl", "valid_from",
+               "new_key", "expect_version", "derived_from", "context"}
+WRITE_RETRIES = 3
+
+LiveKeys = Callable[[str], set[str]]  # a kind folder -> the keys live in it
+
+
+@dataclass
+class Pending:
+    """A write the gate has accepted, ready to commit."""
+
+    path: str
+    note: Note
+    op: str
+    superseded: str | None
+    extra_trailers: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+
+Draft = tuple[str, Note, Contract, Provenance]  # path, note, contract, the provenance verdict
+
+
+def remember(repo: RepoState, text: str, *, as_user: str, kind: str, subject: str, key: str | None = None,
+             scope: str | None = None, team: str | None = None, owner: str | None = None,
+             source: str = "user", ttl: SpanLike = None, valid_from: TimeLike = None, new_key: bool = False,
+             expect_version: str | None = None, derived_from: list[str] | None = None,
+             context: str | None = None, now: TimeLike = None, channel: str = HUMAN,
+             claimed_source: str | None = None) -> WriteResult:
+    """Write one note through the gate: committed, held for review, or refused (raised).
+
+    ``channel`` is who is at the other end: a person (CLI, API) or an agent (the MCP server,
+    which passes ``source="agent:<name>"`` and the source the agent claimed, if any)."""
+    user = require_user(as_user)
+    when = resolve_now(now)
+    path, note, contract, provenance = draft(
+        repo, user, text, kind=kind, subject=subject, key=key, scope=scope, team=team, owner=owner, source=source,
+        ttl=ttl, valid_from=valid_from, derived_from=derived_from, channel=channel,
+        claimed_source=claimed_source, when=when, context=context)
+    if not provenance.trusted:
+        with repo.store.locked():
+            pending = prepare(repo, user, path, note, contract, new_key=new_key,
+                              expect_version=expect_version, now=when)
+            return holds.hold(repo, user, path, pending.note, provenance.reason, when, channel=channel,
+                              new_key=new_key, expect_version=expect_version, claimed_source=claimed_source)
+    extra = (("Memory-Claimed-Source", claimed_source),) if claimed_source else ()
+
+    def prepare_now() -> Pending:
+        pending = prepare(repo, user, path, note, contract, new_key=new_key, expect_version=expect_version, now=when)
+        pending.extra_trailers = extra
+        return pending
+
+    return commit_pending(repo, user, when, prepare_now)
+
+
+def draft(repo: RepoState, user: str, text: str, *, kind: str, subject: str, key: str | None, scope: str | None,
+          team: str | None, owner: str | None, source: str, ttl: SpanLike, valid_from: TimeLike,
+          derived_from: list[str] | None, when: _dt.datetime, channel: str = HUMAN,
+          claimed_source: str | None = None, context: str | None = None) -> Draft:
+    """The note a write would store, its path, its contract and the provenance verdict;
+    raises on bad input or a scope the user may not write (remember and remember_many)."""
+    scope = layout.default_scope(scope, team)
+    contract = repo.contracts.resolve(kind)
+    layout.check_subject(subject)
+    check_source(source)
+    if channel not in (HUMAN, AGENT):
+        raise BadInput(f"channel: {channel!r}; use {HUMAN!r} or {AGENT!r}")
+    if channel == AGENT and not gate.is_agent_source(source):
+        raise BadInput(f"source: a write over the agent channel is recorded as agent:<name>, not {source!r}")
+    if claimed_source is not None:
+        check_source(claimed_source)
+    if not isinstance(text, str) or not text.strip():
+        raise BadInput("text: a note needs text")
+    check_unicode(text, "text")
+    if contract.keyed and not key and contract.name != "summary":
+        raise BadInput(f"key: kind {contract.name} is keyed; pass a key (like deploy.window)")
+    if contract.name == "summary":
+        key = key or SUMMARY_KEY
+    start = parse_time(valid_from, field="valid_from") if valid_from is not None else when
+    ttl_delta = parse_duration(ttl) if ttl is not None else contract.default_ttl
+    if channel == AGENT and ttl is not None:
+        gate.check_agent_ttl(ttl_delta, contract, repo.config.trust.agent_max_ttl)
+    root = read.root_for(user, scope, team, owner)
+    path = read.path_for(root, contract, subject, key, start, text)
+    note = Note(id=str(ULID()), kind=contract.name, subject=subject, key=key, scope=scope,
+                team=team if scope == "team" else None, owner=user, source=source,
+                valid_from=start, expires_at=add_span(start, ttl_delta) if ttl_delta else None,
+                derived_from=tuple(derived_from or ()), text=text.strip(), context=context)
+    size = len(note.dumps().encode())
+    if size > repo.config.note_max_bytes:
+        raise BadInput(f"text: the note would be {size} bytes; a note is at most "
+                       f"{repo.config.note_max_bytes} bytes ([notes] max_bytes in mdmem.toml)")
+    # Write permission is checked before provenance: a hold never bypasses scope.
+    repo.access.check_write(user, root)
+    return path, note, contract, judge_source(source, contract, repo.config.trust.sources,
+                                              repo.config.trust.agent_kinds)
+
+
+# One accepted item of a batch: its line, its draft, new_key and expect_version.
+BatchItem = tuple[Any, str, Note, Contract, Provenance, bool, "str | None"]
+
+
+def remember_many(repo: RepoState, items: Iterable[Mapping[str, Any]], *, as_user: str, now: TimeLike = None,
+                  new_key: bool = False, batch_size: int = 1000,
+                  progress: ProgressCallback | None = None) -> BatchResult:
+    """Write many notes through the gate and make them searchable: each item is a dict of
+    :func:`remember`'s arguments (``text``, ``kind``, ``subject``, ...; ``line`` names it in
+    reports). One commit per batch with the views rendered once; held items go to review
+    one by one, refused ones are reported with their line and reason, nothing else stops.
+    A path written twice starts a new batch, so every version stays in history.
+    ``progress(done, total, what)`` is called as batches commit and vectors are made."""
+    user = require_user(as_user)
+    when = resolve_now(now)
+    items = list(items)
+    result = BatchResult()
+    batch: list[BatchItem] = []
+    in_batch: set[str] = set()  # the batch's paths
+    for n, given in enumerate(items, 1):
+        item = dict(given)
+        line = item.pop("line", n)
+        try:
+            fields = {"new_key": new_key, **item}
+            unknown = set(fields) - ITEM_FIELDS
+            if unknown:
+                raise BadInput(f"{', '.join(sorted(unknown))}: not a field of a note to remember "
+                               f"(use {', '.join(sorted(ITEM_FIELDS))})")
+            expect = fields.pop("expect_version", None)
+            item_new_key = bool(fields.pop("new_key"))
+            text = fields.pop("text", None)
+            if "kind" not in fields or "subject" not in fields:
+                raise BadInput("kind, subject: every item needs both")
+            drafted = draft(repo, user, text, when=when, **{"key": None, "scope": "private", "team": None,
+                                                            "owner": None, "source": "user", "ttl": None,
+                                                            "valid_from": None, "derived_from": None, **fields})
+        except MdmemError as exc:
+            result.refused.append({"line": line, "reason": str(exc), "exit_code": exc.exit_code})
+            continue
+        if drafted[0] in in_batch:
+            write_batch(repo, user, batch, when, result)  # the earlier version gets its own commit
+            batch, in_batch = [], set()
+        batch.append((line, *drafted, item_new_key, expect))
+        in_batch.add(drafted[0])
+        if len(batch) >= batch_size:
+            write_batch(repo, user, batch, when, result)
+            batch, in_batch = [], set()
+            if progress:
+                progress(n, len(items), "writing notes")
+    write_batch(repo, user, batch, when, result)
+    if progress:
+        progress(len(items), len(items), "writing notes")
+    result.index = repo.index.sync(progress=progress).to_dict()
+    return result
+
+
+def write_batch(repo: RepoState, user: str, batch: list[BatchItem], when: _dt.datetime, result: BatchResult) -> None:
+    """One commit for the batch's accepted items (under the lock, CAS retried); holds and
+    refusals recorded in ``result``."""
+    if not batch:
+        return
+    for attempt in range(WRITE_RETRIES):
+        with repo.store.locked():
+            live: dict[str, set[str]] = {}
+
+            def live_keys(folder: str, live: dict[str, set[str]] = live) -> set[str]:  # this attempt's
+                if folder not in live:
+                    live[folder] = {s.note.key for s in live_in_dir(repo.root, folder, repo.contracts, when,
+                                                                    max_bytes=repo.config.note_max_bytes)}
+                return live[folder]
+
+            accepted: list[tuple[Any, Pending, Provenance]] = []
+            held: list[tuple[Any, Pending, Provenance, bool, str | None]] = []
+            refused: list[dict[str, Any]] = []
+            for line, path, note, contract, provenance, item_new_key, expect in batch:
+                try:
+                    pending = prepare(repo, user, path, note, contract, new_key=item_new_key,
+                                      expect_version=expect, now=when, live_keys=live_keys)
+                except MdmemError as exc:
+                    refused.append({"line": line, "path": path, "reason": str(exc), "exit_code": exc.exit_code})
+                    continue
+                if contract.keyed and pending.note.key:
+                    live_keys(layout.kind_dir(layout.parse_path(path).root, note.subject,
+                                              contract.name)).add(pending.note.key)
+                if provenance.trusted:
+                    accepted.append((line, pending, provenance))
+                else:
+                    held.append((line, pending, provenance, item_new_key, expect))
+            commit = None
+            if accepted:
+                sources = sorted({p.note.source for _, p, _ in accepted})
+                message = (f"import {len(accepted)} note(s)\n\n"
+                           + Trailers("import", user, sources[0] if len(sources) == 1 else "mixed").render())
+                try:
+                    commit = commit_changes(repo, {p.path: p.note.dumps().encode() for _, p, _ in accepted},
+                                            message, actor=user, when=when)
+                except BranchMoved:
+                    if attempt == WRITE_RETRIES - 1:
+                        raise
+                    continue
+            held_now = [(line, holds.hold(repo, user, p.path, p.note, prov.reason, when, channel=HUMAN,
+                                          new_key=new, expect_version=exp, claimed_source=None))
+                        for line, p, prov, new, exp in held]
+        break
+    after_write(repo)
+    if commit:
+        result.commits.append(commit)
+    result.committed += [{"line": line, "path": p.path, "op": p.op, "commit": commit} for line, p, _ in accepted]
+    result.held += [{"line": line, "path": r.path, "review_id": r.review_id, "reason": r.reason}
+                    for line, r in held_now]
+    result.refused += refused
+
+
+def prepare(repo: RepoState, user: str, path: str, note: Note, contract: Contract, *, new_key: bool,
+            expect_version: str | None, now: _dt.datetime, op: str | None = None,
+            live_keys: LiveKeys | None = None) -> Pending:
+    """The gate's checks against the current state; call under the lock. ``live_keys``
+    (folder -> live keys) lets a batch read each folder once and count its own notes."""
+    loc = layout.parse_path(path)
+    repo.access.check_write(user, loc.root)
+    current = read_for_write(repo, path)
+    head_version = repo.store.blob_id(path) if repo.store.head() else None
+    gate.check_clean(path, current.version if current is not None else None, head_version)
+    gate.check_append_only(path, contract, current is not None)
+    gate.check_expected_version(path, expect_version, head_version)
+    # Only a new key without new_key=True needs the folder's live keys.
+    if contract.keyed and contract.name != "summary" and current is None and not new_key:
+        folder = layout.kind_dir(loc.root, note.subject, contract.name)
+        live = (list(live_keys(folder)) if live_keys is not None else
+                [s.note.key for s in live_in_dir(repo.root, folder, repo.contracts, now,
+                                                 max_bytes=repo.config.note_max_bytes)])
+        check_key_reuse(note.key, live, new_key=new_key,
+                        what=f"{note.subject} {contract.name} in {loc.root}")
+    if note.derived_from or contract.name == "summary":
+        check_derivation(repo, loc.root, note)
+    if current is not None:
+        # The note keeps its id, and the fields editors added (tags, aliases...).
+        note = note.evolve(id=current.note.id, extra={**current.note.extra, **note.extra})
+    return Pending(path, note, op or ("supersede" if current is not None else "create"),
+                   current.version if current is not None else None)
+
+
+def read_for_write(repo: RepoState, path: str) -> StoredNote | None:
+    try:
+        return read.read(repo, path)
+    except NoteInvalid as exc:
+        raise Conflict(f"{exc}; fix the note by hand (mdmem check) before writing over it") from None
+
+
+def check_derivation(repo: RepoState, root: str, note: Note) -> None:
+    ids = set(note.derived_from)
+    found: dict[str, str] = {}
+    if ids:
+        for stored in read.all_notes(repo):
+            if stored.note.id in ids:
+                found[stored.note.id] = stored.root
+    gate.check_derivation(repo.access, root, ids, found)
+
+
+def commit_pending(repo: RepoState, user: str, when: _dt.datetime, prepare_now: Callable[[], Pending], *,
+                   op: str | None = None, evidence: tuple[str, ...] = ()) -> WriteResult:
+    """Commit what ``prepare_now`` (run under the lock) accepts; a moved branch prepares again."""
+    for attempt in range(WRITE_RETRIES):
+        with repo.store.locked():
+            pending = prepare_now()
+            message = commit_message(pending, user, op or pending.op, evidence)
+            data = pending.note.dumps().encode()
+            try:
+                commit = commit_changes(repo, {pending.path: data}, message, actor=user, when=when)
+            except BranchMoved:
+                if attempt == WRITE_RETRIES - 1:
+                    raise
+                continue
+            # Acknowledged: nothing from here may raise (the version is the blob we wrote).
+            after_write(repo)
+            version = blob_hash(data)
+            return WriteResult("committed", pending.path, commit=commit, version=version,
+                               superseded=pending.superseded, note_id=pending.note.id)
+    raise AssertionError("unreachable")
+
+
+def commit_message(pending: Pending, user: str, op: str, evidence: tuple[str, ...]) -> str:
+    n = pending.note
+    ident = f"{n.subject}/{n.key}" if n.key else f"{n.subject} {pending.path.rsplit('/', 1)[-1]}"
+    trailers = Trailers(op, user, n.source, evidence or tuple(n.derived_from), pending.extra_trailers)
+    return f"remember {n.kind} {ident}\n\n{trailers.render()}"
+
+
+def after_write(repo: RepoState) -> None:
+    repo.store.maybe_gc()  # never raises
+
+
+def commit_changes(repo: RepoState, changes: dict[str, bytes | None], message: str, *, actor: str,
+                   when: _dt.datetime, author: tuple[str, str] | None = None) -> str:
+    """Commit note changes with the views they alter (call under the lock)."""
+    altered = render.views_for(repo, changes, when)
+    parent = repo.store.head()
+    email = (author or repo.config.identity(actor))[1]
+    commit = repo.store.commit({**changes, **altered}, message, actor=actor, when=when, author=author)
+    repo.committed(commit, parent, changes, email)
+    return commit
