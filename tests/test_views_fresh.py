@@ -268,3 +268,23 @@ def test_random_sequences_keep_every_committed_view_fresh(repo, tmp_path, seed):
         step()
         assert fresh_stale(repo.root, tmp_path) == [], (seed, i, step.__name__)
         assert git_status(repo.root) == "", (seed, i, step.__name__)
+
+
+def test_amend_and_rebase_run_the_post_rewrite_hook_without_error_and_leave_views_fresh(repo, tmp_path):
+    """git's post-rewrite hook runs mdmem's real CLI: an amend is left alone, and a rebase gets
+    one more commit with the views the replayed commits left stale (attack F11: it crashed)."""
+    team_fact(repo, "Refunds within 30 days", key="refund.window")
+    identify(repo.root)
+    amend = git(repo.root, "commit", "-q", "--amend", "-m", "amended")
+    assert "Traceback" not in amend.stderr and "bug in mdmem" not in amend.stderr, amend.stderr
+    git(repo.root, "checkout", "-q", "-b", "side")
+    team_fact(repo, "Side fact about the refunds policy", key="refunds", new_key=True)
+    git(repo.root, "checkout", "-q", "main")
+    team_fact(repo, "Main fact about the chargeback policy", key="chargebacks", new_key=True)
+    git(repo.root, "checkout", "-q", "side")
+    rebase = git(repo.root, "rebase", "main")
+    assert "Traceback" not in rebase.stderr and "bug in mdmem" not in rebase.stderr, rebase.stderr
+    view = git(repo.root, "show", f"HEAD:{VIEW}").stdout
+    assert "refunds policy" in view and "chargeback policy" in view
+    assert fresh_stale(repo.root, tmp_path) == []
+    assert run_cli("check", "--repo", str(repo.root)).returncode == 0

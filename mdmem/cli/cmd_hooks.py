@@ -42,7 +42,11 @@ def run(ctx) -> int:
         report = hooks.post_merge(root, squash=bool(a.hook_args and a.hook_args[0] == "1"))
     elif a.hook == "post-rewrite":
         sys.stdin.read()  # git lists the rewritten commits; the views depend on the tip only
-        report = hooks.post_rewrite(root, kind=(a.hook_args or [""])[0], actor=_actor(root), author=_author(root))
+        from ..storage.gitstore import GitStore
+
+        store = GitStore(root)  # the person's git identity is read through the store, like watch --commit
+        report = hooks.post_rewrite(root, kind=(a.hook_args or [""])[0], actor=_actor(store, root),
+                                    author=_author(store))
     else:
         from ..errors import BadInput
         raise BadInput(f"hooks run: {a.hook!r}; give pre-commit, post-merge or post-rewrite")
@@ -51,22 +55,22 @@ def run(ctx) -> int:
     return 0
 
 
-def _author(root):
+def _author(store):
     from ..watch import git_identity
     from ..errors import BadInput
 
     try:
-        return git_identity(root)
+        return git_identity(store)
     except BadInput:
         return None
 
 
-def _actor(root) -> str:
+def _actor(store, root) -> str:
     from ..config import Config
     from ..watch import git_user
     from ..errors import BadInput
 
     try:
-        return git_user(root, Config.load(root))
+        return git_user(store, Config.load(root))
     except BadInput:
         return "mdmem"
