@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .erasure.forget import AUDIT_PATH, erased_commit_ids
+from .erasure.forget import AUDIT_PATH, erased_blob_ids, erased_commit_ids
 from .errors import BadInput, Conflict, GitFailed, MdmemError, Refused
 from .storage import sync_ops
 from .storage.gitstore import parse_trailers
@@ -71,6 +71,16 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, now=
         their_head = sync_ops.rev(store, scratch)
         try:
             status, conflicts = _integrate(repo, user, when, head, their_head, remote, branch)
+        except _RemoteBehindErasure as exc:
+            sync_ops.set_ref(store, scratch, None)
+            sync_ops.drop_unreachable(store)  # the fetch brought erased objects back into this clone
+            if not (push and exc.publishable):
+                raise
+            status, conflicts = _publish_erasure(store, remote, branch)
+        except Refused:
+            sync_ops.set_ref(store, scratch, None)
+            sync_ops.drop_unreachable(store)
+            raise
         finally:
             sync_ops.set_ref(store, scratch, None)
         if their_head:
@@ -117,24 +127,66 @@ def _integrate(repo, user, when, head, their_head, remote, branch) -> tuple[str,
     return "merged", conflicts
 
 
+def _publish_erasure(store, remote: str, branch: str) -> tuple[str, list[ConflictPair]]:
+    """The remote holds only history erased here: push the rewritten history over it."""
+    ok, error = sync_ops.force_push(store, remote, f"HEAD:refs/heads/{branch}")
+    if not ok:
+        raise GitFailed(f"sync: publishing the erasure to {remote} failed: {error[:200]}")
+    sync_ops.set_ref(store, f"refs/remotes/{remote}/{branch}", store.head())
+    return "published erasure", []
+
+
 def _refuse_unfinished_git(store) -> None:
     for what in sync_ops.in_progress(store):
         raise Conflict(f"sync: {what} is in progress in this clone; finish or abort it with git first "
                        "(nothing changed)")
 
 
+class _RemoteBehindErasure(Refused):
+    """The remote still holds history this clone erased: the erasure was never pushed.
+    ``publishable``: the remote holds nothing else, so a force-push loses nobody's work."""
+
+    def __init__(self, message: str, *, publishable: bool):
+        super().__init__(message)
+        self.publishable = publishable
+
+
 def _refuse_erased(store, head, their_head, remote, branch) -> None:
-    erased = set()
-    if their_head:
-        erased |= erased_commit_ids(store.show_file(their_head, AUDIT_PATH))
-    if head:
-        erased |= erased_commit_ids(store.show_file("HEAD", AUDIT_PATH))
-    if not erased:
+    """Erased history comes back through a sync three ways; each is refused before any ref moves.
+
+    - The remote predates an erasure made here (forget without --push): its history still holds
+      the commits this clone rewrote. ``sync --push`` publishes the erasure (a force-push) when
+      the remote holds nothing else; otherwise a person decides.
+    - This clone predates an erasure made elsewhere: it holds commits the remote's receipt names.
+    - Erased content under new commit ids: an old clone rebased or cherry-picked the erased
+      commits onto the rewritten history, which the commit ids alone do not show. Receipts name
+      the erased note versions by blob id, and no incoming blob may be one of them.
+    """
+    here = store.show_file("HEAD", AUDIT_PATH) if head else ""
+    there = store.show_file(their_head, AUDIT_PATH) if their_head else ""
+    if not (here or there) or not their_head:
         return
-    mine = sorted(sync_ops.all_commit_ids(store) & erased)
-    if mine:
-        raise Refused(f"sync: this clone holds {len(mine)} commit(s) that were erased on the remote "
-                      f"(first {mine[0][:10]}); re-clone, or reset to {remote}/{branch} after saving your own notes")
+    incoming = sync_ops.object_ids(store, their_head, exclude=head)
+    behind = sorted(incoming & erased_commit_ids(here))
+    if behind:
+        others = incoming & sync_ops.commit_ids(store, their_head, exclude=head) - erased_commit_ids(here)
+        raise _RemoteBehindErasure(
+            f"sync: {remote}/{branch} still holds {len(behind)} commit(s) erased in this clone (forget ran "
+            "without --push), and "
+            + (f"{len(others)} commit(s) made on that old history since; a person must re-apply them here "
+               f"(git cherry-pick, then mdmem check) before the erasure can be published"
+               if others else "nothing else: `mdmem sync --push` publishes the erasure (a force-push)")
+            + "; the fetched history was dropped, nothing changed", publishable=not others)
+    stale = sorted(sync_ops.commit_ids(store, "HEAD") & erased_commit_ids(there)) if head else []
+    if stale:
+        raise Refused(f"sync: this clone holds {len(stale)} commit(s) that {remote} erased (first {stale[0][:10]}); "
+                      f"re-clone it (save your own uncommitted notes first); nothing changed")
+    back = incoming & (erased_blob_ids(here) | erased_blob_ids(there))
+    if back:
+        raise Refused(f"sync: {remote}/{branch} brings back {len(back)} erased note version(s) under new commits "
+                      "(an old clone rebased or cherry-picked erased history); nothing was merged and the "
+                      f"fetched history was dropped. Erase them from {remote} again (forget in a fresh clone of it, "
+                      "with --push), and install `mdmem guard` on it")
 
 
 def _refuse_foreign_hooks(store, their_head: str) -> None:
@@ -317,19 +369,25 @@ def install_guard(bare: str | None) -> Path:
 
 
 def check_push(bare: str, refs_text: str) -> list[str]:
-    """For each pushed ref, the erased commits its new history would contain."""
-    erased = set()
-    for ref in ("refs/heads/main", "HEAD"):
-        erased |= erased_commit_ids(run_git_at(bare, "show", f"{ref}:{AUDIT_PATH}", check=False))
+    """For each pushed ref, the erased commits its new history would contain, and the erased
+    note versions (by blob id) it would bring back under new commit ids."""
+    here = "\n".join(run_git_at(bare, "show", f"{ref}:{AUDIT_PATH}", check=False) for ref in ("refs/heads/main", "HEAD"))
     problems = []
     for line in refs_text.splitlines():
         parts = line.split()
         if len(parts) != 3 or set(parts[1]) == {"0"}:
             continue
         old, new, ref = parts
-        erased |= erased_commit_ids(run_git_at(bare, "show", f"{new}:{AUDIT_PATH}", check=False))
-        found = sorted(set(run_git_at(bare, "rev-list", new, check=False).split()) & erased)
+        audit = here + "\n" + run_git_at(bare, "show", f"{new}:{AUDIT_PATH}", check=False)
+        found = sorted(set(run_git_at(bare, "rev-list", new, check=False).split()) & erased_commit_ids(audit))
         if found:
             problems.append(f"{ref} contains {len(found)} erased commit(s) (first {found[0][:10]}); "
                             "re-clone instead of pushing an old clone")
+            continue
+        listing = run_git_at(bare, "rev-list", "--objects", new, check=False)
+        objects = {ln.split(" ", 1)[0] for ln in listing.splitlines()}
+        back = objects & erased_blob_ids(audit)
+        if back:
+            problems.append(f"{ref} brings back {len(back)} erased note version(s) under new commits (a rebase or "
+                            "cherry-pick of erased history); re-clone and re-apply only your own changes")
     return problems

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ..errors import NotFound, Refused
 from ..model.clock import format_time, parse_time
+from ..model.layout import is_note_path
 from ..storage import history_ops as ops
 from . import receipt as rc
 from .journal import Journal
@@ -36,6 +37,7 @@ from .scan import HistoryScan, history_texts
 
 AUDIT_PATH = rc.AUDIT_PATH
 erased_commit_ids = rc.erased_commit_ids
+erased_blob_ids = rc.erased_blob_ids
 
 
 def forget(repo, *, as_user: str, when: _dt.datetime, subject=None, owner=None, paths=None, texts=None,
@@ -62,6 +64,7 @@ def forget(repo, *, as_user: str, when: _dt.datetime, subject=None, owner=None, 
     state = {"phase": "planned", "at": format_time(when), "receipt_id": rc.receipt_id(when), "push": push,
              "plan": plan.to_state(),
              "counts": counts, "old_head": repo.store.head(), "old_commits": sorted(ops.reachable_commits(repo.root)),
+             "old_note_blobs": sorted(ops.blobs_at(repo.root, is_note_path)),
              "refs": []}
     journal.save(state)
     return _run(repo, journal, state)
@@ -101,9 +104,11 @@ def _run(repo, journal: Journal, state: dict) -> dict:
         state["counts"]["cache_entries"] = purge_caches(repo)
         rewritten = sorted(set(state["old_commits"]) - ops.reachable_commits(root))
         state["counts"]["commits_rewritten"] = len(rewritten)
+        erased_blobs = sorted(set(state.get("old_note_blobs", [])) - ops.blobs_at(root, is_note_path))
         mentions = rc.mention_scan(repo, plan)
         receipt = rc.build(plan, rid=state["receipt_id"], when=when, counts=state["counts"],
-                           old_head=state["old_head"], rewritten=rewritten, mentions=mentions)
+                           old_head=state["old_head"], rewritten=rewritten, erased_blobs=erased_blobs,
+                           mentions=mentions)
         receipt["new_head"] = rc.commit(repo, receipt, plan, when)
         state["receipt"] = receipt
         state["mentions"] = mentions
@@ -257,4 +262,4 @@ def _count_index_entries(repo, plan: Plan) -> dict:
     return out
 
 
-__all__ = ["forget", "finish", "purge_caches", "AUDIT_PATH", "erased_commit_ids", "REMOVED"]
+__all__ = ["forget", "finish", "purge_caches", "AUDIT_PATH", "erased_commit_ids", "erased_blob_ids", "REMOVED"]

@@ -24,11 +24,12 @@ def receipt_id(when: _dt.datetime) -> str:
 
 
 def build(plan: Plan, *, rid: str, when: _dt.datetime, counts: dict, old_head: str | None, rewritten: list[str],
-          mentions: list[dict]) -> dict:
+          erased_blobs: list[str], mentions: list[dict]) -> dict:
     asked_by = plan.people.get(plan.as_user, plan.as_user)
     return {"id": rid, "asked_by": asked_by, "at": format_time(when),
             "targets": plan.targets_record(), "counts": counts, "old_head": old_head,
-            "rewritten_commits": rewritten, "mentions_for_review": [m["path"] for m in mentions], "remotes": {}}
+            "rewritten_commits": rewritten, "erased_blobs": erased_blobs,
+            "mentions_for_review": [m["path"] for m in mentions], "remotes": {}}
 
 
 def commit(repo, receipt: dict, plan: Plan, when: _dt.datetime) -> str:
@@ -50,11 +51,23 @@ def commit(repo, receipt: dict, plan: Plan, when: _dt.datetime) -> str:
 
 
 def erased_commit_ids(text: str) -> set[str]:
-    ids = set()
+    """The commits erasures rewrote: a clone still holding one is stale."""
+    return _ids(text, "rewritten_commits")
+
+
+def erased_blob_ids(text: str) -> set[str]:
+    """The note versions erasures removed or scrubbed, by blob id. A blob id names content
+    (never shows it; a note's random id and times make it unguessable): the same content
+    coming back under new commit ids (a rebase or cherry-pick in an old clone) is caught."""
+    return _ids(text, "erased_blobs")
+
+
+def _ids(text: str, field: str) -> set[str]:
+    ids: set[str] = set()
     for line in text.splitlines():
         try:
-            ids |= set(json.loads(line).get("rewritten_commits", []))
-        except (ValueError, AttributeError):
+            ids |= set(json.loads(line).get(field, []))
+        except (ValueError, AttributeError, TypeError):
             continue
     return ids
 

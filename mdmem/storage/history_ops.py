@@ -70,6 +70,12 @@ def commit_changes(root: Path) -> list[CommitChanges]:
     return [CommitChanges(c, p) for c, p in commits.items()]
 
 
+def blobs_at(root: Path, keep) -> set[str]:
+    """Every blob id history holds at a path ``keep(path)`` accepts (any ref, any version)."""
+    return {oid for change in commit_changes(root) for path, oid in change.paths.items()
+            if oid is not None and keep(path)}
+
+
 def read_blobs(root: Path, oids: list[str]) -> dict[str, bytes]:
     """The contents of many blobs in one `cat-file --batch` stream."""
     if not oids:

@@ -52,8 +52,26 @@ def merge_base(store, a: str, b: str) -> str:
     return _run(store, "merge-base", a, b).stdout.strip()
 
 
-def all_commit_ids(store) -> set[str]:
-    return set(_run(store, "rev-list", "--all").stdout.split())
+def commit_ids(store, rev: str, *, exclude: str | None = None) -> set[str]:
+    """The commits ``rev`` reaches, less those ``exclude`` reaches."""
+    return set(_run(store, "rev-list", rev, *([f"^{exclude}"] if exclude else [])).stdout.split())
+
+
+def force_push(store, remote: str, refspec: str) -> tuple[bool, str]:
+    proc = _run(store, "push", "--quiet", "--force", remote, refspec)
+    return proc.returncode == 0, proc.stderr.strip()
+
+
+def object_ids(store, rev: str, *, exclude: str | None = None) -> set[str]:
+    """Every object id reachable from ``rev`` (commits, trees, blobs), less what ``exclude`` reaches."""
+    args = ["rev-list", "--objects", rev] + ([f"^{exclude}"] if exclude else [])
+    return {line.split(" ", 1)[0] for line in _run(store, *args).stdout.splitlines() if line}
+
+
+def drop_unreachable(store) -> None:
+    """Delete objects no ref reaches (what a refused fetch brought in), reflogs included."""
+    _run(store, "reflog", "expire", "--expire-unreachable=now", "--all")
+    _run(store, "gc", "--quiet", "--prune=now")
 
 
 def dirty_paths(store) -> set[str]:

@@ -1,0 +1,119 @@
+"""Erased history must not come back through a remote: under new commit ids (a rebase in an old
+clone), or because the eraser forgot --push and then synced (attack F10, F1)."""
+import subprocess
+
+from conftest import T0, T1, run_cli
+
+from mdmem import MemoryRepo
+
+SECRET = "Alice secret phone 555-0199 zanzibar quokka"
+
+
+def git(root, *args, check=True):
+    r = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
+    if check:
+        assert r.returncode == 0, (args, r.stdout, r.stderr)
+    return r
+
+
+def objects_hold(root, needle: str) -> bool:
+    out = subprocess.run(["git", "-C", str(root), "cat-file", "--batch-all-objects", "--batch"],
+                         capture_output=True).stdout
+    return needle.encode() in out
+
+
+def shared(repo, tmp_path, *, guard: bool):
+    """alice's private phone note and a team fact, pushed to a bare remote; a second clone of it."""
+    repo.remember(SECRET, as_user="alice", kind="profile", subject="user:alice", key="phone", now=T0)
+    repo.remember("Billing deploys any weekday before 3pm", as_user="bob", kind="fact",
+                  subject="service:billing", key="deploy.window", scope="team", team="payments", now=T0)
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
+    git(repo.root, "remote", "add", "origin", str(bare))
+    assert run_cli("sync", "--push", "--repo", str(repo.root), "--as", "bob").returncode == 0
+    if guard:
+        assert run_cli("guard", str(bare)).returncode == 0
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(bare), str(clone))
+    git(clone, "config", "user.name", "Bob")
+    git(clone, "config", "user.email", "bob@mdmem.invalid")
+    return bare, clone
+
+
+def bob_writes(clone):
+    assert run_cli("remember", "Billing deploy freeze in December", "--kind", "fact", "--subject",
+                   "service:billing", "--key", "freeze", "--new-key", "--scope", "team", "--team", "payments",
+                   "--as", "bob", "--repo", str(clone)).returncode == 0
+
+
+def test_a_rebased_old_clone_cannot_push_the_erased_note_back_past_the_guard(repo, tmp_path):
+    bare, clone = shared(repo, tmp_path, guard=True)
+    bob_writes(clone)
+    repo.forget(as_user="alice", owner="alice", subject="user:alice", push=True, now=T1)
+    git(bare, "reflog", "expire", "--expire=now", "--all")
+    git(bare, "gc", "-q", "--prune=now")
+    assert not objects_hold(bare, "zanzibar")
+    # The most ordinary thing after "your branch and origin/main have diverged":
+    git(clone, "fetch", "-q", "origin")
+    git(clone, "rebase", "origin/main", check=False)
+    assert "zanzibar" in git(clone, "log", "-p", "origin/main..HEAD").stdout  # the replayed erased note
+    push = git(clone, "push", "origin", "HEAD:main", check=False)
+    assert push.returncode != 0 and "erased note version" in push.stderr, push.stderr
+    assert git(bare, "show", "main:private/alice/user/alice/profile/phone.md", check=False).returncode != 0
+
+
+def test_the_erasers_sync_refuses_erased_content_arriving_under_new_commits_and_drops_it(repo, tmp_path):
+    bare, clone = shared(repo, tmp_path, guard=False)  # no guard: the remote takes anything
+    bob_writes(clone)
+    repo.forget(as_user="alice", owner="alice", subject="user:alice", push=True, now=T1)
+    git(clone, "fetch", "-q", "origin")
+    git(clone, "rebase", "origin/main", check=False)
+    assert "zanzibar" in git(clone, "log", "-p", "origin/main..HEAD").stdout
+    git(clone, "push", "-q", "origin", "HEAD:main")  # the erased note is back on the remote
+    root = repo.root
+    repo.close()
+    before = git(root, "rev-parse", "HEAD").stdout
+    sync = run_cli("sync", "--repo", str(root), "--as", "alice")
+    assert sync.returncode == 3 and "erased note version" in sync.stderr, (sync.stdout, sync.stderr)
+    assert git(root, "rev-parse", "HEAD").stdout == before
+    assert not objects_hold(root, "zanzibar")  # what the fetch brought was dropped again
+    proof = run_cli("prove-gone", "--needle", "zanzibar", "--owner", "alice", "--repo", str(root), "--as", "alice")
+    assert proof.returncode == 0, proof.stdout
+    with MemoryRepo.open(root) as again:
+        assert not any("zanzibar" in h.text for h in again.recall("alice phone", as_user="alice"))
+
+
+def test_forget_without_push_then_sync_says_the_remote_is_behind_and_sync_push_publishes(repo, tmp_path):
+    bare, clone = shared(repo, tmp_path, guard=True)
+    repo.forget(as_user="alice", owner="alice", subject="user:alice", now=T1)  # not pushed
+    root = repo.root
+    repo.close()
+    sync = run_cli("sync", "--repo", str(root), "--as", "alice")
+    assert sync.returncode == 3, sync.stderr
+    assert "erased in this clone" in sync.stderr and "mdmem sync --push" in sync.stderr
+    assert "reset" not in sync.stderr  # never advise a reset to a ref holding erased history
+    assert not objects_hold(root, "zanzibar")
+    assert run_cli("prove-gone", "--needle", "zanzibar", "--owner", "alice", "--repo", str(root),
+                   "--as", "alice").returncode == 0
+    published = run_cli("sync", "--push", "--repo", str(root), "--as", "alice", "--json")
+    assert published.returncode == 0, published.stderr
+    assert git(bare, "rev-parse", "main").stdout == git(root, "rev-parse", "HEAD").stdout
+    git(bare, "reflog", "expire", "--expire=now", "--all")
+    git(bare, "gc", "-q", "--prune=now")
+    assert not objects_hold(bare, "zanzibar") and not objects_hold(root, "zanzibar")
+    # The old clone is now the stale one: its sync is refused, the guard refuses its push.
+    stale = run_cli("sync", "--repo", str(clone), "--as", "bob")
+    assert stale.returncode == 3 and "re-clone" in stale.stderr
+
+
+def test_sync_push_does_not_publish_over_commits_made_on_the_old_history(repo, tmp_path):
+    bare, clone = shared(repo, tmp_path, guard=False)
+    repo.forget(as_user="alice", owner="alice", subject="user:alice", now=T1)  # not pushed
+    bob_writes(clone)
+    assert run_cli("sync", "--push", "--repo", str(clone), "--as", "bob").returncode == 0  # old history + bob's
+    root = repo.root
+    repo.close()
+    tip = git(bare, "rev-parse", "main").stdout
+    sync = run_cli("sync", "--push", "--repo", str(root), "--as", "alice")
+    assert sync.returncode == 3 and "re-apply" in sync.stderr, sync.stderr
+    assert git(bare, "rev-parse", "main").stdout == tip  # bob's work is not force-pushed away
