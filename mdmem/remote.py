@@ -371,7 +371,8 @@ def install_guard(bare: str | None) -> Path:
 def check_push(bare: str, refs_text: str) -> list[str]:
     """For each pushed ref, the erased commits its new history would contain, and the erased
     note versions (by blob id) it would bring back under new commit ids."""
-    here = "\n".join(run_git_at(bare, "show", f"{ref}:{AUDIT_PATH}", check=False) for ref in ("refs/heads/main", "HEAD"))
+    here = "\n".join(run_git_at(bare, "show", f"{ref}:{AUDIT_PATH}", check=False)
+                     for ref in ("refs/heads/main", "HEAD"))
     problems = []
     for line in refs_text.splitlines():
         parts = line.split()
