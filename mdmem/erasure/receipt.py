@@ -52,17 +52,17 @@ def commit(repo, receipt: dict, plan: Plan, when: _dt.datetime) -> str:
 
 def erased_commit_ids(text: str) -> set[str]:
     """The commits erasures rewrote: a clone still holding one is stale."""
-    return _ids(text, "rewritten_commits")
+    return _receipt_ids(text, "rewritten_commits")
 
 
 def erased_blob_ids(text: str) -> set[str]:
     """The note versions erasures removed or scrubbed, by blob id. A blob id names content
     (never shows it; a note's random id and times make it unguessable): the same content
     coming back under new commit ids (a rebase or cherry-pick in an old clone) is caught."""
-    return _ids(text, "erased_blobs")
+    return _receipt_ids(text, "erased_blobs")
 
 
-def _ids(text: str, field: str) -> set[str]:
+def _receipt_ids(text: str, field: str) -> set[str]:
     ids: set[str] = set()
     for line in text.splitlines():
         try:
