@@ -186,3 +186,27 @@ def test_stale_views_pushed_by_someone_are_regenerated_by_sync(clones):
     assert out["status"] == "fast-forwarded" and out["rendered"] == [VIEW]
     assert "45 days" in (b.root / VIEW).read_text()
     assert_settled(b.root)
+
+
+@pytest.mark.parametrize("local_commit", [True, False], ids=["merge", "fast-forward"])
+def test_sync_keeps_symlinks_and_executable_bits(clones, local_commit):
+    """Files a team keeps beside its notes arrive as git would check them out (attack F12:
+    symlinks became regular files and scripts lost +x, in the merge commit and the work tree)."""
+    a, b = clones
+    docs = a.root / "docs"
+    docs.mkdir()
+    (docs / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (docs / "run.sh").chmod(0o755)
+    (docs / "link.txt").symlink_to("run.sh")
+    git(a.root, "add", "docs")
+    git(a.root, "commit", "-qm", "docs")
+    git(a.root, "push", "-q", "origin", "main")
+    if local_commit:
+        fact(b, "Local fact about the refunds timing", "refunds.timing")
+    sync(b, as_user="bob")
+    tree = git(b.root, "ls-tree", "-r", "HEAD", "docs").stdout
+    assert "100755 blob" in tree.split("docs/run.sh")[0].splitlines()[-1]
+    assert tree.split("docs/link.txt")[0].splitlines()[-1].startswith("120000 blob")
+    assert (b.root / "docs" / "link.txt").is_symlink()
+    assert (b.root / "docs" / "run.sh").stat().st_mode & 0o111
+    assert git_status(b.root) == ""

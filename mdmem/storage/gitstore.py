@@ -97,6 +97,27 @@ def _signature(name: str, email: str, when: _dt.datetime) -> pygit2.Signature:
     return pygit2.Signature(name, email, int(when.timestamp()), 0)
 
 
+class FileData(bytes):
+    """A file's bytes with its git mode: executable, or a symlink (the bytes are its target).
+    Plain ``bytes`` mean a regular file, which every note is; the other files a team keeps in
+    its memory repo (scripts, links, hooks) keep their mode through sync and fast-forward."""
+
+    mode: int
+
+    def __new__(cls, data: bytes, mode: int):
+        obj = super().__new__(cls, data)
+        obj.mode = mode
+        return obj
+
+
+def with_mode(data: bytes, mode: int) -> bytes:
+    return data if mode == pygit2.GIT_FILEMODE_BLOB else FileData(data, mode)
+
+
+def mode_of(data: bytes) -> int:
+    return getattr(data, "mode", pygit2.GIT_FILEMODE_BLOB)
+
+
 class GitStore(GitQueries):
     """One git repository holding memory notes (or, later, one scope root of them)."""
 
@@ -329,11 +350,11 @@ class GitStore(GitQueries):
 
     # --- writing --------------------------------------------------------------------
     def _edit_tree(self, tree: pygit2.Tree | None,
-                   edits: dict[tuple[str, ...], pygit2.Oid | None]) -> pygit2.Oid | None:
-        """A copy of ``tree`` with each path set to its blob (or removed), every changed tree
-        written once; None if the tree ends up empty."""
+                   edits: dict[tuple[str, ...], tuple[pygit2.Oid, int] | None]) -> pygit2.Oid | None:
+        """A copy of ``tree`` with each path set to its (blob, mode) (or removed), every changed
+        tree written once; None if the tree ends up empty."""
         builder = self.repo.TreeBuilder(tree) if tree is not None else self.repo.TreeBuilder()
-        groups: dict[str, dict[tuple[str, ...], pygit2.Oid | None]] = {}
+        groups: dict[str, dict[tuple[str, ...], tuple[pygit2.Oid, int] | None]] = {}
         for parts, blob in edits.items():
             name = parts[0]
             if len(parts) == 1:
@@ -341,7 +362,7 @@ class GitStore(GitQueries):
                     if tree is not None and name in tree:
                         builder.remove(name)
                 else:
-                    builder.insert(name, blob, pygit2.GIT_FILEMODE_BLOB)
+                    builder.insert(name, *blob)
             else:
                 groups.setdefault(name, {})[parts[1:]] = blob
         for name, sub_edits in groups.items():
@@ -358,7 +379,7 @@ class GitStore(GitQueries):
         return builder.write()
 
     def _tree_with(self, base: pygit2.Tree | None, changes: dict[str, bytes | None]) -> pygit2.Oid:
-        edits = {tuple(path.split("/")): (self.repo.create_blob(data) if data is not None else None)
+        edits = {tuple(path.split("/")): ((self.repo.create_blob(data), mode_of(data)) if data is not None else None)
                  for path, data in changes.items()}
         oid = self._edit_tree(base, edits)
         return oid if oid is not None else self.repo.TreeBuilder().write()
@@ -519,7 +540,7 @@ class GitStore(GitQueries):
             full.with_name(f".{full.name}.mdmem-tmp").unlink(missing_ok=True)
             have = self.worktree_blob_id(path)
             if have != want and have == before:
-                self._write_file(path, None if entry is None else self.repo[entry.id].data)
+                self._write_file(path, None if entry is None else with_mode(self.repo[entry.id].data, entry.filemode))
                 fixed.append(path)
                 have = want
             # The index follows HEAD where it still holds the pre-write blob (our unfinished
@@ -589,7 +610,7 @@ class GitStore(GitQueries):
             else:
                 if delta.old_file.path != delta.new_file.path:
                     out[delta.old_file.path] = None
-                out[delta.new_file.path] = self.repo[delta.new_file.id].data
+                out[delta.new_file.path] = with_mode(self.repo[delta.new_file.id].data, delta.new_file.mode)
         return out
 
     def amend_head(self, changes: dict[str, bytes | None], reflog: str) -> str:
@@ -650,8 +671,14 @@ class GitStore(GitQueries):
                 folder.mkdir()
         tmp = full.with_name(f".{full.name}.mdmem-tmp")
         tmp.unlink(missing_ok=True)
-        with open(tmp, "xb") as f:
-            f.write(data)
+        mode = mode_of(data)
+        if mode == pygit2.GIT_FILEMODE_LINK:  # as git checks it out: a link, never followed here
+            os.symlink(os.fsdecode(data), tmp)
+        else:
+            with open(tmp, "xb") as f:
+                f.write(data)
+            if mode == pygit2.GIT_FILEMODE_BLOB_EXECUTABLE:
+                tmp.chmod(0o755)
         if full.is_dir() and not full.is_symlink():
             shutil.rmtree(full)
         os.replace(tmp, full)
