@@ -287,7 +287,8 @@ def _merge(repo, user: str, when, head: str, their_head: str, base: str, label: 
             needs_person.append(f"{path} (changed on both sides)")
     if needs_person:
         raise Conflict("sync: needs a person, nothing changed: " + "; ".join(needs_person)
-                       + f". Merge {label} with git to resolve these, then run mdmem render")
+                       + f". Resolve them with git: git fetch {label.split('/', 1)[0]} && git merge {label}, fix the "
+                         "files, git add, git commit (the hooks check the notes and regenerate the views)")
     tree, left = sync_ops.merged_tree(store, head, their_head, resolved)
     if tree is None:
         raise Conflict(f"sync: needs a person, nothing changed: {', '.join(left)} conflict")

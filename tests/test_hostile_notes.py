@@ -228,3 +228,12 @@ def test_recall_and_check_under_resource_limits_with_every_hostile_note(repo):
     assert mb < clean_mb + 100, (clean_mb, mb)
     proc, code, _, _ = limited_cli("check", "--repo", root)
     assert code == 2 and proc.stderr.count("hostile.") == 5, proc.stderr
+
+
+def test_conflict_markers_make_a_note_invalid_but_a_setext_heading_does_not():
+    hunk = "<<<<<<< HEAD\nBilling deploys before 2pm\n=======\nBilling deploys before 4pm\n>>>>>>> origin/main"
+    with pytest.raises(NoteInvalid, match="conflict markers"):
+        parse_note(f"{DIR}/k.md", note_text("k", body=hunk))
+    with pytest.raises(NoteInvalid, match="conflict markers"):  # a conflict inside the frontmatter too
+        parse_note(f"{DIR}/k.md", "<<<<<<< HEAD\n" + note_text("k") + "=======\n" + note_text("j") + ">>>>>>> b\n")
+    assert parse_note(f"{DIR}/k.md", note_text("k", body="Title\n=======\nquoted: <<<<<<< not a hunk")).text

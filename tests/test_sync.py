@@ -128,6 +128,16 @@ def test_hand_edits_of_one_note_on_both_sides_stop_with_the_repo_as_it_was(clone
     assert r.returncode == 5 and path in r.stderr and "by hand on both sides" in r.stderr
     assert snapshot(b.root) == before
     assert_settled(b.root)
+    # The advice works as printed (attack F13: the remote-tracking ref had not moved), and while
+    # the person resolves, the half-merged note is invalid: check says so, recall never serves it.
+    assert "git fetch origin && git merge origin/main" in r.stderr
+    git(b.root, "fetch", "-q", "origin")
+    assert git(b.root, "merge", "origin/main", check=False).returncode != 0
+    assert "<<<<<<<" in (b.root / path).read_text()
+    check = run_cli("check", "--repo", str(b.root))
+    assert check.returncode == 2 and path in check.stdout + check.stderr and "conflict markers" in check.stdout + check.stderr
+    b.reload()
+    assert not any("<<<<<<<" in h.text for h in b.recall("refunds", as_user="bob"))
 
 
 def test_a_non_note_file_changed_on_both_sides_is_a_persons_conflict(clones):

@@ -302,6 +302,10 @@ def parse_note(path: str, data: str | bytes, *, max_bytes: int | None = None) ->
     return build_note(path, meta, text)
 
 
+# An unfinished git merge left in the file: both ends of a conflict hunk at line starts.
+_CONFLICT_MARKERS = re.compile(r"^<<<<<<< .*?^>>>>>>> ", re.M | re.S)
+
+
 def read_fields(path: str, data: str | bytes, *, max_bytes: int | None = None
                 ) -> tuple[dict, str, list[tuple[str, str]]]:
     """The frontmatter and body of a note with every schema problem found, as (field, reason).
@@ -313,6 +317,9 @@ def read_fields(path: str, data: str | bytes, *, max_bytes: int | None = None
             data = data.decode("utf-8")
         except UnicodeDecodeError:
             raise NoteInvalid(path, "file", "not UTF-8 text") from None
+    if "<<<<<<<" in data and _CONFLICT_MARKERS.search(data):
+        raise NoteInvalid(path, "file", "holds git conflict markers (<<<<<<< ... >>>>>>>); finish the merge: "
+                                        "edit the file, git add it, git commit")
     if not data.startswith("---"):
         raise NoteInvalid(path, "frontmatter", "missing; a note starts with a '---' YAML block")
     split = _split_frontmatter(data)
