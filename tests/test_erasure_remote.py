@@ -1,5 +1,6 @@
 """Erased history must not come back through a remote: under new commit ids (a rebase in an old
 clone), or because the eraser forgot --push and then synced (attack F10, F1)."""
+import json
 import subprocess
 
 from conftest import T0, T1, run_cli
@@ -117,3 +118,38 @@ def test_sync_push_does_not_publish_over_commits_made_on_the_old_history(repo, t
     sync = run_cli("sync", "--push", "--repo", str(root), "--as", "alice")
     assert sync.returncode == 3 and "re-apply" in sync.stderr, sync.stderr
     assert git(bare, "rev-parse", "main").stdout == tip  # bob's work is not force-pushed away
+
+
+def test_a_running_mcp_server_keeps_working_after_another_process_erases(repo):
+    """Agents keep one server for a whole session; an eraser's forget in another process
+    rewrites history and prunes the old objects under it (attack F7: every later recall,
+    startup and remember failed with "object not found" until a restart)."""
+    import asyncio
+
+    from mcp.client import Client
+    from test_mcp import data, params
+
+    repo.remember(SECRET, as_user="alice", kind="profile", subject="user:alice", key="phone", now=T0)
+    repo.remember("Billing deploys any weekday before 3pm", as_user="alice", kind="fact",
+                  subject="service:billing", key="deploy.window", scope="team", team="payments", now=T0)
+    root = repo.root
+    repo.close()
+
+    async def session():
+        async with Client(params(repo, "alice", "read,write"), read_timeout_seconds=60) as client:
+            first = data(await client.call_tool("recall", {"query": "alice phone number"}))
+            erase = run_cli("forget", "--owner", "alice", "--subject", "user:alice", "--repo", str(root),
+                            "--as", "alice")
+            assert erase.returncode == 0, erase.stderr
+            after = await client.call_tool("recall", {"query": "alice phone number"})
+            startup = await client.call_tool("startup", {})
+            wrote = await client.call_tool("remember", {"text": "Billing deploys on weekdays only", "kind": "fact",
+                                                        "subject": "service:billing", "key": "deploy.window",
+                                                        "scope": "team", "team": "payments"})
+            return first, after, startup, wrote
+
+    first, after, startup, wrote = asyncio.run(session())
+    assert any("zanzibar" in json.dumps(h) for h in first["hits"])
+    for result in (after, startup, wrote):
+        assert not result.is_error, result.content[0].text
+    assert "zanzibar" not in json.dumps(data(after)) and "zanzibar" not in json.dumps(data(startup))

@@ -322,9 +322,14 @@ class GitStore(GitQueries):
         return result
 
     def is_ancestor(self, older: str, newer: str) -> bool:
-        if older not in self.repo or newer not in self.repo:
+        """False also when either commit is gone (an erasure in another process rewrote
+        history; this handle may still list the pruned objects until they are read)."""
+        try:
+            if older not in self.repo or newer not in self.repo:
+                return False
+            return older == newer or self.repo.descendant_of(newer, older)
+        except pygit2.GitError:
             return False
-        return older == newer or self.repo.descendant_of(newer, older)
 
     def signatures(self, commits: list[str], allowed_signers: bytes | None) -> dict[str, tuple[str, str]]:
         """commit -> (git's %G? status letter, signer principal), checked against an allowed-signers
