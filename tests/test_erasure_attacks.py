@@ -91,3 +91,36 @@ def test_a_stash_message_quoting_erased_text_is_scrubbed(repo):
     assert "Wallaby" not in git(root, "stash", "list")
     assert b"Wallaby" not in (root / ".git" / "logs" / "refs" / "stash").read_bytes()
     assert repo.prove_gone(["42 Wallaby Way Sydney"], as_user="dana")["pass"]
+
+
+T1 = "2026-10-15T09:00:00Z"
+
+
+def test_erasing_a_person_keeps_team_notes_their_private_notes_only_quoted(repo):
+    """Attack F9: alice copies two team notes (one in a team she is not in) into her private
+    notes and asks for her erasure; the teams' notes, written first, are theirs and stay."""
+    deploy = "Billing deploys any weekday before 3pm"
+    repo.remember(deploy, as_user="bob", kind="fact", subject="service:billing", key="deploy.window",
+                  scope="team", team="payments", now=T0)
+    repo.remember(deploy, as_user="alice", kind="fact", subject="service:billing", key="deploy.window", now=T1)
+    repo.remember("Search admin password is Kestrel-Violet-Lantern-92", as_user="alice", kind="fact",
+                  subject="service:search", key="pw", now=T1)
+    plan = repo.forget(as_user="dana", owner="alice", subject="user:alice", dry_run=True, now=T1)
+    kept = {k["path"] for k in plan["not_scrubbed"]}
+    assert {"team/payments/service/billing/fact/deploy.window.md", "team/search/service/search/fact/pw.md"} <= kept
+    assert not [c["path"] for c in plan["copies_to_scrub"] if c["path"].startswith("team/")]
+    repo.forget(as_user="dana", owner="alice", subject="user:alice", now=T1)
+    assert repo.get(as_user="bob", subject="service:billing", kind="fact", key="deploy.window").note.text == deploy
+    assert "Kestrel-Violet-Lantern-92" in repo.get(as_user="carol", subject="service:search", kind="fact", key="pw").note.text
+    assert deploy in (repo.root / "team/payments/MEMORY.md").read_text()
+    assert not (repo.root / "private/alice").exists()
+    assert "XYZZY" not in git(repo.root, "log", "--all", "-p")
+
+
+def test_a_team_note_quoting_the_erased_note_later_is_still_scrubbed(repo):
+    repo.remember(SECRET, as_user="bob", kind="fact", subject="service:billing", key="gossip", scope="team",
+                  team="payments", now=T1)
+    plan = repo.forget(as_user="dana", owner="alice", subject="user:alice", dry_run=True, now=T1)
+    assert "team/payments/service/billing/fact/gossip.md" in {c["path"] for c in plan["copies_to_scrub"]}
+    repo.forget(as_user="dana", owner="alice", subject="user:alice", now=T1)
+    assert "XYZZY" not in git(repo.root, "log", "--all", "-p")

@@ -203,6 +203,7 @@ def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, text
     # Needles: the explicit texts, and what every erased version's body yields.
     found: set[str] = set(texts)
     keys: set[str] = set()
+    derived: dict[str, set[str]] = {}  # needle -> the erased versions (blobs) it comes from
     for p in plan.targets:
         if not layout.is_note_path(p):
             continue  # the erased root's view: derived from the notes below
@@ -215,12 +216,14 @@ def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, text
                 body = note.text
             except Exception:
                 body = raw.decode("utf-8", "replace")
-            found.update(nd.from_note_text(body))  # views quote it even with --no-scrub
+            for needle in nd.from_note_text(body):  # views quote it even with --no-scrub
+                derived.setdefault(needle, set()).add(b)
         if loc.key:
             keys.add(f"{loc.subject}/{loc.key}")
             if nd.is_distinctive(loc.key) or loc.key in texts:
                 keys.add(loc.key)
         keys.add(f"{loc.subject} {p.rsplit('/', 1)[-1]}")
+    found |= set(derived) - set(_quoted_from_others(scan, data, targets, derived, readable, plan))
     plan.needles = nd.ordered(found)
     plan.target_keys = nd.ordered(keys)
     needle_bytes = [n.encode() for n in plan.needles]
@@ -286,6 +289,26 @@ def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, text
         changed_commits |= _authored_by(repo.root, identity_names(owner, plan.aliases[owner]))
     plan.commits_touched = len(changed_commits)
     return plan
+
+
+def _quoted_from_others(scan: HistoryScan, data: dict[str, bytes], targets: set[str], derived: dict[str, set[str]],
+                        readable, plan: Plan) -> set[str]:
+    """The erased notes' sentences that another note held first: that note's own knowledge,
+    which the erased note quoted (else copying a team's note into a private one and asking for
+    its erasure would wipe the team's note from history). Kept, and listed in the plan."""
+    age = scan.first_seen()
+    owned_since = {n: min(age.get(b, 0) for b in blobs) for n, blobs in derived.items()}
+    earlier: set[str] = set()
+    for path, blobs in scan.path_blobs.items():
+        if path in targets or not layout.is_note_path(path) or not readable(root_of(path)):
+            continue
+        for b in blobs:
+            front, body = split_note(data.get(b, b""))
+            held = {n for n, since in owned_since.items() if age.get(b, since) < since and n.encode() in body}
+            if held:
+                earlier |= held
+                plan.not_scrubbed[path] = "it held this text before the erased note quoted it: its own, kept"
+    return earlier
 
 
 def _messages(root: Path) -> dict[str, bytes]:

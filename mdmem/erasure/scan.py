@@ -60,6 +60,15 @@ class HistoryScan:
                     scan.path_blobs.setdefault(path, set()).add(blob)
         return scan
 
+    def first_seen(self) -> dict[str, int]:
+        """blob -> the age of the first commit that wrote it (0 = the oldest; git log order)."""
+        age: dict[str, int] = {}
+        for rank, c in enumerate(reversed(self.commits)):
+            for blob in c.paths.values():
+                if blob is not None:
+                    age.setdefault(blob, rank)
+        return age
+
     def note_paths(self) -> list[str]:
         return sorted(p for p in self.path_blobs if layout.is_note_path(p))
 
