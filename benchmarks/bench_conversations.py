@@ -9,11 +9,17 @@ turn among the top k.
 The data is NOT in this repository (its licence is non-commercial): pass its path.
 Without it the script says so and exits 0.
 
+A second development set: REALTALK (github.com/danny911kr/REALTALK, data/Chat_*.json: ten
+21-day real messaging conversations with turn-level evidence, LoCoMo's format with a time on
+each message). Pass the folder holding those files (not its data/locomo/ copies, which hold
+LoCoMo's held-out half) instead of locomo10.json; all ten are for development. Categories
+1-3 are scored (multi-hop, temporal, commonsense); each turn keeps its own time.
+
 Conversations conv-26, conv-30, conv-41, conv-42, conv-43 are the development half; the
 other five are the owners' held-out test. They are skipped unless --held-out is given (for
 the owners' check), and never mixed into a development run.
 
-Usage: bench_conversations.py PATH/locomo10.json [--modes default,bm25,plain] [--context previous|short|meta|none]
+Usage: bench_conversations.py PATH/locomo10.json|REALTALK_DIR [--modes default,bm25,plain] [--context previous|short|meta|none]
        [--conversations conv-26,...] [--held-out] [--json]
 """
 from __future__ import annotations
@@ -58,20 +64,46 @@ def session_time(text: str) -> dt.datetime:
     return dt.datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=dt.timezone.utc)
 
 
+def message_time(text: str) -> dt.datetime:
+    """REALTALK's '29.12.2023, 22:42:04' -> an aware datetime."""
+    return dt.datetime.strptime(text.strip(), "%d.%m.%Y, %H:%M:%S").replace(tzinfo=dt.timezone.utc)
+
+
 def turns(sample: dict, *, captions: bool = True) -> list[dict]:
-    """Every turn in order: dia_id, speaker, text, session time."""
+    """Every turn in order: dia_id, speaker, text, time (its own, or its session's)."""
     conv = sample["conversation"]
     sessions = sorted((int(m.group(1)) for k in conv if (m := re.fullmatch(r"session_(\d+)", k))))
     out = []
     for s in sessions:
-        when = session_time(conv[f"session_{s}_date_time"])
         for i, t in enumerate(conv[f"session_{s}"]):
-            text = t.get("text", "")
+            if t.get("date_time"):  # REALTALK: each message has its time
+                when = message_time(t["date_time"])
+            else:  # LoCoMo: a second apart, so the turns of a session keep their order in time
+                when = session_time(conv[f"session_{s}_date_time"]) + dt.timedelta(seconds=i)
+            text = t.get("text", t.get("clean_text", "")) or ""
             if captions and t.get("blip_caption"):
                 text = f"{text} [shares a photo of {t['blip_caption']}]".strip()
-            # A second apart, so the turns of a session keep their order in time.
-            out.append(dict(dia_id=t["dia_id"], speaker=t["speaker"], text=text, session=s,
-                            when=when + dt.timedelta(seconds=i)))
+            out.append(dict(dia_id=_dia(t["dia_id"]), speaker=t["speaker"], text=text, session=s, when=when))
+    return out
+
+
+def _dia(text: str) -> str:
+    """'D 2:18' (a REALTALK typo) -> 'D2:18'."""
+    return re.sub(r"\s+", "", text)
+
+
+def realtalk(folder: Path) -> list[dict]:
+    """REALTALK's Chat_*.json as LoCoMo samples (sample_id = the file's name). A file already
+    in LoCoMo's format (REALTALK's data/locomo/ copies) keeps its sample_id, so the held-out
+    conversations among them stay out like they do from locomo10.json."""
+    out = []
+    for f in sorted(folder.glob("Chat_*.json")):
+        d = json.loads(f.read_text())
+        if "sample_id" in d:
+            out.append(d)
+            continue
+        conv = {k: v for k, v in d.items() if re.fullmatch(r"session_\d+(_date_time)?", k)}
+        out.append({"sample_id": f.stem, "conversation": conv, "qa": d.get("qa", [])})
     return out
 
 
@@ -115,8 +147,8 @@ def questions(sample: dict) -> list[dict]:
     for q in sample["qa"]:
         if q.get("category") not in CATEGORIES:
             continue
-        evidence = {e.strip() for item in q.get("evidence", []) for e in re.split(r"[;,]\s*|\s+", item)
-                    if re.fullmatch(r"D\d+:\d+", e.strip())}
+        evidence = {e for item in q.get("evidence", []) for e in map(_dia, re.split(r"[;,]|\s+(?=D)", item))
+                    if re.fullmatch(r"D\d+:\d+", e)}
         if evidence:
             out.append(dict(question=q["question"], category=q["category"], evidence=evidence))
     return out
@@ -177,7 +209,7 @@ def summarise(results: list[dict], modes: list[str], as_json: bool) -> dict:
         print(json.dumps(out))
         return out
     console.width = max(console.width, 120)  # the rows stay one line each, also in a log file
-    table("LoCoMo recall (development half)", ["mode", "queries", "hit@1", "hit@5", "hit@10",
+    table("Recall in long conversations (development)", ["mode", "queries", "hit@1", "hit@5", "hit@10",
           "fewer than 5", "fewer than 10", "recall p50 ms", "recall p95 ms"], rows)
     table("by category", ["mode", "category", "queries", *[f"hit@{k}" for k in KS]], cat_rows)
     return out
@@ -197,10 +229,21 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", help="an embedding cache file kept between runs (vectors by model and text)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    if not args.data or not Path(args.data).is_file():
+    folder = Path(args.data) if args.data and Path(args.data).is_dir() else None
+    if folder is not None:
+        loaded = realtalk(folder)
+        if not loaded:
+            print(f"bench_conversations: no REALTALK Chat_*.json in {folder}. Skipped.")
+            return 0
+        if args.conversations == ",".join(DEV):  # the default: every REALTALK conversation
+            args.conversations = ",".join(s["sample_id"] for s in loaded)
+    elif not args.data or not Path(args.data).is_file():
         print(f"bench_conversations: no LoCoMo data at {args.data!r}; pass the path to locomo10.json "
-              "(github.com/snap-research/LoCoMo, data/locomo10.json). Skipped.")
+              "(github.com/snap-research/LoCoMo, data/locomo10.json) or a folder of REALTALK's "
+              "Chat_*.json (github.com/danny911kr/REALTALK, data/). Skipped.")
         return 0
+    else:
+        loaded = json.loads(Path(args.data).read_text())
     wanted = [c.strip() for c in args.conversations.split(",") if c.strip()]
     held = [c for c in wanted if c in HELD_OUT]
     if held and not args.held_out:
@@ -218,7 +261,7 @@ def main(argv=None) -> int:
     if bad:
         print(f"bench_conversations: unknown mode(s) {bad}; use {', '.join(MODES)}", file=sys.stderr)
         return 2
-    samples = {s["sample_id"]: s for s in json.loads(Path(args.data).read_text()) if s["sample_id"] in wanted}
+    samples = {s["sample_id"]: s for s in loaded if s["sample_id"] in wanted}
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for cid in wanted:

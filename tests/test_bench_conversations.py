@@ -46,3 +46,36 @@ def test_scores_the_development_half_and_keeps_the_held_out_half_out(tmp_path):
     assert r.returncode == 2 and "held-out" in r.stderr
     r = run(str(data), "--conversations", "conv-26,conv-44", "--held-out", "--json")
     assert r.returncode == 2 and "do not mix" in r.stderr
+
+
+def realtalk_chat():
+    """A made-up chat in REALTALK's format: a time on each message, 'clean_text', and an
+    evidence id with REALTALK's stray space ('D 2:1')."""
+    return {"name": {"speaker_1": "Ann", "speaker_2": "Bo"},
+            "session_1_date_time": "08.05.2023, 13:56:00",
+            "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "date_time": "08.05.2023, 13:56:00",
+                           "clean_text": "I adopted a puppy called Biscuit last week."},
+                          {"speaker": "Bo", "dia_id": "D1:2", "date_time": "08.05.2023, 14:10:00",
+                           "clean_text": "Aww, what breed is it?"}],
+            "session_2_date_time": "07.07.2023, 10:00:00",
+            "session_2": [{"speaker": "Bo", "dia_id": "D2:1", "date_time": "07.07.2023, 10:00:00",
+                           "clean_text": "I finally finished my marathon training."}],
+            "qa": [{"question": "What is the name of Ann's puppy?", "evidence": ["D1:1"], "category": 1},
+                   {"question": "What did Bo finish on 7 July, 2023?", "evidence": ["D 2:1"], "category": 2}]}
+
+
+def test_a_realtalk_folder_is_a_second_development_set(tmp_path):
+    folder = tmp_path / "realtalk"
+    folder.mkdir()
+    (folder / "Chat_1_Ann_Bo.json").write_text(json.dumps(realtalk_chat()))
+    # REALTALK's data/locomo/ copies are LoCoMo samples: the held-out ones stay out.
+    (folder / "Chat_6_Held_Out.json").write_text(json.dumps(sample("conv-44")))
+    r = run(str(folder), "--modes", "bm25", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["bm25"]["queries"] == 2 and out["bm25"]["hit@1"] == 1.0
+    assert "held-out" in r.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = run(str(empty))
+    assert r.returncode == 0 and "Skipped" in r.stdout
