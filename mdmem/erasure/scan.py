@@ -95,7 +95,7 @@ def history_texts(scan: HistoryScan, contracts=None) -> set[str]:
     """Every text the caches may hold: the body and the embedded form (context + key + body) of each
     note version current history has, and of the notes in the work tree (hand edits not yet
     committed are indexed too)."""
-    from ..search.fulltext import embedding_text
+    from ..search.fulltext import embedding_texts
     from ..storage.worktree import scan_notes
 
     versions = [(key, body, context) for _, _, key, body, context in note_versions(scan)]
@@ -104,5 +104,5 @@ def history_texts(scan: HistoryScan, contracts=None) -> set[str]:
     texts = set()
     for key, body, context in versions:
         texts.add(body)
-        texts.add(embedding_text(key, body, context))  # what NoteIndex embeds (with the note's context)
+        texts.update(embedding_texts(key, body, context))  # what NoteIndex embeds (alone and with its context)
     return texts

@@ -40,7 +40,9 @@ FIELD_BOOSTS = {"body": 1.0, "key_text": 1.2, "subject_text": 0.4, "context_text
 # A subject word matches every note of the subject, so it is no evidence of relevance; a
 # context word is (a reply is the answer to the question its context asked).
 EVIDENCE_FIELDS = frozenset({"body", "key_text", "context_text"})
-B, K1 = 0.75, 1.2
+# Length normalisation: Whoosh's 0.75 punished the long turns of a conversation that carry the
+# facts; 0.3 measured better on LoCoMo and REALTALK (bench_conversations, see MEMORY.md).
+B, K1 = 0.3, 1.2
 
 
 def make_schema() -> Schema:
@@ -79,6 +81,15 @@ def embedding_text(key: str | None, text: str, context: str | None = None) -> st
     return f"{context}\n{text}" if context else text
 
 
+def embedding_texts(key: str | None, text: str, context: str | None = None) -> list[str]:
+    """Every text embedded for a note; its vector is their mean, so its cosine is the mean of
+    theirs. A note with a context is embedded alone and with it: the context gives a short
+    turn its subject, but a long previous turn also drowns the turn's own words. Measured on
+    LoCoMo and REALTALK (bench_conversations): the mean beats either alone on both."""
+    alone = embedding_text(key, text)
+    return [alone, embedding_text(key, text, context)] if context else [alone]
+
+
 def note_doc(stored: StoredNote, *, doc_id: str | None = None, start: int = 0, end: int = NEVER,
              commit: str = "") -> dict:
     n = stored.note
@@ -109,17 +120,20 @@ def query_terms(text: str) -> list[str]:
     return out
 
 
-def search(searcher, text: str, allowed, *, limit: int) -> list:
+def search(searcher, text: str, allowed, *, limit: int, prune: bool = True) -> list:
     """The best ``limit`` of the ``allowed`` docnums for an OR of the text's analysed terms in
     each field (BM25F); the user's text is never parsed as query syntax.
 
-    With 50+ notes, a term found in more than half the notes of a field is left out: its IDF
-    is near zero, so it changes no ranking, but matching it would score every note.
+    With 50+ notes and ``prune``, a term found in more than half the notes of a field is left
+    out: its IDF is low, so it rarely changes which notes rank first, and the embedder's
+    candidates fill the list. Without an embedder (``prune=False``) such a term is the only
+    evidence some questions have (a speaker's name in a conversation): pruning it left 4% of
+    LoCoMo questions with fewer than 5 notes, and cost hit@1 (see MEMORY.md).
     """
     # Only in a corpus big enough for document frequency to say anything.
-    prune = searcher.doc_count() / 2 if searcher.doc_count() >= 50 else None
+    prune_above = searcher.doc_count() / 2 if prune and searcher.doc_count() >= 50 else None
     return bm25.search(searcher, query_terms(text), FIELD_BOOSTS, allowed, limit=limit, B=B, K1=K1,
-                       prune_above=prune, evidence_fields=EVIDENCE_FIELDS)
+                       prune_above=prune_above, evidence_fields=EVIDENCE_FIELDS)
 
 
 def weighting() -> BM25F:

@@ -26,7 +26,7 @@ from .doctable import VECTOR_FIELD, DocTable, prepare_vectors
 from .embedders import Embedder, make_embedder
 from .embedding_cache import EmbeddingCache, cache_key
 
-SCHEMA_VERSION = 11  # 10: context; 11: tags
+SCHEMA_VERSION = 12  # 10: context; 11: tags; 12: B 0.3, a context's mean vector
 # Small segments tolerated before a catch-up merges them (see _merge_when_many).
 MERGE_AFTER_SEGMENTS = 8
 WORKTREE_CHECK_SECONDS = 1.0
@@ -317,20 +317,22 @@ class NoteIndex:
         embedded the same text before). No embedder: nothing to add."""
         if self.embedder is None or not docs:
             return
-        texts = [fulltext.embedding_text(d["key"], d["body"], d.get("context_text")) for d in docs]
-        keys = [cache_key(self.model_id, t) for t in texts]
-        found = self.cache.get_many(sorted(set(keys)))
-        missing = sorted({k: t for k, t in zip(keys, texts) if k not in found}.items())
+        texts = [fulltext.embedding_texts(d["key"], d["body"], d.get("context_text")) for d in docs]
+        keys = [[cache_key(self.model_id, t) for t in ts] for ts in texts]
+        found = self.cache.get_many(sorted({k for ks in keys for k in ks}))
+        missing = sorted({k: t for ks, ts in zip(keys, texts) for k, t in zip(ks, ts) if k not in found}.items())
         if report is not None:
-            report.cached = sum(1 for k in keys if k in found)
+            report.cached = sum(1 for ks in keys if all(k in found for k in ks))
             report.embedded = len(missing)
         if missing:
             vectors = self._embed_with_progress([t for _, t in missing], progress)
             fresh = {k: v for (k, _), v in zip(missing, vectors)}
             self.cache.put_many(self.model_id, fresh)
             found.update(fresh)
-        for doc, k in zip(docs, keys):
-            doc[VECTOR_FIELD] = found[k]
+        for doc, ks in zip(docs, keys):
+            # The mean, not renormalised: its dot product with a query is the mean cosine.
+            doc[VECTOR_FIELD] = found[ks[0]] if len(ks) == 1 else np.mean([found[k] for k in ks], axis=0,
+                                                                           dtype=np.float32)
 
     def _embed_with_progress(self, texts: list[str], progress: ProgressCallback | None) -> np.ndarray:
         if progress is None or len(texts) < 64:

@@ -195,13 +195,15 @@ class Recall:
         scores, BM25F scores, cosines). ``exempt`` docnums skip the floor and get a cosine.
         ``favour`` (the notes in a span of time the question names) proposes its own best
         candidates too, and they rank TIME_BOOST higher."""
-        bm25 = fulltext.search(searcher, query, allowed, limit=limit)
         have_vectors = table.has_vectors(qv)
+        # Without vectors, a common word is still evidence (see fulltext.search).
+        bm25 = fulltext.search(searcher, query, allowed, limit=limit, prune=have_vectors)
         vec = table.nearest(qv, allowed, limit) if have_vectors else []
         inside = allowed & favour if favour is not None else None
         if inside is not None and inside.any():
             seen = {h.docnum for h in bm25}
-            bm25 += [h for h in fulltext.search(searcher, query, inside, limit=limit) if h.docnum not in seen]
+            bm25 += [h for h in fulltext.search(searcher, query, inside, limit=limit, prune=have_vectors)
+                     if h.docnum not in seen]
             if have_vectors:
                 seen = {d for d, _ in vec}
                 vec += [(d, c) for d, c in table.nearest(qv, inside, limit) if d not in seen]

@@ -16,7 +16,7 @@ from ..model.validate import validate_note
 from . import fulltext
 from .doctable import DocTable, code, prepare_vectors
 
-SCHEMA_VERSION = 6  # of the versions index's documents; another value rebuilds it
+SCHEMA_VERSION = 7  # of the versions index's documents; another value rebuilds it (7: mean vectors)
 
 
 def version_docs(repo, revs: str, open_docs: dict[str, dict]) -> tuple[list[dict], list[dict]]:
