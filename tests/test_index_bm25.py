@@ -49,7 +49,7 @@ def test_scores_and_order_equal_whooshs_own(seed):
         for _ in range(5):
             terms = rng.sample(WORDS, rng.randint(1, 4))
             allowed = np.array([rng.random() < 0.7 for _ in range(s.doc_count_all())])
-            ours = bm25.search(s, terms, fulltext.FIELD_BOOSTS, allowed, limit=15)
+            ours = bm25.search(s, terms, fulltext.FIELD_BOOSTS, allowed, limit=15, B=fulltext.B, K1=fulltext.K1)
             theirs = whoosh_ranking(s, terms, allowed, 15)
             assert [h.docnum for h in ours] == [d for d, _ in theirs]
             assert [h.score for h in ours] == pytest.approx([sc for _, sc in theirs], rel=1e-9)
