@@ -41,7 +41,7 @@ from _common import console, pct, table  # noqa: E402
 from mdmem import MemoryRepo  # noqa: E402
 from mdmem.config import EmbedderConfig  # noqa: E402
 from mdmem.model.layout import episode_path  # noqa: E402
-from mdmem.model.note import Note  # noqa: E402
+from mdmem.model.note import MAX_CONTEXT, Note  # noqa: E402
 
 DEV = ("conv-26", "conv-30", "conv-41", "conv-42", "conv-43")
 HELD_OUT = ("conv-44", "conv-47", "conv-48", "conv-49", "conv-50")
@@ -126,6 +126,7 @@ def build(sample: dict, path: Path, *, context: str, captions: bool) -> tuple[Me
             if previous is not None and previous["session"] == t["session"] and (
                     context == "previous" or (context == "short" and short)):
                 ctx += f"; after {previous['speaker']}: {previous['text']}"
+            ctx = ctx[:MAX_CONTEXT]  # a context is one line of at most this (REALTALK has longer messages)
         note = Note(id=str(ULID()), kind="episode", subject=f"user:{OWNER}", scope="private", owner=OWNER,
                     source="user", valid_from=t["when"], text=note_text(t),
                     **({"context": ctx} if ctx else {}))
