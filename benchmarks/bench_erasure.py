@@ -135,7 +135,8 @@ def _git(root, *args) -> bytes:
 
 
 def _kill_world(path: Path) -> MemoryRepo:
-    repo = MemoryRepo.init(path, teams={"payments": ["bob", "dana"]}, erasers=["dana"], now=T0, as_user="mdmem")
+    repo = MemoryRepo.init(path, teams={"payments": ["bob", "dana"]}, erasers=["dana"], now=T0, as_user="mdmem",
+                           people=["ali"])
     for i in range(40):
         repo.remember(f"Billing fact {i}: retries wait {i * 3} seconds", as_user="bob", kind="fact",
                       subject=f"service:svc{i % 5}", key=f"k{i}", scope="team", team="payments", new_key=True,

@@ -63,6 +63,9 @@ class TrustConfig:
     require_signed: bool = False
     allowed_signers: str = "allowed_signers"
     agent_max_ttl: _dt.timedelta | None = None  # None: an agent may set at most its kind's default_ttl
+    # The kinds an agent writes into a team scope without review: none by default (its note
+    # would reach every teammate's startup view unreviewed).
+    agent_team_kinds: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -181,10 +184,10 @@ class Config:
             raise BadInput(f"{where}: notes.max_bytes: {max_bytes!r}; give a whole number of bytes "
                            "between 1024 and 67108864 (default 262144)")
         contracts = Contracts.from_config(data.get("kinds"))
-        if trust.agent_kinds is not None:
-            for kind in trust.agent_kinds:
+        for name, kinds in (("agent_kinds", trust.agent_kinds), ("agent_team_kinds", trust.agent_team_kinds)):
+            for kind in sorted(kinds or ()):
                 if kind not in contracts.kinds:
-                    raise BadInput(f"{where}: trust.agent_kinds: unknown kind {kind!r}; known: "
+                    raise BadInput(f"{where}: trust.{name}: unknown kind {kind!r}; known: "
                                    f"{', '.join(contracts.kinds)}")
         return cls(teams=teams, erasers=erasers, trust=trust, self_approve=self_approve,
                    contracts=contracts, embedder=embedder,
@@ -226,8 +229,10 @@ def _trust(section: dict, where: str) -> TrustConfig:
         raise BadInput(f"{where}: trust.sources: {agents[0]!r}; agents are trusted per kind with "
                        "trust.agent_kinds = [...], not by source")
     kinds = section.get("agent_kinds")
-    if kinds is not None and (not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds)):
-        raise BadInput(f"{where}: trust.agent_kinds: must be a list of kinds (like [\"episode\", \"working\"])")
+    team_kinds = section.get("agent_team_kinds", [])
+    for name, value in (("agent_kinds", kinds), ("agent_team_kinds", team_kinds)):
+        if value is not None and (not isinstance(value, list) or not all(isinstance(k, str) for k in value)):
+            raise BadInput(f"{where}: trust.{name}: must be a list of kinds (like [\"episode\", \"working\"])")
     signed = section.get("require_signed", False)
     if not isinstance(signed, bool):
         raise BadInput(f"{where}: trust.require_signed: must be true or false")
@@ -237,7 +242,8 @@ def _trust(section: dict, where: str) -> TrustConfig:
     max_ttl = section.get("agent_max_ttl")
     if max_ttl is not None:
         max_ttl = parse_duration(max_ttl, field=f"{where}: trust.agent_max_ttl")
-    return TrustConfig(tuple(sources), frozenset(kinds) if kinds is not None else None, signed, signers, max_ttl)
+    return TrustConfig(tuple(sources), frozenset(kinds) if kinds is not None else None, signed, signers, max_ttl,
+                       frozenset(team_kinds or ()))
 
 
 @dataclass(frozen=True)
@@ -305,8 +311,12 @@ def _toml_list(names: list[str]) -> str:
     return "[" + ", ".join(f'"{n}"' for n in names) + "]"
 
 
-def render_config(teams: dict[str, list[str]], erasers: list[str] | None = None) -> str:
-    """The text of a fresh ``mdmem.toml``, from the template with the teams filled in."""
+def render_config(teams: dict[str, list[str]], erasers: list[str] | None = None, *,
+                  people: list[str] | None = None) -> str:
+    """The text of a fresh ``mdmem.toml``, from the template with the teams filled in.
+    ``people`` (the creator first) get a ``[people.<user>]`` table unless a team or role names
+    them already; the creator only when the teams or roles declare anyone: a repo that declares
+    users accepts only those (policy/access.py), and whoever made it is one."""
     from .template import read_template
 
     lines = []
@@ -319,4 +329,17 @@ def render_config(teams: dict[str, list[str]], erasers: list[str] | None = None)
         check_name(user, "--eraser")
     return (read_template("mdmem.toml")
             .replace("{{teams}}", "\n".join(lines) or "# payments = [\"alice\", \"bob\"]")
-            .replace("{{erasers}}", _toml_list(erasers or [])))
+            .replace("{{erasers}}", _toml_list(erasers or []))
+            + _people_tables(people or [], teams, erasers or []))
+
+
+def _people_tables(people: list[str], teams: dict[str, list[str]], erasers: list[str]) -> str:
+    declared = set(erasers).union(*teams.values()) if teams or erasers else set()
+    creator, others = (people[0], people[1:]) if people else (None, [])
+    wanted = ([creator] if creator and (declared or others) else []) + list(others)
+    out = []
+    for user in dict.fromkeys(wanted):
+        check_name(user, "people")
+        if user not in declared:
+            out.append(f"\n[people.{user}]\n# emails = [...] maps {user}'s own git commits to them\n")
+    return "".join(out)

@@ -12,11 +12,12 @@ from mdmem import MemoryRepo
 T0 = "2026-10-01T09:00:00Z"
 T1 = "2026-10-15T09:00:00Z"
 TEAMS = {"payments": ["alice", "bob", "dana"], "search": ["carol"]}
+PEOPLE = ["ali"]  # a user with only private memory ([people.ali])
 
 
 @pytest.fixture
 def repo(tmp_path) -> MemoryRepo:
-    return MemoryRepo.init(tmp_path / "mem", teams=TEAMS, now=T0, as_user="mdmem")
+    return MemoryRepo.init(tmp_path / "mem", teams=TEAMS, now=T0, as_user="mdmem", people=PEOPLE)
 
 
 def snapshot(root: Path) -> dict:

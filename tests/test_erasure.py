@@ -195,7 +195,8 @@ def test_the_mention_scan_uses_configured_aliases(repo):
     import subprocess as sp
     config = repo.root / "mdmem.toml"
     config.write_text(config.read_text() + '\n[people.alice]\naliases = ["Al Smith", "@asmith"]\n')
-    sp.run(["git", "-C", str(repo.root), "commit", "-qam", "aliases", "--no-verify"], check=True)
+    sp.run(["git", "-C", str(repo.root), "-c", "user.email=mdmem@mdmem.invalid", "commit", "-qam", "aliases",
+            "--no-verify"], check=True)  # by the repo's admin (its founder), so it takes effect
     repo = MemoryRepo.open(repo.root)
     team_fact(repo, "Al Smith reviews every billing migration", key="migration.review")
     team_fact(repo, "Ping @asmith before touching the ledger", key="ledger", new_key=True)

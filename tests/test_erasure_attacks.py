@@ -1,9 +1,12 @@
 """Erasure as an attacker tried it after issue 10 landed: oracles through caches and the work
 tree, a non-eraser's --text changing others' files, lost unrelated edits, stash messages."""
+import functools
+import json
+import re
 import subprocess
 
 import pytest
-from conftest import T0
+from conftest import T0, T1
 
 from mdmem import MemoryRepo, NotFound, Refused
 
@@ -17,7 +20,8 @@ def git(root, *args):
 
 @pytest.fixture
 def repo(tmp_path):
-    r = MemoryRepo.init(tmp_path / "mem", teams=TEAMS, erasers=["dana"], now=T0, as_user="alice")
+    # mallory: a declared user in no team, with only a private root of her own
+    r = MemoryRepo.init(tmp_path / "mem", teams=TEAMS, erasers=["dana"], now=T0, as_user="alice", people=["mallory"])
     r.remember(SECRET, as_user="alice", kind="profile", subject="user:alice", key="phone", scope="private", now=T0)
     r.remember("Search admin password is Kestrel-Violet-Lantern-92", as_user="carol", kind="fact",
                subject="service:search", key="pw", scope="team", team="search", now=T0)
@@ -93,7 +97,6 @@ def test_a_stash_message_quoting_erased_text_is_scrubbed(repo):
     assert repo.prove_gone(["42 Wallaby Way Sydney"], as_user="dana")["pass"]
 
 
-T1 = "2026-10-15T09:00:00Z"
 
 
 def test_erasing_a_person_keeps_team_notes_their_private_notes_only_quoted(repo):
@@ -124,3 +127,40 @@ def test_a_team_note_quoting_the_erased_note_later_is_still_scrubbed(repo):
     assert "team/payments/service/billing/fact/gossip.md" in {c["path"] for c in plan["copies_to_scrub"]}
     repo.forget(as_user="dana", owner="alice", subject="user:alice", now=T1)
     assert "XYZZY" not in git(repo.root, "log", "--all", "-p")
+
+
+def _answer(call, *secrets):
+    """What the asker sees: the plan or the error, with the guessed strings masked."""
+    try:
+        out = json.dumps(call(), sort_keys=True, default=str)
+    except (NotFound, Refused) as exc:
+        out = f"{type(exc).__name__}: {exc}"
+    for s in secrets:
+        out = out.replace(s, "G")
+    return re.sub(r"erased-[0-9a-f]{8}", "erased-P", out)  # the owner's fresh random pseudonym
+
+
+@pytest.mark.parametrize("ask", ["text", "subject", "path", "text_and_own", "owner_self"])
+def test_forget_dry_run_answers_alike_for_unreadable_and_missing(tmp_path, ask):
+    """bob (no eraser, not in team search) asks forget about something that exists only where he
+    cannot read (carol's team search, alice's private root) and about something that exists
+    nowhere: the two answers are identical, whatever he names."""
+    answers = []
+    for exists in (True, False):
+        repo = MemoryRepo.init(tmp_path / f"m{exists}", teams=TEAMS, erasers=["dana"], now=T0, as_user="alice")
+        repo.remember("bob's own note: standup moved to room Kiwi", as_user="bob", kind="fact", subject="user:bob",
+                      key="standup", now=T0)
+        if exists:
+            repo.remember("Search admin password is Kestrel-Violet-Lantern-92", as_user="carol", kind="fact",
+                          subject="service:search", key="pw", scope="team", team="search", now=T0)
+            repo.remember("Kestrel-Violet-Lantern-92 also opens alice's locker", as_user="alice", kind="fact",
+                          subject="service:locker", key="code", now=T0)
+        secret, path = "Kestrel-Violet-Lantern-92", "team/search/service/search/fact/pw.md"
+        kwargs = {"text": {"texts": [secret]}, "subject": {"subject": "service:search"}, "path": {"paths": [path]},
+                  # his own note and the guess together: the plan covers his note either way
+                  "text_and_own": {"texts": [secret, "standup moved to room Kiwi"]},
+                  "owner_self": {"owner": "bob", "texts": [secret]}}[ask]
+        answers.append(_answer(functools.partial(repo.forget, as_user="bob", dry_run=True, now=T1, **kwargs),
+                               str(tmp_path / f"m{exists}")))
+        assert "search" not in answers[-1] or ask in ("subject", "path"), answers[-1]
+    assert answers[0] == answers[1], answers

@@ -20,7 +20,8 @@ def git(root, *args, **kw):
 
 
 def eraser_repo(tmp_path, teams=TEAMS, erasers=("dana",)):
-    return MemoryRepo.init(tmp_path / "mem", teams=teams, erasers=list(erasers), now=T0, as_user="mdmem")
+    return MemoryRepo.init(tmp_path / "mem", teams=teams, erasers=list(erasers), now=T0, as_user="mdmem",
+                           people=["ali"])
 
 
 def every_version(root, path):
@@ -112,7 +113,7 @@ def test_refusals_plans_and_proofs_are_no_oracle(tmp_path, exists):
 def test_refusal_does_not_depend_on_unreadable_data(tmp_path):
     answers = []
     for exists in (True, False):
-        repo = MemoryRepo.init(tmp_path / f"m{exists}", teams=TEAMS, now=T0, as_user="mdmem")
+        repo = MemoryRepo.init(tmp_path / f"m{exists}", teams=TEAMS, now=T0, as_user="mdmem", people=["ali"])
         if exists:
             repo.remember("PIN is 4321 for the garage door", as_user="carol", kind="fact", subject="user:carol",
                           key="pin", now=T0)

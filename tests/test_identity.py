@@ -14,7 +14,7 @@ def _configure_people(repo, text):
     cfg = repo.root / "mdmem.toml"
     cfg.write_text(cfg.read_text() + text)
     subprocess.run(["git", "-C", str(repo.root), "commit", "-qam", "people", "--no-verify"], check=True,
-                   env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                   env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "mdmem@mdmem.invalid", "GIT_COMMITTER_NAME": "t",
                         "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"})
     return MemoryRepo.open(repo.root)
 

@@ -26,7 +26,7 @@ note_st = st.tuples(st.sampled_from(USERS), st.booleans(), st.sampled_from(["red
        asker=st.sampled_from(USERS), query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3))
 def test_recall_never_returns_what_the_asker_may_not_see(teams, notes, asker, query):
     with tempfile.TemporaryDirectory() as tmp:
-        repo = MemoryRepo.init(Path(tmp) / "m", teams=teams, now=T0, as_user="mdmem")
+        repo = MemoryRepo.init(Path(tmp) / "m", teams=teams, now=T0, as_user="mdmem", people=USERS)
         for user, private, team, subject, key, words, hour in sorted(notes, key=lambda n: n[-1]):
             kw = dict(as_user=user, kind="fact", subject=subject, key=key, new_key=True,
                       now=T0 + dt.timedelta(hours=hour))

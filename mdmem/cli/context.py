@@ -121,6 +121,8 @@ class Ctx:
             # a committed mdmem.toml never names the secret that is sent (issue 14).
             settings = {**self.settings(), "user_config": self.user_config()}
             repo = MemoryRepo.open(path, **settings) if path else MemoryRepo.find(**settings)
+            if hasattr(self.args, "as_user") and (self.args.as_user is not None or os.environ.get("MDMEM_USER")):
+                repo.access.check_user(self.user)  # an undeclared name is refused before anything runs
             # An index build the command did not ask for (a first recall) shows progress too,
             # on stderr, so it also shows beside --json output.
             repo.index.progress = self._progress_always()

@@ -14,7 +14,6 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
-from ..policy.access import require_user
 from ..errors import BadInput, as_mdmem_error
 from ..model.layout import check_name
 from ..repo import MemoryRepo
@@ -47,7 +46,8 @@ Working notes need a key too and expire (ttl, default 1h):
 `remember(text="Editing PaymentController.cs", kind="working", subject="task:current", key="file")`.
 Every write is recorded as yours (agent:<your name>); say where it came from in `source`
 (source="tool:<name>", source="web:<url>") for the reviewer. Facts, profiles, decisions and
-procedures wait for a person's review; episodes and working notes are written at once.
+procedures wait for a person's review; episodes and working notes in your private memory are
+written at once, and in a team scope they wait for review too unless the team allows it.
 If `remember` answers status "refused" with existing_keys, update under the matching key, or pass
 new_key=true if it really is a new fact.
 Kinds:
@@ -141,7 +141,7 @@ def tool_errors(fn):
 
 def build_server(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | None = None,
                  index_ready: threading.Event | None = None) -> MCPServer:
-    ctx = ServerContext(repo, require_user(user), allowed,
+    ctx = ServerContext(repo, repo.access.check_user(user), allowed,
                         label=check_name(label, "--agent") if label is not None else None)
     if index_ready is not None:
         ctx.index_ready = index_ready

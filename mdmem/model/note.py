@@ -151,7 +151,7 @@ _SOURCE_RE = re.compile(r"^(user|agent|agent:[^\s]+|human:[^\s]+|tool:[^\s]+|web
 
 
 def check_source(source: str, *, where: str = "source") -> str:
-    if not isinstance(source, str) or not _SOURCE_RE.match(source):
+    if not isinstance(source, str) or not _SOURCE_RE.fullmatch(source):  # fullmatch: "$" allows a final "\n"
         raise BadInput(f"{where}: {source!r} is not a source; use user, agent, agent:<name>, human:<name>, "
                        "tool:<name>, web:<url> or system:<job>")
     return source

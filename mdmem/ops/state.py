@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..config import Config, UserConfig, check_backend, check_fusion
+from ..config import CONFIG_NAME, Config, UserConfig, check_backend, check_fusion
 from ..errors import BadInput, Conflict
 from ..policy.access import Access
 from ..storage.gitstore import GitStore
@@ -37,17 +37,30 @@ class RepoState:
     def __init__(self, path: str | Path, *, embedder: str | None = None, fusion: str | None = None,
                  user_config: UserConfig | None = None) -> None:
         root = Path(path)
-        config = Config.load(root)
+        try:
+            config, broken = Config.load(root), None
+        except BadInput as exc:
+            if not (root / CONFIG_NAME).is_file():
+                raise
+            config, broken = Config(), exc  # an untrusted change cannot break everyone's mdmem: see below
         if not (root / ".git").exists():
             raise BadInput(f"{root}: not a git repository")
+        self.root = root
+        self.config = config
+        self.user_config = user_config or UserConfig()
+        self._trust: Verifier | None = None
+        self.contracts = config.contracts
+        self.store = GitStore(root, config.identity)
+        # A change to mdmem.toml by a non-admin does not take effect (policy/verify.py).
+        trusted = self.trust.trusted_config(config)
+        if broken is not None and trusted is config:
+            raise broken  # the broken file is the trusted one (or not committed): its error stands
+        self.config = config = trusted
+        self.store.identity = config.identity
         if embedder is not None:
             config.embedder.backend = check_backend(embedder, where="embedder")
         if fusion is not None:
             config.fusion = check_fusion(fusion, where="fusion")
-        self.root = root
-        self.config = config
-        self.user_config = user_config or UserConfig()
-        self.store = GitStore(root, config.identity)
         self.store.signing_key = self.user_config.signing_key
         if self.store.pending_path.exists():
             # A write was cut short after its commit (a kill, a stale index.lock): bring the
@@ -57,9 +70,8 @@ class RepoState:
                     pass
             except Conflict:
                 pass
-        self.access = Access(config.teams, config.erasers)
+        self.access = Access.of(config)
         self.contracts = config.contracts
-        self._trust: Verifier | None = None
         self._index: NoteIndex | None = None
         self._recall: Recall | None = None
         self._meta_cache: MetaCache | None = None

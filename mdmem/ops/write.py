@@ -119,8 +119,9 @@ def draft(repo: RepoState, user: str, text: str, *, kind: str, subject: str, key
                        f"{repo.config.note_max_bytes} bytes ([notes] max_bytes in mdmem.toml)")
     # Write permission is checked before provenance: a hold never bypasses scope.
     repo.access.check_write(user, root)
-    return path, note, contract, judge_source(source, contract, repo.config.trust.sources,
-                                              repo.config.trust.agent_kinds)
+    trust = repo.config.trust
+    return path, note, contract, judge_source(source, contract, trust.sources, trust.agent_kinds, root=root,
+                                              agent_team_kinds=trust.agent_team_kinds)
 
 
 # One accepted item of a batch: its line, its draft, new_key and expect_version.

@@ -7,6 +7,7 @@ a user sees a note when they own its private root or are a member of its team.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from ..errors import BadInput, NotFound, Refused
 from ..model.layout import check_name, check_note_path, parse_path
@@ -28,13 +29,38 @@ def not_visible(what: str, user: str) -> NotFound:
 class Access:
     teams: dict[str, frozenset[str]]
     erasers: frozenset[str] = frozenset()
+    people: frozenset[str] = frozenset()  # the names of the [people.<user>] tables
+
+    @classmethod
+    def of(cls, config) -> "Access":
+        """The access rules of a (trusted) :class:`mdmem.config.Config`."""
+        return cls(config.teams, config.erasers, frozenset(config.people))
+
+    @cached_property
+    def users(self) -> frozenset[str]:
+        """Everyone mdmem.toml declares: team members, erasers and [people] names."""
+        return self.people | self.erasers | frozenset().union(*self.teams.values())
+
+    def check_user(self, user: str | None) -> str:
+        """The acting user, who must be declared in mdmem.toml: an undeclared name (a typo,
+        ``--as mallory``) would otherwise act with a private root of its own and make every
+        refusal look like "nothing here". A repo that declares nobody (a fresh single-user
+        repo) takes any name."""
+        user = require_user(user)
+        known = self.users
+        if known and user not in known:
+            shown = ", ".join(sorted(known)[:12]) + (", ..." if len(known) > 12 else "")
+            raise BadInput(f"identity: {user} is not a user of this repo (known: {shown}); users are declared "
+                           f"in mdmem.toml as [teams] members, [roles] erasers or a [people.{user}] table; "
+                           "check --as / MDMEM_USER")
+        return user
 
     def teams_of(self, user: str) -> list[str]:
         return sorted(t for t, members in self.teams.items() if user in members)
 
     def readable_roots(self, user: str) -> list[str]:
         """The scope roots whose notes ``user`` may see. Index filters are built from this."""
-        require_user(user)
+        self.check_user(user)
         return [f"private/{user}"] + [f"team/{t}" for t in self.teams_of(user)]
 
     def may_read_root(self, user: str, root: str) -> bool:
@@ -43,7 +69,7 @@ class Access:
     def visible_root(self, user: str, path: str) -> str:
         """The scope root of a caller-given note path the user may read, checked before any
         file is touched; a malformed, missing or unreadable path all give the same NotFound."""
-        require_user(user)
+        self.check_user(user)
         try:
             root = parse_path(check_note_path(path)).root
         except BadInput:
@@ -69,6 +95,7 @@ class Access:
 
     def check_write(self, user: str, root: str) -> None:
         """Writers: the owner of a private root, members of a team."""
+        self.check_user(user)
         scope, _, name = root.partition("/")
         if scope == "private" and name != user:
             raise Refused(f"scope: {user} may not write to {root}; only {name} writes there")
@@ -81,11 +108,13 @@ class Access:
 
     def may_erase_root(self, user: str, root: str) -> bool:
         """Erasure: an eraser may change any scope root; anyone else only their own private root."""
+        self.check_user(user)
         return user in self.erasers or root == f"private/{user}"
 
     def check_forget(self, user: str, roots: list[str]) -> None:
         """Erasure: owners may forget their own private notes; anything else needs the eraser role.
         The refusal names only roots the user may read."""
+        self.check_user(user)
         if user in self.erasers:
             return
         others = [r for r in roots if r != f"private/{user}"]
@@ -97,6 +126,7 @@ class Access:
 
     def check_prove(self, user: str, *, subject: str | None, owner: str | None) -> None:
         """prove-gone reports where a needle still is: erasers, or the person about themself."""
+        self.check_user(user)
         if user in self.erasers or owner == user or subject == f"user:{user}":
             return
         raise Refused(f"prove-gone: {user} may prove erasure of their own data only (--owner {user}); "

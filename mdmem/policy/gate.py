@@ -31,12 +31,21 @@ def is_agent_source(source: str) -> bool:
 
 
 def judge_source(source: str, contract: Contract, trusted_patterns: tuple[str, ...],
-                 agent_kinds: frozenset[str] | None = None) -> Provenance:
+                 agent_kinds: frozenset[str] | None = None, *, root: str = "",
+                 agent_team_kinds: frozenset[str] = frozenset()) -> Provenance:
     """Trusted sources write at once; everything else waits for a person. Closed by default.
 
-    An agent is trusted per kind (``[trust] agent_kinds``, else the kinds whose contract says
-    ``agent_may_write``), never by a source pattern: ``agent:*`` in ``sources`` is ignored."""
+    An agent is trusted per kind, never by a source pattern (``agent:*`` in ``sources`` is a
+    config error): in its person's private root, ``[trust] agent_kinds`` (else the kinds whose
+    contract says ``agent_may_write``); in a team root (``root`` = ``team/<t>``) only
+    ``[trust] agent_team_kinds``, empty by default -- what an agent writes there reaches every
+    teammate's startup view, so by default a person of the team reviews it first."""
     if is_agent_source(source):
+        if root.startswith("team/"):
+            if contract.name in agent_team_kinds:
+                return Provenance(True, f"the agent may record {contract.name} notes in team scopes itself")
+            return Provenance(False, f"an agent's write ({source}) of a {contract.name} into {root} waits for a "
+                                     "person's review ([trust] agent_team_kinds)")
         allowed = contract.agent_may_write if agent_kinds is None else contract.name in agent_kinds
         if allowed:
             return Provenance(True, f"the agent may record {contract.name} notes itself")

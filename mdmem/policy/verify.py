@@ -9,9 +9,12 @@ and startup and marked untrusted in recall, get and history until a permitted wr
 commits them again.
 
 ``mdmem.toml`` decides who reads and writes what, so it is judged too: the latest commit that
-changed it must be by a config admin (``[roles] erasers``) of the last trusted version, the
-identity read through that version's ``[people]`` (a change cannot vouch for itself).
-The commit that created it (``mdmem init``) founds the repo and is trusted.
+changed it must be by a config admin (``[roles] erasers``, or while there are none the person
+who made the repo) of the last trusted version, the identity read through that version's
+``[people]`` (a change cannot vouch for itself). The commit that created it (``mdmem init``)
+founds the repo and is trusted. Until an admin commits it, an untrusted change does not take
+effect: :meth:`Verifier.trusted_config` gives every access and gate decision the last
+trusted version.
 
 Results are kept per process and in ``.mdmem/verify.json`` (a cache: deleting it loses
 nothing) and moved forward commit by commit, so a catch-up costs one ``git log`` of the new
@@ -28,7 +31,7 @@ from ..errors import BadInput, NoteInvalid
 from ..model.layout import is_note_path, root_of
 from ..model.validate import validate_note
 
-CACHE_VERSION = 2  # 2: the config entry
+CACHE_VERSION = 3  # 2: the config entry; 3: the founder
 GOOD_SIGNATURES = ("G",)  # git's %G?: G good and trusted by the allowed-signers file
 
 
@@ -59,7 +62,8 @@ class Verifier:
                     and isinstance(state.get("head") or "", str)
                     and all(isinstance(state.get(k), dict) for k in ("touch", "fm", "sig"))
                     and isinstance(state.get("config"), (list, type(None)))
-                    and isinstance(state.get("config_base"), (str, type(None)))):
+                    and isinstance(state.get("config_base"), (str, type(None)))
+                    and isinstance(state.get("founder"), (str, type(None)))):
                 return state
         except (OSError, ValueError):
             pass
@@ -88,8 +92,10 @@ class Verifier:
             for commit, email, files in store.changes_by_commit(head, since, ("team", "private", CONFIG_NAME)):
                 for status, path in files:
                     if path == CONFIG_NAME:
-                        change = self._config_change(commit, email, state.get("config_base"))
+                        change = self._config_change(commit, email, state.get("config_base"), state.get("founder"))
                         state["config"] = change
+                        if change[4]:
+                            state["founder"] = change[2]
                         if change[3] or change[4]:
                             state["config_base"] = commit  # the rules a later change is judged by
                         continue
@@ -111,11 +117,34 @@ class Verifier:
         self._save(state)
         return state
 
-    def _config_change(self, commit: str, email: str, base: str | None) -> list:
+    def trusted_config(self, current: Config) -> Config:
+        """The config every access and gate decision reads: ``current`` (the work tree's) unless
+        the latest committed change to mdmem.toml is untrusted; then the last trusted version,
+        so a self-granted membership, role or [trust] widening never takes effect (verify flags
+        it until an eraser commits the file). No trusted version at all: an empty config (no
+        teams, no roles, the default trust), which is closed."""
+        head = self.repo.store.head()
+        if head is None:
+            return current
+        state = self._current(head)
+        change = state.get("config")
+        if not change or change[3] or change[4]:
+            return current
+        base = state.get("config_base")
+        data = self.repo.store.read_at(CONFIG_NAME, base) if base else None
+        if data is None:
+            return Config()
+        try:
+            return Config.parse(data, where=f"{CONFIG_NAME} at {base[:12]}")
+        except BadInput:
+            return Config()
+
+    def _config_change(self, commit: str, email: str, base: str | None, founder: str | None) -> list:
         """[commit, email, who made it, whether they are an admin, whether the commit created the
         file]: a change to the rules is judged by the last trusted rules (``base``'s mdmem.toml),
         never by itself nor by an untrusted change before it (else a second commit on top of
-        one that made its author an eraser would vouch for both)."""
+        one that made its author an eraser would vouch for both). The admins are that version's
+        erasers; while it names none, the person who made the repo (``founder``)."""
         store = self.repo.store
         if base is not None:
             before = store.read_at(CONFIG_NAME, base)
@@ -125,7 +154,7 @@ class Verifier:
             except (KeyError, ValueError):
                 before = None  # a root commit: nothing before it
             if before is None:
-                return [commit, email, None, False, True]
+                return [commit, email, self._founder(commit, email), False, True]
         if before is None:
             return [commit, email, None, False, False]
         try:
@@ -133,7 +162,16 @@ class Verifier:
         except BadInput:
             return [commit, email, None, False, False]
         user = old.committer(email)
-        return [commit, email, user, user is not None and user in old.erasers, False]
+        admins = old.erasers or frozenset({founder} if founder else ())
+        return [commit, email, user, user is not None and user in admins, False]
+
+    def _founder(self, commit: str, email: str) -> str | None:
+        """Who made the repo: the author of the commit that created mdmem.toml, read through it."""
+        data = self.repo.store.read_at(CONFIG_NAME, commit)
+        try:
+            return Config.parse(data, where=CONFIG_NAME).committer(email) if data is not None else None
+        except BadInput:
+            return None
 
     def _frontmatter_problem(self, path: str, rev: str) -> str:
         data = self.repo.store.read_at(path, rev)
@@ -210,8 +248,9 @@ class Verifier:
             commit, email, user = change[0], change[1], change[2]
             who = user or f"unknown identity <{email}>"
             out[CONFIG_NAME] = Flag(CONFIG_NAME, "config", f"last changed by {who}, who is not a config admin "
-                                    "([roles] erasers of the last trusted mdmem.toml); an eraser reviews it "
-                                    f"and commits {CONFIG_NAME} again", commit)
+                                    "([roles] erasers of the last trusted mdmem.toml, or while it names none the "
+                                    "person who made the repo) and does not take effect; an admin reviews it and "
+                                    f"commits {CONFIG_NAME} again", commit)
         self._flags = (key, out)
         return out
 
@@ -241,4 +280,4 @@ class Verifier:
 
 def _empty() -> dict:
     return {"version": CACHE_VERSION, "head": None, "touch": {}, "fm": {}, "sig": {},
-            "config": None, "config_base": None}
+            "config": None, "config_base": None, "founder": None}
