@@ -147,3 +147,71 @@ def test_access_rules():
         access.check_prove("bob", subject="user:alice", owner=None)
     assert access.derived_scope_ok("private/bob", ["team/payments"])
     assert not access.derived_scope_ok("team/payments", ["private/bob"])
+
+
+def test_judge_source_in_a_team_root_reads_agent_team_kinds_only():
+    team = dict(root="team/payments")
+    held = gate.judge_source("agent:claude", EPISODE, TRUSTED, **team)
+    assert held.trusted is False
+    assert held.reason == ("an agent's write (agent:claude) of a episode into team/payments waits for a person's "
+                           "review ([trust] agent_team_kinds)")
+    # agent_kinds (the private-memory list) does not open a team root
+    assert gate.judge_source("agent:claude", EPISODE, TRUSTED, frozenset({"episode"}), **team).trusted is False
+    ok = gate.judge_source("agent:claude", EPISODE, TRUSTED, agent_team_kinds=frozenset({"episode"}), **team)
+    assert ok.trusted is True and ok.reason == "the agent may record episode notes in team scopes itself"
+    assert gate.judge_source("agent:claude", FACT, TRUSTED, agent_team_kinds=frozenset({"episode"}), **team) \
+        .trusted is False
+    # a person's own private root keeps agent_kinds; agent_team_kinds does not reach it
+    assert gate.judge_source("agent:claude", EPISODE, TRUSTED, root="private/bob").trusted is True
+    assert gate.judge_source("agent:claude", FACT, TRUSTED, root="private/bob",
+                             agent_team_kinds=frozenset({"fact"})).trusted is False
+    # people and tools are judged by source patterns in any root
+    assert gate.judge_source("user", FACT, TRUSTED, **team).trusted is True
+    assert gate.judge_source("tool:x", FACT, TRUSTED, **team).trusted is False
+
+
+def test_declared_users():
+    access = Access({"payments": frozenset({"bob", "dana"})}, frozenset({"erin"}), frozenset({"ali"}))
+    assert access.users == {"bob", "dana", "erin", "ali"}
+    for user in ("bob", "dana", "erin", "ali"):
+        assert access.check_user(user) == user
+        access.readable_roots(user)
+    with pytest.raises(BadInput) as err:
+        access.check_user("mallory")
+    assert str(err.value) == ("identity: mallory is not a user of this repo (known: ali, bob, dana, erin); users are "
+                              "declared in mdmem.toml as [teams] members, [roles] erasers or a [people.mallory] "
+                              "table; check --as / MDMEM_USER")
+    many = Access({"t": frozenset(f"u{i:02d}" for i in range(14))})
+    with pytest.raises(BadInput, match=r"\(known: u00, u01, .*, u11, \.\.\.\)"):
+        many.check_user("zed")
+    # every decision that takes a user asks first
+    for call in (lambda: access.readable_roots("mallory"), lambda: access.may_read_root("mallory", "private/mallory"),
+                 lambda: access.visible_root("mallory", "private/mallory/x/y/fact/k.md"),
+                 lambda: access.check_write("mallory", "private/mallory"),
+                 lambda: access.may_erase_root("mallory", "private/mallory"),
+                 lambda: access.check_forget("mallory", ["private/mallory"]),
+                 lambda: access.check_prove("mallory", subject=None, owner="mallory")):
+        with pytest.raises(BadInput, match="mallory is not a user"):
+            call()
+    # a repo that declares nobody takes any name (a fresh single-user repo), but never an empty one
+    open_repo = Access({})
+    assert open_repo.check_user("zoe") == "zoe" and open_repo.readable_roots("zoe") == ["private/zoe"]
+    with pytest.raises(BadInput, match="every call names who is acting"):
+        open_repo.check_user("")
+
+
+def test_access_of_a_config():
+    from mdmem.config import Config
+    cfg = Config.parse(b'[teams]\npayments = ["bob"]\n[roles]\nerasers = ["dana"]\n[people.ali]\n')
+    access = Access.of(cfg)
+    assert access.teams == {"payments": {"bob"}} and access.erasers == {"dana"} and access.people == {"ali"}
+
+
+def test_init_config_declares_the_creator_and_private_only_people():
+    from mdmem.config import Config, render_config
+    cfg = Config.parse(render_config({"payments": ["bob"]}, ["dana"], people=["mdmem", "ali", "bob"]).encode())
+    assert set(cfg.people) == {"mdmem", "ali"}  # bob is declared by his team already
+    solo = Config.parse(render_config({}, [], people=["zoe"]).encode())
+    assert solo.people == {}  # nobody else declared: the creator alone needs no entry
+    with_people = Config.parse(render_config({}, [], people=["zoe", "ali"]).encode())
+    assert set(with_people.people) == {"zoe", "ali"}
