@@ -215,3 +215,76 @@ def test_init_config_declares_the_creator_and_private_only_people():
     assert solo.people == {}  # nobody else declared: the creator alone needs no entry
     with_people = Config.parse(render_config({}, [], people=["zoe", "ali"]).encode())
     assert set(with_people.people) == {"zoe", "ali"}
+
+
+def test_declared_users_list_is_cut_after_twelve_names():
+    twelve = Access({"t": frozenset(f"u{i:02d}" for i in range(12))})
+    with pytest.raises(BadInput) as err:
+        twelve.check_user("zed")
+    assert "(known: u00, u01, u02, u03, u04, u05, u06, u07, u08, u09, u10, u11); users" in str(err.value)
+    thirteen = Access({"t": frozenset(f"u{i:02d}" for i in range(13))})
+    with pytest.raises(BadInput) as err:
+        thirteen.check_user("zed")
+    assert "(known: u00, u01, u02, u03, u04, u05, u06, u07, u08, u09, u10, u11, ...); users" in str(err.value)
+
+
+def test_erasure_and_proof_permissions_and_words():
+    access = Access({"payments": frozenset({"bob", "dana"}), "search": frozenset({"carol"}),
+                     "ops": frozenset({"bob"})}, frozenset({"dana"}))
+    assert access.may_erase_root("dana", "team/search") and access.may_erase_root("dana", "private/bob")
+    assert access.may_erase_root("bob", "private/bob")
+    assert not access.may_erase_root("bob", "team/payments") and not access.may_erase_root("bob", "private/alice")
+    with pytest.raises(Refused) as err:
+        access.check_forget("bob", ["team/payments", "team/ops", "team/search"])
+    assert str(err.value).startswith("forget: bob may erase only their own private notes "
+                                     "(it would change team/ops, team/payments); anything else")
+    with pytest.raises(Refused) as err:
+        access.check_prove("bob", subject=None, owner="alice")
+    assert str(err.value) == ("prove-gone: bob may prove erasure of their own data only (--owner bob); anything "
+                              "else needs the eraser role in mdmem.toml")
+    with pytest.raises(NotFound) as err:
+        access.visible_root("bob", "team/search/service/x/fact/k.md")  # well-formed, not his: echoed as given
+    assert str(err.value) == "team/search/service/x/fact/k.md: no such note visible to bob"
+
+
+def test_approver_rules_by_root_and_the_words_of_the_refusal():
+    readers = frozenset({"alice", "bob", "dana"})
+    # the owner approves holds into their own private root; nobody else's private root
+    gate.check_approver("bob", "bob", gate.HUMAN, self_approve=False, root="private/bob", readers=frozenset({"bob"}))
+    with pytest.raises(Refused):
+        gate.check_approver("bob", "bob", gate.HUMAN, self_approve=False, root="private/alice")
+    with pytest.raises(Refused) as err:  # a team root: a second reader approves
+        gate.check_approver("bob", "bob", gate.HUMAN, self_approve=False, root="team/payments", readers=readers)
+    assert str(err.value) == ("review: bob wrote this held change and may not approve it; another reader of "
+                              "team/payments approves it: mdmem review approve <id> --as alice (or dana) "
+                              "(single-user repo: [review] self_approve = true in mdmem.toml)")
+    with pytest.raises(Refused) as err:
+        gate.check_approver("bob", "bob", gate.HUMAN, self_approve=False, root="team/payments",
+                            readers=frozenset({"bob", "alice"}))
+    assert "approves it: mdmem review approve <id> --as alice (single-user" in str(err.value)
+    with pytest.raises(Refused) as err:
+        gate.check_approver("bob", "bob", gate.HUMAN, self_approve=False, root="team/solo",
+                            readers=frozenset({"bob"}))
+    assert "; nobody else can read team/solo: add a second member to it (single-user" in str(err.value)
+    with pytest.raises(Refused) as err:  # no root given: nothing to name
+        gate.check_approver("bob", "bob", gate.HUMAN, self_approve=False)
+    assert "; nobody else can read : add a second member" in str(err.value)
+
+
+def test_agent_ttl_cap_and_its_words():
+    import datetime as dt
+    working = Contracts().resolve("working")  # default_ttl 1h
+    gate.check_agent_ttl(None, working, None)
+    gate.check_agent_ttl(dt.timedelta(hours=1), working, None)
+    with pytest.raises(BadInput) as err:
+        gate.check_agent_ttl(dt.timedelta(hours=1, seconds=1), working, None)
+    assert str(err.value) == ("ttl: an agent may keep a working note for at most 1h, not 3601s (the kind's "
+                              "default_ttl, or [trust] agent_max_ttl in mdmem.toml)")
+    gate.check_agent_ttl(dt.timedelta(days=2), working, dt.timedelta(days=2))
+    with pytest.raises(BadInput, match="at most 2d, not 3d "):
+        gate.check_agent_ttl(dt.timedelta(days=3), working, dt.timedelta(days=2))
+    with pytest.raises(BadInput, match="at most 90m, not 2h "):
+        gate.check_agent_ttl(dt.timedelta(hours=2), working, dt.timedelta(minutes=90))
+    gate.check_agent_ttl(dt.timedelta(days=999), FACT, None)  # no default ttl, no cap: not capped
+    with pytest.raises(BadInput, match="at most 1d, not 1000d "):
+        gate.check_agent_ttl(dt.timedelta(days=1000), FACT, dt.timedelta(days=1))
