@@ -97,8 +97,6 @@ def test_a_stash_message_quoting_erased_text_is_scrubbed(repo):
     assert repo.prove_gone(["42 Wallaby Way Sydney"], as_user="dana")["pass"]
 
 
-
-
 def test_erasing_a_person_keeps_team_notes_their_private_notes_only_quoted(repo):
     """Attack F9: alice copies two team notes (one in a team she is not in) into her private
     notes and asks for her erasure; the teams' notes, written first, are theirs and stay."""
