@@ -16,9 +16,12 @@ basic-memory (a peer) has no side-by-side row: every release on PyPI requires Py
 and this project runs on 3.11, so it cannot be installed into this process.
 
 Usage: bench_agent.py [--sizes 1000,10000,100000] [--modes minilm,none] [--pause 1.2]
-                      [--skip import,cli,rebuild] [--embed-100k] [--cache DIR] [--bulk N] [--json]
+                      [--skip import,cli,rebuild] [--embed-100k] [--cache DIR] [--bulk N]
+                      [--fixtures DIR] [--json]
 --cache DIR keeps each size's embedding cache there between runs (the rebuild column then
 says "cached vectors": it measures reading, indexing and cache lookups, not the embedder).
+--fixtures DIR keeps each size's filled repo there (built once, reused; with --skip rebuild the
+index is only caught up), so a 100k run need not fill 100,000 notes every time.
 """
 from __future__ import annotations
 
@@ -150,17 +153,29 @@ def rss_mb() -> float:
 
 
 # --- the measurements ------------------------------------------------------------------
-def measure(n: int, mode: str, pause: float, skip: set[str], cache: Path | None = None) -> dict:
+def filled(folder: Path, n: int):
+    """A repo of ``n`` notes at ``folder``: made (and filled) if absent, else reopened. A 100k
+    fill takes most of an hour on a busy machine: --fixtures DIR builds it once and reuses it
+    (the notes a run writes stay: later runs see n + 20 per earlier run, said in the JSON)."""
+    if (folder / ".git").is_dir():
+        return MemoryRepo.open(folder)
+    repo = MemoryRepo.init(folder, teams={"payments": ["bob", "dana"]}, as_user="bob")
+    fill(repo, n)
+    return repo
+
+
+def measure(n: int, mode: str, pause: float, skip: set[str], cache: Path | None = None,
+            fixtures: Path | None = None) -> dict:
     out: dict = {"notes": n, "embedder": mode}
     with tempfile.TemporaryDirectory() as tmp:
-        repo = MemoryRepo.init(Path(tmp) / "mem", teams={"payments": ["bob", "dana"]}, as_user="bob")
-        fill(repo, n)
+        repo = filled((fixtures or Path(tmp)) / f"mem-{n}", n)
+        run = int(time.time()) % 100_000  # codenames unique to this run, in a reused fixture
         use_embedder(repo, mode)
         if mode != "none" and cache is not None:
             seed_cache(repo, cache)
             out["rebuild_cached"] = cache.exists()
         if "rebuild" in skip:
-            repo.reindex(rebuild=True)
+            repo.reindex()  # a reused fixture's index is caught up, not rebuilt
         else:
             out["rebuild_s"] = ms(lambda: repo.reindex(rebuild=True))[0] / 1000
         for i in range(3):
@@ -172,14 +187,15 @@ def measure(n: int, mode: str, pause: float, skip: set[str], cache: Path | None 
             idle.append(ms(lambda q=question(100 + i): repo.recall(q, as_user="dana", k=5))[0])
         writes, until, found = [], [], 0
         for i in range(20):
-            subject, key, text = note_text(10_000_000 + i, seed=7)
-            text = f"{text} Codename zq{i}x{n}."
+            subject, key, text = note_text(10_000_000 + i, seed=7 + run)
+            key = f"{key}.r{run}"
+            text = f"{text} Codename zq{i}x{n}r{run}."
             w, _ = ms(lambda: repo.remember(text, as_user="bob", kind="fact", subject=subject, key=key,
                                             scope="team", team="payments", new_key=True))
-            r, hits = ms(lambda: repo.recall(f"which note mentions codename zq{i}x{n}?", as_user="dana", k=5))
+            r, hits = ms(lambda: repo.recall(f"which note mentions codename zq{i}x{n}r{run}?", as_user="dana", k=5))
             writes.append(w)
             until.append(w + r)
-            found += any(f"zq{i}x{n}" in h.text for h in hits)
+            found += any(f"zq{i}x{n}r{run}" in h.text for h in hits)
             if pause:
                 time.sleep(pause / 4)
         # A person edits a note by hand; the very next recall must see it.
@@ -281,7 +297,8 @@ if __name__ == "__main__":
                             + [""] * 13)
                 continue
             cache = Path(opt("--cache", "")) / f"embeddings-{n}.sqlite" if "--cache" in argv else None
-            r = measure(n, mode, pause, skip, cache)
+            fixtures = Path(opt("--fixtures", "")) if "--fixtures" in argv else None
+            r = measure(n, mode, pause, skip, cache, fixtures)
             results.append(r)
             rows.append([f"{n:,}", mode, f"{r['recall_p50']:.1f} / {r['recall_p95']:.1f}",
                          f"{r['idle_p50']:.1f} / {r['idle_p95']:.1f}", f"{r['remember_p50']:.1f}",
