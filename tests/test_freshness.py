@@ -62,7 +62,7 @@ def test_a_revert_and_a_commit_by_a_person_count_at_once(repo):
     note.write_text(note.read_text().replace("30 days", "14 days"))
     subprocess.run(["git", "-C", str(repo.root), "commit", "-q", "--no-verify", "-am", "by hand"], check=True)
     assert "14 days" in r.recall("refund window", as_user="bob", now=T1)[0].text
-    assert repo.index._load_state()["dirty"] == {}  # noqa: SLF001 - committed: nothing is dirty any more
+    assert repo.index.dirty_state() == {}  # committed: nothing is dirty any more
 
 
 def test_a_folder_moved_away_whole_is_walked_once(repo, tmp_path):

@@ -1,12 +1,19 @@
 """Issue 13, the write side: what a write leaves for the next recall is done without a pass
 over every note (verify's flags move on with the notes a write changed) — and the answers
 equal a whole pass."""
+import os
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
-from conftest import T0, T1, team_fact
+import pytest
+from conftest import T1, team_fact
 
+from mdmem import MemoryRepo
 from mdmem.policy.verify import Verifier
+from mdmem.search import note_index
+from mdmem.storage.tree_watch import INotify
 
 
 def plain_commit(root: Path, path: str, text: str, *, email: str) -> None:
@@ -45,3 +52,107 @@ def test_flags_moved_on_by_writes_equal_a_whole_pass(repo):
     plain_commit(repo.root, planted.path, text.replace("300 days", "31 days"), email="dana@mdmem.invalid")
     team_fact(repo, "Payouts run at 6am", key="payout.time", subject="service:payouts", new_key=True)
     assert repo.trust.flags() == whole_pass(repo) == {}
+
+
+# --- the in-memory segment: a write is searchable without touching the index on disk -------
+needs_inotify = pytest.mark.skipif(INotify is None, reason="the in-memory path follows inotify's events (Linux)")
+
+
+def settled(repo):
+    """The repo after the two calls that walk the tree (see test_freshness): from here on a
+    catch-up of a few notes goes to the in-memory segment."""
+    team_fact(repo, "Refunds are allowed within 30 days", key="refund.window", new_key=True)
+    team_fact(repo, "Billing deploys any weekday before 3pm", new_key=True)
+    repo.recall("refunds", as_user="bob", now=T1)
+    repo.recall("refunds", as_user="bob", now=T1)
+    return repo
+
+
+def on_disk(repo) -> tuple[bytes, list[str]]:
+    folder = repo.root / ".mdmem" / "fulltext"
+    return (repo.root / ".mdmem" / "state.json").read_bytes(), sorted(os.listdir(folder))
+
+
+@needs_inotify
+def test_a_write_is_found_from_memory_and_its_old_version_is_not(repo):
+    r = settled(repo)
+    before = on_disk(repo)
+    team_fact(repo, "Refunds are allowed within 45 days", key="refund.window", now=T1)
+    team_fact(repo, "Payouts settle at 6am", key="payout.time", subject="service:payouts", new_key=True, now=T1)
+    hits = r.recall("refunds days", as_user="bob", now=T1)
+    assert [h.text for h in hits if "Refunds" in h.text] == ["Refunds are allowed within 45 days"]
+    assert r.recall("payouts settle", as_user="bob", now=T1)[0].text == "Payouts settle at 6am"
+    assert on_disk(repo) == before  # nothing written to the index on disk
+    # A note deleted by hand leaves memory and disk alike.
+    payout = repo.root / repo.get(as_user="bob", subject="service:payouts", kind="fact", key="payout.time").path
+    deploy = repo.root / repo.get(as_user="bob", subject="service:billing", kind="fact", key="deploy.window").path
+    payout.unlink()
+    deploy.unlink()
+    assert r.recall("payouts settle", as_user="bob", now=T1) == []
+    assert r.recall("billing deploys weekday", as_user="bob", now=T1) == []
+
+
+@needs_inotify
+def test_more_than_memory_holds_goes_to_disk_with_the_hand_edits_it_held(repo, monkeypatch):
+    r = settled(repo)
+    monkeypatch.setattr(note_index, "RECENT_MAX", 3)
+    note = repo.root / repo.get(as_user="bob", subject="service:billing", kind="fact", key="refund.window").path
+    note.write_text(note.read_text().replace("30 days", "60 days"))  # by hand: into memory
+    assert "60 days" in r.recall("refund window", as_user="bob", now=T1)[0].text
+    state, _ = on_disk(repo)
+    for i in range(4):  # past what memory holds: one catch-up to disk
+        team_fact(repo, f"Ledger closes at {i}pm", key=f"ledger.close{i}", subject="service:ledger", new_key=True)
+    assert len(r.recall("ledger closes", as_user="bob", now=T1, k=10)) == 4
+    assert on_disk(repo)[0] != state
+    assert list(repo.index.dirty_state()) == [str(note.relative_to(repo.root))]
+    assert "60 days" in r.recall("refund window", as_user="bob", now=T1)[0].text
+    fresh = MemoryRepo.open(repo.root)  # reads only the disk index (its first call walks: nothing new)
+    assert "60 days" in fresh.recall("refund window", as_user="bob", now=T1)[0].text
+    assert fresh.index.dirty_state() == repo.index.dirty_state() and list(repo.index.dirty_state()) == [
+        str(note.relative_to(repo.root))]
+
+
+@needs_inotify
+def test_another_process_moving_the_disk_index_on_replaces_memory(repo):
+    r = settled(repo)
+    team_fact(repo, "Refunds are allowed within 45 days", key="refund.window", now=T1)
+    assert "45 days" in r.recall("refund window", as_user="bob", now=T1)[0].text  # from memory
+    other = MemoryRepo.open(repo.root)
+    team_fact(other, "Refunds are allowed within 90 days", key="refund.window", now=T1)
+    team_fact(other, "Payouts settle at 6am", key="payout.time", subject="service:payouts", new_key=True, now=T1)
+    other.recall("refund window", as_user="bob", now=T1)  # its first call: a catch-up on disk
+    other.close()
+    texts = [h.text for h in r.recall("refunds days", as_user="bob", now=T1)]
+    assert "Refunds are allowed within 90 days" in texts and not any("45" in t or "30" in t for t in texts)
+    assert r.recall("payouts settle", as_user="bob", now=T1)[0].text == "Payouts settle at 6am"
+
+
+KILLED_HOLDER = r"""
+import os, signal, sys
+from mdmem import MemoryRepo
+repo = MemoryRepo.open(sys.argv[1])
+for _ in range(2):
+    repo.recall("refunds", as_user="bob", now="2026-10-15T09:00:00Z")
+repo.remember("Refunds are allowed within 120 days", as_user="bob", kind="fact", subject="service:billing",
+              key="refund.window", scope="team", team="payments", now="2026-10-15T09:00:00Z")
+repo.remember("Payouts settle at 6am", as_user="bob", kind="fact", subject="service:payouts",
+              key="payout.time", scope="team", team="payments", new_key=True, now="2026-10-15T09:00:00Z")
+assert "120 days" in repo.recall("refund window", as_user="bob", now="2026-10-15T09:00:00Z")[0].text
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@needs_inotify
+def test_a_process_killed_while_holding_notes_in_memory_loses_nothing(repo):
+    settled(repo)
+    repo.close()
+    before = on_disk(repo)
+    proc = subprocess.run([sys.executable, "-c", KILLED_HOLDER, str(repo.root)],
+                                        env={**os.environ, "MDMEM_EMBEDDER": "none"}, capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert on_disk(repo) == before  # it had written nothing to the index on disk
+    fresh = MemoryRepo.open(repo.root)
+    assert "120 days" in fresh.recall("refund window", as_user="bob", now=T1)[0].text
+    assert fresh.recall("payouts settle", as_user="bob", now=T1)[0].text == "Payouts settle at 6am"
+    assert not any("30 days" in h.text for h in fresh.recall("refunds days", as_user="bob", now=T1))
+

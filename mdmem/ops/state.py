@@ -120,7 +120,10 @@ class RepoState:
         return Views(self.store, self._root_blobs, self.config, flags=lambda rev: set(self.trust.flags(rev)))
 
     def committed(self, commit: str, parent: str | None, changes: dict[str, bytes | None], email: str) -> None:
-        """Tell the caches about a commit just made (views' entries, trust); never raises."""
+        """Tell the caches about a commit just made (views' entries, trust, the search index:
+        what the next catch-up would diff trees for); never raises."""
+        if self._index is not None:
+            self._index.committed(parent, commit, changes)
         if self._root_blobs is not None:
             try:
                 self._root_blobs.committed(commit)

@@ -79,13 +79,14 @@ class DocTable:
     """One searcher's columns; made again whenever the searcher is (the index changed)."""
 
     @classmethod
-    def of(cls, searcher, current: DocTable | None) -> DocTable:
-        """``current`` if it was read from this searcher, else a table for this one."""
+    def of(cls, searcher, current: DocTable | None, *, hidden=()) -> DocTable:
+        """``current`` if it was read from this searcher, else a table for this one.
+        ``hidden``: docnums to treat as deleted (older versions of notes held elsewhere)."""
         if current is not None and current.searcher is searcher:
             return current
-        return cls(searcher, reuse=current._segments if current is not None else None)
+        return cls(searcher, reuse=current._segments if current is not None else None, hidden=hidden)
 
-    def __init__(self, searcher, reuse: dict[str, _Segment] | None = None):
+    def __init__(self, searcher, reuse: dict[str, _Segment] | None = None, hidden=()):
         self.searcher = searcher
         self.size = searcher.doc_count_all()
         self._segments: dict[str, _Segment] = {}
@@ -106,6 +107,8 @@ class DocTable:
         self.cols = {c: np.concatenate([p.cols[c] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
                      for c in CODE_COLUMNS + TIME_COLUMNS}
         self.alive = np.concatenate(alive) if alive else np.zeros(0, dtype=bool)
+        if len(hidden):
+            self.alive[np.asarray(hidden, dtype=np.int64)] = False
         # Vectors stay per segment: joining them would copy every vector after each write
         # (150 MB at 100,000 notes). (offset, matrix or None for a segment without any.)
         self._vectors: list[tuple[int, np.ndarray | None]] = []
