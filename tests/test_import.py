@@ -1,7 +1,12 @@
 """remember_many and `mdmem import`: one commit per batch through the gate, held items held,
 refused ones reported with their line, searchable when the call returns."""
 import json
+import os
+import signal
 import subprocess
+import sys
+
+import pytest
 
 from conftest import T0, T1, git_status, run_cli, team_fact
 
@@ -112,3 +117,63 @@ def test_cli_import_markdown_folder(repo, tmp_path):
 def test_cli_import_of_a_missing_source_is_bad_input(repo, tmp_path):
     proc = run_cli("import", str(tmp_path / "nope.jsonl"), "--as", "bob", "--repo", str(repo.root))
     assert proc.returncode == 2 and "nope.jsonl" in proc.stderr
+
+
+KILLED_IMPORT = r"""
+import os, signal, sys
+from mdmem import MemoryRepo
+from mdmem.storage import gitstore
+root, point = sys.argv[1], sys.argv[2]
+items = [dict(text=f"Service {i} pages the on-call after {i + 3} failed health checks", kind="fact",
+              subject=f"service:svc{i % 7}", key=f"pager.{i}", scope="team", team="payments", new_key=True)
+         for i in range(40)]
+commits = []
+if point == "inside":  # inside the third batch's commit: the branch moved, the work tree not yet
+    original = gitstore.GitStore._sync_worktree
+    def die(self, changes):
+        commits.append(1)
+        if len(commits) == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+        original(self, changes)
+    gitstore.GitStore._sync_worktree = die
+def progress(done, total, what):
+    if point == "between" and what == "writing notes" and done >= 20:  # after the second batch
+        os.kill(os.getpid(), signal.SIGKILL)
+MemoryRepo.open(root).remember_many(items, as_user="bob", batch_size=10, progress=progress,
+                                    now="2026-10-01T09:00:00Z")
+"""
+
+
+def killed_import(repo, point):
+    proc = subprocess.run([sys.executable, "-c", KILLED_IMPORT, str(repo.root), point], capture_output=True,
+                          text=True, env={**os.environ, "MDMEM_EMBEDDER": "none"})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+
+
+@pytest.mark.parametrize("point, written", [("between", 20), ("inside", 30)])
+def test_an_import_killed_keeps_whole_batches_and_a_rerun_finishes(repo, point, written):
+    team_fact(repo, "Billing deploys any weekday before 3pm", new_key=True)
+    repo.recall("health checks", as_user="dana", now=T0)  # an index on disk to be caught up
+    repo.close()
+    before = commits(repo)
+    killed_import(repo, point)
+    # Whole batches only: each committed batch is in HEAD, the work tree and git's index
+    # (repaired on open when the kill came inside a commit); nothing of the later ones.
+    reopened = MemoryRepo.open(repo.root)
+    assert commits(reopened) - before == written // 10
+    keys = {k.key for s in range(7) for k in reopened.keys(as_user="dana", subject=f"service:svc{s}", kind="fact",
+                                                          now=T0)}
+    assert keys == {f"pager.{i}" for i in range(written)}
+    assert git_status(repo.root) == ""
+    # The index agrees with the notes: the last written note is found, an unwritten one is not.
+    hits = reopened.recall(f"after {written + 2} failed health checks", as_user="dana", now=T0, k=3)
+    assert hits and hits[0].path.endswith(f"pager.{written - 1}.md")
+    assert not any(h.path.endswith(f"pager.{written}.md") for h in
+                   reopened.recall(f"after {written + 3} failed health checks", as_user="dana", now=T0, k=10))
+    # Run again: the written notes are written again (a new version each), the rest for the first time.
+    result = reopened.remember_many(items(40, new_key=True), as_user="bob", batch_size=10, now=T1)
+    assert len(result.committed) == 40 and not result.refused and not result.held
+    assert sum(c["op"] == "supersede" for c in result.committed) == written
+    hits = reopened.recall("after 42 failed health checks", as_user="dana", now=T1, k=3)
+    assert hits[0].path.endswith("pager.39.md")
+    assert git_status(repo.root) == ""

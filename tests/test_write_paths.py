@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -155,4 +156,5 @@ def test_a_process_killed_while_holding_notes_in_memory_loses_nothing(repo):
     assert "120 days" in fresh.recall("refund window", as_user="bob", now=T1)[0].text
     assert fresh.recall("payouts settle", as_user="bob", now=T1)[0].text == "Payouts settle at 6am"
     assert not any("30 days" in h.text for h in fresh.recall("refunds days", as_user="bob", now=T1))
+
 
