@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -157,3 +158,80 @@ def test_a_process_killed_while_holding_notes_in_memory_loses_nothing(repo):
     assert not any("30 days" in h.text for h in fresh.recall("refunds days", as_user="bob", now=T1))
 
 
+
+# --- git's index written after a burst of writes (the MCP server's setting) -------------------
+DEFERRED_WRITER = r"""
+import os, signal, sys
+from mdmem import MemoryRepo
+from mdmem.storage.gitstore import INDEX_DELAY_SECONDS
+repo = MemoryRepo.open(sys.argv[1])
+repo.store.index_delay = 60 if sys.argv[2] == "kill" else INDEX_DELAY_SECONDS
+for i in range(3):
+    repo.remember(f"Ledger closes at {i}pm", as_user="bob", kind="fact", subject="service:ledger",
+                  key=f"ledger.close{i}", scope="team", team="payments", new_key=True, now="2026-10-01T09:00:00Z")
+if sys.argv[2] == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+# "exit": leaves without closing the repo; the entries are written at exit
+"""
+
+
+def deferred_writer(root, how):
+    return subprocess.run([sys.executable, "-c", DEFERRED_WRITER, str(root), how], capture_output=True, text=True,
+                          env={**os.environ, "MDMEM_EMBEDDER": "none"})
+
+
+def git_status(root) -> str:
+    return subprocess.run(["git", "-C", str(root), "status", "--porcelain"], capture_output=True, text=True).stdout
+
+
+def test_deferred_index_entries_are_written_soon_and_on_close(repo):
+    from mdmem.storage.gitstore import INDEX_DELAY_SECONDS
+
+    repo.store.index_delay = INDEX_DELAY_SECONDS
+    team_fact(repo, "Refunds are allowed within 30 days", key="refund.window", new_key=True)
+    assert repo.store.pending_path.exists()  # the journal holds the entry until it is written
+    deadline = time.monotonic() + 10
+    while repo.store.pending_path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert git_status(repo.root) == "" and not repo.store.pending_path.exists()
+    repo.store.index_delay = 60  # no timer in reach: close writes them
+    team_fact(repo, "Refunds are allowed within 45 days", key="refund.window", now=T1)
+    assert git_status(repo.root) != ""
+    repo.close()
+    assert git_status(repo.root) == "" and not repo.store.pending_path.exists()
+
+
+def test_a_person_editing_before_the_entries_are_written_keeps_the_edit_unstaged(repo):
+    repo.store.index_delay = 60
+    team_fact(repo, "Refunds are allowed within 30 days", key="refund.window", new_key=True)
+    path = repo.get(as_user="bob", subject="service:billing", kind="fact", key="refund.window").path
+    full = repo.root / path
+    full.write_text(full.read_text().replace("30 days", "31 days"))
+    repo.store.flush_index()
+    assert git_status(repo.root) == f" M {path}\n"  # HEAD == index; only the person's edit shows
+    diff = subprocess.run(["git", "-C", str(repo.root), "diff", "--cached", "--stat"], capture_output=True,
+                          text=True).stdout
+    assert diff == ""
+
+
+@pytest.mark.parametrize("how", ["kill", "exit"])
+def test_deferred_entries_survive_a_kill_and_an_exit_without_close(repo, how):
+    team_fact(repo, "Refunds are allowed within 30 days", key="refund.window", new_key=True)
+    proc = deferred_writer(repo.root, how)
+    assert proc.returncode == (-signal.SIGKILL if how == "kill" else 0), proc.stderr
+    if how == "kill":
+        assert git_status(repo.root) != ""  # three commits whose index entries were never written
+    reopened = MemoryRepo.open(repo.root)  # repairs from the journal
+    assert git_status(repo.root) == "" and not reopened.store.pending_path.exists()
+    assert len(reopened.recall("ledger closes", as_user="bob", now=T1, k=5)) == 3
+
+
+def test_another_writer_meanwhile_keeps_both_sets_of_entries(repo):
+    repo.store.index_delay = 60
+    team_fact(repo, "Refunds are allowed within 30 days", key="refund.window", new_key=True)
+    other = MemoryRepo.open(repo.root)  # per-commit index (the default), its own journal entries
+    team_fact(other, "Payouts settle at 6am", key="payout.time", subject="service:payouts", new_key=True)
+    team_fact(repo, "Billing deploys before 3pm", key="deploy.window", new_key=True)
+    repo.close()
+    other.close()
+    assert git_status(repo.root) == "" and not repo.store.pending_path.exists()

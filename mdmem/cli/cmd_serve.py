@@ -19,7 +19,12 @@ def run(ctx) -> int:
     from ..mcp.server import parse_capabilities, serve
 
     allowed = parse_capabilities(ctx.args.allow)
+    from ..storage.gitstore import INDEX_DELAY_SECONDS
+
     repo = ctx.repo()
+    # A long-lived server: git's index written once after a burst of writes, not per write
+    # (a whole rewrite each time, 60-300 ms at 100k notes).
+    repo.store.index_delay = INDEX_DELAY_SECONDS
     label = ctx.args.agent if ctx.args.agent is not None else repo.user_config.agent_label
     serve(repo, ctx.user, allowed, label=label)
     return 0

@@ -135,6 +135,7 @@ class RepoState:
             self._trust = None
 
     def close(self) -> None:
+        self.store.flush_index()  # git's index entries a deferring store still owes
         if self._index is not None:
             self._index.close()
         if self._meta_cache is not None:

@@ -17,13 +17,16 @@ hold the new versions. A journal found on open or before the next write (a kill,
 """
 from __future__ import annotations
 
+import atexit
 import datetime as _dt
 import json
 import os
 import stat
 import subprocess
 import sys
+import threading
 import time
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +48,12 @@ LOCK_TIMEOUT_SECONDS = 60.0
 # A ref update that finds the ref locked (git pack-refs, gc, a person's git) retries this long.
 REF_LOCK_RETRY_SECONDS = 10.0
 PENDING_NAME = "mdmem-pending.json"
+# git's index is one file rewritten whole on every update (libgit2 has no split index): ~5 ms
+# at 10k notes, 60-300 ms at 100k. A long-lived process (the MCP server) sets
+# GitStore.index_delay: a commit's index entries are then written this long after it (one
+# rewrite for a burst of writes) by a timer thread, or before anything reads the index, or on
+# close/exit; until then the journal lists them, and a kill is repaired on the next open.
+INDEX_DELAY_SECONDS = 0.2
 _REF_READ_TRIES = 20
 _OBJECT_WRITE_TRIES = 5
 _COMMITTER = ("mdmem", "mdmem@localhost")
@@ -133,6 +142,13 @@ class GitStore(GitQueries):
         self.identity = identity or default_identity
         self.last_repair_error: str | None = None  # why the last write's work-tree sync failed
         self.signing_key: str | None = None  # an SSH private key: sign every commit with it
+        # Paths of this process's commits whose entries are not yet in git's index, written by
+        # flush_index() index_delay seconds later (see INDEX_DELAY_SECONDS).
+        # None (the default): with every commit, so git status is clean when a call returns.
+        self.index_delay: float | None = None
+        self._index_due: set[str] = set()
+        self._index_timer: threading.Timer | None = None
+        self._lock_holder: int | None = None  # the thread holding the write lock, if this process
 
     # --- creation -------------------------------------------------------------------
     @classmethod
@@ -163,18 +179,23 @@ class GitStore(GitQueries):
     def locked(self, timeout: float = LOCK_TIMEOUT_SECONDS):
         """The repo's write lock; writers in several processes serialise on it. Taking it
         recovers git locks a dead writer left and replays an unfinished write's journal."""
+        if self._lock_holder == threading.get_ident():
+            yield  # this thread holds it already (a flush of git's index inside a write)
+            return
         self.lock_dir.mkdir(parents=True, exist_ok=True)
         lock = Lock(str(self.lock_dir / "write.lock"))
         lock.acquire(timeout=timeout)  # LockTimeout (a Conflict) names the lock file
+        self._lock_holder = threading.get_ident()
         try:
             try:
                 self.recover_stale_locks()
-                if self.pending_path.exists():
-                    self.repair()
+                if self.pending_path.exists() and not self._index_due:
+                    self.repair()  # another process's unfinished write (ours are due, not lost)
             except Exception as exc:  # noqa: BLE001 -- a live git's lock: the journal stays for next time
                 self.last_repair_error = f"{type(exc).__name__}: {exc}"
             yield
         finally:
+            self._lock_holder = None
             lock.release()
 
     def _git_lock_files(self) -> list[Path]:
@@ -272,6 +293,7 @@ class GitStore(GitQueries):
         return str(pygit2.hash(full.read_bytes()))
 
     def git(self, *args: str, input: bytes | None = None, check: bool = True) -> str:
+        self.flush_index()  # git may read its index (status, stash, checkout, filter-repo...)
         proc = subprocess.run(["git", "-C", str(self.root), *args], input=input, capture_output=True)
         if check and proc.returncode != 0:
             raise GitFailed(f"{self.root}: git {' '.join(args)} failed: {proc.stderr.decode(errors='replace').strip()}")
@@ -446,11 +468,61 @@ class GitStore(GitQueries):
         # fails here stays in the journal and is repaired before the next write or open.
         if to_worktree:
             try:
-                self._sync_worktree(changes)
-                self._clear_journal()
+                if self.index_delay is None:
+                    self._sync_worktree(changes)
+                    self._unjournal(changes)  # another process's deferred entries stay listed
+                else:
+                    self._write_files(changes)
             except Exception as exc:  # noqa: BLE001 -- anything: the commit stands
                 self.last_repair_error = f"{type(exc).__name__}: {exc}"
         return str(oid)
+
+    def _write_files(self, changes: dict[str, bytes | None]) -> None:
+        """The work tree now; git's index entries later (flush_index), the journal keeping them."""
+        for path, data in changes.items():
+            self._write_file(path, data)
+            self._index_due.add(path)
+        if self._index_timer is None:
+            self._index_timer = threading.Timer(self.index_delay or 0.0, _flush_later, (weakref.ref(self),))
+            self._index_timer.daemon = True
+            self._index_timer.start()
+            _OPEN_STORES.add(self)
+
+    def flush_index(self) -> None:
+        """Write the index entries of this process's commits into git's index (one rewrite
+        for all of them) and drop them from the journal. Never raises: what fails stays in
+        the journal for repair."""
+        if not self._index_due:
+            return
+        try:
+            with self.locked():
+                due, self._index_due = set(self._index_due), set()
+                timer, self._index_timer = self._index_timer, None
+                if timer is not None and timer is not threading.current_thread():
+                    timer.cancel()
+                if not due:
+                    return
+                index = self._git_index()
+                head = self.head()
+                tree = self.repo[head].peel(pygit2.Commit).tree if head else None
+                for path in due:
+                    # What HEAD holds now (a later commit, ours or another process's, may have
+                    # changed the path again since).
+                    try:
+                        blob = str(tree[path].id) if tree is not None else None
+                    except KeyError:
+                        blob = None
+                    if blob is None:
+                        if path in index:
+                            index.remove(path)
+                    elif self.worktree_blob_id(path) == blob:
+                        index.add(path)  # with the file's stat data: git status need not hash it
+                    else:  # a person changed the file since: the index follows HEAD, the edit stays unstaged
+                        index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=blob), pygit2.GIT_FILEMODE_BLOB))
+                index.write()
+                self._unjournal(due)
+        except Exception as exc:  # noqa: BLE001 -- the journal keeps them; repair finishes
+            self.last_repair_error = f"{type(exc).__name__}: {exc}"
 
     def _lookup_ref(self, name: str):
         """The reference, or None if it does not exist (read again if pack-refs hid it)."""
@@ -518,12 +590,23 @@ class GitStore(GitQueries):
     def _clear_journal(self) -> None:
         self.pending_path.unlink(missing_ok=True)
 
+    def _unjournal(self, paths) -> None:
+        """Drop ``paths`` from the journal (another process's may remain)."""
+        left = {p: b for p, b in self._read_journal().items() if p not in paths}
+        if not left:
+            self._clear_journal()
+            return
+        tmp = self.pending_path.with_name(PENDING_NAME + ".tmp")
+        tmp.write_text(json.dumps({"paths": left}))
+        os.replace(tmp, self.pending_path)
+
     def repair(self) -> list[str]:
         """Bring the work tree and git's index in line with HEAD for the paths an unfinished
         write left behind (call under the lock). A file still holding its pre-write blob (or
         missing) gets HEAD's version; a file a person changed since is left alone. Index
         entries for those paths follow HEAD, and notes HEAD has but the index lost (a staged
         deletion mdmem caused) are put back. Returns the paths fixed."""
+        self.flush_index()
         journal = self._read_journal()
         head = self.head()
         fixed: list[str] = []
@@ -597,7 +680,7 @@ class GitStore(GitQueries):
         self._move_ref(ref, ref_name, pygit2.Oid(hex=target), f"fast-forward to {target[:10]}")
         try:
             self._sync_worktree(changes)
-            self._clear_journal()
+            self._unjournal(changes)
         except Exception as exc:  # noqa: BLE001 -- the branch moved; repair finishes the work tree
             self.last_repair_error = f"{type(exc).__name__}: {exc}"
         return changes
@@ -631,19 +714,23 @@ class GitStore(GitQueries):
         self._move_ref(ref, ref_name, oid, reflog)
         try:
             self._sync_worktree(changes)
-            self._clear_journal()
+            self._unjournal(changes)
         except Exception as exc:  # noqa: BLE001 -- the commit stands; repair finishes the work tree
             self.last_repair_error = f"{type(exc).__name__}: {exc}"
         return str(oid)
 
-    def _sync_worktree(self, changes: dict[str, bytes | None]) -> None:
+    def _git_index(self) -> pygit2.Index:
         # One Index object per store; re-read only when the file changed on disk
         # (someone else wrote it), which saves a full parse per write in long-lived processes.
         if self._index is None:
             self._use_index_v4()
             self._index = self.repo.index
-        index = self._index
-        index.read(force=False)
+        self._index.read(force=False)
+        return self._index
+
+    def _sync_worktree(self, changes: dict[str, bytes | None]) -> None:
+        self.flush_index()  # this process's earlier entries first: the index is written once
+        index = self._git_index()
         for path, data in changes.items():
             self._write_file(path, data)
             if data is None:
@@ -733,6 +820,22 @@ class GitStore(GitQueries):
         would run it on after the lock is released)."""
         with self.locked():
             self.git("-c", "gc.autoDetach=false", "gc", "--quiet", *([] if force else ["--auto"]))
+
+
+# Stores with index entries due, flushed at exit (a process that never closes its repo).
+_OPEN_STORES: "weakref.WeakSet[GitStore]" = weakref.WeakSet()
+
+
+def _flush_later(ref) -> None:
+    store = ref()
+    if store is not None:
+        store.flush_index()
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    for store in list(_OPEN_STORES):
+        store.flush_index()
 
 
 def _open_files() -> set[str] | None:

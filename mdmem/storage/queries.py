@@ -66,6 +66,8 @@ class GitQueries:
 
         def head(self) -> str | None: ...
 
+        def flush_index(self) -> None: ...
+
     # --- objects and refs ---------------------------------------------------------------
     @property
     def hooks_dir(self) -> Path:
@@ -156,6 +158,7 @@ class GitQueries:
 
     def dirty_note_paths(self) -> dict[str, str]:
         """Note files whose work-tree content differs from HEAD: path -> blob id or "deleted"."""
+        self.flush_index()  # status compares with git's index: this process's entries first
         out = {}
         for path, flags in self.repo.status(untracked_files="all").items():
             if not is_note_path(path) or flags == pygit2.GIT_STATUS_IGNORED:
