@@ -509,16 +509,16 @@ class GitStore(GitQueries):
                     # What HEAD holds now (a later commit, ours or another process's, may have
                     # changed the path again since).
                     try:
-                        blob = str(tree[path].id) if tree is not None else None
+                        entry = tree[path] if tree is not None else None
                     except KeyError:
-                        blob = None
-                    if blob is None:
+                        entry = None
+                    if entry is None:
                         if path in index:
                             index.remove(path)
-                    elif self.worktree_blob_id(path) == blob:
+                    elif self.worktree_blob_id(path) == str(entry.id):
                         index.add(path)  # with the file's stat data: git status need not hash it
-                    else:  # a person changed the file since: the index follows HEAD, the edit stays unstaged
-                        index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=blob), pygit2.GIT_FILEMODE_BLOB))
+                    else:  # a person changed the file since (or a link): the index follows HEAD
+                        index.add(pygit2.IndexEntry(path, entry.id, entry.filemode))
                 index.write()
                 self._unjournal(due)
         except Exception as exc:  # noqa: BLE001 -- the journal keeps them; repair finishes
