@@ -1,11 +1,12 @@
-"""Git hooks that travel with the repo, and what they run.
+"""mdmem's git hooks: where they are installed from, and what they run.
 
-The hooks live in the committed folder ``.githooks/`` (laid down by ``mdmem init``) with a
-``.gitattributes`` naming the merge driver for MEMORY views. git never enables hooks from
-a clone by itself, so any mdmem command in a clone without them points ``core.hooksPath``
-at the folder (``ensure``), and ``mdmem hooks install`` does it explicitly. Hooks run code
-on every commit, so mdmem enables only hooks byte-equal to its own template: a pushed
-change to them is refused by ``ensure`` (and by ``sync``) until a person reinstalls.
+git runs hooks from the clone's own ``.git/hooks`` folder, and mdmem installs its three hooks
+there from its own package, never from the work tree: a hook is code that runs on every
+commit, so nothing a teammate commits may become one (a committed ``.githooks/`` folder that
+``core.hooksPath`` pointed at ran whatever the last pull brought: attack F19). Any mdmem
+command in a clone installs them when they are missing or not mdmem's (``ensure``), and
+``mdmem hooks install`` does it explicitly. The committed ``.gitattributes`` names the merge
+driver for MEMORY views; the driver itself is defined in the clone's local config.
 
 - pre-commit: validates the notes the commit touches (every problem of each) and
   regenerates the MEMORY views of the roots it touches, adding them to the commit;
@@ -26,79 +27,102 @@ from .model.layout import is_note_path
 from .storage import hook_git
 from .template import read_template
 
-HOOKS_DIR = ".githooks"
 HOOK_NAMES = ("pre-commit", "post-merge", "post-rewrite")
+LEGACY_HOOKS_DIR = ".githooks"  # where repos made before 2026-11-30 committed them; never run now
 ATTRIBUTES = ".gitattributes"
 DRIVER = "mdmem-view"
-EXECUTABLE = frozenset(f"{HOOKS_DIR}/{name}" for name in HOOK_NAMES)
-INSTALLED_NOTICE = ("mdmem: enabled this repo's git hooks (core.hooksPath = .githooks): commits check notes "
-                    "and regenerate MEMORY views")
+MARKER = "# mdmem hook"  # the line that tells mdmem's own hooks from a person's
+INSTALLED_NOTICE = ("mdmem: installed mdmem's git hooks in .git/hooks: commits check notes and regenerate "
+                    "MEMORY views")
 
 
 def committed_files() -> dict[str, bytes]:
-    """The hook folder and attributes as mdmem writes them (repo path -> bytes)."""
-    files = {f"{HOOKS_DIR}/{name}": read_template(f"githooks/{name}").encode() for name in HOOK_NAMES}
-    files[ATTRIBUTES] = read_template("gitattributes").encode()
-    return files
+    """What mdmem commits into a repo for its hooks: the attributes naming the view merge driver."""
+    return {ATTRIBUTES: read_template("gitattributes").encode()}
 
 
-def differing(root: Path) -> list[str]:
-    """Hook files in the work tree that are missing or differ from mdmem's."""
-    out = []
-    for rel, data in committed_files().items():
+def hook_files() -> dict[str, bytes]:
+    """mdmem's hooks as installed (name -> bytes), from this package."""
+    return {name: read_template(f"githooks/{name}").encode() for name in HOOK_NAMES}
+
+
+def _problems(root: Path, python: str) -> tuple[list[str], list[str]]:
+    """(hooks to (re)write, notices) for this clone."""
+    folder = hook_git.hooks_dir(root)
+    cfg = hook_git.local_config(root)
+    notices = []
+    stale = []
+    for name, data in hook_files().items():
+        path = folder / name
         try:
-            if (Path(root) / rel).read_bytes() != data:
-                out.append(rel)
+            current = path.read_bytes()
         except OSError:
-            out.append(rel)
-    return out
+            stale.append(name)
+            continue
+        if current != data or not os.access(path, os.X_OK):
+            if _replaceable(current):
+                stale.append(name)
+            else:
+                notices.append(f"mdmem: .git/hooks/{name} is not mdmem's; notes are not checked on commit until "
+                               "it is moved aside and `mdmem hooks install` runs")
+    configured_python = cfg["mdmem.python"] if "mdmem.python" in cfg else None
+    if not configured_python or not os.access(configured_python, os.X_OK):
+        stale.append("config")
+    elif not ("merge." + DRIVER + ".driver" in cfg and cfg[f"merge.{DRIVER}.driver"] == "true"):
+        stale.append("config")
+    return stale, notices
 
 
-def _configured(cfg, python: str) -> bool:
-    def get(key):
-        return cfg[key] if key in cfg else None
-    configured_python = get("mdmem.python")
-    return (get("core.hooksPath") == HOOKS_DIR and get(f"merge.{DRIVER}.driver") == "true"
-            and bool(configured_python) and os.access(configured_python, os.X_OK))
+def _replaceable(current: bytes) -> bool:
+    """An older mdmem hook, or an empty file: mdmem may rewrite it. Anything else is a person's."""
+    return MARKER.encode() in current or not current.strip()
 
 
 def configure(root: Path, python: str) -> None:
-    """Point git at the committed hooks and define the view merge driver (local config)."""
+    """Install mdmem's hooks into .git/hooks and define the view merge driver (local config).
+    A ``core.hooksPath`` pointing at the committed legacy folder is removed: git must run
+    only what mdmem installed."""
     cfg = hook_git.local_config(root)
-    cfg["core.hooksPath"] = HOOKS_DIR
+    if "core.hooksPath" in cfg and cfg["core.hooksPath"] == LEGACY_HOOKS_DIR:
+        del cfg["core.hooksPath"]
     cfg[f"merge.{DRIVER}.name"] = "mdmem MEMORY view: keep one side; the hooks regenerate it"
     cfg[f"merge.{DRIVER}.driver"] = "true"
     cfg["mdmem.python"] = python
-    for rel in EXECUTABLE:
-        path = Path(root) / rel
-        if path.exists() and not os.access(path, os.X_OK):
-            path.chmod(0o755)
+    folder = hook_git.hooks_dir(root)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, data in hook_files().items():
+        path = folder / name
+        try:
+            current = path.read_bytes()
+        except OSError:
+            current = None
+        if current is not None and current != data and not _replaceable(current):
+            continue  # a person's own hook: never overwritten (ensure says so)
+        tmp = folder / f".{name}.mdmem-tmp"
+        tmp.write_bytes(data)
+        tmp.chmod(0o755)
+        os.replace(tmp, path)
 
 
 def ensure(root: Path, python: str) -> str | None:
-    """What any mdmem command does first: enable the repo's hooks if they are not enabled.
-    Returns a one-line notice when something changed (or was refused), else None."""
+    """What any mdmem command does first: install mdmem's hooks if they are missing or stale.
+    Returns a one-line notice when something changed (or needs a person), else None."""
     root = Path(root)
-    if not (root / HOOKS_DIR).is_dir():
-        return None  # a repo made before hooks were committed: `mdmem hooks install` adds them
     cfg = hook_git.local_config(root)
-    bad = differing(root)
-    if bad:
-        if "core.hooksPath" in cfg and cfg["core.hooksPath"] == HOOKS_DIR:
-            del cfg["core.hooksPath"]
-            return (f"mdmem: disabled the repo's git hooks: {', '.join(bad)} differ from mdmem's; review the "
-                    "change, then `mdmem hooks install` restores mdmem's hooks")
-        return (f"mdmem: not enabling the repo's git hooks: {', '.join(bad)} differ from mdmem's; review them, "
-                "then `mdmem hooks install`")
-    if _configured(cfg, python):
-        return None
-    configure(root, python)
-    return INSTALLED_NOTICE
+    legacy = "core.hooksPath" in cfg and cfg["core.hooksPath"] == LEGACY_HOOKS_DIR
+    stale, notices = _problems(root, python)
+    if stale or legacy:
+        configure(root, python)
+        return INSTALLED_NOTICE + (" (git no longer runs the committed .githooks folder)" if legacy else "")
+    other = cfg["core.hooksPath"] if "core.hooksPath" in cfg else None
+    if other:
+        notices.append(f"mdmem: core.hooksPath is {other}, so git does not run mdmem's hooks in .git/hooks")
+    return notices[0] if notices else None
 
 
 def install(repo, *, as_user: str, python: str, now=None) -> dict:
-    """``mdmem hooks install``: commit mdmem's hook folder if it is missing or differs, and
-    enable it."""
+    """``mdmem hooks install``: install mdmem's hooks into .git/hooks, and commit the
+    attributes naming the view merge driver if they are missing or differ."""
     from .model.clock import resolve_now
     from .storage.gitstore import Trailers
 
@@ -109,13 +133,13 @@ def install(repo, *, as_user: str, python: str, now=None) -> dict:
         changes = {p: d for p, d in committed_files().items()
                    if (repo.store.read_at(p, head) if head else None) != d}
         if changes:
-            message = ("hooks: mdmem's git hooks and view merge driver\n\n"
+            message = ("hooks: the view merge driver's attributes\n\n"
                        + Trailers("hooks", as_user, "system:hooks").render())
             commit = repo.store.commit(changes, message, actor=as_user, when=when)
-        for rel in EXECUTABLE:
-            (repo.root / rel).chmod(0o755)
     configure(repo.root, python)
-    return {"committed": commit, "hooks_path": HOOKS_DIR, "files": sorted(committed_files())}
+    _, notices = _problems(repo.root, python)
+    return {"committed": commit, "hooks_dir": str(hook_git.hooks_dir(repo.root)), "hooks": list(HOOK_NAMES),
+            "files": sorted(committed_files()), "notices": notices}
 
 
 # --- what the hooks run ----------------------------------------------------------------

@@ -118,7 +118,6 @@ def _integrate(repo, user, when, head, their_head, remote, branch) -> tuple[str,
     base = sync_ops.merge_base(store, head, their_head) if head else ""
     if base == their_head:
         return "ahead", conflicts
-    _refuse_foreign_hooks(store, their_head)
     if base == head or head is None:
         _refuse_dirty(store, store.tree_changes(head, their_head), "fast-forward")
         store.fast_forward(their_head, expect_tip=head)
@@ -187,20 +186,6 @@ def _refuse_erased(store, head, their_head, remote, branch) -> None:
                       "(an old clone rebased or cherry-picked erased history); nothing was merged and the "
                       f"fetched history was dropped. Erase them from {remote} again (forget in a fresh clone of it, "
                       "with --push), and install `mdmem guard` on it")
-
-
-def _refuse_foreign_hooks(store, their_head: str) -> None:
-    """Incoming hooks run code on every commit here: only mdmem's own may arrive by sync."""
-    from .hooks import committed_files
-
-    bad = []
-    for path, data in committed_files().items():
-        theirs = store.read_at(path, their_head)
-        if theirs is not None and theirs != data:
-            bad.append(path)
-    if bad:
-        raise Conflict(f"sync: the remote changes {', '.join(bad)} to differ from mdmem's hooks; a person must "
-                       f"review that change (git log -p {their_head[:10]} -- {' '.join(bad)}); nothing changed")
 
 
 def _refuse_dirty(store, changes: dict, what: str) -> None:

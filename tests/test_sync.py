@@ -174,16 +174,28 @@ def test_sync_refuses_to_run_over_a_merge_in_progress_or_clobber_edits(clones):
     assert sync(b, as_user="bob")["status"] == "fast-forwarded"
 
 
-def test_hooks_changed_on_the_remote_are_not_pulled_in(clones):
+def test_hooks_a_teammate_commits_never_run_in_another_clone(clones, tmp_path):
+    """Attack F19: git ran whatever the committed .githooks folder held after a pull. mdmem's
+    hooks come from its package into .git/hooks; a committed hook folder is plain files."""
     a, b = clones
-    hook = a.root / ".githooks/pre-commit"
-    hook.write_text("#!/bin/sh\nexit 0\n")
-    git(a.root, "commit", "-qam", "weaker hook", "--no-verify")
+    pwned = tmp_path / "pwned"
+    evil = f"#!/bin/sh\ntouch {pwned}-$(basename $0)\n"
+    (a.root / ".githooks").mkdir(exist_ok=True)
+    for name in ("pre-commit", "post-merge", "reference-transaction", "post-checkout"):
+        (a.root / ".githooks" / name).write_text(evil)
+        (a.root / ".githooks" / name).chmod(0o755)
+    git(a.root, "add", ".githooks")
+    git(a.root, "commit", "-qm", "hooks", "--no-verify")
     git(a.root, "push", "-q", "origin", "main")
-    before = snapshot(b.root)
-    r = run_cli("sync", "--repo", str(b.root), "--as", "bob", "--json")
-    assert r.returncode == 5 and ".githooks/pre-commit" in r.stderr
-    assert snapshot(b.root) == before
+    git(b.root, "pull", "-q", "--ff-only", "origin", "main")  # plain git, as people do
+    git(b.root, "checkout", "-q", "-b", "x")
+    assert sync(b, as_user="bob")["status"] in ("up to date", "ahead", "fast-forwarded")
+    fact(b, "A fact written after the pull", "after.pull")
+    note = b.root / "team/payments/service/billing/fact/after.pull.md"
+    note.write_text(note.read_text().replace("kind: fact", "kind: bogus"))
+    out = git(b.root, "commit", "-qam", "bogus", check=False)
+    assert out.returncode != 0 and "kind:" in out.stderr  # mdmem's own pre-commit still runs
+    assert not list(tmp_path.glob("pwned*"))
 
 
 def test_stale_views_pushed_by_someone_are_regenerated_by_sync(clones):

@@ -151,11 +151,11 @@ def test_a_clone_gets_the_hooks_from_its_first_mdmem_command(repo, tmp_path):
     clone = tmp_path / "clone"
     git(tmp_path, "clone", "-q", str(repo.root), str(clone))
     identify(clone)
-    assert git(clone, "config", "core.hooksPath", check=False).stdout == ""
+    assert not (clone / ".git/hooks/pre-commit").exists()
     first = run_cli("keys", "--subject", "service:billing", "--kind", "fact", "--repo", str(clone), "--as", "bob")
     assert first.returncode == 0
     notices = [line for line in first.stderr.splitlines() if line.startswith("mdmem:")]
-    assert len(notices) == 1 and "core.hooksPath" in notices[0]
+    assert len(notices) == 1 and ".git/hooks" in notices[0]
     second = run_cli("keys", "--subject", "service:billing", "--kind", "fact", "--repo", str(clone), "--as", "bob")
     assert "hooks" not in second.stderr
     note = clone / "team/payments/service/billing/fact/refund.window.md"
@@ -169,27 +169,27 @@ def test_hooks_install_enables_them_explicitly(repo, tmp_path):
     git(tmp_path, "clone", "-q", str(repo.root), str(clone))
     out = run_cli("hooks", "install", "--repo", str(clone), "--as", "bob", "--json")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["committed"] is None  # the committed hooks were mdmem's already
-    assert git(clone, "config", "core.hooksPath").stdout.strip() == ".githooks"
+    assert json.loads(out.stdout)["committed"] is None  # the committed attributes were mdmem's already
+    assert (clone / ".git/hooks/pre-commit").stat().st_mode & 0o111
     assert git(clone, "config", "merge.mdmem-view.driver").stdout.strip() == "true"
 
 
-def test_tampered_hooks_are_never_enabled(repo, tmp_path):
-    identify(repo.root)
-    hook = repo.root / ".githooks/pre-commit"
-    hook.write_text("#!/bin/sh\necho pwned > /tmp/mdmem-pwned\n")
-    git(repo.root, "commit", "-qam", "evil hook", "--no-verify")
-    clone = tmp_path / "clone"
-    git(tmp_path, "clone", "-q", str(repo.root), str(clone))
-    out = run_cli("keys", "--subject", "service:billing", "--kind", "fact", "--repo", str(clone), "--as", "bob")
-    assert "not enabling the repo's git hooks: .githooks/pre-commit differ" in out.stderr
-    assert git(clone, "config", "core.hooksPath", check=False).stdout == ""
-    # Where they were enabled, a pulled change to them disables them.
+def test_a_persons_own_hook_is_never_overwritten_and_a_legacy_hooks_path_is_dropped(repo, tmp_path):
+    own = repo.root / ".git/hooks/post-merge"
+    own.write_text("#!/bin/sh\necho mine\n")
+    own.chmod(0o755)
+    git(repo.root, "config", "core.hooksPath", ".githooks")  # how clones were set up before
     out = run_cli("keys", "--subject", "service:billing", "--kind", "fact", "--repo", str(repo.root), "--as", "bob")
-    assert "disabled the repo's git hooks" in out.stderr
+    assert "no longer runs the committed .githooks" in out.stderr
     assert git(repo.root, "config", "core.hooksPath", check=False).stdout == ""
-    out = run_cli("hooks", "install", "--repo", str(repo.root), "--as", "bob", "--json")
-    assert json.loads(out.stdout)["committed"] and "pwned" not in hook.read_text()
+    assert own.read_text() == "#!/bin/sh\necho mine\n"
+    again = run_cli("keys", "--subject", "service:billing", "--kind", "fact", "--repo", str(repo.root), "--as", "bob")
+    assert ".git/hooks/post-merge is not mdmem's" in again.stderr
+    # an older mdmem hook (it carries the marker) is brought up to date
+    pre = repo.root / ".git/hooks/pre-commit"
+    pre.write_text("#!/bin/sh\n# mdmem hook: old\nexit 0\n")
+    run_cli("keys", "--subject", "service:billing", "--kind", "fact", "--repo", str(repo.root), "--as", "bob")
+    assert "hooks run pre-commit" in pre.read_text()
 
 
 @pytest.mark.parametrize("seed", [2])

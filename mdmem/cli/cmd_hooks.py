@@ -23,8 +23,10 @@ def run(ctx) -> int:
     a = ctx.args
     if a.action == "install":
         out = hooks.install(ctx.repo(), as_user=ctx.user, python=sys.executable, now=ctx.now)
-        ctx.emit(out, f"hooks enabled (core.hooksPath = {out['hooks_path']})"
-                 + (f"; committed mdmem's hooks ({out['committed'][:10]})" if out["committed"] else ""))
+        for notice in out["notices"]:
+            print(notice, file=sys.stderr)
+        ctx.emit(out, f"mdmem's hooks installed in {out['hooks_dir']}"
+                 + (f"; committed the merge driver's attributes ({out['committed'][:10]})" if out["committed"] else ""))
         return 0
     from ..storage.hook_git import toplevel
 

@@ -1,4 +1,4 @@
-"""Making a new memory repo on disk: the first commit (config, guides, hooks), by a named person."""
+"""Making a new memory repo on disk: the first commit (config, guides, attributes), by a named person; its hooks."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -32,8 +32,8 @@ def found(path: str | Path, *, teams: dict[str, list[str]] | None, erasers: list
         **hooks.committed_files(),
     }
     root.mkdir(parents=True, exist_ok=True)
-    GitStore.init(root, files, actor=as_user, when=when, executable=hooks.EXECUTABLE,
+    GitStore.init(root, files, actor=as_user, when=when,
                   message="mdmem init\n\n" + Trailers("init", as_user, "system:init").render())
-    # The hooks travel with the repo (committed); this clone uses them from now on.
+    # The hooks come from mdmem's package into this clone's .git/hooks (never committed).
     hooks.configure(root, sys.executable)
     return root

@@ -153,7 +153,7 @@ class GitStore(GitQueries):
     # --- creation -------------------------------------------------------------------
     @classmethod
     def init(cls, root: Path, files: dict[str, bytes], *, actor: str, when: _dt.datetime,
-             message: str, identity=None, executable: frozenset[str] = frozenset()) -> "GitStore":
+             message: str, identity=None) -> "GitStore":
         root = Path(root)
         proc = subprocess.run(["git", "init", "-q", "-b", "main", str(root)], capture_output=True, text=True)
         if proc.returncode != 0:
@@ -163,8 +163,6 @@ class GitStore(GitQueries):
             target = root / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
-            if rel in executable:
-                target.chmod(0o755)
         index = store.repo.index
         for rel in files:
             index.add(rel)

@@ -83,6 +83,17 @@ def user_email(root: Path) -> str:
     return _git(root, "config", "user.email", check=False).strip()
 
 
+def hooks_dir(root: Path) -> Path:
+    """The hooks folder git runs by default: ``hooks`` in the common git dir, which linked
+    worktrees share (their own ``.git`` is a file naming a folder under ``worktrees/``)."""
+    gitdir = Path(root) / ".git"
+    if gitdir.is_dir():
+        return gitdir.resolve() / "hooks"
+    out = _git(root, "rev-parse", "--git-common-dir").strip()
+    common = Path(out) if Path(out).is_absolute() else Path(root) / out
+    return common.resolve() / "hooks"
+
+
 def local_config(root: Path) -> pygit2.Config:
     return pygit2.Repository(str(root)).config
 
