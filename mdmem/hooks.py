@@ -215,6 +215,7 @@ def pre_commit(root: Path, *, env: dict | None = None) -> HookReport:
         if data is None:
             continue  # deleted
         report.problems += [f"{path}: {name}: {reason}" for name, reason in note_problems(path, data, config.contracts)]
+    report.problems += [f"{path}: path: must be {what}, not this" for path, what in store.misplaced(tree)]
     if report.problems:
         return report
     flagged = _staged_flags(root, config, head, touched)

@@ -237,3 +237,38 @@ def test_conflict_markers_make_a_note_invalid_but_a_setext_heading_does_not():
     with pytest.raises(NoteInvalid, match="conflict markers"):  # a conflict inside the frontmatter too
         parse_note(f"{DIR}/k.md", "<<<<<<< HEAD\n" + note_text("k") + "=======\n" + note_text("j") + ">>>>>>> b\n")
     assert parse_note(f"{DIR}/k.md", note_text("k", body="Title\n=======\nquoted: <<<<<<< not a hunk")).text
+
+
+@pytest.mark.parametrize("where", ["private/dana", "team/payments/MEMORY.md"])
+def test_a_file_where_a_folder_belongs_or_the_reverse_costs_nothing_but_a_check_problem(tmp_path, where):
+    """Attack F14: one plain-git commit of private/dana as a file (or a root's MEMORY.md as a
+    folder) made every write, startup and render of that root crash (exit 70)."""
+    repo = MemoryRepo.init(tmp_path / "mem", teams={"payments": ["alice", "bob", "dana"]}, now=T0, as_user="alice")
+    team_fact(repo, "Billing deploys any weekday before 3pm")
+    full = repo.root / where
+    if where.endswith("MEMORY.md"):
+        full.unlink()
+        full.mkdir()
+        (full / "x").write_text("x")
+    else:
+        full.parent.mkdir(exist_ok=True)
+        full.write_text("file\n")
+    subprocess.run(["git", "-C", str(repo.root), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(repo.root), "commit", "-qm", "hostile", "--no-verify"], check=True)
+    root = repo.root
+    repo.close()
+    check = run_cli("check", "--repo", str(root))
+    assert check.returncode == 2 and f"{where}: path: must be" in check.stderr, check.stderr
+    for args in (["remember", "Dana prefers morning meetings", "--kind", "profile", "--subject", "user:dana",
+                  "--key", "meetings", "--as", "dana"],
+                 ["remember", "Billing deploys on weekdays", "--kind", "fact", "--subject", "service:billing",
+                  "--key", "deploy.window", "--scope", "team", "--team", "payments", "--as", "bob"],
+                 ["startup", "--as", "dana"], ["render", "--as", "bob"], ["recall", "deploy", "--as", "bob"]):
+        r = run_cli(*args, "--repo", str(root))
+        assert r.returncode == 0 and "bug in mdmem" not in r.stderr, (args, r.stderr)
+    # the pre-commit hook refuses to commit one
+    bad = root / "private" / "erin"
+    bad.write_text("file\n")
+    subprocess.run(["git", "-C", str(root), "add", "-A"], check=True)
+    out = subprocess.run(["git", "-C", str(root), "commit", "-qm", "again"], capture_output=True, text=True)
+    assert out.returncode != 0 and "private/erin: path: must be a folder" in out.stderr

@@ -150,7 +150,11 @@ def listing(repo: RepoState, *, as_user: str, subject: str | None = None, kind: 
 
 
 def check(repo: RepoState) -> tuple[list[StoredNote], list[NoteInvalid]]:
-    return scan_notes(repo.root, repo.contracts, max_bytes=repo.config.note_max_bytes)
+    good, bad = scan_notes(repo.root, repo.contracts, max_bytes=repo.config.note_max_bytes)
+    head = repo.store.head()
+    misplaced = repo.store.misplaced(head) if head else []
+    return good, bad + [NoteInvalid(path, "path", f"must be {what}, not this (a plain-git commit made it)")
+                        for path, what in misplaced]
 
 
 def history(repo: RepoState, *, as_user: str, path: str | None = None, subject: str | None = None,

@@ -249,16 +249,18 @@ class GitStore(GitQueries):
     def blob_id(self, path: str, rev: str | None = None) -> str | None:
         commit = (self.repo.revparse_single(rev) if rev else self.repo[self.head()]).peel(pygit2.Commit)
         try:
-            return str(commit.tree[path].id)
+            entry = commit.tree[path]
         except KeyError:
             return None
+        return str(entry.id) if entry.type_str == "blob" else None  # a folder where a file belongs: none
 
     def file_in(self, rev: str, path: str) -> bytes | None:
         """A file's bytes in the tree of ``rev`` (a commit or a tree id), None if absent."""
         try:
-            return self.repo[self.repo[rev].peel(pygit2.Tree)[path].id].data
+            entry = self.repo[rev].peel(pygit2.Tree)[path]
         except KeyError:
             return None
+        return self.repo[entry.id].data if entry.type_str == "blob" else None
 
     def folders_in(self, rev: str, folder: str) -> list[str]:
         """Names of the sub-folders of ``folder`` in the tree of ``rev`` (commit or tree id)."""

@@ -107,12 +107,37 @@ class GitQueries:
         out = self.git("ls-tree", "-r", "--name-only", rev, "--", *NOTE_PREFIXES)
         return [p for p in out.splitlines() if is_note_path(p)]
 
+    def misplaced(self, rev: str) -> list[tuple[str, str]]:
+        """(path, what it should be) where ``rev``'s tree (a commit or a tree) has a file where
+        the layout needs a folder (``team``, ``private``, a scope root) or a folder where it
+        needs a file (a root's ``MEMORY.md``). A plain-git commit can make either."""
+        out: list[tuple[str, str]] = []
+        tree = self.repo[rev].peel(pygit2.Tree)
+        for scope in NOTE_PREFIXES:
+            if scope not in tree:
+                continue
+            if tree[scope].type_str != "tree":
+                out.append((scope, "a folder"))
+                continue
+            for entry in self.repo[tree[scope].id]:
+                root = f"{scope}/{entry.name}"
+                if entry.type_str != "tree":
+                    out.append((root, "a folder (a scope root)"))
+                    continue
+                sub = self.repo[entry.id]
+                if "MEMORY.md" in sub and sub["MEMORY.md"].type_str != "blob":
+                    out.append((f"{root}/MEMORY.md", "a file (the root's view)"))
+        return out
+
     def note_blobs(self, rev: str, under: str) -> dict[str, str]:
-        """Note path -> blob id for every note below folder ``under`` in ``rev``'s tree."""
+        """Note path -> blob id for every note below folder ``under`` in ``rev``'s tree (none
+        when ``under`` is not a folder there)."""
         out: dict[str, str] = {}
         try:
             tree = self.repo[rev].peel(pygit2.Tree)[under]  # a commit's tree, or a tree (a hook's staged one)
         except KeyError:
+            return out
+        if tree.type_str != "tree":
             return out
         stack: list[tuple[Any, str]] = [(self.repo[tree.id], under)]
         while stack:
