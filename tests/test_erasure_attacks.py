@@ -162,3 +162,22 @@ def test_forget_dry_run_answers_alike_for_unreadable_and_missing(tmp_path, ask):
                                str(tmp_path / f"m{exists}")))
         assert "search" not in answers[-1] or ask in ("subject", "path"), answers[-1]
     assert answers[0] == answers[1], answers
+
+
+def test_a_linked_worktree_keeps_its_unrelated_work_when_one_file_in_it_holds_erased_text(repo, tmp_path):
+    """Attack F20: forget deleted the whole linked worktree (and all its uncommitted work) when
+    one untracked file in it held erased text, with no --force and nothing said."""
+    wt = tmp_path / "wt"
+    git(repo.root, "worktree", "add", "-q", str(wt), "-b", "wtb")
+    (wt / "untracked-note.txt").write_text("copy: " + SECRET)
+    (wt / "design-doc.md").write_text("important unrelated work in progress")
+    note = wt / "team/search/service/search/fact/pw.md"
+    note.write_text(note.read_text().replace("92", "93"))
+    plan = repo.forget(as_user="dana", owner="alice", subject="user:alice", dry_run=True, now=T1)
+    assert [w["action"] for w in plan["worktrees"]] == ["files scrubbed"]
+    receipt = repo.forget(as_user="dana", owner="alice", subject="user:alice", now=T1)
+    assert receipt["counts"]["worktree_files_scrubbed"] == 1
+    assert (wt / "design-doc.md").read_text() == "important unrelated work in progress"
+    assert "Lantern-93" in note.read_text()
+    assert "XYZZY" not in (wt / "untracked-note.txt").read_text()
+    assert "copy: " in (wt / "untracked-note.txt").read_text()

@@ -85,6 +85,12 @@ def _print_receipt(ctx, out: dict, resumed: bool = False) -> None:
             f"entries, {c['vectors']} vectors, {c['cache_entries']} cache entries\n"
             f"receipt {out['id']} in audit/erasures.jsonl; HEAD {(out['old_head'] or '')[:10]} -> "
             f"{(out['new_head'] or '')[:10]}")
+    touched = {"local_files": "local file(s) scrubbed or deleted", "stashes": "stash entr(y/ies) rewritten",
+               "worktree_files_scrubbed": "file(s) scrubbed in linked worktrees",
+               "review_branches": "held review branch(es) dropped"}
+    extra = [f"{c[k]} {what}" for k, what in touched.items() if c.get(k)]
+    if extra:
+        text += "\n  also: " + "; ".join(extra)
     for m in out["mentions"]:
         text += f"\n  review mention: {m['path']}: {m['line']}"
     for name, status in out["remotes"].items():

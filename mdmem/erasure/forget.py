@@ -7,7 +7,7 @@ under the repo's exclusive lock:
     planned    the plan and what must be restored (stashes, detached worktrees) are recorded
     held       stash entries and detached worktree heads are parked under refs/mdmem-erasure/
                so the rewrite carries them over; remote-tracking refs and erased held writes
-               are dropped; worktrees holding erased text are removed
+               are dropped
     rewritten  git-filter-repo has rewritten every ref (idempotent: rerun if killed)
     cleaned    refs renamed, work tree and local files scrubbed, reflogs expired, stash and
                worktrees restored, unreachable objects pruned
@@ -58,7 +58,8 @@ def forget(repo, *, as_user: str, when: _dt.datetime, subject=None, owner=None, 
     counts = {"notes": len(plan.target_notes()), "versions": plan.versions, "copies_scrubbed": len(plan.copies),
               "review_branches": sum(r["ref"].startswith("refs/heads/review/") for r in plan.refs_deleted),
               "commit_messages": plan.messages, "identities_pseudonymised": len(plan.people),
-              "stashes": len(plan.stashes), "worktrees_removed": sum(w["action"] == "removed" for w in plan.worktrees),
+              "stashes": len(plan.stashes),
+              "worktree_files_scrubbed": sum(len(w.get("scrub", ())) for w in plan.worktrees),
               "local_files": len(plan.local_files), "refs_renamed": len(plan.refs_renamed),
               **_count_index_entries(repo, plan)}
     state = {"phase": "planned", "at": format_time(when), "receipt_id": rc.receipt_id(when), "push": push,
@@ -133,10 +134,6 @@ def _hold(root: Path, plan: Plan, state: dict) -> None:
     for i, w in enumerate(plan.worktrees):
         if w["action"] == "head moved" and w["head"]:
             ops.set_ref(root, f"{HOLD_PREFIX}worktree/{i:04d}", w["head"])
-    for w in plan.worktrees:
-        if w["action"] == "removed":
-            ops.remove_worktree(root, Path(w["path"]))
-            shutil.rmtree(w["path"], ignore_errors=True)
     ops.stash_clear(root)
     _scrub_git_notes(root, plan)
     for r in plan.refs_deleted:
@@ -189,8 +186,10 @@ def _clean(repo, plan: Plan) -> None:
             w = plan.worktrees[int(name.rsplit("/", 1)[1])]
             ops.run_git(Path(w["path"]), "update-ref", "--no-deref", "HEAD", oid, check=False)
     for w in plan.worktrees:
-        if w["action"] != "removed" and Path(w["path"]).exists():
-            ops.checkout_from_head(Path(w["path"]), changed)
+        if Path(w["path"]).exists():
+            _scrub_worktree_files(Path(w["path"]), w.get("scrub", ()), plan)
+            # Its own uncommitted edits stay (those holding erased text were just scrubbed).
+            ops.checkout_from_head(Path(w["path"]), [p for p in changed if p not in set(w.get("dirty", ()))])
 
 
 def _ref_target(root: Path, name: str) -> str | None:
@@ -207,6 +206,23 @@ def _identity_files(root: Path, plan: Plan) -> set[str]:
     from ..model import layout
     from .scan import is_view
     return {p for p in ops.tree_paths(root, "HEAD") if layout.is_note_path(p) or is_view(p)}
+
+
+def _scrub_worktree_files(top: Path, rels, plan: Plan) -> None:
+    """A linked worktree's uncommitted files that hold erased text: an erased note's copy is
+    deleted, any other file has the text replaced; nothing else there is touched."""
+    needles = [n.encode() for n in plan.needles]
+    targets = set(plan.targets)
+    for rel in rels:
+        full = top / rel
+        if full.is_symlink() or not full.is_file():
+            continue
+        if rel in targets:
+            full.unlink()
+            continue
+        new, n = replace_all(full.read_bytes(), needles)
+        if n:
+            full.write_bytes(new)
 
 
 def _scrub_local_files(root: Path, plan: Plan) -> None:

@@ -112,7 +112,7 @@ class Plan:
     def changes_anything(self) -> bool:
         return bool(self.targets or self.copies or self.messages or self.people or self.local_files
                     or self.refs_renamed or any(s["action"] == "scrubbed" for s in self.stashes)
-                    or any(w["action"] == "removed" for w in self.worktrees))
+                    or any(w.get("scrub") for w in self.worktrees))
 
     # --- for the journal --------------------------------------------------------------------
     def to_state(self) -> dict:
@@ -363,15 +363,17 @@ def _local_state(repo, plan: Plan, scan: HistoryScan, needle_bytes: list[bytes],
                              "action": "scrubbed" if why else "rebased",
                              "why": why or "its base commit is rewritten; its own changes are kept as they are"})
     for wt in ops.linked_worktrees(root):
-        why = None
-        for rel in ops.dirty_files(wt.path):
-            if rel in targets or _file_holds(wt.path / rel, needle_bytes):
-                why = f"uncommitted {rel} holds erased text"
-                break
+        # As in the main work tree: the files holding erased text are scrubbed in place (an
+        # uncommitted copy of an erased note is deleted); the worktree and all its other work stay.
+        dirty = sorted(ops.dirty_files(wt.path))
+        scrub = [rel for rel in dirty if rel in targets or _file_holds(wt.path / rel, needle_bytes)]
         plan.worktrees.append({"path": str(wt.path), "branch": wt.branch, "head": wt.head,
-                               "action": "removed" if why else ("files updated" if wt.branch else "head moved"),
-                               "why": why or "its commit is rewritten; rewritten files are checked out, "
-                                             "its own edits kept"})
+                               "action": ("files scrubbed" if scrub else
+                                          "files updated" if wt.branch else "head moved"),
+                               "scrub": scrub, "dirty": dirty,
+                               "why": (f"uncommitted {', '.join(scrub[:5])} hold(s) erased text: scrubbed in place, "
+                                       "its other edits kept") if scrub else
+                                      "its commit is rewritten; rewritten files are checked out, its own edits kept"})
     tracked_changed = targets | set(plan.copies)
     untracked = set(ops.untracked_files(root))
     for rel, full in _files_under(root, skip=(".git", ".mdmem")):
