@@ -233,3 +233,15 @@ def test_sync_keeps_symlinks_and_executable_bits(clones, local_commit):
     assert (b.root / "docs" / "link.txt").is_symlink()
     assert (b.root / "docs" / "run.sh").stat().st_mode & 0o111
     assert git_status(b.root) == ""
+
+
+def test_sync_push_that_the_remote_rejects_exits_5(clones, tmp_path):
+    """Attack F21: a rejected push (another clone pushed first) said so but exited 0, so cron
+    jobs never noticed. The remote here rejects every push, as a race would."""
+    a, b = clones
+    hook = tmp_path / "remote.git" / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho 'rejected: fetch first' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    fact(b, "A fact that will not be published", "unpublished")
+    r = run_cli("sync", "--push", "--repo", str(b.root), "--as", "bob")
+    assert r.returncode == 5 and "push refused" in r.stdout, (r.stdout, r.stderr)

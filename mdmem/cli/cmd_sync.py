@@ -1,6 +1,7 @@
 """mdmem sync [--remote NAME] [--push]: integrate a team remote's history, or change nothing."""
 from __future__ import annotations
 
+from ..errors import BranchMoved
 from .context import add_common
 
 
@@ -24,4 +25,6 @@ def run(ctx) -> int:
     if out.get("push"):
         text += f"\n  {out['push']}"
     ctx.emit(out, text)
-    return 0
+    # Integrated here but not published: the branch moved on the remote meanwhile (exit 5, like
+    # BranchMoved), so a cron job or script notices and syncs again.
+    return BranchMoved.exit_code if out.get("push", "pushed") != "pushed" else 0
