@@ -100,11 +100,14 @@ class Watcher:
         return self
 
     def stop(self) -> None:
+        """Safe at any moment, even before or while :meth:`start` runs (a client that
+        disconnects while the server's first index build is still going)."""
         self._stop.set()
         self._wake.set()
         self._observer.stop()
-        self._observer.join(timeout=5)
-        self._worker.join(timeout=5)
+        for thread in (self._observer, self._worker):
+            if thread.ident is not None:  # started; joining a thread never started raises
+                thread.join(timeout=5)
 
     def _run(self) -> None:
         while not self._stop.is_set():

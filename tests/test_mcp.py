@@ -147,3 +147,16 @@ def test_the_server_answers_at_once_and_builds_the_index_beside(repo):
     assert first.get("index") == "building", (connected, first)
     assert first["hits"] == [] and first["from_views"] and all("window" in line for line in first["from_views"])
     assert later["hits"] and "window 7" in later["hits"][0]["text"]
+
+
+def test_a_client_that_leaves_at_once_does_not_crash_the_server(repo):
+    """Attack F23: a client that disconnects while the server's first index build still runs
+    made `mdmem serve` exit 70 with "cannot join thread before it is started"."""
+    import shutil
+    for _ in range(2):
+        shutil.rmtree(repo.root / ".mdmem", ignore_errors=True)  # the first build is slow: MiniLM loads
+        env = {**os.environ}
+        env.pop("MDMEM_USER", None)
+        r = subprocess.run([sys.executable, "-m", "mdmem.cli.main", "serve", "--repo", str(repo.root), "--as", "bob",
+                            "--allow", "read,write"], input="", capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 0 and "bug in mdmem" not in r.stderr, r.stderr
