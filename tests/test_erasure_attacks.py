@@ -181,3 +181,14 @@ def test_a_linked_worktree_keeps_its_unrelated_work_when_one_file_in_it_holds_er
     assert "Lantern-93" in note.read_text()
     assert "XYZZY" not in (wt / "untracked-note.txt").read_text()
     assert "copy: " in (wt / "untracked-note.txt").read_text()
+
+
+def test_erasing_alice_leaves_users_whose_handles_differ_only_in_case(repo):
+    """Attack F17: access control keeps `Alice` and `alice` apart, erasure lower-cased both and
+    pseudonymised Alice's commits and notes too (they then broke as invalid and untrusted)."""
+    kept = repo.remember("odd identity probe text about tea", as_user="Alice", kind="episode", subject="task:p", now=T0)
+    repo.forget(as_user="dana", owner="alice", subject="user:alice", now=T1)
+    stored = repo.get(as_user="Alice", path=kept.path)
+    assert stored.note.owner == "Alice" and "tea" in stored.note.text
+    assert "Alice" in git(repo.root, "log", "--all", "--format=%an %ae")
+    assert not [b for b in repo.check()[1] if "Alice" in str(b)]

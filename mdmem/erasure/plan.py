@@ -124,7 +124,13 @@ class Plan:
 
 
 def identity_names(person: str, aliases: list[str]) -> set[str]:
-    return {person.lower(), *(a.lower() for a in aliases)}
+    """The person's handle and aliases as access control compares them: exactly (``Alice`` is
+    another user than ``alice``); e-mail addresses without regard to case, as mail does."""
+    return {same_identity_key(n) for n in (person, *aliases)}
+
+
+def same_identity_key(name: str) -> str:
+    return name.lower() if "@" in name else name
 
 
 def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, texts=None, scrub: bool = True) -> Plan:
@@ -332,7 +338,7 @@ def _authored_by(root: Path, names: set[str]) -> set[str]:
             continue
         ids = [fields[1], fields[2], fields[2].split("@")[0], fields[3], fields[4], fields[4].split("@")[0]]
         trailer_values = [v.strip().split(":")[-1] for v in re.findall(r"^Memory-[\w-]+: (.*)$", fields[5], re.M)]
-        if any(x.lower() in names for x in ids + trailer_values):
+        if any(same_identity_key(x) in names for x in ids + trailer_values):
             found.add(fields[0])
     return found
 

@@ -23,7 +23,7 @@ from ..model import layout
 from ..storage import history_ops as ops
 from .journal import Journal
 from .needles import replace_all, scrub_context
-from .plan import Plan
+from .plan import Plan, same_identity_key
 from .scan import is_git_note, is_view, split_note
 
 _TRAILER = re.compile(rb"^(Memory-[\w-]+: )(.*)$", re.M)
@@ -36,7 +36,7 @@ class Pseudonyms:
         self.map: dict[bytes, bytes] = {}
         for person, pseudonym in plan.people.items():
             for name in [person, *plan.aliases.get(person, [])]:
-                self.map[name.lower().encode()] = pseudonym.encode()
+                self.map[same_identity_key(name).encode()] = pseudonym.encode()
 
     def __bool__(self) -> bool:
         return bool(self.map)
@@ -44,12 +44,12 @@ class Pseudonyms:
     def value(self, value: bytes) -> bytes:
         """One identity value: a handle, an alias, ``human:<handle>``, ``agent:<handle>``."""
         prefix, sep, name = value.rpartition(b":")
-        new = self.map.get(name.strip().lower())
+        new = self.map.get(name.strip())  # handles are exact, as access control compares them
         return prefix + sep + new if new is not None else value
 
     def email(self, email: bytes) -> bytes:
         local, at, _domain = email.partition(b"@")
-        new = self.map.get(local.lower()) or self.map.get(email.lower())
+        new = self.map.get(local) or self.map.get(email.lower())
         return new + b"@mdmem.invalid" if new is not None else email
 
     def trailers(self, message: bytes) -> bytes:
