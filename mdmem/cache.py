@@ -92,6 +92,8 @@ def open_sqlite(path: Path, setup: Callable[[sqlite3.Connection], None]) -> sqli
     """A SQLite cache, set up by ``setup`` (pragmas, tables). A file that is not a database or
     whose tables are not ours is moved aside and a fresh one made."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    if os.path.lexists(path) and not path.is_file():
+        move_aside(path, "not a file")
     for attempt in (1, 2):
         db = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
         try:

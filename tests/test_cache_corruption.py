@@ -161,3 +161,29 @@ def test_a_rebuild_killed_midway_leaves_recall_working(seeded, tmp_path, point):
     hits = repo.recall("when does billing deploy", as_user="bob", now=T1)
     assert hits and hits[0].text == "Billing deploys any weekday before 3pm"
     assert not [p for p in os.listdir(root / ".mdmem") if p.endswith((".new", ".old"))]
+
+
+@pytest.mark.parametrize("path,becomes", [("embeddings.sqlite", "folder"), ("viewmeta.sqlite", "folder"),
+                                          ("locks", "file"), ("locks/index.lock", "folder"),
+                                          ("locks/write.lock", "folder"), ("", "file")])
+def test_a_cache_path_of_the_wrong_type_is_dropped_not_a_crash(seeded, tmp_path, path, becomes):
+    """Attack F16: a folder where a cache file belongs (or the reverse, .mdmem itself as a
+    file) stopped every command with exit 70 or a bare OS error."""
+    root = copy_of(seeded, tmp_path)
+    target = root / ".mdmem" / path if path else root / ".mdmem"
+    if target.is_dir():
+        shutil.rmtree(target)
+    elif target.exists():
+        target.unlink()
+    if becomes == "folder":
+        target.mkdir(parents=True)
+        (target / "x").write_text("x")
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text("not a folder")
+    for args in (["recall", "when does billing deploy", "--as", "bob"],
+                 ["remember", "Refunds take 30 days", "--kind", "fact", "--subject", "service:billing", "--key",
+                  "refund.window", "--new-key", "--scope", "team", "--team", "payments", "--as", "bob"],
+                 ["startup", "--as", "bob"]):
+        proc = run_cli(*args, "--repo", str(root), "--now", T1)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, (args, proc.stderr)

@@ -18,7 +18,7 @@ from .. import cache as cachefiles
 from ..errors import NoteInvalid
 from ..model.layout import is_note_path
 from ..results import ProgressCallback
-from ..storage.locks import Lock
+from ..storage.locks import Lock, lock_folder
 from ..storage.queries import blob_hash
 from ..storage.tree_watch import TreeWatch
 from ..storage.worktree import StoredNote, iter_note_paths, read_note
@@ -105,8 +105,7 @@ class NoteIndex:
 
     def lock(self) -> Lock:
         """The index's cross-process lock (LockTimeout after two minutes)."""
-        (self.base / "locks").mkdir(parents=True, exist_ok=True)
-        return Lock(str(self.base / "locks" / "index.lock"), timeout=120)
+        return Lock(str(lock_folder(self.base / "locks") / "index.lock"), timeout=120)
 
     def _load_state(self) -> dict:
         return cachefiles.read_state(self.state_path, _valid_state)

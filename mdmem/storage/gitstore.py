@@ -36,7 +36,7 @@ import shutil
 import pygit2
 
 from ..errors import BranchMoved, GitFailed, LockTimeout
-from .locks import Lock
+from .locks import Lock, lock_folder
 from .queries import GitQueries
 
 # A git lock file nobody holds open is stale once this old (git closes a ref lock a moment
@@ -180,8 +180,7 @@ class GitStore(GitQueries):
         if self._lock_holder == threading.get_ident():
             yield  # this thread holds it already (a flush of git's index inside a write)
             return
-        self.lock_dir.mkdir(parents=True, exist_ok=True)
-        lock = Lock(str(self.lock_dir / "write.lock"))
+        lock = Lock(str(lock_folder(self.lock_dir) / "write.lock"))
         lock.acquire(timeout=timeout)  # LockTimeout (a Conflict) names the lock file
         self._lock_holder = threading.get_ident()
         try:
