@@ -101,7 +101,7 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, now=
         detail += f"; {len(conflicts)} note(s) changed on both sides, resolved by validity (listed for review)"
     # Whatever arrived is verified at once: notes no permitted writer committed are flagged
     # (kept out of views and startup, marked in recall) before anyone reads them.
-    untrusted = repo.verify()["untrusted"]
+    untrusted = repo.verify(as_user=user)["untrusted"]
     out = {"status": status, "detail": detail, "commit": head, "conflicts": [c.to_dict() for c in conflicts],
            "rendered": rendered, "untrusted": untrusted}
     if pushed is not None:

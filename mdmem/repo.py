@@ -82,10 +82,11 @@ class MemoryRepo(RepoState):
                        "pass --repo PATH or set MDMEM_REPO")
 
     # --- trust --------------------------------------------------------------------
-    def verify(self) -> dict[str, Any]:
+    def verify(self, *, as_user: str | None = None) -> dict[str, Any]:
         """Every note whose latest commit was not made by a permitted writer of its root, or whose
-        frontmatter disagrees with its path, with the reason (``mdmem verify``)."""
-        return self.trust.report()
+        frontmatter disagrees with its path, with the reason (``mdmem verify``). With ``as_user``
+        only the roots they may read (and mdmem.toml, everyone's): no oracle for the others."""
+        return read.verify(self, as_user=as_user)
 
     def untrusted(self, path: str) -> str | None:
         """Why the committed note at ``path`` is not trusted, or None."""

@@ -245,3 +245,19 @@ def test_sync_push_that_the_remote_rejects_exits_5(clones, tmp_path):
     fact(b, "A fact that will not be published", "unpublished")
     r = run_cli("sync", "--push", "--repo", str(b.root), "--as", "bob")
     assert r.returncode == 5 and "push refused" in r.stdout, (r.stdout, r.stderr)
+
+
+def test_sync_reports_untrusted_notes_only_in_roots_the_user_may_read(clones):
+    """Attack F22: sync --json listed other users' private notes (path, committer) as untrusted."""
+    a, b = clones
+    r = a.remember("Alice likes green tea", as_user="alice", kind="profile", subject="user:alice", key="tea", now=T1)
+    sync(a, as_user="alice", push=True)
+    note = a.root / r.path
+    note.write_text(note.read_text().replace("green", "black"))
+    git(a.root, "commit", "-qam", "bob edits alice's note by hand")  # a@example.org is bob: not alice's writer
+    git(a.root, "push", "-q", "origin", "main")
+    out = run_cli("sync", "--repo", str(b.root), "--as", "carol", "--json")
+    assert out.returncode == 0, out.stderr
+    assert "private/alice" not in out.stdout
+    mine = json.loads(run_cli("sync", "--repo", str(b.root), "--as", "alice", "--json").stdout)
+    assert r.path in {u["path"] for u in mine["untrusted"]}

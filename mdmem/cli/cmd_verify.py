@@ -4,7 +4,6 @@ admin, and committed MEMORY views that differ from a fresh render (a view edited
 `git commit --no-verify` would tell agents what no note says) — exit 3 when any is found."""
 from __future__ import annotations
 
-from ..config import CONFIG_NAME
 from ..model.layout import root_of
 from .context import add_common
 
@@ -20,11 +19,9 @@ def run(ctx) -> int:
 
     repo = ctx.repo()
     user = ctx.user
-    report = repo.verify()
-    # Only roots the acting user may read are reported: verify is no oracle for the others.
-    # mdmem.toml is everyone's: who changed the rules is always reported.
-    readable = set(repo.access.readable_roots(user)) | {CONFIG_NAME}
-    flags = [f for f in report["untrusted"] if root_of(f["path"]) in readable]
+    report = repo.verify(as_user=user)  # only roots the user may read: verify is no oracle for the others
+    flags = report["untrusted"]
+    readable = set(repo.access.readable_roots(user))
     stale = [v for v in repo.stale_views() if "/" not in v or root_of(v) in readable]
     out = {"head": report["head"], "untrusted": flags, "stale_views": stale}
     lines = [f"UNTRUSTED {f['path']}: {f['detail']} (commit {f['commit'][:10]})" for f in flags]

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from ulid import ULID
 
+from ..config import CONFIG_NAME
 from ..errors import BadInput, NoteInvalid, NotFound
 from ..model import layout
 from ..model.clock import TimeLike, format_time, parse_time, resolve_now
@@ -147,6 +148,16 @@ def listing(repo: RepoState, *, as_user: str, subject: str | None = None, kind: 
     return [s for s in notes(repo, as_user=user, now=now, include_ended=include_ended)
             if (root is None or s.root == root.rstrip("/")) and (kind_name is None or s.note.kind == kind_name)
             and (subject is None or s.note.subject == subject)]
+
+
+def verify(repo: RepoState, *, as_user: str | None) -> dict:
+    report = repo.trust.report()
+    if as_user is None:
+        return report
+    user = require_user(as_user)
+    readable = set(repo.access.readable_roots(user))
+    return {**report, "untrusted": [f for f in report["untrusted"]
+                                    if f["path"] == CONFIG_NAME or layout.root_of(f["path"]) in readable]}
 
 
 def check(repo: RepoState) -> tuple[list[StoredNote], list[NoteInvalid]]:
