@@ -53,7 +53,11 @@ class NoteInvalid(BadInput):
         self.path, self.field, self.reason = path, field, reason
         # Every problem of the note (the first is field/reason), so one check lists them all.
         self.problems = list(problems or [(field, reason)])
-        super().__init__("\n".join(f"{path}: {f}: {r}" for f, r in self.problems))
+        # A committed file's name is anyone's text: shown with its control characters escaped,
+        # so a name cannot write terminal escapes or fake a line of its own.
+        from .model.text import escape_controls
+        shown = escape_controls(path, newlines=False)
+        super().__init__("\n".join(f"{shown}: {f}: {r}" for f, r in self.problems))
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "path": self.path, "field": self.field, "reason": self.reason,

@@ -272,3 +272,29 @@ def test_a_file_where_a_folder_belongs_or_the_reverse_costs_nothing_but_a_check_
     subprocess.run(["git", "-C", str(root), "add", "-A"], check=True)
     out = subprocess.run(["git", "-C", str(root), "commit", "-qm", "again"], capture_output=True, text=True)
     assert out.returncode != 0 and "private/erin: path: must be a folder" in out.stderr
+
+
+def test_hostile_file_names_are_printed_escaped_on_one_line(tmp_path):
+    """Attack F15: check and the forget plan printed committed file names raw, so a name could
+    write terminal escapes (OSC 52, clear screen) or fake a line of output."""
+    repo = MemoryRepo.init(tmp_path / "mem", teams={"payments": ["alice", "bob", "dana"]}, erasers=["dana"],
+                           now=T0, as_user="alice")
+    r = team_fact(repo, "Billing deploys any weekday before 3pm")
+    original = (repo.root / r.path).read_text()
+    evil = repo.root / DIR / "evil\x1b]52;c;aGVsbG8=\x07\x1b[2J.md"
+    evil.write_text(original)
+    fake = repo.root / DIR / "deploy.window.md\nx"
+    fake.mkdir()
+    (fake / "k.md").write_text(original)
+    subprocess.run(["git", "-C", str(repo.root), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(repo.root), "commit", "-qm", "hostile", "--no-verify"], check=True)
+    root = repo.root
+    repo.close()
+    check = run_cli("check", "--repo", str(root))
+    assert check.returncode == 2
+    assert "\x1b" not in check.stderr + check.stdout and "\x07" not in check.stderr
+    assert f"{DIR}/deploy.window.md\n" not in check.stderr  # the newline is shown, never obeyed
+    plan = run_cli("forget", "--path", f"{DIR}/deploy.window.md", "--dry-run", "--as", "dana", "--repo", str(root))
+    lines = plan.stdout.splitlines()
+    assert not [ln for ln in lines if ln.strip() == "x/k.md" or ln.startswith("x/k.md")], plan.stdout
+    assert "\x1b" not in plan.stdout + plan.stderr

@@ -6,6 +6,7 @@ import os
 import sys
 
 from ..errors import BadInput, NotFound
+from ..model.text import escape_controls
 from ..repo import MemoryRepo
 from .context import add_common
 
@@ -58,20 +59,25 @@ def run(ctx) -> int:
     return 0
 
 
+def _shown(path: str) -> str:
+    """A committed file's name on one line: a newline in it must not fake a line of the plan."""
+    return escape_controls(path, newlines=False)
+
+
 def _print_plan(ctx, out: dict) -> None:
     lines = [f"plan (nothing changed): {len(out['notes'])} note(s), {out['versions']} version(s), "
              f"{out['commits_to_rewrite']} commit(s) to rewrite, {out['commit_messages_to_rewrite']} message(s), "
              f"{out['identities_pseudonymised']} identit(y/ies) pseudonymised"]
-    lines += [f"  erase  {p}" for p in out["notes"] + out["other_files_erased"]]
-    lines += [f"  scrub  {c['path']}  ({c['replacements']} replacement(s) in {c['versions']} version(s))"
+    lines += [f"  erase  {_shown(p)}" for p in out["notes"] + out["other_files_erased"]]
+    lines += [f"  scrub  {_shown(c['path'])}  ({c['replacements']} replacement(s) in {c['versions']} version(s))"
               for c in out["copies_to_scrub"]]
-    lines += [f"  keep   {c['path']}: {c['why']}" for c in out["not_scrubbed"]]
+    lines += [f"  keep   {_shown(c['path'])}: {c['why']}" for c in out["not_scrubbed"]]
     lines += [f"  {s['stash']}  {s['action']}: {s['why']}" for s in out["stashes"]]
     lines += [f"  worktree {w['path']}  {w['action']}: {w['why']}" for w in out["worktrees"]]
-    lines += [f"  local  {f['path']}  {f['action']}: {f['why']}" for f in out["local_files"]]
+    lines += [f"  local  {_shown(f['path'])}  {f['action']}: {f['why']}" for f in out["local_files"]]
     lines += [f"  ref    {r['ref']}  deleted: {r['why']}" for r in out["refs_deleted"]]
     lines += [f"  ref    {r}  renamed (its name holds erased text)" for r in out["refs_renamed"]]
-    lines += [f"  mention (not erased; needs an eraser)  {p}" for p in out["mentions_outside_your_roots"]]
+    lines += [f"  mention (not erased; needs an eraser)  {_shown(p)}" for p in out["mentions_outside_your_roots"]]
     if out["needs_force"]:
         lines.append("this plan changes many files: run it with --force once you have checked the list")
     ctx.emit(out, "\n".join(lines))

@@ -76,7 +76,7 @@ class RichProgress:
             from rich.console import Console
             from rich.progress import Progress
 
-            self._bar = Progress(transient=True, console=Console(file=sys.stderr))
+            self._bar = Progress(transient=True, console=Console(file=sys.__stderr__))
             self._bar.start()
         if what not in self._tasks:
             self._tasks[what] = self._bar.add_task(what, total=total)

@@ -80,10 +80,14 @@ class _EscapingStream(io.TextIOBase):
 
 
 def main(argv: list[str] | None = None) -> int:
+    # stderr carries warnings and problems that name committed files: escaped like stdout (rich's
+    # progress bar writes to the real stderr, its own escapes intact).
+    real_stdout, real_stderr = sys.stdout, sys.stderr
+    if not isinstance(sys.stderr, _EscapingStream):
+        sys.stderr = _EscapingStream(sys.stderr)
     _show_warnings()
     argv = sys.argv[1:] if argv is None else list(argv)
     ctx = None
-    real_stdout = sys.stdout
     try:
         _check_arguments(argv)
         parser = build_parser()
@@ -115,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout = real_stdout
         if ctx is not None:
             ctx.close()
+        sys.stderr = real_stderr
     return int(code or 0)
 
 
