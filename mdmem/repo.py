@@ -146,6 +146,10 @@ class MemoryRepo(RepoState):
         """The held writes the user may see."""
         return review.review_list(self, as_user=as_user)
 
+    def approvers(self, review_id: str, *, as_user: str) -> list[str]:
+        """Who may approve the held write ``review_id``: a second person (``[review] self_approve`` aside)."""
+        return review.approvers(self, review_id, as_user=as_user)
+
     def approve(self, review_id: str, *, as_user: str, new_key: bool = False, now: TimeLike = None) -> WriteResult:
         """A person approves a held write: it is committed to main through the gate's other checks,
         with the arguments it was held with (new_key, expect_version). Not the writer's own

@@ -35,3 +35,21 @@ def test_people_outside_the_scope_do_not_see_held_writes(repo):
     assert repo.review_list(as_user="carol") == []
     with pytest.raises(NotFound):
         repo.approve(r.review_id, as_user="carol")
+
+
+def test_the_hold_message_names_someone_who_may_approve(repo):
+    """Attack F5: the hint told bob to run an approve he may not run (he wrote the change)."""
+    from conftest import run_cli
+
+    r = run_cli("remember", "p99 is 180ms", "--kind", "fact", "--subject", "service:billing", "--key", "latency",
+                "--scope", "team", "--team", "payments", "--source", "tool:grafana", "--new-key",
+                "--as", "bob", "--repo", str(repo.root))
+    assert r.returncode == 4, r.stderr
+    hint = r.stdout.splitlines()[-1]
+    assert "--as alice" in hint and "dana" in hint and "bob" not in hint
+    review_id = r.stdout.split()[4].rstrip(":")
+    approve = run_cli("review", "approve", review_id, "--as", "alice", "--repo", str(repo.root))
+    assert approve.returncode == 0, approve.stderr
+    mine = repo.remember("I like tea", as_user="alice", kind="profile", subject="user:alice", key="tea",
+                         source="tool:import", now=T1)
+    assert repo.approvers(mine.review_id, as_user="alice") == ["alice"]  # only the owner can read it

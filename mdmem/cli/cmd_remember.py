@@ -35,8 +35,11 @@ def run(ctx) -> int:
         owner=a.owner, source=a.source, ttl=a.ttl, valid_from=a.valid_from, new_key=a.new_key,
         expect_version=a.expect_version, context=a.context, now=ctx.now)
     if result.status == "held":
-        ctx.emit(result.to_dict(), f"held for review as {result.review_id}: {result.reason}\n"
-                                   f"  approve with: mdmem review approve {result.review_id}")
+        who = ctx.repo().approvers(result.review_id, as_user=ctx.user)
+        hint = (f"  approve with: mdmem review approve {result.review_id}"
+                + ("" if ctx.user in who else f" --as {who[0]}" + (f" (or {', '.join(who[1:])})" if who[1:] else ""))
+                if who else "  nobody else may approve it: add a second member to the team")
+        ctx.emit(result.to_dict(), f"held for review as {result.review_id}: {result.reason}\n{hint}")
         return HELD_EXIT_CODE
     verb = "superseded" if result.superseded else "created"
     ctx.emit(result.to_dict(), f"{verb} {result.path} (commit {result.commit[:10]}, version {result.version[:10]})")

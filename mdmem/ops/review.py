@@ -35,6 +35,15 @@ def review_or_missing(repo: RepoState, user: str, review_id: str) -> ReviewItem:
     return item
 
 
+def approvers(repo: RepoState, review_id: str, *, as_user: str) -> list[str]:
+    """Who may approve the held write ``review_id`` (a second person; see policy.gate)."""
+    user = require_user(as_user)
+    item = review_or_missing(repo, user, review_id)
+    root = layout.parse_path(item.path).root
+    return gate.approvers(item.actor, item.channel, self_approve=repo.config.self_approve, root=root,
+                          readers=repo.access.readers_of_root(root))
+
+
 def approve(repo: RepoState, review_id: str, *, as_user: str, new_key: bool = False,
             now: TimeLike = None) -> WriteResult:
     """A person approves a held write: it is committed to main through the gate's other checks,

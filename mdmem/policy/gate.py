@@ -115,20 +115,29 @@ def check_derivation(access: Access, root: str, wanted_ids: set[str], found: dic
                       f"{', '.join(sorted(set(found.values())))}; derive per scope")
 
 
+def approvers(writer: str, channel: str, *, self_approve: bool, root: str, readers: frozenset[str]) -> list[str]:
+    """Who may approve a held write: a second person. The writer of a write made through a
+    human channel (CLI, API) may not; a write that came over the agent channel is the agent's
+    claim, which the person it works for reviews. In a private root the owner is the only
+    person who may ever read the note, so no second person exists: the owner approves holds
+    into their own private root whatever the channel. ``[review] self_approve = true`` lifts
+    the rule for single-user repos."""
+    if root.startswith("private/"):
+        return [root.split("/", 1)[1]]
+    if self_approve or channel == AGENT:
+        return sorted(readers)
+    return sorted(readers - {writer}) if writer else []
+
+
 def check_approver(approver: str, writer: str, channel: str, *, self_approve: bool, root: str = "",
                    readers: frozenset[str] = frozenset()) -> None:
-    """Review is a second person: the writer of a write made through a human channel (CLI, API)
-    may not approve it. A write that came over the agent channel is the agent's claim; the
-    person it works for reviews it. In a private root the owner is the only person who may ever
-    read the note, so no second person exists: the owner approves holds into their own private
-    root whatever the channel (else such a hold could never be approved). Team roots keep the
-    second-person rule. ``[review] self_approve = true`` lifts the rule for single-user repos."""
-    if self_approve or channel == AGENT or (root and root == f"private/{approver}"):
+    """Refused unless ``approver`` is one of :func:`approvers`."""
+    if approver in approvers(writer, channel, self_approve=self_approve, root=root, readers=readers | {approver}):
         return
-    if not writer or approver == writer:
-        others = sorted(readers - {approver})
-        how = (f"another reader of {root} approves it: mdmem review approve <id> --as {others[0]}"
-               + (f" (or {', '.join(others[1:])})" if others[1:] else "")) if others else \
-            f"nobody else can read {root}: add a second member to it"
-        raise Refused(f"review: {approver} wrote this held change and may not approve it; {how} "
-                      "(single-user repo: [review] self_approve = true in mdmem.toml)")
+    others = [r for r in approvers(writer, channel, self_approve=self_approve, root=root, readers=readers)
+              if r != approver]
+    how = (f"another reader of {root} approves it: mdmem review approve <id> --as {others[0]}"
+           + (f" (or {', '.join(others[1:])})" if others[1:] else "")) if others else \
+        f"nobody else can read {root}: add a second member to it"
+    raise Refused(f"review: {approver} wrote this held change and may not approve it; {how} "
+                  "(single-user repo: [review] self_approve = true in mdmem.toml)")
