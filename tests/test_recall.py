@@ -212,3 +212,21 @@ def test_a_long_lived_process_sees_what_another_process_wrote(repo):
     assert [h.text for h in hits][:1] == ["Refunds are allowed within 30 days"]
     history = repo.recall("deploy before", as_user="bob", include_history=True, now=T1)
     assert "Billing deploys any weekday before 3pm" in [h.text for h in history]
+
+
+def test_key_is_an_exact_lookup_for_any_keyed_kind_and_refused_where_it_means_nothing(repo):
+    """Attack F2: --key was silently ignored unless --kind profile."""
+    import pytest
+    from mdmem.errors import BadInput
+
+    team_fact(repo, "Refunds within 30 days", key="refund.window")
+    team_fact(repo, "Refund fee is 2 EUR", key="refund.fee", new_key=True)
+    hits = repo.recall("refunds", as_user="bob", kinds=["fact"], subject="service:billing", key="refund.window")
+    assert [h.key for h in hits] == ["refund.window"]
+    with pytest.raises(BadInput, match="key"):
+        repo.recall("refunds", as_user="bob", key="refund.window")  # no subject, no kind
+    with pytest.raises(BadInput, match="keyed"):
+        repo.recall("refunds", as_user="bob", kinds=["episode"], subject="service:billing", key="x")
+    with pytest.raises(BadInput, match="history"):
+        repo.recall("refunds", as_user="bob", kinds=["fact"], subject="service:billing", key="refund.window",
+                    include_history=True)

@@ -10,7 +10,7 @@ def register(sub) -> None:
     p.add_argument("query")
     p.add_argument("--kind", action="append", dest="kinds", help="restrict to a kind (repeatable)")
     p.add_argument("--subject")
-    p.add_argument("--key", help="with --kind profile: an exact key lookup")
+    p.add_argument("--key", help="with --subject and --kind: the one note under that key (an exact lookup)")
     p.add_argument("--tag", action="append", dest="tags",
                    help="only notes tagged so in their frontmatter (repeatable: all of them)")
     p.add_argument("-k", type=int, default=5, help="how many results (default 5)")

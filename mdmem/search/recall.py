@@ -14,7 +14,7 @@ import numpy as np
 
 from ..policy.access import require_user
 from ..model.clock import format_time, parse_time, resolve_now
-from ..model.kinds import READ_EXACT_KEY, READ_NEWEST, READ_RANK_EVENTS
+from ..model.kinds import READ_NEWEST, READ_RANK_EVENTS
 from ..errors import BadInput, NotFound
 from . import fulltext
 from .doctable import admits, code
@@ -141,8 +141,14 @@ class Recall:
         roots = self.repo.access.readable_roots(user)  # the one visibility rule
         if tags is not None and (isinstance(tags, str) or not all(isinstance(t, str) for t in tags)):
             raise BadInput("tags: a list of tags (like [\"billing\"])")
-        if key and kind_names and all(c.read_rule == READ_EXACT_KEY for c in contracts) and at is None \
-                and not tags:
+        if key:
+            # A key is part of a note's path: with the subject and a keyed kind it names one note.
+            if not (subject and contracts) or not all(c.keyed for c in contracts):
+                raise BadInput("key: an exact key lookup needs --subject and keyed --kind(s) "
+                               f"({', '.join(n for n, c in self.repo.contracts.kinds.items() if c.keyed)})")
+            if at is not None or include_history or tags:
+                raise BadInput("key: an exact key lookup is of the current note; for past versions use "
+                               "`mdmem history --subject S --kind K --key KEY [--at TIME]`")
             return self._exact(user, kind_names, subject, key, when)
         self.index.sync()
         if at is not None or include_history:
@@ -179,14 +185,14 @@ class Recall:
 
     # --- parts ----------------------------------------------------------------------
     def _exact(self, user, kind_names, subject, key, when) -> list[Hit]:
-        if not subject:
-            raise BadInput("subject: an exact key lookup needs the subject too")
-        try:
-            stored = self.repo.get(as_user=user, subject=subject, kind=kind_names[0], key=key, now=when)
-        except NotFound:
-            return []
-        doc = fulltext.note_doc(stored)
-        return [_hit(doc, 1.0, current=True, bm25=None, cosine=None)]
+        hits = []
+        for kind in kind_names:
+            try:
+                stored = self.repo.get(as_user=user, subject=subject, kind=kind, key=key, now=when)
+            except NotFound:
+                continue
+            hits.append(_hit(fulltext.note_doc(stored), 1.0, current=True, bm25=None, cosine=None))
+        return hits
 
     def _rank(self, searcher, table, query: str, qv, allowed: np.ndarray, limit: int,
               exempt: set[int] = frozenset(), favour: np.ndarray | None = None,
