@@ -340,6 +340,9 @@ def open_conflicts(repo, *, as_user: str) -> list[dict]:
     return out
 
 
+GUARD_MEMORY = "mdmem-guard-erasures.jsonl"  # in the bare repo's own folder: no push can change it
+
+
 def install_guard(bare: str | None) -> Path:
     if not bare:
         raise BadInput("guard: give the path of the bare repository to protect")
@@ -351,21 +354,49 @@ def install_guard(bare: str | None) -> Path:
     hook.write_text("#!/bin/sh\n# Installed by `mdmem guard`: refuse pushes that bring erased history back.\n"
                     f"exec {shlex.quote(sys.executable)} -m mdmem.cli.main guard --check \"$PWD\"\n")
     hook.chmod(0o755)
+    _remember_erasures(path, _audits(path, ("refs/heads/main", "HEAD")))
     return hook
 
 
+def _audits(bare: str | Path, revs) -> str:
+    return "\n".join(run_git_at(bare, "show", f"{rev}:{AUDIT_PATH}", check=False) for rev in revs)
+
+
+def _remember_erasures(bare: str | Path, audit: str) -> None:
+    """The guard keeps every receipt it has seen in a file of its own: a later commit that
+    deletes or empties the audit log must not make it forget an erasure (attack F26)."""
+    memory = Path(bare) / GUARD_MEMORY
+    known = set(memory.read_text().splitlines()) if memory.exists() else set()
+    new = [line for line in dict.fromkeys(audit.splitlines()) if line.strip().startswith("{") and line not in known]
+    if new:
+        with open(memory, "a") as f:
+            f.write("".join(line + "\n" for line in new))
+
+
 def check_push(bare: str, refs_text: str) -> list[str]:
-    """For each pushed ref, the erased commits its new history would contain, and the erased
-    note versions (by blob id) it would bring back under new commit ids."""
-    here = "\n".join(run_git_at(bare, "show", f"{ref}:{AUDIT_PATH}", check=False)
-                     for ref in ("refs/heads/main", "HEAD"))
+    """For each pushed ref: the erased commits its new history would contain, the erased note
+    versions (by blob id) it would bring back under new commit ids, and receipts it would drop
+    from the audit log (append-only). Erasures are known from every receipt the guard has seen."""
+    memory = Path(bare) / GUARD_MEMORY
+    here = (memory.read_text() if memory.exists() else "") + "\n" + _audits(bare, ("refs/heads/main", "HEAD"))
     problems = []
+    arriving = []
     for line in refs_text.splitlines():
         parts = line.split()
         if len(parts) != 3 or set(parts[1]) == {"0"}:
             continue
         old, new, ref = parts
-        audit = here + "\n" + run_git_at(bare, "show", f"{new}:{AUDIT_PATH}", check=False)
+        pushed = run_git_at(bare, "show", f"{new}:{AUDIT_PATH}", check=False)
+        arriving.append(pushed)
+        if set(old) != {"0"}:
+            kept = set(pushed.splitlines())
+            dropped = [ln for ln in run_git_at(bare, "show", f"{old}:{AUDIT_PATH}", check=False).splitlines()
+                       if ln.strip() and ln not in kept]
+            if dropped:
+                problems.append(f"{ref} removes {len(dropped)} erasure receipt(s) from {AUDIT_PATH}; the audit log "
+                                "is append-only")
+                continue
+        audit = here + "\n" + pushed
         found = sorted(set(run_git_at(bare, "rev-list", new, check=False).split()) & erased_commit_ids(audit))
         if found:
             problems.append(f"{ref} contains {len(found)} erased commit(s) (first {found[0][:10]}); "
@@ -377,4 +408,6 @@ def check_push(bare: str, refs_text: str) -> list[str]:
         if back:
             problems.append(f"{ref} brings back {len(back)} erased note version(s) under new commits (a rebase or "
                             "cherry-pick of erased history); re-clone and re-apply only your own changes")
+    if not problems:
+        _remember_erasures(bare, "\n".join(arriving))
     return problems

@@ -153,3 +153,25 @@ def test_a_running_mcp_server_keeps_working_after_another_process_erases(repo):
     for result in (after, startup, wrote):
         assert not result.is_error, result.content[0].text
     assert "zanzibar" not in json.dumps(data(after)) and "zanzibar" not in json.dumps(data(startup))
+
+
+def test_the_guard_remembers_erasures_when_a_push_deletes_the_audit_log(repo, tmp_path):
+    """Attack F26: a commit deleting audit/erasures.jsonl made the guard forget every erasure;
+    the next force-push of the pre-erasure history was accepted."""
+    bare, stale = shared(repo, tmp_path, guard=True)
+    repo.forget(as_user="alice", owner="alice", subject="user:alice", push=True, now=T1)
+    tidy = tmp_path / "tidy"
+    git(tmp_path, "clone", "-q", str(bare), str(tidy))
+    git(tidy, "config", "user.name", "Bob")
+    git(tidy, "config", "user.email", "bob@mdmem.invalid")
+    git(tidy, "rm", "-q", "audit/erasures.jsonl")
+    git(tidy, "commit", "-q", "--no-verify", "-m", "tidy")
+    drop = git(tidy, "push", "origin", "main", check=False)
+    assert drop.returncode != 0 and "append-only" in drop.stderr
+    # Even if the log went away some other way (the guard installed after), the guard's own memory holds.
+    (bare / "hooks" / "pre-receive").rename(bare / "hooks" / "off")
+    git(tidy, "push", "-q", "origin", "main")
+    (bare / "hooks" / "off").rename(bare / "hooks" / "pre-receive")
+    push = git(stale, "push", "-f", "origin", "main", check=False)
+    assert push.returncode != 0 and "erased commit" in push.stderr, push.stderr
+    assert git(bare, "show", "main:private/alice/user/alice/profile/phone.md", check=False).returncode != 0
