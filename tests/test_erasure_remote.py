@@ -175,3 +175,25 @@ def test_the_guard_remembers_erasures_when_a_push_deletes_the_audit_log(repo, tm
     push = git(stale, "push", "-f", "origin", "main", check=False)
     assert push.returncode != 0 and "erased commit" in push.stderr, push.stderr
     assert git(bare, "show", "main:private/alice/user/alice/profile/phone.md", check=False).returncode != 0
+
+
+def test_forget_push_never_wipes_a_teammates_newer_commit(repo, tmp_path):
+    """Attack F24: forget --push force-pushed blindly; a teammate's note pushed after the
+    eraser's last sync disappeared from the remote."""
+    bare, clone = shared(repo, tmp_path, guard=True)
+    bob_writes(clone)
+    assert run_cli("sync", "--push", "--repo", str(clone), "--as", "bob").returncode == 0
+    tip = git(bare, "rev-parse", "main").stdout
+    from mdmem.errors import Conflict
+    import pytest
+    with pytest.raises(Conflict, match="mdmem sync"):
+        repo.forget(as_user="alice", owner="alice", subject="user:alice", push=True, now=T1)
+    assert git(bare, "rev-parse", "main").stdout == tip
+    assert objects_hold(repo.root, "zanzibar")  # nothing changed here either
+    root = repo.root
+    repo.close()
+    assert run_cli("sync", "--repo", str(root), "--as", "alice").returncode == 0
+    erase = run_cli("forget", "--owner", "alice", "--subject", "user:alice", "--push", "--repo", str(root),
+                    "--as", "alice")
+    assert erase.returncode == 0, erase.stderr
+    assert "freeze" in git(bare, "show", "main:team/payments/service/billing/fact/freeze.md").stdout.lower()

@@ -24,7 +24,7 @@ import datetime as _dt
 import shutil
 from pathlib import Path
 
-from ..errors import NotFound, Refused
+from ..errors import Conflict, GitFailed, NotFound, Refused
 from ..model.clock import format_time, parse_time
 from ..model.layout import is_note_path
 from ..storage import history_ops as ops
@@ -55,6 +55,7 @@ def forget(repo, *, as_user: str, when: _dt.datetime, subject=None, owner=None, 
     if plan.needs_force() and not force:
         raise Refused(f"forget: this would scrub {len(plan.copies)} file(s) and touch {len(plan.local_files)} "
                       "local file(s); check the plan (--dry-run) and pass --force if that is meant")
+    leases = _push_leases(repo.root) if push else {}
     counts = {"notes": len(plan.target_notes()), "versions": plan.versions, "copies_scrubbed": len(plan.copies),
               "review_branches": sum(r["ref"].startswith("refs/heads/review/") for r in plan.refs_deleted),
               "commit_messages": plan.messages, "identities_pseudonymised": len(plan.people),
@@ -63,12 +64,30 @@ def forget(repo, *, as_user: str, when: _dt.datetime, subject=None, owner=None, 
               "local_files": len(plan.local_files), "refs_renamed": len(plan.refs_renamed),
               **_count_index_entries(repo, plan)}
     state = {"phase": "planned", "at": format_time(when), "receipt_id": rc.receipt_id(when), "push": push,
-             "plan": plan.to_state(),
+             "leases": leases, "plan": plan.to_state(),
              "counts": counts, "old_head": repo.store.head(), "old_commits": sorted(ops.reachable_commits(repo.root)),
              "old_note_blobs": sorted(ops.blobs_at(repo.root, is_note_path)),
              "refs": []}
     journal.save(state)
     return _run(repo, journal, state)
+
+
+def _push_leases(root: Path) -> dict[str, dict[str, str]]:
+    """Before anything is rewritten: every remote's branches, each of which this clone must
+    already hold, so the force-push after the rewrite replaces only history that was rewritten
+    here. A teammate's newer commit (not synced yet) stops the erasure before it starts."""
+    leases = {}
+    for name in ops.remotes(root):
+        heads = ops.remote_heads(root, name)
+        if heads is None:
+            raise GitFailed(f"forget --push: remote {name} cannot be reached; nothing changed")
+        unseen = [ref for ref, oid in heads.items()
+                  if not ops.contains(root, oid, "HEAD") and not ops.contains(root, oid, ref)]
+        if unseen:
+            raise Conflict(f"forget --push: {name} has commits this clone has not synced ({', '.join(unseen[:3])}); "
+                           "run `mdmem sync` first, then forget again (nothing changed)")
+        leases[name] = heads
+    return leases
 
 
 def finish(repo) -> dict | None:
@@ -116,7 +135,7 @@ def _run(repo, journal: Journal, state: dict) -> dict:
         journal.advance(state, "receipted")
     receipt = dict(state["receipt"])
     if state.get("push"):
-        receipt["remotes"] = rc.push(root)
+        receipt["remotes"] = rc.push(root, state.get("leases", {}))
     else:
         receipt["remotes"] = {name: "not pushed: still holds the old history" for name in ops.remotes(root)}
     repo.reload()

@@ -72,10 +72,10 @@ def _receipt_ids(text: str, field: str) -> set[str]:
     return ids
 
 
-def push(root) -> dict:
+def push(root, leases: dict[str, dict[str, str]]) -> dict:
     out = {}
     for name in ops.remotes(root):
-        ok, err = ops.force_push_all(root, name)
+        ok, err = ops.force_push_all(root, name, leases.get(name, {}))
         out[name] = "pushed (force); the remote must still gc to drop the old objects" if ok else f"push failed: {err}"
     return out
 

@@ -301,9 +301,27 @@ def remotes(root: Path) -> dict[str, str]:
     return out
 
 
-def force_push_all(root: Path, remote: str) -> tuple[bool, str]:
-    proc = subprocess.run(["git", "-C", str(root), "push", "--force", "--prune", remote,
-                           "refs/heads/*:refs/heads/*", "refs/tags/*:refs/tags/*"], capture_output=True, text=True)
+def remote_heads(root: Path, remote: str) -> dict[str, str] | None:
+    """ref -> commit of every branch on ``remote`` (None if it cannot be reached)."""
+    proc = subprocess.run(["git", "-C", str(root), "ls-remote", "--heads", remote], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return None
+    return {ref: oid for oid, ref in (line.split("\t", 1) for line in proc.stdout.splitlines() if "\t" in line)}
+
+
+def contains(root: Path, ancestor: str, tip: str) -> bool:
+    """``ancestor`` is a commit this clone has, reachable from ``tip``."""
+    return subprocess.run(["git", "-C", str(root), "merge-base", "--is-ancestor", ancestor, tip],
+                          capture_output=True).returncode == 0
+
+
+def force_push_all(root: Path, remote: str, leases: dict[str, str] | None = None) -> tuple[bool, str]:
+    """Push every branch (pruning the remote's others) and tag over ``remote``'s history. A
+    branch moves only if the remote still has it where ``leases`` says (compare-and-swap:
+    a teammate's push in between is never wiped)."""
+    args = ["git", "-C", str(root), "push", "--prune", remote, "refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
+    args += [f"--force-with-lease={ref}:{oid}" for ref, oid in (leases or {}).items()]
+    proc = subprocess.run(args, capture_output=True, text=True)
     return proc.returncode == 0, proc.stderr.strip()[:200]
 
 
