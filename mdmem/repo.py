@@ -150,11 +150,13 @@ class MemoryRepo(RepoState):
         """Who may approve the held write ``review_id``: a second person (``[review] self_approve`` aside)."""
         return review.approvers(self, review_id, as_user=as_user)
 
-    def approve(self, review_id: str, *, as_user: str, new_key: bool = False, now: TimeLike = None) -> WriteResult:
+    def approve(self, review_id: str, *, as_user: str, new_key: bool = False, override: bool = False,
+                now: TimeLike = None) -> WriteResult:
         """A person approves a held write: it is committed to main through the gate's other checks,
         with the arguments it was held with (new_key, expect_version). Not the writer's own
-        (unless ``[review] self_approve``); the MCP server offers no way to approve."""
-        return review.approve(self, review_id, as_user=as_user, new_key=new_key, now=now)
+        (unless ``[review] self_approve``); the MCP server offers no way to approve. If the note
+        changed after the write was held, Conflict unless ``override``."""
+        return review.approve(self, review_id, as_user=as_user, new_key=new_key, override=override, now=now)
 
     def reject(self, review_id: str, *, as_user: str, now: TimeLike = None) -> ReviewItem:
         """Drop a held write. The audit log records who rejected which review and when (never

@@ -99,6 +99,8 @@ class ReviewItem(Result):
     new_key: bool = False
     expect_version: str | None = None
     claimed_source: str | None = None
+    base_version: str | None = None  # the note's version when the write was held (None: it did not exist)
+    changed_since: str | None = None  # the note's version now, when it changed after the hold
 
 
 @dataclass(frozen=True)

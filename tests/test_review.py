@@ -53,3 +53,23 @@ def test_the_hold_message_names_someone_who_may_approve(repo):
     mine = repo.remember("I like tea", as_user="alice", kind="profile", subject="user:alice", key="tea",
                          source="tool:import", now=T1)
     assert repo.approvers(mine.review_id, as_user="alice") == ["alice"]  # only the owner can read it
+
+
+def test_approving_a_write_held_before_a_newer_version_needs_override(repo):
+    """Attack F25: an older held claim, approved after someone updated the note, silently
+    superseded the newer version."""
+    import pytest
+    from mdmem.errors import Conflict
+
+    held = repo.remember("Billing deploys Tue (from grafana annotations)", as_user="bob", kind="fact",
+                         subject="service:billing", key="deploy.window", scope="team", team="payments",
+                         source="tool:grafana", now=T0)
+    newer = repo.remember("Billing deploys Mon-Fri, decided in retro", as_user="alice", kind="fact",
+                          subject="service:billing", key="deploy.window", scope="team", team="payments", now=T1)
+    [item] = repo.review_list(as_user="dana")
+    assert item.changed_since == newer.version
+    with pytest.raises(Conflict, match="changed since this write was held"):
+        repo.approve(held.review_id, as_user="dana", now=T1)
+    assert "Mon-Fri" in repo.get(as_user="dana", path=newer.path).note.text
+    repo.approve(held.review_id, as_user="dana", override=True, now=T1)
+    assert "Tue" in repo.get(as_user="dana", path=newer.path).note.text

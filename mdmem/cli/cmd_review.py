@@ -9,6 +9,8 @@ def register(sub) -> None:
     p.add_argument("action", choices=["list", "approve", "reject"])
     p.add_argument("review_id", nargs="?")
     p.add_argument("--new-key", action="store_true")
+    p.add_argument("--override", action="store_true",
+                   help="approve even though the note changed after the write was held (it supersedes the newer one)")
     add_common(p)
     p.set_defaults(run=run)
 
@@ -22,6 +24,8 @@ def run(ctx) -> int:
         items = repo.review_list(as_user=ctx.user)
         conflicts = open_conflicts(repo, as_user=ctx.user)
         text = "\n".join(f"{i.review_id}  {i.path}  by {i.actor}: {i.note.first_line()}\n    {i.reason}"
+                         + (f"\n    the note changed since it was held (now {i.changed_since[:10]}): "
+                            "read it before approving" if i.changed_since else "")
                          for i in items)
         text += "".join(f"\nsync conflict  {c['path']}: live {c['live'][:10]}, superseded {c['superseded'][:10]} "
                         f"({c['rule']}; merge {c['merge'][:10]}); `mdmem history {c['path']}` shows both"
@@ -37,7 +41,7 @@ def run(ctx) -> int:
         from ..errors import BadInput
         raise BadInput(f"review {a.action}: give the review id (mdmem review list shows them)")
     if a.action == "approve":
-        result = repo.approve(a.review_id, as_user=ctx.user, new_key=a.new_key, now=ctx.now)
+        result = repo.approve(a.review_id, as_user=ctx.user, new_key=a.new_key, override=a.override, now=ctx.now)
         ctx.emit(result.to_dict(), f"approved {a.review_id}: {result.path} (commit {result.commit[:10]})")
     else:
         item = repo.reject(a.review_id, as_user=ctx.user, now=ctx.now)

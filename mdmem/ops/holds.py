@@ -50,6 +50,11 @@ def review_item(repo: RepoState, review_id: str) -> ReviewItem | None:
     actor = t.get("actor", "")
     writer = author if author == actor else (author or actor)
     channel = AGENT if t.get("channel") == AGENT and author == actor else HUMAN
+    # The held commit sits on main's tip of its day: its parent holds the version it was made on.
+    base = repo.store.blob_id(path, f"{tip.commit}^")
+    head = repo.store.head()
+    now = repo.store.blob_id(path, head) if head else None
     return ReviewItem(review_id, path, note, writer, t.get("hold-reason", ""), tip.commit, channel=channel,
                       new_key=t.get("new-key") == "true", expect_version=t.get("expect-version") or None,
-                      claimed_source=t.get("claimed-source") or None)
+                      claimed_source=t.get("claimed-source") or None, base_version=base,
+                      changed_since=now if now != base else None)

@@ -44,7 +44,7 @@ def approvers(repo: RepoState, review_id: str, *, as_user: str) -> list[str]:
                           readers=repo.access.readers_of_root(root))
 
 
-def approve(repo: RepoState, review_id: str, *, as_user: str, new_key: bool = False,
+def approve(repo: RepoState, review_id: str, *, as_user: str, new_key: bool = False, override: bool = False,
             now: TimeLike = None) -> WriteResult:
     """A person approves a held write: it is committed to main through the gate's other checks,
     with the arguments it was held with (new_key, expect_version). Not the writer's own
@@ -54,6 +54,7 @@ def approve(repo: RepoState, review_id: str, *, as_user: str, new_key: bool = Fa
     root = layout.parse_path(item.path).root
     gate.check_approver(user, item.actor, item.channel, self_approve=repo.config.self_approve, root=root,
                         readers=repo.access.readers_of_root(root))
+    gate.check_unchanged_since_hold(item.path, item.base_version, item.changed_since, override=override)
     contract = repo.contracts.resolve(item.note.kind)
     when = resolve_now(now)
 

@@ -104,6 +104,16 @@ def check_expected_version(path: str, expect_version: str | None, current_versio
                        "read it again and retry")
 
 
+def check_unchanged_since_hold(path: str, base: str | None, now: str | None, *, override: bool) -> None:
+    """A held write was judged against the note of its day: if the note changed since, the
+    approver must see the newer version first (an older claim must not silently win)."""
+    if now is None or override:
+        return
+    raise Conflict(f"{path}: changed since this write was held (held on {base[:10] if base else 'no note'}, "
+                   f"now {now[:10]}); read it (mdmem show {path}), then reject the held write or approve it "
+                   "with --override to supersede the newer version")
+
+
 def check_derivation(access: Access, root: str, wanted_ids: set[str], found: dict[str, str]) -> None:
     """A derived note names live inputs, and is never readable by more people than they are.
     ``found``: the named ids that exist, each with its scope root."""
