@@ -192,3 +192,23 @@ def test_erasing_alice_leaves_users_whose_handles_differ_only_in_case(repo):
     assert stored.note.owner == "Alice" and "tea" in stored.note.text
     assert "Alice" in git(repo.root, "log", "--all", "--format=%an %ae")
     assert not [b for b in repo.check()[1] if "Alice" in str(b)]
+
+
+def test_forget_leaves_no_copy_in_kept_packs_rr_cache_or_a_branch_description(repo):
+    """Attack F8: erased objects stayed in .keep packs, plaintext in .git/rr-cache and in a
+    branch description in .git/config, and forget reported success."""
+    root = repo.root
+    git(root, "repack", "-a", "-d", "-q")
+    for pack in (root / ".git/objects/pack").glob("*.pack"):
+        pack.with_suffix(".keep").write_text("")
+    rr = root / ".git/rr-cache/abc"
+    rr.mkdir(parents=True)
+    (rr / "preimage").write_text("copy: " + SECRET)
+    git(root, "config", "branch.main.description", "about " + SECRET)
+    repo.forget(as_user="dana", owner="alice", subject="user:alice", now=T1)
+    assert not rr.exists()
+    assert "XYZZY" not in (root / ".git/config").read_text()
+    objects = subprocess.run(["git", "-C", str(root), "cat-file", "--batch-all-objects", "--batch"],
+                             capture_output=True).stdout
+    assert b"XYZZY" not in objects
+    assert repo.prove_gone(["medical condition XYZZY"], as_user="dana", owner="alice")["pass"]

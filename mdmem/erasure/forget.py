@@ -188,6 +188,7 @@ def _clean(repo, plan: Plan) -> None:
     changed = sorted(set(plan.targets) | set(plan.copies) | _identity_files(root, plan))
     ops.checkout_from_head(root, [p for p in changed])
     _scrub_local_files(root, plan)
+    ops.scrub_git_leftovers(root, [n.encode() for n in plan.needles])
     ops.expire_reflogs(root)
     # Stash entries and detached worktrees back from their parking refs.
     held = sorted(ops.list_refs(root, HOLD_PREFIX))

@@ -11,6 +11,7 @@ Nothing here writes temporary files outside ``.git``: filter-repo keeps its stat
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,8 +175,32 @@ def expire_reflogs(root: Path) -> None:
 
 
 def gc_prune(root: Path) -> None:
-    """Repack and prune every unreachable object now (reflogs: expire them first)."""
+    """Repack and prune every unreachable object now (reflogs: expire them first). Packs marked
+    ``.keep`` are repacked too: a kept pack would keep erased objects (attack F8)."""
+    for keep in (git_dir(root) / "objects" / "pack").glob("*.keep"):
+        keep.unlink(missing_ok=True)
     run_git(root, "gc", "--prune=now", "--quiet", check=False)
+
+
+def scrub_git_leftovers(root: Path, needles: list[bytes]) -> list[str]:
+    """Copies of erased text git keeps outside objects and refs: recorded conflict resolutions
+    (``rr-cache``) are dropped, branch descriptions in the config unset. Returns what went."""
+    gone = []
+    rr = git_dir(root) / "rr-cache"
+    if rr.is_dir():
+        for entry in rr.iterdir():
+            files = [f for f in entry.iterdir() if f.is_file()] if entry.is_dir() else []
+            if any(n in f.read_bytes() for f in files for n in needles):
+                shutil.rmtree(entry, ignore_errors=True)
+                gone.append(f"rr-cache/{entry.name}")
+    listing = subprocess.run(["git", "-C", str(root), "config", "--local", "--list", "-z"],
+                             capture_output=True).stdout
+    for item in listing.split(b"\0"):
+        key, _, value = item.partition(b"\n")
+        if key.endswith(b".description") and any(n in value for n in needles):
+            run_git(root, "config", "--local", "--unset-all", key.decode(), check=False)
+            gone.append(f"config {key.decode()}")
+    return gone
 
 
 def remove_stale_locks(root: Path) -> list[str]:
