@@ -1,6 +1,6 @@
 import subprocess
 
-from conftest import T0, T1, git_status, team_fact
+from conftest import T0, T1, git_status, run_cli, team_fact
 
 from mdmem import MemoryRepo
 
@@ -109,3 +109,17 @@ def test_the_on_disk_index_is_version_4_and_status_stays_clean(repo):
     team_fact(repo, "Billing deploys on weekdays only")
     assert subprocess.run(["git", "-C", str(repo.root), "status", "--porcelain"], capture_output=True,
                           text=True).stdout == ""
+
+
+def test_a_write_dated_in_the_future_is_refused_and_history_stays_in_order(repo):
+    """Attack m6: --now 2030 wrote a version dated after its successor."""
+    import pytest
+    from mdmem.errors import BadInput
+
+    with pytest.raises(BadInput, match="now: 2030-01-01T00:00:00Z is after the clock"):
+        team_fact(repo, "Billing deploys on Fridays", now="2030-01-01T00:00:00Z")
+    r = run_cli("remember", "Billing deploys on Fridays", "--kind", "fact", "--subject", "service:billing",
+                "--key", "deploy.window", "--scope", "team", "--team", "payments", "--as", "bob",
+                "--now", "2030-01-01T00:00:00Z", "--repo", str(repo.root))
+    assert r.returncode == 2 and "valid_from" in r.stderr
+    assert repo.recall("deploy", as_user="bob", now="2030-01-01T00:00:00Z") is not None  # reading then is fine

@@ -55,6 +55,21 @@ def resolve_now(now: TimeLike = None) -> _dt.datetime:
     return utcnow()
 
 
+WRITE_SKEW = _dt.timedelta(minutes=5)  # clocks of two machines may differ this much
+
+
+def resolve_write_time(now=None) -> _dt.datetime:
+    """The time a write is recorded at: ``now`` (a replay of a past history) or the clock,
+    never later than the clock. A future time would date a version after its successors and
+    make history run backwards; a fact that starts later is ``valid_from``."""
+    when = resolve_now(now)
+    clock = utcnow()
+    if when > clock + WRITE_SKEW:
+        raise BadInput(f"now: {format_time(when)} is after the clock ({format_time(clock)}); a write is recorded "
+                       "when it happens (to say a fact starts later, give valid_from)")
+    return when
+
+
 MAX_SPAN = _dt.timedelta(days=365 * 1000)  # beyond this a ttl is a typo, and datetimes overflow
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import BadInput, Refused
-from ..model.clock import TimeLike, format_time, parse_time, resolve_now
+from ..model.clock import TimeLike, format_time, parse_time, resolve_write_time
 from ..policy import gate
 from ..policy.access import require_user
 from ..results import SweepResult, WriteResult
@@ -16,7 +16,7 @@ def retire(repo: RepoState, *, as_user: str, path: str, valid_until: TimeLike = 
            expect_version: str | None = None, now: TimeLike = None) -> WriteResult:
     """Mark a note as no longer true from ``valid_until`` (default now)."""
     user = require_user(as_user)
-    when = resolve_now(now)
+    when = resolve_write_time(now)
     end = parse_time(valid_until, field="valid_until") if valid_until is not None else when
 
     def prepare_now() -> write.Pending:
@@ -33,7 +33,7 @@ def retire(repo: RepoState, *, as_user: str, path: str, valid_until: TimeLike = 
 def sweep(repo: RepoState, *, as_user: str, now: TimeLike = None) -> SweepResult:
     """Remove expired notes the user may write, in one commit."""
     user = require_user(as_user)
-    when = resolve_now(now)
+    when = resolve_write_time(now)
     with repo.store.locked():
         expired = []
         for root in repo.access.readable_roots(user):

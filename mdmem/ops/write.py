@@ -12,7 +12,7 @@ from ulid import ULID
 
 from ..errors import BadInput, BranchMoved, Conflict, MdmemError, NoteInvalid
 from ..model import layout
-from ..model.clock import SpanLike, TimeLike, add_span, parse_duration, parse_time, resolve_now
+from ..model.clock import SpanLike, TimeLike, add_span, parse_duration, parse_time, resolve_write_time
 from ..model.kinds import SUMMARY_KEY, Contract
 from ..model.note import Note, check_source
 from ..model.text import check_unicode
@@ -59,7 +59,7 @@ def remember(repo: RepoState, text: str, *, as_user: str, kind: str, subject: st
     ``channel`` is who is at the other end: a person (CLI, API) or an agent (the MCP server,
     which passes ``source="agent:<name>"`` and the source the agent claimed, if any)."""
     user = require_user(as_user)
-    when = resolve_now(now)
+    when = resolve_write_time(now)
     path, note, contract, provenance = draft(
         repo, user, text, kind=kind, subject=subject, key=key, scope=scope, team=team, owner=owner, source=source,
         ttl=ttl, valid_from=valid_from, derived_from=derived_from, channel=channel,
@@ -138,7 +138,7 @@ def remember_many(repo: RepoState, items: Iterable[Mapping[str, Any]], *, as_use
     A path written twice starts a new batch, so every version stays in history.
     ``progress(done, total, what)`` is called as batches commit and vectors are made."""
     user = require_user(as_user)
-    when = resolve_now(now)
+    when = resolve_write_time(now)
     items = list(items)
     result = BatchResult()
     batch: list[BatchItem] = []
