@@ -212,3 +212,14 @@ def test_forget_leaves_no_copy_in_kept_packs_rr_cache_or_a_branch_description(re
                              capture_output=True).stdout
     assert b"XYZZY" not in objects
     assert repo.prove_gone(["medical condition XYZZY"], as_user="dana", owner="alice")["pass"]
+
+
+def test_erasing_a_subject_covers_its_sub_subjects(repo):
+    """Attack F32: notes under user:alice:oncall stayed (and the dry run did not show them)."""
+    repo.remember("Alice is on call Tuesdays", as_user="bob", kind="fact", subject="user:alice:oncall", key="day",
+                  scope="team", team="payments", now=T0)
+    plan = repo.forget(as_user="dana", owner="alice", subject="user:alice", dry_run=True, now=T1)
+    assert "team/payments/user/alice/oncall/fact/day.md" in plan["notes"]
+    repo.forget(as_user="dana", owner="alice", subject="user:alice", now=T1)
+    assert "on call Tuesdays" not in git(repo.root, "log", "--all", "-p")
+    assert repo.prove_gone(["Alice is on call Tuesdays"], as_user="dana", owner="alice")["pass"]

@@ -123,6 +123,11 @@ class Plan:
         return cls(**data)
 
 
+def _under(subject: str, wanted: str) -> bool:
+    """``user:alice`` covers ``user:alice:oncall`` too: a sub-subject is the same folder subtree."""
+    return subject == wanted or subject.startswith(wanted + ":")
+
+
 def identity_names(person: str, aliases: list[str]) -> set[str]:
     """The person's handle and aliases as access control compares them: exactly (``Alice`` is
     another user than ``alice``); e-mail addresses without regard to case, as mail does."""
@@ -176,7 +181,7 @@ def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, text
             raise NotFound(f"--path: no note ever at {p} visible to {as_user}")
         targets.add(p)
     if subject:
-        targets |= {p for p in ever if layout.parse_path(p).subject == subject}
+        targets |= {p for p in ever if _under(layout.parse_path(p).subject, subject)}
     if owner:
         plan.people[owner] = f"erased-{secrets.token_hex(4)}"
         # Other names and addresses of theirs from [people.<owner>]: identity fields in git.
@@ -186,7 +191,7 @@ def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, text
             others += [x for x in (person.name, person.email, *person.emails) if x]
         plan.aliases[owner] = sorted(set(others))
         targets |= {p for p in ever if p.startswith(f"private/{owner}/")}
-        about = [p for p in ever if layout.parse_path(p).subject == f"user:{owner}"]
+        about = [p for p in ever if _under(layout.parse_path(p).subject, f"user:{owner}")]
         targets |= {p for p in about if erasable(root_of(p))}
         plan.mentions_outside = sorted(p for p in about if not erasable(root_of(p)))
         # Their whole root goes, its MEMORY view (every version) included.
