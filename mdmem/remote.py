@@ -207,9 +207,11 @@ def _by_hand(trailers: dict) -> bool:
 
 
 def _resolve(repo, path: str, base: str, ours: str, theirs: str, mine: str | None,
-             their: str | None) -> ConflictPair | str:
+             their: str | None, when) -> ConflictPair | str:
     """The winning version of a note both sides changed (blob ids, None: deleted there), or
-    why a person is needed."""
+    why a person is needed. A version valid at ``when`` beats one that is not valid yet (a
+    skewed clock or a typo must not leave the note with no live version); then the later
+    valid_from, then the later commit."""
     from .errors import NoteInvalid
     from .model.layout import parse_path
     from .model.note import parse_note
@@ -235,8 +237,10 @@ def _resolve(repo, path: str, base: str, ours: str, theirs: str, mine: str | Non
         their_note = parse_note(path, store.read_blob(their))
     except NoteInvalid as exc:
         return f"{path} (does not parse: {exc.field}: {exc.reason})"
-    rule = "later valid_from" if mine_note.valid_from != their_note.valid_from else "later commit"
-    if (their_note.valid_from, their_time, their) > (mine_note.valid_from, my_time, mine):
+    mine_now, their_now = mine_note.valid_from <= when, their_note.valid_from <= when
+    rule = ("valid now (the other only from its valid_from)" if mine_now != their_now else
+            "later valid_from" if mine_note.valid_from != their_note.valid_from else "later commit")
+    if (their_now, their_note.valid_from, their_time, their) > (mine_now, mine_note.valid_from, my_time, mine):
         return ConflictPair(path, their, mine, "remote", rule)
     return ConflictPair(path, mine, their, "local", rule)
 
@@ -262,7 +266,7 @@ def _merge(repo, user: str, when, head: str, their_head: str, base: str, label: 
             resolved[path] = mine or their  # regenerated below from the merged notes
         elif is_note_path(path):
             # Policy, not git's line merge: a blend of two versions of one note is neither.
-            outcome = _resolve(repo, path, base, head, their_head, mine, their)
+            outcome = _resolve(repo, path, base, head, their_head, mine, their, when)
             if isinstance(outcome, str):
                 needs_person.append(outcome)
             else:

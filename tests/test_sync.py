@@ -261,3 +261,21 @@ def test_sync_reports_untrusted_notes_only_in_roots_the_user_may_read(clones):
     assert "private/alice" not in out.stdout
     mine = json.loads(run_cli("sync", "--repo", str(b.root), "--as", "alice", "--json").stdout)
     assert r.path in {u["path"] for u in mine["untrusted"]}
+
+
+def test_a_version_not_valid_yet_does_not_win_a_sync_conflict(clones):
+    """Attack F30: the side with a far-future valid_from won "by validity" and left the note
+    with no live version for everyone."""
+    a, b = clones
+    fact(a, "Billing deploys any weekday", "deploy.window", now=T0)
+    sync(a, as_user="bob", push=True)
+    sync(b, as_user="bob")
+    a.remember("Billing deploys Fridays (typo in the year)", as_user="bob", kind="fact", subject="service:billing",
+               key="deploy.window", scope="team", team="payments", valid_from="2099-01-01T00:00:00Z", now=T1)
+    sync(a, as_user="bob", push=True)
+    b.remember("Billing deploys Mon-Thu, per retro", as_user="bob", kind="fact", subject="service:billing",
+               key="deploy.window", scope="team", team="payments", now=T1)
+    out = sync(b, as_user="bob", now=T2)
+    assert out["conflicts"] and out["conflicts"][0]["live_side"] == "local"
+    assert "Mon-Thu" in b.get(as_user="bob", subject="service:billing", kind="fact", key="deploy.window",
+                              now=T2).note.text
