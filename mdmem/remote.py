@@ -345,6 +345,7 @@ def open_conflicts(repo, *, as_user: str) -> list[dict]:
 
 
 GUARD_MEMORY = "mdmem-guard-erasures.jsonl"  # in the bare repo's own folder: no push can change it
+GUARD_CHAINED = "pre-receive.before-mdmem"  # a pre-receive hook the server had, run first
 
 
 def install_guard(bare: str | None) -> Path:
@@ -355,8 +356,20 @@ def install_guard(bare: str | None) -> Path:
         raise BadInput(f"{path}: not a bare git repository")
     hook = path / "hooks" / "pre-receive"
     hook.parent.mkdir(parents=True, exist_ok=True)
-    hook.write_text("#!/bin/sh\n# Installed by `mdmem guard`: refuse pushes that bring erased history back.\n"
-                    f"exec {shlex.quote(sys.executable)} -m mdmem.cli.main guard --check \"$PWD\"\n")
+    marker = "# Installed by `mdmem guard`"
+    previous = hook.with_name(GUARD_CHAINED)
+    if hook.exists() and marker not in hook.read_text(errors="replace"):
+        if previous.exists():
+            raise BadInput(f"guard: {hook} and {previous} both exist and neither is mdmem's; merge them by hand "
+                           "(nothing changed)")
+        hook.rename(previous)  # the server's own hook (branch protection...) keeps running, first
+    hook.write_text("#!/bin/sh\n" + marker + ": refuse pushes that bring erased history back.\n"
+                    "refs=$(cat)\n"
+                    f'if [ -x "$(dirname "$0")/{GUARD_CHAINED}" ]; then\n'
+                    f'  printf \'%s\\n\' "$refs" | "$(dirname "$0")/{GUARD_CHAINED}" || exit $?\n'
+                    "fi\n"
+                    f'printf \'%s\\n\' "$refs" | exec {shlex.quote(sys.executable)} -m mdmem.cli.main '
+                    'guard --check "$PWD"\n')
     hook.chmod(0o755)
     _remember_erasures(path, _audits(path, ("refs/heads/main", "HEAD")))
     return hook

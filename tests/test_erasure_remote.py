@@ -197,3 +197,23 @@ def test_forget_push_never_wipes_a_teammates_newer_commit(repo, tmp_path):
                     "--as", "alice")
     assert erase.returncode == 0, erase.stderr
     assert "freeze" in git(bare, "show", "main:team/payments/service/billing/fact/freeze.md").stdout.lower()
+
+
+def test_guard_keeps_the_servers_own_pre_receive_hook_and_runs_it_first(tmp_path):
+    """Attack F31: mdmem guard silently overwrote an existing pre-receive hook."""
+    bare = tmp_path / "r.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
+    own = bare / "hooks" / "pre-receive"
+    own.write_text(f"#!/bin/sh\ncat > {tmp_path}/seen\necho 'branch protection says no' >&2\nexit 1\n")
+    own.chmod(0o755)
+    out = run_cli("guard", str(bare))
+    assert out.returncode == 0 and "runs first" in out.stdout
+    assert "branch protection" in (bare / "hooks" / "pre-receive.before-mdmem").read_text()
+    work = tmp_path / "w"
+    git(tmp_path, "init", "-q", "-b", "main", str(work))
+    git(work, "-c", "user.name=x", "-c", "user.email=x@x", "commit", "-q", "--allow-empty", "-m", "x")
+    push = git(work, "push", str(bare), "main", check=False)
+    assert push.returncode != 0 and "branch protection says no" in push.stderr
+    assert "refs/heads/main" in (tmp_path / "seen").read_text()  # it got the pushed refs on stdin
+    assert run_cli("guard", str(bare)).returncode == 0  # installing again keeps the chain
+    assert "branch protection" in (bare / "hooks" / "pre-receive.before-mdmem").read_text()

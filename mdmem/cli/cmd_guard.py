@@ -23,6 +23,11 @@ def run(ctx) -> int:
         for p in problems:
             print(f"mdmem: refused: {p}", file=sys.stderr)
         return 3 if problems else 0
+    from ..remote import GUARD_CHAINED
+
     path = install_guard(ctx.args.bare)
-    ctx.emit({"hook": str(path)}, f"installed {path}")
+    chained = path.with_name(GUARD_CHAINED)
+    ctx.emit({"hook": str(path), "chained": str(chained) if chained.exists() else None},
+             f"installed {path}" + (f"; the hook that was there runs first, kept as {chained}" if chained.exists()
+                                    else ""))
     return 0
