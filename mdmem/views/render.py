@@ -45,6 +45,12 @@ class Entry:
     expires: int
 
 
+def _as_text(line: str) -> str:
+    """A note's line in a view, its square brackets escaped: only mdmem writes a ``[source: ...]``
+    tag or a ``[[link]]`` there, so a note cannot fake another line's provenance (attack F28)."""
+    return line.replace("[", "\\[").replace("]", "\\]")
+
+
 NEVER = 2**62
 _ORDER = attrgetter("subject", "kind", "path")
 _KIND, _SUBJECT = attrgetter("kind"), attrgetter("subject")
@@ -258,7 +264,7 @@ def render_scope(root: str, entries: list[Entry], now: _dt.datetime | None, *, r
             lines += [f"## {heading}", ""]
             # A line not written by a person says where it came from, as the index does: a
             # teammate's agent must not speak in the view with a person's voice.
-            lines += [f"- {e.subject} `{e.key}`: {e.first_line}{_until(e, ' (until {})')}"
+            lines += [f"- {e.subject} `{e.key}`: {_as_text(e.first_line)}{_until(e, ' (until {})')}"
                       f"{'' if is_person_source(e.source) else f' [source: {e.source}]'}" for e in chosen[:cap]]
             if len(chosen) > cap:
                 lines.append(f"- … {len(chosen) - cap} more {kind} note(s) in the index below")
@@ -266,7 +272,7 @@ def render_scope(root: str, entries: list[Entry], now: _dt.datetime | None, *, r
     lines += ["## Index", ""]
     used = sum(len(line.encode()) + 1 for line in lines)
     room = max_lines - len(lines)
-    bullets = [f"- [[{e.path}]] {e.key or e.kind} — {e.first_line} [source: {e.source}; added: {e.added}"
+    bullets = [f"- [[{e.path}]] {e.key or e.kind} — {_as_text(e.first_line)} [source: {e.source}; added: {e.added}"
                f"{_until(e, '; until: {}')}]" for e in live[:room]]
     if len(live) <= room and used + sum(len(b.encode()) + 1 for b in bullets) <= max_bytes:
         lines += bullets
