@@ -177,3 +177,18 @@ def test_an_import_killed_keeps_whole_batches_and_a_rerun_finishes(repo, point, 
     hits = reopened.recall("after 42 failed health checks", as_user="dana", now=T1, k=3)
     assert hits[0].path.endswith("pager.39.md")
     assert git_status(repo.root) == ""
+
+
+def test_an_import_that_writes_nothing_says_so_in_its_exit_code(repo, tmp_path):
+    """Attack F3: exit 10 ("wrote some items...") came back when every item was refused."""
+    team_fact_key = {"text": "Deploys close at 3pm", "kind": "fact", "subject": "service:billing",
+                     "key": "deploy.window", "scope": "team", "team": "payments"}
+    repo.remember(**{**team_fact_key, "text": "Deploys close at 2pm"}, as_user="bob")
+    src = tmp_path / "refused.jsonl"
+    src.write_text(json.dumps({**team_fact_key, "key": "other.window"}) + "\n")  # a new key without --new-key
+    proc = run_cli("import", str(src), "--as", "bob", "--repo", str(repo.root), env={"MDMEM_EMBEDDER": "none"})
+    assert proc.returncode == 3, (proc.stdout, proc.stderr)
+    held = tmp_path / "held.jsonl"
+    held.write_text(json.dumps({**team_fact_key, "source": "tool:grafana"}) + "\n")
+    proc = run_cli("import", str(held), "--as", "bob", "--repo", str(repo.root), env={"MDMEM_EMBEDDER": "none"})
+    assert proc.returncode == 4, (proc.stdout, proc.stderr)

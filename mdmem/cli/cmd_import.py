@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import PARTIAL_EXIT_CODE, BadInput
+from ..errors import HELD_EXIT_CODE, PARTIAL_EXIT_CODE, BadInput, Refused
 from .context import add_common
 
 
@@ -50,4 +50,9 @@ def run(ctx) -> int:
     lines += [f"  held    {h['line']}: {h['path']} ({h['reason']}) review id {h['review_id']}" for h in d["held"]]
     lines += [f"  refused {r['line']}: {r['reason']}" for r in d["refused"]]
     ctx.emit(d, "\n".join(lines))
-    return PARTIAL_EXIT_CODE if d["held"] or d["refused"] else 0
+    if not (d["held"] or d["refused"]):
+        return 0
+    if d["committed"]:
+        return PARTIAL_EXIT_CODE  # some written, others held or refused (each listed)
+    # Nothing written: the import as a whole was refused (3), or all of it waits for review (4).
+    return Refused.exit_code if d["refused"] else HELD_EXIT_CODE
