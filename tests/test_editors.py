@@ -177,3 +177,15 @@ def test_ls_and_show_follow_the_visibility_rule(repo):
                    "--as", "dana").returncode == 6
     out = run_cli("show", "private/alice/user/alice/fact/private.md", "--repo", str(repo.root), "--as", "alice")
     assert out.returncode == 0 and "Alice's own note" in out.stdout
+
+
+def test_new_keeps_what_you_typed_when_the_placeholder_line_is_left(repo, tmp_path):
+    """Attack F6: text typed below the placeholder was thrown away with exit 0."""
+    from mdmem.ops.scaffold import PLACEHOLDER
+
+    editor, _ = _editor(tmp_path, PLACEHOLDER + "\nRefunds take 30 days.")
+    out = run_cli("new", "--kind", "fact", "--subject", "service:billing", "--key", "refund.window",
+                  "--repo", str(repo.root), "--as", "bob", env={"EDITOR": editor})
+    assert out.returncode == 2 and "placeholder" in out.stderr
+    kept = repo.root / "private/bob/service/billing/fact/refund.window.md"
+    assert "Refunds take 30 days." in kept.read_text()

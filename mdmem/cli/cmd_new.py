@@ -40,12 +40,18 @@ def run(ctx) -> int:
     # The person's editor, waited for (os.spawnvp: the CLI runs no git, so no subprocess here).
     code = os.spawnvp(os.P_WAIT, argv[0], argv)
     written = full.read_text(encoding="utf-8") if full.exists() else ""
-    if code != 0 or not written.strip() or unfinished(written):
+    if code != 0 or not written.strip() or written == text:
         full.unlink(missing_ok=True)
         _prune(full.parent, repo.root)
-        why = f"the editor exited with {code}" if code != 0 else "the scaffold was left unfinished"
+        why = f"the editor exited with {code}" if code != 0 else "the scaffold was left as it was"
         ctx.emit({"path": path, "status": "discarded", "reason": why}, f"discarded {path}: {why}")
         return 0 if code == 0 else 1
+    if unfinished(written):
+        # The person typed something: never thrown away. The placeholder line must go first.
+        print(f"{path}: text: the placeholder line is still there; delete it and the note is ready", file=sys.stderr)
+        ctx.emit({"path": path, "status": "invalid", "problems": [{"field": "text", "reason": "placeholder left"}]},
+                 f"{path} kept for you to finish (delete the placeholder line)")
+        return BadInput.exit_code
     problems = note_problems(path, written.encode("utf-8"), repo.contracts)
     if problems:
         for field, reason in problems:
