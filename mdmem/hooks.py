@@ -149,6 +149,7 @@ class HookReport:
     problems: list[str] = field(default_factory=list)  # "path: field: reason"
     regenerated: list[str] = field(default_factory=list)
     commit: str | None = None
+    warnings: list[str] = field(default_factory=list)  # the commit goes on; the person should know
 
 
 def _views(store, config, root: Path, flags=None):
@@ -219,6 +220,16 @@ def pre_commit(root: Path, *, env: dict | None = None) -> HookReport:
     if report.problems:
         return report
     flagged = _staged_flags(root, config, head, touched)
+    untrusted = sorted(p for p in touched if is_note_path(p) and p in flagged and read_in(store, tree, p) is not None)
+    if untrusted:
+        email = hook_git.user_email(root)
+        who = config.committer(email)
+        roots = ", ".join(sorted({"/".join(p.split("/")[:2]) for p in untrusted}))
+        why = (f"your git identity <{email}> is no mdmem user (add it to [people.<you>] emails in mdmem.toml)"
+               if who is None else f"{who} may not write {roots}")
+        report.warnings.append(f"mdmem pre-commit: {why}; {len(untrusted)} note(s) of this commit will be "
+                               "untrusted and left out of views until a permitted writer commits them: "
+                               + ", ".join(untrusted[:5]))
     views, meta = _views(store, config, root, flags=lambda rev: flagged)
     try:
         roots = touched_roots(touched)

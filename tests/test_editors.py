@@ -189,3 +189,17 @@ def test_new_keeps_what_you_typed_when_the_placeholder_line_is_left(repo, tmp_pa
     assert out.returncode == 2 and "placeholder" in out.stderr
     kept = repo.root / "private/bob/service/billing/fact/refund.window.md"
     assert "Refunds take 30 days." in kept.read_text()
+
+
+def test_a_hand_commit_by_an_unknown_identity_is_told_why_its_note_leaves_the_view(repo, tmp_path):
+    """Attack F4: the note silently dropped out of the views; only `mdmem verify` said why."""
+    editor, _ = _editor(tmp_path, "A refund costs a 2 EUR fee")
+    out = run_cli("new", "--kind", "fact", "--subject", "service:billing", "--key", "refund.fee", "--scope",
+                  "team", "--team", "payments", "--repo", str(repo.root), "--as", "bob", env={"EDITOR": editor})
+    assert out.returncode == 0, out.stderr
+    git(repo.root, "config", "user.name", "T")
+    git(repo.root, "config", "user.email", "t@x.invalid")
+    git(repo.root, "add", "-A")
+    commit = subprocess.run(["git", "-C", str(repo.root), "commit", "-qm", "fee"], capture_output=True, text=True)
+    assert commit.returncode == 0
+    assert "<t@x.invalid> is no mdmem user" in commit.stderr and "refund.fee" in commit.stderr

@@ -34,6 +34,8 @@ def run(ctx) -> int:
     if a.hook == "pre-commit":
         # git tells the hook which index it commits through the environment (GIT_INDEX_FILE).
         report = hooks.pre_commit(root, env=dict(os.environ))
+        for warning in report.warnings:
+            print(warning, file=sys.stderr)
         for problem in report.problems:
             print(problem, file=sys.stderr)
         if report.problems:
