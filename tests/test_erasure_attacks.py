@@ -223,3 +223,16 @@ def test_erasing_a_subject_covers_its_sub_subjects(repo):
     repo.forget(as_user="dana", owner="alice", subject="user:alice", now=T1)
     assert "on call Tuesdays" not in git(repo.root, "log", "--all", "-p")
     assert repo.prove_gone(["Alice is on call Tuesdays"], as_user="dana", owner="alice")["pass"]
+
+
+def test_forgetting_a_person_again_changes_nothing(repo):
+    """Attack F29: a second `forget --owner alice` rewrote the commits made since the first."""
+    repo.forget(as_user="dana", owner="alice", subject="user:alice", now=T1)
+    repo.remember("Later fact after the erasure", as_user="bob", kind="fact", subject="service:later", key="k",
+                  scope="team", team="payments", now=T1)
+    head = git(repo.root, "rev-parse", "HEAD")
+    plan = repo.forget(as_user="dana", owner="alice", dry_run=True, now=T1)
+    assert plan["commits_to_rewrite"] == 0
+    with pytest.raises(NotFound):
+        repo.forget(as_user="dana", owner="alice", now=T1)
+    assert git(repo.root, "rev-parse", "HEAD") == head

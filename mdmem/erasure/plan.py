@@ -110,7 +110,10 @@ class Plan:
         return len(self.copies) + len(self.local_files) > FORCE_THRESHOLD
 
     def changes_anything(self) -> bool:
-        return bool(self.targets or self.copies or self.messages or self.people or self.local_files
+        # A person with no commit of theirs left (already erased) is nothing to do: a second
+        # forget must not rewrite the commits made since (attack F29).
+        return bool(self.targets or self.copies or self.messages or (self.people and self.commits_touched)
+                    or self.local_files
                     or self.refs_renamed or any(s["action"] == "scrubbed" for s in self.stashes)
                     or any(w.get("scrub") for w in self.worktrees))
 
