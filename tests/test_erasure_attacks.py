@@ -183,9 +183,12 @@ def test_a_linked_worktree_keeps_its_unrelated_work_when_one_file_in_it_holds_er
     assert "copy: " in (wt / "untracked-note.txt").read_text()
 
 
-def test_erasing_alice_leaves_users_whose_handles_differ_only_in_case(repo):
+def test_erasing_alice_leaves_users_whose_handles_differ_only_in_case(tmp_path):
     """Attack F17: access control keeps `Alice` and `alice` apart, erasure lower-cased both and
     pseudonymised Alice's commits and notes too (they then broke as invalid and untrusted)."""
+    repo = MemoryRepo.init(tmp_path / "mem", teams={**TEAMS, "ops": ["Alice"]}, erasers=["dana"], now=T0,
+                           as_user="alice")
+    repo.remember(SECRET, as_user="alice", kind="profile", subject="user:alice", key="phone", now=T0)
     kept = repo.remember("odd identity probe text about tea", as_user="Alice", kind="episode", subject="task:p", now=T0)
     repo.forget(as_user="dana", owner="alice", subject="user:alice", now=T1)
     stored = repo.get(as_user="Alice", path=kept.path)
