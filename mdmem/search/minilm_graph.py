@@ -45,13 +45,14 @@ def cache_name(source_sha256: str) -> str:
 def read_cached(path: Path) -> bytes | None:
     """The ONNX bytes of a cache file whose check holds; None if missing or damaged."""
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            header = f.readline(len(_MAGIC) + 65)
+            body = f.read()  # one buffer of the graph's size (no second copy: peak memory)
     except OSError:
         return None
-    header, sep, body = data.partition(b"\n")
-    if not sep or not header.startswith(_MAGIC):
+    if not header.startswith(_MAGIC) or not header.endswith(b"\n"):
         return None
-    if hashlib.sha256(body).hexdigest().encode() != header[len(_MAGIC):]:
+    if hashlib.sha256(body).hexdigest().encode() != header[len(_MAGIC):-1]:
         return None
     return body
 
