@@ -40,6 +40,7 @@ class Sessions(MiniLMEmbedder):
     an intra-op pool of ``threads``, queries on one thread), batches one after another."""
 
     level = "all"
+    batch_size = 32
 
     def graph(self):
         from mdmem.search import minilm_graph
@@ -167,19 +168,20 @@ def graphs(docs, rounds: int, pause: float, cache: Path) -> list[list]:
     return rows
 
 
-DEFAULT = "default (sorted, batch 32, 2 workers x 1 thread, level all)"
+DEFAULT = "default (batch 1, 2 workers x 1 thread, level all)"
 
 
 def settings(docs, rounds: int, cache: Path) -> list[list]:
     base = MiniLMEmbedder(cache_dir=cache)
     variants = {
         DEFAULT: lambda d: base.embed_documents(d),
-        "batch 8": lambda d: base.embed_documents(d, batch_size=8),
+        "batch 4": lambda d: base.embed_documents(d, batch_size=4),
         "batch 16": lambda d: base.embed_documents(d, batch_size=16),
-        "batch 64": lambda d: base.embed_documents(d, batch_size=64),
-        "arrival order (padding)": unsorted(base),
+        "batch 32 (sorted by length)": lambda d: base.embed_documents(d, batch_size=32),
+        "batch 32 in arrival order (padding)": lambda d: unsorted(base)(d, batch_size=32),
         "1 worker": MiniLMEmbedder(cache_dir=cache, threads=1).embed_documents,
-        "1 worker, intra-op pool of 2 (as before)": Sessions(cache_dir=cache).embed_documents,
+        "1 worker, intra-op pool of 2, batch 32 (as before)": lambda d: Sessions(cache_dir=cache).embed_documents(
+            d, batch_size=32),
         "level extended": Level("extended", cache_dir=cache).embed_documents,
         "level basic": Level("basic", cache_dir=cache).embed_documents,
     }

@@ -73,6 +73,17 @@ def test_graph_is_the_packages_model_with_integer_products(graph_dir):
     assert q @ ours[0] > q @ ours[1] + 0.2
 
 
+def test_a_notes_vector_does_not_depend_on_its_neighbours(graph_dir):
+    """The integer GEMM quantises its input per call: each text runs alone, so a note embedded
+    in a rebuild, in a catch-up of one, or as a query gets the very same vector."""
+    e = MiniLMEmbedder(cache_dir=graph_dir)
+    many = TEXTS + ["x " * 300, "ok"] + [f"note {i}: the {i}th deploy window is {i} minutes" for i in range(9)]
+    together = e.embed_documents(many)
+    alone = np.stack([e.embed_documents([t])[0] for t in many])
+    assert np.array_equal(together, alone)
+    assert np.allclose(e.embed_query(TEXTS[1]), together[1], atol=1e-6)
+
+
 @pytest.mark.parametrize("damage", ["truncated", "flipped", "empty", "foreign", "folder"])
 def test_damaged_cache_file_is_rebuilt_and_gives_the_same_vectors(graph_dir, tmp_path, damage):
     folder = tmp_path / "models"

@@ -45,9 +45,14 @@ class MiniLMEmbedder:
     """
 
     model_id = minilm_graph.MODEL_ID
-    # Notes are embedded up to 256 tokens (~190 words); a ~60-word note is ~90 tokens.
+    # Notes are embedded up to 256 tokens (~190 words; the model was trained at 256); a ~60-word
+    # note is ~90 tokens. Longer notes: the vector sees the start, BM25 the whole text.
     max_tokens = 256
-    batch_size = 32
+    # One text per run: the integer GEMM quantises its input per call, so in a batch a note's
+    # vector would depend on its neighbours (cosine to itself alone down to 0.984, measured).
+    # Alone it is the same vector every time, and no slower: one note is already a ~90-row
+    # matrix (batch 1 / 4 / 32: 26.6 / 31.2 / 25.9 notes/s, same run, noisy machine).
+    batch_size = 1
 
     def __init__(self, *, threads: int | None = None, cache_dir: Path | None = None):
         try:
