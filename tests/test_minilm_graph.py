@@ -207,3 +207,18 @@ def test_model_swap_never_mixes_old_vectors(repo, graph_dir):
     expected = MiniLMEmbedder(cache_dir=graph_dir).embed_documents([text])[0]
     assert hits and abs(hits[0].cosine - float(expected @ repo.index.embed_query(QUERY))) < 1e-3
     assert set(repo.index.cache.models()) == {old_id, minilm_graph.MODEL_ID}
+
+
+def test_missing_onnx_package_is_a_clear_error_only_when_a_graph_must_be_built(graph_dir, tmp_path):
+    code = ("import sys; sys.modules['onnx'] = None\n"
+            "from pathlib import Path\n"
+            "from mdmem.search.embedders import MiniLMEmbedder\n"
+            "from mdmem.errors import EmbedderError\n"
+            "print('cached', MiniLMEmbedder(cache_dir=Path(sys.argv[1])).embed_query('hi').shape)\n"
+            "try:\n    MiniLMEmbedder(cache_dir=Path(sys.argv[2])).embed_query('hi')\n"
+            "except EmbedderError as e:\n    print('ERR', e)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(graph_dir), str(tmp_path / "empty")],
+                         capture_output=True, text=True, timeout=120)
+    lines = out.stdout.splitlines()
+    assert lines[0] == "cached (384,)", out  # a cached graph needs no onnx package
+    assert lines[1].startswith("ERR") and "pip install onnx" in lines[1], out
