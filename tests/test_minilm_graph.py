@@ -60,15 +60,19 @@ def test_graph_is_the_packages_model_with_integer_products(graph_dir):
     g = onnx.load_from_string(graph).graph
     ops = [n.op_type for n in g.node]
     weights = {i.name for i in g.initializer}
-    assert ops.count("DynamicQuantizeMatMul") == 36 and ops.count("Gelu") == 6  # 6 layers x 6 weights
+    # 6 layers x (Q, K, V, attention output, feed-forward input) in integers
+    assert ops.count("DynamicQuantizeMatMul") == 30 and ops.count("Gelu") == 6
     assert not {"IsNaN", "Erf"} & set(ops)
-    # What stays float: attention's products of two activations, never a weight.
-    assert all(not set(n.input) & weights for n in g.node if n.op_type == "MatMul")
+    # What stays float: attention's products of two activations, and the feed-forward output
+    # projection (1536 rows -> 384) that reads GELU's output.
+    float_weights = [i for n in g.node if n.op_type == "MatMul" for i in n.input if i in weights]
+    shapes = {i.name: tuple(i.dims) for i in g.initializer}
+    assert len(float_weights) == 6 and {shapes[w] for w in float_weights} == {(1536, 384)}
     assert not [i for i in g.initializer if i.data_type == onnx.TensorProto.FLOAT and len(i.dims) == 2
-                and i.dims[0] > 1000 and i.dims[1] > 1]  # no float copy of the token table
+                and i.dims[0] > 30000 and i.dims[1] > 1]  # no float copy of the token table
     ours = MiniLMEmbedder(cache_dir=graph_dir).embed_documents(TEXTS)
     cos = (ours * package_vectors(TEXTS)).sum(axis=1)
-    assert cos.min() > 0.98, cos  # same model; activations quantised per call
+    assert cos.min() > 0.99, cos  # same model; activations quantised per call
     q = MiniLMEmbedder(cache_dir=graph_dir).embed_query(QUERY)
     assert q @ ours[0] > q @ ours[1] + 0.2
 
