@@ -85,3 +85,18 @@ def test_vectors_of_notes_without_context_stay_unit_length(repo):
     v = repo.index.embedder.embed_documents(["I adopted a corgi."])[0]
     assert hit.cosine == pytest.approx(float(q @ v), abs=1e-3)
     assert np.linalg.norm(v) == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.parametrize("backend", ["minilm", "none"])
+def test_a_word_in_every_note_is_left_out_unless_nothing_else_matches(repo, backend):
+    """Scoring a word found in every note reads every posting (~40 ms at 10,000 notes), so
+    it is left out; but when the question has no other findable word, it is scored rather
+    than returning nothing."""
+    repo.config.embedder.backend = backend
+    items = [dict(text=f"Service number {i} runs in region {i % 7}", kind="episode", subject="user:alice")
+             for i in range(59)]
+    items.append(dict(text="Service number 99 runs the billing gateway", kind="episode", subject="user:alice"))
+    repo.remember_many(items, as_user="alice", now=T0)
+    top = repo.recall("Which service runs billing?", as_user="alice", k=5, now=T1)
+    assert top[0].text == "Service number 99 runs the billing gateway"
+    assert len(repo.recall("Which service?", as_user="alice", k=5, now=T1)) == 5

@@ -120,20 +120,37 @@ def query_terms(text: str) -> list[str]:
     return out
 
 
-def search(searcher, text: str, allowed, *, limit: int, prune: bool = True) -> list:
+# A word in more than this share of the notes is left out of BM25F: its IDF is low, so it
+# rarely changes which notes rank first, and scoring it reads every posting (a word in all of
+# 10,000 notes: ~40 ms). With an embedder, cosine fills the list, so half is enough. Without
+# one, BM25F is the whole answer and a word in half the notes is sometimes the only evidence
+# (a speaker's name in a two-person chat): BM25-only LoCoMo hit@1 .425 -> .442, under-filled
+# at k=5 4.3% -> 0.1%, the same as pruning nothing (see MEMORY.md).
+PRUNE_SHARE = 0.5
+PRUNE_SHARE_BM25_ONLY = 0.9
+
+
+def search(searcher, text: str, allowed, *, limit: int, bm25_only: bool = False, fill: int = 0) -> list:
     """The best ``limit`` of the ``allowed`` docnums for an OR of the text's analysed terms in
     each field (BM25F); the user's text is never parsed as query syntax.
 
-    With 50+ notes and ``prune``, a term found in more than half the notes of a field is left
-    out: its IDF is low, so it rarely changes which notes rank first, and the embedder's
-    candidates fill the list. Without an embedder (``prune=False``) such a term is the only
-    evidence some questions have (a speaker's name in a conversation): pruning it left 4% of
-    LoCoMo questions with fewer than 5 notes, and cost hit@1 (see MEMORY.md).
+    With 50+ notes (enough for document frequency to say anything), a term found in more
+    than PRUNE_SHARE of the notes (PRUNE_SHARE_BM25_ONLY when ``bm25_only``) is left out.
+    If that leaves fewer than ``fill`` notes, every term is scored: matching notes are
+    never dropped for speed.
     """
-    # Only in a corpus big enough for document frequency to say anything.
-    prune_above = searcher.doc_count() / 2 if prune and searcher.doc_count() >= 50 else None
-    return bm25.search(searcher, query_terms(text), FIELD_BOOSTS, allowed, limit=limit, B=B, K1=K1,
-                       prune_above=prune_above, evidence_fields=EVIDENCE_FIELDS)
+    terms = query_terms(text)
+    count = searcher.doc_count()
+
+    def scored(share: float | None) -> list:
+        prune_above = count * share if share is not None and count >= 50 else None
+        return bm25.search(searcher, terms, FIELD_BOOSTS, allowed, limit=limit, B=B, K1=K1,
+                           prune_above=prune_above, evidence_fields=EVIDENCE_FIELDS)
+
+    hits = scored(PRUNE_SHARE_BM25_ONLY if bm25_only else PRUNE_SHARE)
+    if len(hits) < fill and count >= 50:
+        hits = scored(None)
+    return hits
 
 
 def weighting() -> BM25F:

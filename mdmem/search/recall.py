@@ -171,7 +171,7 @@ class Recall:
         # Embedding the query in a thread beside the BM25 search was measured: onnxruntime
         # releases the GIL, but on these 2 cores both halves slowed down as much as they overlapped.
         ranked, scores, cos = self._rank(searcher, table, query, self.index.embed_query(query), allowed,
-                                         candidates(k), exempt=exempt, favour=_in_spans(table, query))
+                                         candidates(k), exempt=exempt, favour=_in_spans(table, query), fill=k)
         weighted = self._weigh(ranked, table, explicit=kind_names is not None, events=event_intent(query),
                                working=bool(exempt))
         weights = dict(weighted)
@@ -195,20 +195,22 @@ class Recall:
         return hits
 
     def _rank(self, searcher, table, query: str, qv, allowed: np.ndarray, limit: int,
-              exempt: set[int] = frozenset(), favour: np.ndarray | None = None,
+              exempt: set[int] = frozenset(), favour: np.ndarray | None = None, fill: int = 0,
               ) -> tuple[list[tuple[int, float]], dict[int, float], dict[int, float]]:
         """BM25F and cosine over the same allowed docnums, fused: (ranked docnums with fused
         scores, BM25F scores, cosines). ``exempt`` docnums skip the floor and get a cosine.
         ``favour`` (the notes in a span of time the question names) proposes its own best
         candidates too, and they rank TIME_BOOST higher."""
         have_vectors = table.has_vectors(qv)
-        # Without vectors, a common word is still evidence (see fulltext.search).
-        bm25 = fulltext.search(searcher, query, allowed, limit=limit, prune=have_vectors)
+        # Without vectors, a common word is still evidence, and the list is filled to k
+        # whenever notes match (see fulltext.search).
+        bm25 = fulltext.search(searcher, query, allowed, limit=limit, bm25_only=not have_vectors,
+                               fill=0 if have_vectors else fill)
         vec = table.nearest(qv, allowed, limit) if have_vectors else []
         inside = allowed & favour if favour is not None else None
         if inside is not None and inside.any():
             seen = {h.docnum for h in bm25}
-            bm25 += [h for h in fulltext.search(searcher, query, inside, limit=limit, prune=have_vectors)
+            bm25 += [h for h in fulltext.search(searcher, query, inside, limit=limit, bm25_only=not have_vectors)
                      if h.docnum not in seen]
             if have_vectors:
                 seen = {d for d, _ in vec}
@@ -299,7 +301,7 @@ class Recall:
                                               until=fulltext.ts(when), kinds=kind_names, subject=subject)
         if tags:
             allowed = allowed & fulltext.tag_mask(s, tags, len(allowed))
-        ranked, scores, cos = self._rank(s, table, query, qv, allowed, CANDIDATES)
+        ranked, scores, cos = self._rank(s, table, query, qv, allowed, CANDIDATES, fill=k)
         fused = dict(ranked)
         now_ts = fulltext.ts(when)
         out = []
