@@ -46,9 +46,9 @@ class Entry:
 
 
 def _as_text(line: str) -> str:
-    """A note's line in a view, its square brackets escaped: only mdmem writes a ``[source: ...]``
-    tag or a ``[[link]]`` there, so a note cannot fake another line's provenance (attack F28)."""
-    return line.replace("[", "\\[").replace("]", "\\]")
+    """A note's line in a view with what only mdmem writes there escaped: a ``[source: ...]``
+    tag and ``[[link]]`` brackets, so a note cannot fake another line's provenance (attack F28)."""
+    return line.replace("[[", "\\[\\[").replace("]]", "\\]\\]").replace("[source:", "\\[source:")
 
 
 NEVER = 2**62
