@@ -878,3 +878,20 @@ def test_forget_refusal_names_no_root_the_user_may_not_read(repo):
     with pytest.raises(Refused) as err:
         repo.forget(as_user="bob", subject="user:alice", dry_run=True, now=T1)
     assert "private/alice" not in str(err.value) and "plan" not in str(err.value)
+
+
+def test_mcp_capabilities_are_checked_with_the_right_words():
+    from mdmem.mcp.server import parse_capabilities
+    assert parse_capabilities("read, write") == {"read", "write"}
+    for bad in ("read,admin", "", " , "):
+        with pytest.raises(BadInput) as err:
+            parse_capabilities(bad)
+        assert str(err.value) == f"--allow: {bad!r}; give a comma list of read, write, delete (like read,write)"
+
+
+def test_prove_gone_reports_a_note_the_owner_still_owns(repo):
+    kept = repo.remember("Alice's locker code is 2468", as_user="alice", kind="profile", subject="user:alice",
+                         key="locker", now=T0)
+    report = repo.prove_gone(["2468"], as_user="alice", owner="alice")
+    owned = report["scope"]["no_note_owned"]
+    assert owned["pass"] is False and kept.path in json.dumps(owned)
