@@ -263,6 +263,10 @@ def test_approver_rules_by_root_and_the_words_of_the_refusal():
                             readers=frozenset({"bob", "alice"}))
     assert "approves it: mdmem review approve <id> --as alice (single-user" in str(err.value)
     with pytest.raises(Refused) as err:
+        gate.check_approver("bob", "bob", gate.HUMAN, self_approve=False, root="team/payments",
+                            readers=readers | {"erin"})
+    assert "--as alice (or dana, erin) (single-user" in str(err.value)
+    with pytest.raises(Refused) as err:
         gate.check_approver("bob", "bob", gate.HUMAN, self_approve=False, root="team/solo",
                             readers=frozenset({"bob"}))
     assert "; nobody else can read team/solo: add a second member to it (single-user" in str(err.value)
