@@ -211,8 +211,14 @@ def test_mcp_get_by_path_answers_alike_for_missing_unreadable_and_malformed(repo
     theirs = repo.remember("Alice's PIN is 4321", as_user="alice", kind="profile", subject="user:alice", key="pin",
                            now=T0)
     probes = [theirs.path, theirs.path.replace("pin", "nope"), f"private/bob/../alice/{theirs.path.split('/', 2)[2]}"]
+    team_fact(repo, "Billing dashboards are drawn with helix charts", key="charts")
     _, results = mcp_run(repo, "bob", [("get", {"path": mine.path})] + [("get", {"path": p}) for p in probes]
-                         + [("history", {"path": p}) for p in probes])
+                         + [("history", {"path": p}) for p in probes]
+                         + [("recall", {"query": "helix"}), ("recall", {"query": "helix", "kinds": ["fact"]})])
+    *results, everything, facts = results
+    # the kinds filter reaches recall through MCP (it was dropped unnoticed: a mutmut survivor)
+    assert {h["kind"] for h in payload(everything)["hits"]} == {"profile", "fact"}
+    assert {h["kind"] for h in payload(facts)["hits"]} == {"fact"}
     assert payload(results[0])["text"] == "Bob's editor is helix"
     answers = [r.content[0].text for r in results[1:]]
     assert all(r.is_error for r in results[1:])
