@@ -6,6 +6,7 @@ import datetime as _dt
 
 from ulid import ULID
 
+from ..errors import BadInput
 from ..model.note import Note, parse_note
 from ..policy.gate import AGENT, HUMAN
 from ..results import ReviewItem, WriteResult
@@ -20,6 +21,8 @@ def hold(repo: RepoState, user: str, path: str, note: Note, reason: str, when: _
     review_id = str(ULID()).lower()[-10:]
     branch = f"refs/heads/{REVIEW_PREFIX}{review_id}"
     base = repo.store.head()
+    if base is None:  # mdmem init always commits: only a repo made by hand gets here
+        raise BadInput(f"{repo.root}: no commit yet, so nothing to hold a write against; use mdmem init")
     # Everything the write asked for is kept with it, so approving it replays the same write.
     extra = [("Memory-Hold-Reason", reason), ("Memory-Channel", channel)]
     if new_key:

@@ -28,7 +28,8 @@ def root_for(user: str, scope: str, team: str | None, owner: str | None) -> str:
 
 def path_for(root: str, contract: Contract, subject: str, key: str | None, when: _dt.datetime, text: str) -> str:
     if contract.keyed:
-        return layout.keyed_path(root, subject, contract.name, key)
+        # draft() has refused a keyed write without a key; "" is refused by check_key all the same.
+        return layout.keyed_path(root, subject, contract.name, key or "")
     slug = layout.check_key(key) if key else f"{layout.slugify(text)}-{str(ULID())[-6:].lower()}"
     return layout.episode_path(root, subject, when, slug)
 

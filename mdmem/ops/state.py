@@ -83,7 +83,7 @@ class RepoState:
         """Who committed each note (:mod:`mdmem.policy.verify`)."""
         if self._trust is None:
             from ..policy.verify import Verifier
-            self._trust = Verifier(self)
+            self._trust = Verifier(self)  # type: ignore[no-untyped-call]  # policy/verify.py is not strict
         return self._trust
 
     @property
@@ -91,7 +91,7 @@ class RepoState:
         """The disposable cache beside the notes (created on first use)."""
         if self._index is None:
             from ..search.note_index import NoteIndex
-            self._index = NoteIndex(self)
+            self._index = NoteIndex(self)  # type: ignore[no-untyped-call]  # search/ is not strict
         return self._index
 
     @property

@@ -192,7 +192,8 @@ def write_batch(repo: RepoState, user: str, batch: list[BatchItem], when: _dt.da
             def live_keys(folder: str, live: dict[str, set[str]] = live) -> set[str]:  # this attempt's
                 if folder not in live:
                     live[folder] = {s.note.key for s in live_in_dir(repo.root, folder, repo.contracts, when,
-                                                                    max_bytes=repo.config.note_max_bytes)}
+                                                                    max_bytes=repo.config.note_max_bytes)
+                                    if s.note.key is not None}  # a keyed note always has one
                 return live[folder]
 
             accepted: list[tuple[Any, Pending, Provenance]] = []
@@ -254,8 +255,8 @@ def prepare(repo: RepoState, user: str, path: str, note: Note, contract: Contrac
         folder = layout.kind_dir(loc.root, note.subject, contract.name)
         live = (list(live_keys(folder)) if live_keys is not None else
                 [s.note.key for s in live_in_dir(repo.root, folder, repo.contracts, now,
-                                                 max_bytes=repo.config.note_max_bytes)])
-        check_key_reuse(note.key, live, new_key=new_key,
+                                                 max_bytes=repo.config.note_max_bytes) if s.note.key is not None])
+        check_key_reuse(note.key or "", live, new_key=new_key,
                         what=f"{note.subject} {contract.name} in {loc.root}")
     if note.derived_from or contract.name == "summary":
         check_derivation(repo, loc.root, note)
