@@ -44,16 +44,16 @@ def alice() -> list[list]:
         receipt = repo.forget(as_user="alice", subject="user:alice", owner="alice", now=now)
         needles = data["erasure"]["needles"]
         report = repo.prove_gone(needles, as_user="alice", subject="user:alice", owner="alice",
-                                 allow_paths=receipt["mentions_for_review"])
+                                 allow_paths=receipt.mentions_for_review)
         audit = (repo.root / "audit/erasures.jsonl").read_text()
         rows = []
-        for needle, item in zip(needles, report["needles"]):
+        for needle, item in zip(needles, report.needles):
             failed = [k for k, c in item["checks"].items() if not c["pass"]]
             near = item["nearest"]
             rows.append([needle, "PASS" if item["pass"] else "FAIL: " + ", ".join(failed),
                          "no" if needle in audit else "yes",
                          f"{near['path'].rsplit('/', 1)[-1]} ({near['cosine']})" if near else "-"])
-        rows.append(["(scope checks)", "PASS" if all(c["pass"] for c in report["scope"].values()) else "FAIL",
+        rows.append(["(scope checks)", "PASS" if all(c["pass"] for c in report.scope.values()) else "FAIL",
                      "", ""])
         rows.append(["(mention scan)", f"{len(receipt['mentions'])} live team note(s) for review", "", ""])
         seed = data["erasure"]["seed_result"]
@@ -125,8 +125,8 @@ def timing(as_json: bool) -> list[list]:
             t1 = time.perf_counter()
             report = repo.prove_gone([PHONE], as_user="bob", owner="bob")
             t2 = time.perf_counter()
-            rows.append([f"{n:,}", receipt["counts"]["commits_rewritten"], f"{t1 - t0:.1f}", f"{t2 - t1:.1f}",
-                         f"{t2 - t0:.1f}", "PASS" if report["needles"][0]["pass"] else "FAIL"])
+            rows.append([f"{n:,}", receipt.counts["commits_rewritten"], f"{t1 - t0:.1f}", f"{t2 - t1:.1f}",
+                         f"{t2 - t0:.1f}", "PASS" if report.needles[0]["pass"] else "FAIL"])
     return rows
 
 
@@ -209,7 +209,7 @@ def kill_loop(kills: int) -> list[list]:
             stats["resumed_ok"] += ok
             repo = MemoryRepo.open(root)
             report = repo.prove_gone([PHONE], as_user="ali")
-            stats["proofs_passed"] += bool(report["pass"]) and PHONE.encode() not in all_bytes(root)
+            stats["proofs_passed"] += bool(report.passed) and PHONE.encode() not in all_bytes(root)
             repo.close()
             leaked = [p for p in tmpdir.rglob("*") if p.is_file() and PHONE.encode() in p.read_bytes()]
             stats["plaintext_left"] += len(leaked)
@@ -310,7 +310,7 @@ def one_character() -> list[list]:
                 after = snapshots()
             else:
                 receipt = repo.forget(as_user="bob", owner="bob", now=when)
-                after = snapshots(receipt["targets"]["owner"].encode())
+                after = snapshots(receipt.targets["owner"].encode())
             after = after[:-1]  # the last commit is the erasure receipt
             compared = sum(len(t) for t in before)
             diffs = sum(1 for a, b in zip(before, after) for p in set(a) | set(b) if a.get(p) != b.get(p))

@@ -10,12 +10,13 @@ from .errors import (BadInput, BranchMoved, Conflict, EmbedderError, GitFailed, 
 from .model.note import Note
 from .search.recall import Hit
 from .repo import MemoryRepo
-from .results import BatchResult, KeyInfo, ProgressCallback, ReviewItem, SweepResult, Version, WriteResult
+from .results import (BatchResult, ErasurePlan, ErasureReceipt, KeyInfo, ProgressCallback, ProofReport, ReviewItem,
+                      SweepResult, Version, WriteResult)
 from .storage.worktree import StoredNote
 
 __all__ = [
     "MemoryRepo", "Note", "StoredNote", "Hit", "WriteResult", "Version", "ReviewItem", "KeyInfo", "SweepResult",
-    "BatchResult", "ProgressCallback",
+    "BatchResult", "ProgressCallback", "ErasurePlan", "ErasureReceipt", "ProofReport",
     "MdmemError", "BadInput", "NoteInvalid", "Refused", "Conflict", "BranchMoved", "LockTimeout", "NotFound",
     "ProofFailed", "EmbedderError", "GitFailed", "Internal",
 ]

@@ -16,7 +16,8 @@ from .ops import founding, lifecycle, read, render, review, searching, write
 from .ops.state import RepoState
 from .policy.access import require_user
 from .policy.gate import HUMAN
-from .results import BatchResult, KeyInfo, ProgressCallback, ReviewItem, SweepResult, Version, WriteResult
+from .results import (BatchResult, ErasurePlan, ErasureReceipt, KeyInfo, ProgressCallback, ProofReport, ReviewItem,
+                      SweepResult, Version, WriteResult)
 from .storage.worktree import StoredNote
 
 if TYPE_CHECKING:
@@ -243,12 +244,18 @@ class MemoryRepo(RepoState):
         return searching.recall(self, query, as_user=as_user, k=k, kinds=kinds, subject=subject, key=key, at=at,
                                 include_history=include_history, now=now, tags=tags)
 
+    def broken(self, *, as_user: str) -> dict[str, str]:
+        """Notes the index keeps out because they are broken (path -> reason), in the roots the
+        user may read."""
+        return searching.broken(self, as_user=as_user)
+
     # --- erasure (erasure/) ---------------------------------------------------------------
     def forget(self, *, as_user: str, subject: str | None = None, owner: str | None = None,
                paths: list[str] | None = None, texts: list[str] | None = None, dry_run: bool = False,
-               push: bool = False, scrub: bool = True, force: bool = False, now: TimeLike = None) -> dict[str, Any]:
+               push: bool = False, scrub: bool = True, force: bool = False,
+               now: TimeLike = None) -> ErasurePlan | ErasureReceipt:
         """Erase notes from every version of history and every copy (see :mod:`mdmem.erasure.forget`).
-        Returns the plan (dry run) or the receipt; never the erased text."""
+        Returns the plan (``dry_run``) or the receipt; never the erased text."""
         from .erasure.forget import forget
 
         user = require_user(as_user)
@@ -257,7 +264,7 @@ class MemoryRepo(RepoState):
             return forget(self, as_user=user, when=when, subject=subject, owner=owner, paths=paths, texts=texts,
                           dry_run=dry_run, push=push, scrub=scrub, force=force)
 
-    def finish_erasure(self) -> dict[str, Any] | None:
+    def finish_erasure(self) -> ErasureReceipt | None:
         """Finish an erasure a crash interrupted (its journal is in .git); None if there is none."""
         from .erasure.forget import finish
         from .erasure.journal import pending
@@ -268,7 +275,7 @@ class MemoryRepo(RepoState):
             return finish(self)
 
     def prove_gone(self, needles: list[str], *, as_user: str, subject: str | None = None,
-                   owner: str | None = None, allow_paths: list[str] | None = None) -> dict[str, Any]:
+                   owner: str | None = None, allow_paths: list[str] | None = None) -> ProofReport:
         """Check every place mdmem controls for the needles; name what it cannot reach."""
         from .erasure.proof import prove_gone
 

@@ -1,10 +1,16 @@
 """What the public API returns: one module of result types, one ``to_dict`` rule.
 
 The rule: ``to_dict()`` gives every field, always (None stays None, so a committed and a
-held write have the same keys), times as ISO-8601 UTC strings, nested results and notes as
-dicts. CLI ``--json`` and the MCP tools print exactly these dicts. Names are shared: a
-note's identity is ``note_id``, its path ``path``, a blob id ``version``, who acted ``actor``.
-(``StoredNote`` and ``Note`` live with the model, ``Hit`` with recall; they follow the rule.)
+held write have the same keys), times as ISO-8601 UTC strings, nested results as dicts.
+A result that carries a note NESTS it: ``"note": {every frontmatter field, "text"}``, with
+the note's ``note_id`` and ``text`` also at the top level (where a reader looks first);
+nothing of the note is flattened into the result (its ``source`` and a commit's ``source``
+would collide). ``StoredNote`` (get/show), ``Version`` (history) and ``ReviewItem`` follow it;
+``Hit`` carries no note, only its fields. CLI ``--json`` and the MCP tools print exactly
+these dicts. Names are shared: a note's identity is ``note_id``, its path ``path``, a blob id
+``version``, who acted ``actor`` (an erasure receipt's too; receipts written before said
+``asked_by``, still read). (``StoredNote`` and ``Note`` live with the model, ``Hit`` with
+recall; they follow the rule.)
 """
 from __future__ import annotations
 
@@ -133,3 +139,86 @@ class BatchResult(Result):
     refused: list[dict[str, Any]] = field(default_factory=list)
     commits: list[str] = field(default_factory=list)
     index: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ErasurePlan(Result):
+    """What ``forget(dry_run=True)`` would change: every file and count, never an erased text.
+    ``needs_force``: the plan changes many files and ``forget`` needs ``force=True`` for it."""
+
+    targets: dict[str, Any]
+    notes: list[str]
+    other_files_erased: list[str]
+    versions: int
+    commits_to_rewrite: int
+    copies_to_scrub: list[dict[str, Any]]
+    not_scrubbed: list[dict[str, Any]]
+    commit_messages_to_rewrite: int
+    identities_pseudonymised: int
+    stashes: list[dict[str, Any]]
+    worktrees: list[dict[str, Any]]
+    local_files: list[dict[str, Any]]
+    refs_renamed: list[str]
+    refs_deleted: list[dict[str, Any]]
+    review_branches: list[str]
+    roots: list[str]
+    needs_force: bool
+    mentions_outside_your_roots: list[str]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ErasurePlan:
+        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
+
+
+@dataclass(frozen=True)
+class ErasureReceipt(Result):
+    """What ``forget`` did, as committed to ``audit/erasures.jsonl`` (never an erased text,
+    path or key): who asked (``actor``, pseudonymised when they erased themselves), the
+    targets as given, counts, the rewritten commit ids and erased note blob ids, and where copies may remain
+    (``remotes``; ``mentions``: live notes that still name the person, for review)."""
+
+    id: str
+    actor: str
+    at: _dt.datetime
+    targets: dict[str, Any]
+    counts: dict[str, int]
+    old_head: str | None
+    new_head: str | None
+    rewritten_commits: list[str]
+    erased_blobs: list[str]
+    mentions_for_review: list[str]
+    mentions: list[dict[str, Any]]
+    remotes: dict[str, str]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ErasureReceipt:
+        """A receipt as recorded (the audit log, a journal): ``asked_by`` is the old word for actor."""
+        from .model.clock import parse_time
+
+        return cls(id=data["id"], actor=data.get("actor", data.get("asked_by", "")),
+                   at=parse_time(data["at"], field="at"), targets=data.get("targets", {}),
+                   counts=data.get("counts", {}), old_head=data.get("old_head"), new_head=data.get("new_head"),
+                   rewritten_commits=data.get("rewritten_commits", []), erased_blobs=data.get("erased_blobs", []),
+                   mentions_for_review=data.get("mentions_for_review", []), mentions=data.get("mentions", []),
+                   remotes=data.get("remotes", {}))
+
+
+@dataclass(frozen=True)
+class ProofReport(Result):
+    """``prove_gone``: per needle (by index, never the text) each place checked with ``pass``
+    and ``where``; the scope checks; what the asker could not check (not an eraser) and what
+    mdmem cannot reach at all. ``passed``: every needle and every scope check passed."""
+
+    needles: list[dict[str, Any]]
+    subject: str | None
+    owner: str | None
+    scope: dict[str, dict[str, Any]]
+    not_checked: dict[str, Any]
+    cannot_reach: list[str]
+    passed: bool
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ProofReport:
+        return cls(needles=data["needles"], subject=data.get("subject"), owner=data.get("owner"),
+                   scope=data["scope"], not_checked=data.get("not_checked", {}), cannot_reach=data["cannot_reach"],
+                   passed=data["pass"])

@@ -117,6 +117,69 @@ def test_results_say_the_same_thing_in_python_cli_and_mcp(repo):
     assert hit.note_id == key.note_id == version.note_id and hit.to_dict()["note_id"] == key.note_id
 
 
+def test_cli_json_and_mcp_return_the_same_shapes(repo):
+    """history, keys, get, recall and a forget dry run: the CLI's --json is exactly what the MCP
+    tool returns, which is the Python result's to_dict (the tool functions called as the
+    server calls them; the CLI as a real subprocess)."""
+    import importlib
+
+    from mdmem.mcp.server import ServerContext
+    from mdmem.results import ErasurePlan
+
+    committed = team_fact(repo, "Billing deploys any weekday")
+    mine = repo.remember("Bob likes short answers", as_user="bob", kind="profile", subject="user:bob",
+                         key="style", now=T0)
+    ctx = ServerContext(repo, "bob", frozenset({"read", "write", "delete"}))
+    ctx.index_ready.set()
+
+    def mcp(tool: str, **args):
+        return importlib.import_module(f"mdmem.mcp.tools.{tool}").make(ctx)(**args)
+
+    def cli(*argv: str):
+        r = run_cli(*argv, "--repo", str(repo.root), "--as", "bob", "--json")
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    stored = repo.get(as_user="bob", path=committed.path)
+    assert cli("get", committed.path) == mcp("get", path=committed.path) == stored.to_dict()
+    # One rule for a result carrying a note: nested under "note", its id and text beside it.
+    assert stored.to_dict()["note"]["text"] == stored.to_dict()["text"] == "Billing deploys any weekday"
+    assert stored.to_dict()["note_id"] == stored.note.id and stored.to_dict()["untrusted"] is None
+    [version] = repo.history(as_user="bob", path=committed.path)
+    assert version.to_dict()["note"]["text"] == version.to_dict()["text"]
+    assert cli("history", committed.path) == mcp("history", path=committed.path) == \
+        {"versions": [version.to_dict()]}
+    assert cli("keys", "--subject", "service:billing", "--kind", "fact") == \
+        mcp("keys", subject="service:billing", kind="fact") == \
+        {"keys": [k.to_dict() for k in repo.keys(as_user="bob", subject="service:billing", kind="fact")]}
+    hits = cli("recall", "when does billing deploy")
+    assert hits == mcp("recall", query="when does billing deploy")
+    assert [h["path"] for h in hits["hits"]][:1] == [committed.path] and hits["broken"] == {}
+    plan = repo.forget(as_user="bob", subject="user:bob", dry_run=True)
+    assert isinstance(plan, ErasurePlan) and plan.notes == [mine.path]
+    assert cli("forget", "--subject", "user:bob", "--dry-run") == mcp("forget", subject="user:bob", dry_run=True) \
+        == plan.to_dict()
+    assert repo.get(as_user="bob", path=mine.path)  # a dry run changed nothing
+
+
+def test_erasure_results_say_actor_and_read_old_receipts(repo):
+    """The receipt names who acted ``actor`` like every other result, on disk too; a receipt
+    recorded before (``asked_by``, as an interrupted erasure's journal may hold) still reads."""
+    from mdmem.results import ErasureReceipt, ProofReport
+
+    r = repo.remember("Bob's phone is 555-0199", as_user="bob", kind="profile", subject="user:bob", key="phone",
+                      now=T0)
+    receipt = repo.forget(as_user="bob", paths=[r.path], now=T0)
+    assert isinstance(receipt, ErasureReceipt) and receipt.actor == "bob" and receipt.counts["notes"] == 1
+    recorded = json.loads((repo.root / "audit" / "erasures.jsonl").read_text().splitlines()[-1])
+    assert recorded["actor"] == "bob" and "asked_by" not in recorded
+    old = {**recorded, "asked_by": recorded.pop("actor")}
+    assert ErasureReceipt.from_dict(old).actor == "bob"
+    report = repo.prove_gone(["555-0199"], as_user="bob")
+    assert isinstance(report, ProofReport) and report.passed and report.to_dict()["passed"] is True
+    assert set(report.to_dict()) == {"needles", "subject", "owner", "scope", "not_checked", "cannot_reach", "passed"}
+
+
 def test_an_omitted_scope_means_the_same_in_every_operation(repo):
     """One default everywhere: the team's scope when a team is named, else the user's own."""
     mine = repo.remember("I prefer short answers", as_user="bob", kind="profile", subject="user:bob",

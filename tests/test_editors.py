@@ -62,7 +62,8 @@ def test_editor_fields_are_kept_round_tripped_and_shown(repo):
     assert "cssclasses: wide" in (repo.root / PATH).read_text()
     out = run_cli("show", PATH, "--repo", str(repo.root), "--as", "dana", "--json")
     shown = json.loads(out.stdout)
-    assert shown["extra"]["aliases"] == ["Refund policy"] and shown["extra"]["cssclasses"] == "wide"
+    extra = shown["note"]["extra"]
+    assert extra["aliases"] == ["Refund policy"] and extra["cssclasses"] == "wide"
     assert shown["live"] is False  # retired: show still shows it
     out = run_cli("show", PATH, "--repo", str(repo.root), "--as", "dana")
     assert "aliases: ['Refund policy']" in out.stdout and "not live now" in out.stdout

@@ -1,10 +1,11 @@
+import dataclasses
 import json
 import subprocess
 
 import pytest
 from conftest import T0, T1, run_cli, snapshot, team_fact
 
-from mdmem import MemoryRepo, NotFound, Refused
+from mdmem import ErasurePlan, MemoryRepo, NotFound, Refused
 
 PHONE = "555-0142"
 
@@ -31,18 +32,18 @@ def alice_world(repo):
 def test_erasing_alice_passes_every_check_and_lists_mentions(repo):
     alice_world(repo)
     receipt = repo.forget(as_user="alice", subject="user:alice", owner="alice", now=T1)
-    mentions = sorted(m["path"] for m in receipt["mentions"])
+    mentions = sorted(m["path"] for m in receipt.mentions)
     assert mentions == ["team/payments/service/billing/fact/runbook.owner.md",
                         "team/payments/service/billing/summary/digest.md"]
     needles = ["interviewing for the open backend role", "async standups", "Alice"]
     report = repo.prove_gone(needles, as_user="alice", subject="user:alice", owner="alice",
-                             allow_paths=receipt["mentions_for_review"])
-    assert report["pass"], json.dumps(report, indent=1)
-    assert report["scope"]["no_orphaned_index_entries"]["pass"]
+                             allow_paths=receipt.mentions_for_review)
+    assert report.passed, json.dumps(report.to_dict(), indent=1)
+    assert report.scope["no_orphaned_index_entries"]["pass"]
     blob = all_bytes(repo.root)
     assert b"interviewing for the open backend role" not in blob and b"async standups" not in blob
     audit = (repo.root / "audit/erasures.jsonl").read_text()
-    assert not any(n in audit for n in needles) and receipt["counts"]["notes"] == 2
+    assert not any(n in audit for n in needles) and receipt.counts["notes"] == 2
     assert all("interviewing" not in h.text for h in repo.recall("Alice is interviewing", as_user="alice", now=T1))
     assert repo.get(as_user="dana", subject="service:billing", kind="fact", key="runbook.owner", now=T1)
 
@@ -50,8 +51,8 @@ def test_erasing_alice_passes_every_check_and_lists_mentions(repo):
 def test_prove_gone_fails_while_the_text_is_still_anywhere(repo):
     alice_world(repo)
     report = repo.prove_gone(["async standups"], as_user="alice", owner="alice")
-    assert not report["pass"]
-    failed = {k for k, c in report["needles"][0]["checks"].items() if not c["pass"]}
+    assert not report.passed
+    failed = {k for k, c in report.needles[0]["checks"].items() if not c["pass"]}
     assert {"live_notes", "git_objects", "work_tree", "memory_views", "fulltext_index"} <= failed
 
 
@@ -67,8 +68,8 @@ def test_an_index_document_left_for_an_erased_note_fails_the_proof(repo):
         w.add_document(doc_id="private/alice/user/alice/fact/career.md", path="private/alice/user/alice/fact/career.md",
                        root="private/alice", kind="fact", subject="user:alice", body="[removed]")
     report = repo.prove_gone(["nothing to find here"], as_user="alice", subject="user:alice", owner="alice")
-    assert not report["pass"]
-    assert report["scope"]["no_orphaned_index_entries"]["where"] == ["private/alice/user/alice/fact/career.md"]
+    assert not report.passed
+    assert report.scope["no_orphaned_index_entries"]["where"] == ["private/alice/user/alice/fact/career.md"]
 
 
 def test_prove_gone_of_someone_elses_data_needs_the_role(repo):
@@ -122,7 +123,7 @@ def test_held_writes_are_reached_too(repo):
     assert r.status == "held"
     repo.access = type(repo.access)(repo.config.teams, frozenset({"dana"}))
     plan = repo.forget(as_user="dana", texts=[PHONE], dry_run=True, now=T1)
-    assert plan["review_branches"] == [f"review/{r.review_id}"]
+    assert plan.review_branches == [f"review/{r.review_id}"]
     repo.forget(as_user="dana", texts=[PHONE], now=T1)
     assert PHONE.encode() not in all_bytes(repo.root)
     [held] = repo.review_list(as_user="dana")  # scrubbed in place: a person still decides on it
@@ -145,8 +146,8 @@ def test_refusals_and_dry_runs_change_nothing(repo):
     with pytest.raises(Refused):
         repo.forget(as_user="bob", subject="service:billing", now=T1)  # a team's notes need the role
     plan = repo.forget(as_user="alice", owner="alice", dry_run=True, now=T1)
-    assert plan["dry_run"] and len(plan["notes"]) == 2
-    assert "interviewing" not in json.dumps(plan)
+    assert isinstance(plan, ErasurePlan) and len(plan.notes) == 2
+    assert "interviewing" not in json.dumps(plan.to_dict())
     assert snapshot(repo.root) == before
     with pytest.raises(NotFound):
         repo.forget(as_user="alice", paths=["private/alice/user/alice/fact/nothing.md"], now=T1)
@@ -163,7 +164,7 @@ def test_a_stale_clone_cannot_bring_erased_history_back(repo, tmp_path):
     subprocess.run(["git", "clone", "-q", str(bare), str(stale)], check=True)
 
     receipt = repo.forget(as_user="ali", texts=[PHONE], push=True, now=T1)
-    assert receipt["remotes"]["origin"].startswith("pushed")
+    assert receipt.remotes["origin"].startswith("pushed")
     subprocess.run(["git", "-C", str(bare), "reflog", "expire", "--expire=now", "--all"], check=True)
     subprocess.run(["git", "-C", str(bare), "gc", "-q", "--prune=now"], check=True)
     assert PHONE.encode() not in all_bytes(bare)
@@ -180,7 +181,7 @@ def test_a_stale_clone_cannot_bring_erased_history_back(repo, tmp_path):
 def test_cli_forget_dry_run_and_prove_gone_exit_codes(repo):
     alice_world(repo)
     r = run_cli("forget", "--owner", "alice", "--dry-run", "--repo", str(repo.root), "--as", "alice", "--json")
-    assert r.returncode == 0 and json.loads(r.stdout)["dry_run"]
+    assert r.returncode == 0 and set(json.loads(r.stdout)) == {f.name for f in dataclasses.fields(ErasurePlan)}
     r = run_cli("prove-gone", "--needle", "async standups", "--owner", "alice", "--repo", str(repo.root),
                 "--as", "alice")
     assert r.returncode == 7 and "FAIL" in r.stdout
@@ -188,7 +189,7 @@ def test_cli_forget_dry_run_and_prove_gone_exit_codes(repo):
     assert r.returncode == 0, r.stderr
     r = run_cli("prove-gone", "--needle", "async standups", "--owner", "alice", "--repo", str(repo.root),
                 "--as", "alice", "--json")
-    assert r.returncode == 0 and json.loads(r.stdout)["pass"]
+    assert r.returncode == 0 and json.loads(r.stdout)["passed"]
 
 
 def test_the_mention_scan_uses_configured_aliases(repo):
@@ -204,4 +205,4 @@ def test_the_mention_scan_uses_configured_aliases(repo):
     repo.remember("Alice prefers async standups", as_user="alice", kind="preference", subject="user:alice",
                   key="standup", now=T1)
     receipt = repo.forget(as_user="alice", owner="alice", now=T1)
-    assert sorted(m["path"].rsplit("/", 1)[-1] for m in receipt["mentions"]) == ["ledger.md", "migration.review.md"]
+    assert sorted(m["path"].rsplit("/", 1)[-1] for m in receipt.mentions) == ["ledger.md", "migration.review.md"]

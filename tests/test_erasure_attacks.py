@@ -34,13 +34,13 @@ def test_prove_gone_by_a_non_eraser_is_no_oracle_for_others_text(repo):
     for user in ("bob", "mallory"):
         present = repo.prove_gone(["XYZZY"], as_user=user, owner=user)
         absent = repo.prove_gone(["XYZZZ"], as_user=user, owner=user)
-        assert present["pass"] == absent["pass"]
-        assert present["needles"][0]["checks"].keys() == absent["needles"][0]["checks"].keys()
-        assert {k: v["pass"] for k, v in present["needles"][0]["checks"].items()} == \
-               {k: v["pass"] for k, v in absent["needles"][0]["checks"].items()}
-        assert "caches" in present["not_checked"]
+        assert present.passed == absent.passed
+        assert present.needles[0]["checks"].keys() == absent.needles[0]["checks"].keys()
+        assert {k: v["pass"] for k, v in present.needles[0]["checks"].items()} == \
+               {k: v["pass"] for k, v in absent.needles[0]["checks"].items()}
+        assert "caches" in present.not_checked
     # the eraser's proof still sees the caches
-    assert not repo.prove_gone(["XYZZY"], as_user="dana")["pass"]
+    assert not repo.prove_gone(["XYZZY"], as_user="dana").passed
 
 
 @pytest.mark.parametrize("user", ["mallory", "bob"])
@@ -76,7 +76,7 @@ def test_forget_keeps_unrelated_uncommitted_edits(repo):
     f = root / r.path
     f.write_text(f.read_text().replace("room Kiwi", "room Mango (edit in progress)"))
     plan = repo.forget(as_user="dana", texts=["vendor-escalation@acme.example"], dry_run=True)
-    assert r.path not in [x["path"] for x in plan["local_files"]]
+    assert r.path not in [x["path"] for x in plan.local_files]
     repo.forget(as_user="dana", texts=["vendor-escalation@acme.example"])
     assert "room Mango (edit in progress)" in f.read_text()
     assert git(root, "status", "--porcelain").split() == ["M", r.path]
@@ -94,7 +94,7 @@ def test_a_stash_message_quoting_erased_text_is_scrubbed(repo):
     repo.forget(as_user="dana", texts=["42 Wallaby Way Sydney"], force=True)
     assert "Wallaby" not in git(root, "stash", "list")
     assert b"Wallaby" not in (root / ".git" / "logs" / "refs" / "stash").read_bytes()
-    assert repo.prove_gone(["42 Wallaby Way Sydney"], as_user="dana")["pass"]
+    assert repo.prove_gone(["42 Wallaby Way Sydney"], as_user="dana").passed
 
 
 def test_erasing_a_person_keeps_team_notes_their_private_notes_only_quoted(repo):
@@ -107,9 +107,9 @@ def test_erasing_a_person_keeps_team_notes_their_private_notes_only_quoted(repo)
     repo.remember("Search admin password is Kestrel-Violet-Lantern-92", as_user="alice", kind="fact",
                   subject="service:search", key="pw", now=T1)
     plan = repo.forget(as_user="dana", owner="alice", subject="user:alice", dry_run=True, now=T1)
-    kept = {k["path"] for k in plan["not_scrubbed"]}
+    kept = {k["path"] for k in plan.not_scrubbed}
     assert {"team/payments/service/billing/fact/deploy.window.md", "team/search/service/search/fact/pw.md"} <= kept
-    assert not [c["path"] for c in plan["copies_to_scrub"] if c["path"].startswith("team/")]
+    assert not [c["path"] for c in plan.copies_to_scrub if c["path"].startswith("team/")]
     repo.forget(as_user="dana", owner="alice", subject="user:alice", now=T1)
     assert repo.get(as_user="bob", subject="service:billing", kind="fact", key="deploy.window").note.text == deploy
     assert "Kestrel-Violet-Lantern-92" in repo.get(as_user="carol", subject="service:search", kind="fact", key="pw").note.text
@@ -122,7 +122,7 @@ def test_a_team_note_quoting_the_erased_note_later_is_still_scrubbed(repo):
     repo.remember(SECRET, as_user="bob", kind="fact", subject="service:billing", key="gossip", scope="team",
                   team="payments", now=T1)
     plan = repo.forget(as_user="dana", owner="alice", subject="user:alice", dry_run=True, now=T1)
-    assert "team/payments/service/billing/fact/gossip.md" in {c["path"] for c in plan["copies_to_scrub"]}
+    assert "team/payments/service/billing/fact/gossip.md" in {c["path"] for c in plan.copies_to_scrub}
     repo.forget(as_user="dana", owner="alice", subject="user:alice", now=T1)
     assert "XYZZY" not in git(repo.root, "log", "--all", "-p")
 

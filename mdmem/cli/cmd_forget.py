@@ -42,7 +42,7 @@ def run(ctx) -> int:
         out = _open(ctx).finish_erasure()
         if out is None:
             raise NotFound("forget --resume: no interrupted erasure in this repository")
-        _print_receipt(ctx, out, resumed=True)
+        _print_receipt(ctx, out.to_dict(), resumed=True)
         return 0
     repo = ctx.repo()
     user = ctx.user
@@ -53,9 +53,9 @@ def run(ctx) -> int:
                       texts=a.texts or None, dry_run=a.dry_run, push=a.push, scrub=not a.no_scrub,
                       force=a.force, now=ctx.now)
     if a.dry_run:
-        _print_plan(ctx, out)
+        _print_plan(ctx, out.to_dict())
     else:
-        _print_receipt(ctx, out)
+        _print_receipt(ctx, out.to_dict())
     return 0
 
 

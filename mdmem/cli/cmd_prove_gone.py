@@ -19,7 +19,7 @@ def register(sub) -> None:
 def run(ctx) -> int:
     a = ctx.args
     report = ctx.repo().prove_gone(a.needles, as_user=ctx.user, subject=a.subject, owner=a.owner,
-                                   allow_paths=a.allow_paths)
+                                   allow_paths=a.allow_paths).to_dict()
     lines = []
     for i, item in enumerate(report["needles"]):
         lines.append(f"needle {i + 1}: {'PASS' if item['pass'] else 'FAIL'}")
@@ -38,4 +38,4 @@ def run(ctx) -> int:
     lines.append("cannot vouch for:")
     lines += [f"  - {x}" for x in report["cannot_reach"]]
     ctx.emit(report, "\n".join(lines))
-    return 0 if report["pass"] else ProofFailed.exit_code
+    return 0 if report["passed"] else ProofFailed.exit_code

@@ -1,7 +1,6 @@
 """mdmem recall QUERY [--kind K ...] [--subject S] [-k N] [--at TIME] [--history]"""
 from __future__ import annotations
 
-from ..model.layout import root_of
 from .context import add_common
 
 
@@ -29,10 +28,7 @@ def run(ctx) -> int:
     for h in hits:
         tag = ("" if h.current else " (past)") + (f" (UNTRUSTED: {h.untrusted})" if h.untrusted else "")
         lines.append(f"{h.score:.4f}  {h.kind:<9} {h.path}{tag}\n          {h.text.splitlines()[0]}")
-    # Broken notes are reported only from roots this user may read, and by path only: the
-    # reason quotes field values, which another user's note must not show.
-    readable = set(repo.access.readable_roots(ctx.user))
-    broken = {p: r for p, r in repo.index.broken().items() if root_of(p) in readable}
+    broken = repo.broken(as_user=ctx.user)
     if ctx.json:
         ctx.emit({"hits": [h.to_dict() for h in hits], "broken": broken})
     else:

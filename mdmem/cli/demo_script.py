@@ -54,9 +54,9 @@ def walk(path: Path) -> list[dict]:
     step("startup view (bob, first lines)", "\n".join(repo.startup(as_user="bob", now=T1).splitlines()[:8]))
     receipt = repo.forget(as_user="alice", subject="user:alice", now=T1)
     step("forget (alice erases her own subject)",
-         f"rewrote {receipt['counts']['commits_rewritten']} commit(s); receipt {receipt['id']} in audit/erasures.jsonl")
+         f"rewrote {receipt.counts['commits_rewritten']} commit(s); receipt {receipt.id} in audit/erasures.jsonl")
     proof = repo.prove_gone(["555-0142"], as_user="alice", subject="user:alice")
-    step("prove-gone", ("PASS" if proof["pass"] else "FAIL") + ": git objects, reflogs, work tree, index, vectors, "
-         "cache and views hold no copy\ncannot vouch for: " + "; ".join(proof["cannot_reach"][:2]))
+    step("prove-gone", ("PASS" if proof.passed else "FAIL") + ": git objects, reflogs, work tree, index, vectors, "
+         "cache and views hold no copy\ncannot vouch for: " + "; ".join(proof.cannot_reach[:2]))
     repo.close()
     return steps

@@ -27,6 +27,7 @@ from pathlib import Path
 from ..errors import Conflict, GitFailed, NotFound, Refused
 from ..model.clock import format_time, parse_time
 from ..model.layout import is_note_path
+from ..results import ErasurePlan, ErasureReceipt
 from ..storage import history_ops as ops
 from . import receipt as rc
 from .journal import Journal
@@ -41,7 +42,8 @@ erased_blob_ids = rc.erased_blob_ids
 
 
 def forget(repo, *, as_user: str, when: _dt.datetime, subject=None, owner=None, paths=None, texts=None,
-           dry_run: bool = False, push: bool = False, scrub: bool = True, force: bool = False) -> dict:
+           dry_run: bool = False, push: bool = False, scrub: bool = True,
+           force: bool = False) -> ErasurePlan | ErasureReceipt:
     """Plan (and unless ``dry_run``, do) an erasure. Call under the repo lock."""
     journal = Journal(repo.root)
     if journal.exists():
@@ -49,7 +51,7 @@ def forget(repo, *, as_user: str, when: _dt.datetime, subject=None, owner=None, 
     journal.remove()  # a journal folder without a journal: killed before anything changed
     plan = build_plan(repo, as_user=as_user, subject=subject, owner=owner, paths=paths, texts=texts, scrub=scrub)
     if dry_run:
-        return {"dry_run": True, **plan.to_dict()}
+        return ErasurePlan.from_dict(plan.to_dict())
     if not plan.changes_anything():
         raise NotFound("forget: nothing matches those targets")
     if plan.needs_force() and not force:
@@ -69,7 +71,7 @@ def forget(repo, *, as_user: str, when: _dt.datetime, subject=None, owner=None, 
              "old_note_blobs": sorted(ops.blobs_at(repo.root, is_note_path)),
              "refs": []}
     journal.save(state)
-    return _run(repo, journal, state)
+    return ErasureReceipt.from_dict(_run(repo, journal, state))
 
 
 def _push_leases(root: Path) -> dict[str, dict[str, str]]:
@@ -90,14 +92,14 @@ def _push_leases(root: Path) -> dict[str, dict[str, str]]:
     return leases
 
 
-def finish(repo) -> dict | None:
+def finish(repo) -> ErasureReceipt | None:
     """Finish an interrupted erasure (call under the repo lock). None if there was none."""
     journal = Journal(repo.root)
     if not journal.exists():
         journal.remove()
         return None
     ops.remove_stale_locks(repo.root)
-    return _run(repo, journal, journal.load())
+    return ErasureReceipt.from_dict(_run(repo, journal, journal.load()))
 
 
 def _run(repo, journal: Journal, state: dict) -> dict:

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from ..model import layout
+from ..results import ProofReport
 from ..storage import history_ops as ops
 from ..storage.worktree import scan_notes
 from .journal import Journal
@@ -42,7 +43,7 @@ def _explained(data: str, needle: str, texts: list[str], links: list[str]) -> bo
     return True
 
 
-def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=None, allow_paths=None) -> dict:
+def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=None, allow_paths=None) -> ProofReport:
     """An eraser's proof covers everything; anyone else's covers the roots they may read (and
     the repository's own files) and says how much it did not check, so it is no oracle for
     other people's data."""
@@ -134,7 +135,7 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
         if not eraser else {}
     report["cannot_reach"] = cannot_reach(repo)
     report["pass"] = all(n["pass"] for n in report["needles"]) and all(c["pass"] for c in report["scope"].values())
-    return report
+    return ProofReport.from_dict(report)
 
 
 def _all_roots(scan: HistoryScan) -> set[str]:

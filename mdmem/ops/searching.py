@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import MdmemError
 from ..model.clock import TimeLike
+from ..model.layout import root_of
 from ..model.text import check_unicode
+from ..policy.access import require_user
 from ..results import ProgressCallback
 from .state import RepoState
 
@@ -20,6 +22,13 @@ def reindex(repo: RepoState, *, rebuild: bool = False, progress: ProgressCallbac
     if rebuild:
         return repo.index.rebuild(progress=progress)
     return repo.index.sync(worktree=True, progress=progress)
+
+
+def broken(repo: RepoState, *, as_user: str) -> dict[str, str]:
+    """Notes the index keeps out because they are broken, with the reason, in the roots the
+    user may read only: the reason quotes field values another user's note must not show."""
+    readable = set(repo.access.readable_roots(require_user(as_user)))
+    return {p: r for p, r in repo.index.broken().items() if root_of(p) in readable}
 
 
 def recall(repo: RepoState, query: str, *, as_user: str, k: int = 5, kinds: list[str] | None = None,

@@ -29,10 +29,9 @@ class StoredNote:
         return root_of(self.path)
 
     def to_dict(self) -> dict:
-        out = {"path": self.path, "version": self.version, **self.note.to_dict()}
-        if self.untrusted:
-            out["untrusted"] = self.untrusted
-        return out
+        """results.py's rule: every field, the note nested, its id and text beside it."""
+        return {"path": self.path, "version": self.version, "note_id": self.note.id, "text": self.note.text,
+                "untrusted": self.untrusted, "note": self.note.to_dict()}
 
 
 # Notes found invalid, by (path, blob id, limit): a bad note costs one parse per process,

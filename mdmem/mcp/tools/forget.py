@@ -5,7 +5,7 @@ DESCRIPTION = ("Erase memory for good: every version of the matching notes, from
                "quoted elsewhere. By subject, by owner (a person's notes), by path, or by exact text (replaced by "
                "[removed]). Irreversible. "
                "dry_run=true shows the plan without changing anything (every file and count); a plan that changes "
-               "many files needs force=true. Returns the erasure receipt.")
+               "many files needs force=true. Returns the erasure receipt (or the plan, with dry_run).")
 
 
 def make(ctx):
@@ -13,5 +13,5 @@ def make(ctx):
                texts: list[str] | None = None, dry_run: bool = False, force: bool = False) -> dict:
         # The same permission as the CLI: computed on what would change, for the server's one identity.
         return ctx.repo.forget(as_user=ctx.user, subject=subject, owner=owner, paths=paths, texts=texts,
-                               dry_run=dry_run, force=force)
+                               dry_run=dry_run, force=force).to_dict()
     return forget

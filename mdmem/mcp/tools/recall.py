@@ -25,7 +25,7 @@ def make(ctx):
                             "views that share words with the question. Ask again shortly for ranked notes."}
         hits = ctx.repo.recall(query, as_user=ctx.user, k=k, kinds=kinds, subject=subject, key=key, at=at,
                                include_history=include_history, tags=tags)
-        return {"hits": [h.to_dict() for h in hits]}
+        return {"hits": [h.to_dict() for h in hits], "broken": ctx.repo.broken(as_user=ctx.user)}
     return recall
 
 
