@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from ..model.clock import format_time
+from ..model.kinds import DEFAULT_CONTRACTS
 from .context import add_common
 
 
 def register(sub) -> None:
     p = sub.add_parser("ls", help="list the notes you may see (live ones; --all for ended and expired too)")
     p.add_argument("--subject", help="like service:billing")
-    p.add_argument("--kind")
+    p.add_argument("--kind", help=f"one of: {', '.join(DEFAULT_CONTRACTS)}")
     p.add_argument("--root", help="one scope root you may read, like team/payments or private/<you>")
     p.add_argument("--all", action="store_true", help="include notes that ended or expired")
     add_common(p)

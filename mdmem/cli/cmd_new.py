@@ -7,12 +7,13 @@ import shlex
 import sys
 
 from ..errors import BadInput
+from ..model.kinds import kinds_for_writers
 from .context import add_common
 
 
 def register(sub) -> None:
     p = sub.add_parser("new", help="write a new note in $EDITOR from a scaffold with every required field")
-    p.add_argument("--kind", required=True)
+    p.add_argument("--kind", required=True, help=f"one of: {kinds_for_writers()}")
     p.add_argument("--subject", required=True, help="like service:billing or user:alice")
     p.add_argument("--key", help="keyed kinds need one, like refund.window")
     p.add_argument("--scope", default="private", choices=["private", "team"])

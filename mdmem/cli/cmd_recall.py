@@ -1,13 +1,15 @@
 """mdmem recall QUERY [--kind K ...] [--subject S] [-k N] [--at TIME] [--history]"""
 from __future__ import annotations
 
+from ..model.kinds import DEFAULT_CONTRACTS
 from .context import add_common
 
 
 def register(sub) -> None:
     p = sub.add_parser("recall", help="find the live notes that answer a question")
     p.add_argument("query")
-    p.add_argument("--kind", action="append", dest="kinds", help="restrict to a kind (repeatable)")
+    p.add_argument("--kind", action="append", dest="kinds",
+                   help=f"restrict to a kind (repeatable): {', '.join(DEFAULT_CONTRACTS)}")
     p.add_argument("--subject")
     p.add_argument("--key", help="with --subject and --kind: the one note under that key (an exact lookup)")
     p.add_argument("--tag", action="append", dest="tags",

@@ -4,13 +4,14 @@ from __future__ import annotations
 import sys
 
 from ..errors import HELD_EXIT_CODE
+from ..model.kinds import kinds_for_writers
 from .context import add_common
 
 
 def register(sub) -> None:
     p = sub.add_parser("remember", help="write one note through the write gate")
     p.add_argument("text", help="the note's text ('-' reads standard input)")
-    p.add_argument("--kind", required=True)
+    p.add_argument("--kind", required=True, help=f"one of: {kinds_for_writers()}")
     p.add_argument("--subject", required=True, help="like service:billing or user:alice")
     p.add_argument("--key")
     p.add_argument("--scope", choices=["private", "team"], help="default: team with --team, else private")

@@ -17,7 +17,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from ..errors import BadInput, as_mdmem_error
 from ..model.layout import check_name
 from ..repo import MemoryRepo
-from ..model.kinds import KIND_GUIDE
+from ..model.kinds import KIND_GUIDE, agent_review_rule
 
 CAPABILITIES = ("read", "write", "delete")
 # tool module -> the capability it needs. Approving held writes is deliberately not a tool:
@@ -45,9 +45,7 @@ key="deploy.window", scope="team", team="<team>")`.
 Working notes need a key too and expire (ttl, default 1h):
 `remember(text="Editing PaymentController.cs", kind="working", subject="task:current", key="file")`.
 Every write is recorded as yours (agent:<your name>); say where it came from in `source`
-(source="tool:<name>", source="web:<url>") for the reviewer. Facts, profiles, decisions and
-procedures wait for a person's review; episodes and working notes in your private memory are
-written at once, and in a team scope they wait for review too unless the team allows it.
+(source="tool:<name>", source="web:<url>") for the reviewer. """ + agent_review_rule() + """
 If `remember` answers status "refused" with existing_keys, update under the matching key, or pass
 new_key=true if it really is a new fact.
 Kinds:

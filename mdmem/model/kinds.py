@@ -99,3 +99,44 @@ KIND_GUIDE = [
     ("summary", "A per-scope digest built by consolidation from the live notes it lists.",
      "Never write it by hand: consolidation regenerates it from the notes it lists."),
 ]
+
+
+def _span(delta: _dt.timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def writing_rule(contract: Contract) -> str:
+    """What a writer must know of one kind, read off its contract (never worded by hand)."""
+    if contract.name == "summary":
+        return "built by consolidate from the notes it lists; not written by hand"
+    parts = []
+    if contract.append_only:
+        parts.append("append-only; key optional")
+    elif contract.keyed:
+        parts.append("keyed: a write under an existing key supersedes it")
+    if contract.default_ttl:
+        parts.append(f"expires after ttl, default {_span(contract.default_ttl)}")
+    return "; ".join(parts)
+
+
+def kinds_for_writers(contracts: dict[str, Contract] | None = None) -> str:
+    """Every kind with its writing rule, for the MCP remember tool and the CLI's help; kinds in a
+    row with the same rule share it ("profile, fact (keyed: ...)")."""
+    from itertools import groupby
+
+    groups = groupby((contracts or DEFAULT_CONTRACTS).values(), key=writing_rule)
+    return ", ".join(f"{', '.join(c.name for c in same)} ({rule})" for rule, same in groups)
+
+
+def agent_review_rule(contracts: dict[str, Contract] | None = None) -> str:
+    """Which kinds an agent's own statement may write at once and which wait for a person."""
+    kinds = contracts or DEFAULT_CONTRACTS
+    held = [n for n, c in kinds.items() if not c.agent_may_write and n != "summary"]
+    direct = [n for n, c in kinds.items() if c.agent_may_write]
+    return (f"An agent's {', '.join(held)} notes wait for a person's review; {' and '.join(direct)} notes "
+            "in your private memory are written at once, and in a team scope they wait for review too "
+            "unless the team allows it.")

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 from ...errors import Refused
+from ...model.kinds import kinds_for_writers
 from ...policy.gate import AGENT
 
-DESCRIPTION = ("Write one memory note. kind: profile, fact, decision, procedure (keyed: a write under an "
-               "existing key supersedes it), episode (append-only; key optional), working (keyed too; expires "
-               "after ttl, default 1h). subject: like service:web or user:alice. scope: private (default) or "
+DESCRIPTION = (f"Write one memory note. kind: {kinds_for_writers()}. "
+               "subject: like service:web or user:alice. scope: private (default) or "
                "team (with team). The write is recorded as yours (agent:<your name>) whatever you pass; source: "
                "where you got it (tool:<name>, web:<url>, user), shown to the reviewer. Returns status committed, "
                "held (waiting for a person to review) or refused (with existing_keys: update under the matching "
