@@ -13,6 +13,30 @@ from mdmem.storage import gitstore
 from mdmem.storage.locks import Lock
 
 
+PUBLIC = {
+    "MemoryRepo", "Note", "StoredNote", "Hit", "WriteResult", "Version", "ReviewItem", "KeyInfo", "SweepResult",
+    "BatchResult", "ProgressCallback", "ErasurePlan", "ErasureReceipt", "ProofReport",
+    "MdmemError", "BadInput", "NoteInvalid", "Refused", "Conflict", "BranchMoved", "LockTimeout", "NotFound",
+    "ProofFailed", "EmbedderError", "GitFailed", "Internal",
+}
+
+
+def test_the_public_names_are_pinned():
+    """`import mdmem` offers exactly these; every result type and every error class is among
+    them (a new one must be exported, and a removed one is an API change this test names)."""
+    import inspect
+
+    import mdmem.errors
+    import mdmem.results
+
+    assert sorted(mdmem.__all__) == sorted(PUBLIC) and len(mdmem.__all__) == len(PUBLIC)
+    assert all(getattr(mdmem, name) is not None for name in mdmem.__all__)
+    results = {n for n, c in inspect.getmembers(mdmem.results, inspect.isclass)
+               if issubclass(c, mdmem.results.Result) and c is not mdmem.results.Result}
+    errors = {n for n, c in inspect.getmembers(mdmem.errors, inspect.isclass) if issubclass(c, MdmemError)}
+    assert results | errors <= set(mdmem.__all__), (results | errors) - set(mdmem.__all__)
+
+
 def test_open_forms_and_the_context_manager_close_the_caches(repo):
     r = team_fact(repo, "Billing deploys any weekday")
     assert MemoryRepo(repo.root).get(as_user="bob", path=r.path).note.text == "Billing deploys any weekday"
