@@ -384,7 +384,7 @@ def test_rejection_is_in_the_audit_log_without_content(repo):
     repo.reject(held.review_id, as_user="dana", now=T1)
     log = (repo.root / "audit/reviews.jsonl").read_text()
     record = json.loads(log.splitlines()[-1])
-    assert record["op"] == "reject" and record["by"] == "dana" and record["review_id"] == held.review_id
+    assert record["op"] == "reject" and record["actor"] == "dana" and record["review_id"] == held.review_id
     assert record["at"] == "2026-10-15T09:00:00Z" and record["root"] == "team/payments"
     assert "SECRET-TEXT" not in log and "latency" not in log
     assert git(repo.root, "status", "--porcelain").stdout == ""

@@ -80,7 +80,7 @@ def reject(repo: RepoState, review_id: str, *, as_user: str, now: TimeLike = Non
     root = layout.parse_path(item.path).root
     repo.access.check_write(user, root)
     when = resolve_now(now)
-    record = {"op": "reject", "review_id": review_id, "by": user, "at": format_time(when), "root": root,
+    record = {"op": "reject", "review_id": review_id, "actor": user, "at": format_time(when), "root": root,
               "held_commit": item.commit}
     with repo.store.locked():
         head = repo.store.head()
