@@ -204,6 +204,34 @@ def test_erasure_results_say_actor_and_read_old_receipts(repo):
     assert set(report.to_dict()) == {"needles", "subject", "owner", "scope", "not_checked", "cannot_reach", "passed"}
 
 
+def test_an_erasure_interrupted_under_the_old_receipt_word_finishes_with_actor(repo, monkeypatch):
+    """The attack: an erasure killed after its receipt was recorded by a version that wrote
+    ``asked_by`` (the journal keeps that receipt); the upgraded mdmem finishes it and answers
+    with an ErasureReceipt whose actor is who asked."""
+    from mdmem.erasure import forget as forget_module
+    from mdmem.erasure.journal import Journal
+    from mdmem.results import ErasureReceipt
+
+    r = repo.remember("Bob's phone is 555-0199", as_user="bob", kind="profile", subject="user:bob", key="phone",
+                      now=T0)
+
+    def killed(root):
+        raise KeyboardInterrupt("killed after the receipt was committed")
+
+    monkeypatch.setattr(forget_module.ops, "remotes", killed)
+    with pytest.raises(KeyboardInterrupt):
+        repo.forget(as_user="bob", paths=[r.path], now=T0)
+    monkeypatch.undo()
+    journal = Journal(repo.root)
+    state = journal.load()
+    assert state["phase"] == "receipted"
+    state["receipt"]["asked_by"] = state["receipt"].pop("actor")
+    journal.save(state)
+    finished = MemoryRepo.open(repo.root, finish_erasure=False).finish_erasure()
+    assert isinstance(finished, ErasureReceipt) and finished.actor == "bob" and finished.counts["notes"] == 1
+    assert not journal.exists()
+
+
 def test_an_omitted_scope_means_the_same_in_every_operation(repo):
     """One default everywhere: the team's scope when a team is named, else the user's own."""
     mine = repo.remember("I prefer short answers", as_user="bob", kind="profile", subject="user:bob",
