@@ -44,10 +44,16 @@ def plain(value: Any) -> Any:
 
 
 class Result:
-    """Base of the result dataclasses: ``to_dict`` is every field through :func:`plain`."""
+    """Base of the result dataclasses: ``to_dict`` is every field through :func:`plain`; a
+    result with a ``note`` field also gives the note's ``note_id`` and ``text`` beside it."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        out = {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        if "note" in out:
+            note: Note | None = getattr(self, "note")  # noqa: B009 -- declared by the subclass, not by Result
+            out["note_id"] = note.id if note is not None else None
+            out["text"] = note.text if note is not None else None
+        return out
 
 
 @dataclass(frozen=True)
@@ -87,9 +93,6 @@ class Version(Result):
     def text(self) -> str | None:
         return self.note.text if self.note else None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "note_id": self.note_id, "text": self.text}
-
 
 @dataclass(frozen=True)
 class ReviewItem(Result):
@@ -107,6 +110,14 @@ class ReviewItem(Result):
     claimed_source: str | None = None
     base_version: str | None = None  # the note's version when the write was held (None: it did not exist)
     changed_since: str | None = None  # the note's version now, when it changed after the hold
+
+    @property
+    def note_id(self) -> str:
+        return self.note.id
+
+    @property
+    def text(self) -> str:
+        return self.note.text
 
 
 @dataclass(frozen=True)

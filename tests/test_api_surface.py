@@ -171,6 +171,11 @@ def test_cli_json_and_mcp_return_the_same_shapes(repo):
     assert stored.to_dict()["note_id"] == stored.note.id and stored.to_dict()["untrusted"] is None
     [version] = repo.history(as_user="bob", path=committed.path)
     assert version.to_dict()["note"]["text"] == version.to_dict()["text"]
+    held = team_fact(repo, "Grafana says deploys fail on Fridays", key="deploy.risk", source="tool:grafana",
+                     new_key=True)
+    [item] = repo.review_list(as_user="bob")
+    assert item.review_id == held.review_id and item.to_dict()["note_id"] == item.to_dict()["note"]["id"]
+    assert item.to_dict()["text"] == "Grafana says deploys fail on Fridays"
     assert cli("history", committed.path) == mcp("history", path=committed.path) == \
         {"versions": [version.to_dict()]}
     assert cli("keys", "--subject", "service:billing", "--kind", "fact") == \
