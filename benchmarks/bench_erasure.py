@@ -7,6 +7,7 @@ Options: --quick (no timing, fewer kills), --kills N, --json."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import random
 import re
@@ -55,7 +56,7 @@ def alice() -> list[list]:
                          f"{near['path'].rsplit('/', 1)[-1]} ({near['cosine']})" if near else "-"])
         rows.append(["(scope checks)", "PASS" if all(c["pass"] for c in report.scope.values()) else "FAIL",
                      "", ""])
-        rows.append(["(mention scan)", f"{len(receipt['mentions'])} live team note(s) for review", "", ""])
+        rows.append(["(mention scan)", f"{len(receipt.mentions)} live team note(s) for review", "", ""])
         seed = data["erasure"]["seed_result"]
         rows.append(["seed", f"text left in file after delete: {seed['deleted_text_in_file_after_delete_secure_delete_off']}",
                      "", f"nearest cosine {seed['nearest_remaining_cosine']}"])
@@ -267,7 +268,7 @@ def two_writers() -> list[list]:
                 ["'alice' in commit authors/committers/messages", in_meta],
                 ["'alice' in any file or path of any commit (but mdmem.toml)", in_files],
                 ["mdmem.toml versions naming her (configuration: never rewritten)", config_versions],
-                ["receipt names her", "yes" if b"alice" in str(receipt).encode().lower() else "no"]]
+                ["receipt names her", "yes" if b"alice" in json.dumps(receipt.to_dict()).encode().lower() else "no"]]
 
 
 def one_character() -> list[list]:

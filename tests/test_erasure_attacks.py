@@ -49,7 +49,7 @@ def test_forget_text_dry_run_is_no_oracle(repo, user):
     for guess in ("555-0141", "555-0142", "Kestrel-Violet-Lantern-91", "Kestrel-Violet-Lantern-92"):
         try:
             plan = repo.forget(as_user=user, texts=[guess], dry_run=True)
-            answers.append(("plan", sorted(f["path"] for f in plan.get("local_files", []))))
+            answers.append(("plan", sorted(f["path"] for f in plan.local_files)))
         except (NotFound, Refused) as e:
             answers.append((type(e).__name__, str(e).replace(guess, "G")))
     assert answers[0] == answers[1] and answers[2] == answers[3], answers

@@ -119,7 +119,7 @@ def test_refusal_does_not_depend_on_unreadable_data(tmp_path):
                           key="pin", now=T0)
         try:
             answers.append(repo.forget(as_user="bob", texts=["PIN is 4321 for the garage door"], dry_run=True,
-                                       now=T1)["notes"])
+                                       now=T1).notes)
         except Refused as exc:
             answers.append(str(exc))
     assert answers[0] == answers[1]
