@@ -178,7 +178,8 @@ class ErasurePlan(Result):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ErasurePlan:
-        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
+        """From ``erasure.plan.Plan.to_dict``: a key added there and not here fails loudly."""
+        return cls(**data)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """The public surface: what `import mdmem` offers, how a repo is opened and closed, the one
 error tree and its mapping at the boundaries, and a library that ignores the environment."""
+import dataclasses
 import json
 
 import pytest
@@ -202,6 +203,9 @@ def test_erasure_results_say_actor_and_read_old_receipts(repo):
     assert isinstance(receipt, ErasureReceipt) and receipt.actor == "bob" and receipt.counts["notes"] == 1
     recorded = json.loads((repo.root / "audit" / "erasures.jsonl").read_text().splitlines()[-1])
     assert recorded["actor"] == "bob" and "asked_by" not in recorded
+    # Every key the erasure records is a field of the result (nothing dropped at the boundary);
+    # the result adds where HEAD went and the mention scan, which the audit line leaves out.
+    assert set(recorded) | {"new_head", "mentions"} == {f.name for f in dataclasses.fields(ErasureReceipt)}
     old = {**recorded, "asked_by": recorded.pop("actor")}
     assert ErasureReceipt.from_dict(old).actor == "bob"
     report = repo.prove_gone(["555-0199"], as_user="bob")
