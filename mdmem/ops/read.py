@@ -3,6 +3,7 @@ helpers every operation shares to find a note's root and path and read it from t
 from __future__ import annotations
 
 import datetime as _dt
+from typing import Any
 from dataclasses import replace
 
 from ulid import ULID
@@ -151,7 +152,8 @@ def listing(repo: RepoState, *, as_user: str, subject: str | None = None, kind: 
             and (subject is None or s.note.subject == subject)]
 
 
-def verify(repo: RepoState, *, as_user: str | None) -> dict:
+def verify(repo: RepoState, *, as_user: str | None) -> dict[str, Any]:
+    """trust's report; for a user, only the notes in roots they may read (and mdmem.toml)."""
     report = repo.trust.report()
     if as_user is None:
         return report
