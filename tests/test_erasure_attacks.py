@@ -174,9 +174,9 @@ def test_a_linked_worktree_keeps_its_unrelated_work_when_one_file_in_it_holds_er
     note = wt / "team/search/service/search/fact/pw.md"
     note.write_text(note.read_text().replace("92", "93"))
     plan = repo.forget(as_user="dana", owner="alice", subject="user:alice", dry_run=True, now=T1)
-    assert [w["action"] for w in plan["worktrees"]] == ["files scrubbed"]
+    assert [w["action"] for w in plan.worktrees] == ["files scrubbed"]
     receipt = repo.forget(as_user="dana", owner="alice", subject="user:alice", now=T1)
-    assert receipt["counts"]["worktree_files_scrubbed"] == 1
+    assert receipt.counts["worktree_files_scrubbed"] == 1
     assert (wt / "design-doc.md").read_text() == "important unrelated work in progress"
     assert "Lantern-93" in note.read_text()
     assert "XYZZY" not in (wt / "untracked-note.txt").read_text()
