@@ -509,7 +509,7 @@ def test_config_change_by_a_non_admin_does_not_change_access(tmp_path):
             repo.remember("x", as_user="bob", kind="fact", subject="service:search", key="pw2", scope="team",
                           team="search", now=T1)
         plan = repo.forget(as_user="bob", texts=["Kestrel-Violet-Lantern-92"], dry_run=True)
-        assert "team/search" not in json.dumps(plan, default=str), plan
+        assert "team/search" not in json.dumps(plan.to_dict()), plan
         with pytest.raises(NotFound):  # team search is not his to read, let alone erase
             repo.forget(as_user="bob", paths=["team/search/service/search/fact/pw.md"], dry_run=True)
         # [trust] widening: tool:* still held, an agent's fact still held.
