@@ -214,7 +214,7 @@ def test_forget_leaves_no_copy_in_kept_packs_rr_cache_or_a_branch_description(re
     objects = subprocess.run(["git", "-C", str(root), "cat-file", "--batch-all-objects", "--batch"],
                              capture_output=True).stdout
     assert b"XYZZY" not in objects
-    assert repo.prove_gone(["medical condition XYZZY"], as_user="dana", owner="alice")["pass"]
+    assert repo.prove_gone(["medical condition XYZZY"], as_user="dana", owner="alice").passed
 
 
 def test_erasing_a_subject_covers_its_sub_subjects(repo):
@@ -222,10 +222,10 @@ def test_erasing_a_subject_covers_its_sub_subjects(repo):
     repo.remember("Alice is on call Tuesdays", as_user="bob", kind="fact", subject="user:alice:oncall", key="day",
                   scope="team", team="payments", now=T0)
     plan = repo.forget(as_user="dana", owner="alice", subject="user:alice", dry_run=True, now=T1)
-    assert "team/payments/user/alice/oncall/fact/day.md" in plan["notes"]
+    assert "team/payments/user/alice/oncall/fact/day.md" in plan.notes
     repo.forget(as_user="dana", owner="alice", subject="user:alice", now=T1)
     assert "on call Tuesdays" not in git(repo.root, "log", "--all", "-p")
-    assert repo.prove_gone(["Alice is on call Tuesdays"], as_user="dana", owner="alice")["pass"]
+    assert repo.prove_gone(["Alice is on call Tuesdays"], as_user="dana", owner="alice").passed
 
 
 def test_forgetting_a_person_again_changes_nothing(repo):
@@ -235,7 +235,7 @@ def test_forgetting_a_person_again_changes_nothing(repo):
                   scope="team", team="payments", now=T1)
     head = git(repo.root, "rev-parse", "HEAD")
     plan = repo.forget(as_user="dana", owner="alice", dry_run=True, now=T1)
-    assert plan["commits_to_rewrite"] == 0
+    assert plan.commits_to_rewrite == 0
     with pytest.raises(NotFound):
         repo.forget(as_user="dana", owner="alice", now=T1)
     assert git(repo.root, "rev-parse", "HEAD") == head
