@@ -899,5 +899,5 @@ def test_prove_gone_reports_a_note_the_owner_still_owns(repo):
     kept = repo.remember("Alice's locker code is 2468", as_user="alice", kind="profile", subject="user:alice",
                          key="locker", now=T0)
     report = repo.prove_gone(["2468"], as_user="alice", owner="alice")
-    owned = report["scope"]["no_note_owned"]
+    owned = report.scope["no_note_owned"]
     assert owned["pass"] is False and kept.path in json.dumps(owned)
