@@ -10,13 +10,14 @@ from .errors import (BadInput, BranchMoved, Conflict, EmbedderError, GitFailed, 
 from .model.note import Note
 from .search.recall import Hit
 from .repo import MemoryRepo
-from .results import (BatchResult, ErasurePlan, ErasureReceipt, KeyInfo, ProgressCallback, ProofReport, ReviewItem,
+from .results import (BatchResult, ErasurePlan, ErasureReceipt, IndexReport, KeyInfo, ProgressCallback, ProofReport,
+                      RenderResult, ReviewItem,
                       SweepResult, Version, WriteResult)
 from .storage.worktree import StoredNote
 
 __all__ = [
     "MemoryRepo", "Note", "StoredNote", "Hit", "WriteResult", "Version", "ReviewItem", "KeyInfo", "SweepResult",
-    "BatchResult", "ProgressCallback", "ErasurePlan", "ErasureReceipt", "ProofReport",
+    "BatchResult", "ProgressCallback", "ErasurePlan", "ErasureReceipt", "ProofReport", "RenderResult", "IndexReport",
     "MdmemError", "BadInput", "NoteInvalid", "Refused", "Conflict", "BranchMoved", "LockTimeout", "NotFound",
     "ProofFailed", "EmbedderError", "GitFailed", "Internal",
 ]

@@ -16,7 +16,8 @@ from .ops import founding, lifecycle, read, render, review, searching, write
 from .ops.state import RepoState
 from .policy.access import require_user
 from .policy.gate import HUMAN
-from .results import (BatchResult, ErasurePlan, ErasureReceipt, KeyInfo, ProgressCallback, ProofReport, ReviewItem,
+from .results import (BatchResult, ErasurePlan, ErasureReceipt, IndexReport, KeyInfo, ProgressCallback, ProofReport,
+                      RenderResult, ReviewItem,
                       SweepResult, Version, WriteResult)
 from .storage.worktree import StoredNote
 
@@ -222,7 +223,7 @@ class MemoryRepo(RepoState):
         """Views committed at HEAD that differ from a fresh render of HEAD (`mdmem check`)."""
         return render.stale_views(self)
 
-    def render(self, *, as_user: str, now: TimeLike = None) -> dict[str, Any]:
+    def render(self, *, as_user: str, now: TimeLike = None) -> RenderResult:
         """Regenerate the root MEMORY.md and every scope view in one commit."""
         return render.render(self, as_user=as_user, now=now)
 
@@ -232,7 +233,7 @@ class MemoryRepo(RepoState):
         return render.startup(self, as_user=as_user, now=now)
 
     # --- the index and recall (ops/searching.py) ------------------------------------------
-    def reindex(self, *, rebuild: bool = False, progress: ProgressCallback | None = None) -> Any:
+    def reindex(self, *, rebuild: bool = False, progress: ProgressCallback | None = None) -> IndexReport:
         """Catch the index up with the notes (or rebuild it from them)."""
         return searching.reindex(self, rebuild=rebuild, progress=progress)
 

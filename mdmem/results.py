@@ -140,6 +140,27 @@ class SweepResult(Result):
     commit: str | None
 
 
+@dataclass(frozen=True)
+class RenderResult(Result):
+    """What ``render`` rewrote: the views (paths) in its one commit (None when all were fresh)."""
+
+    commit: str | None
+    views: list[str]
+
+
+@dataclass(frozen=True)
+class IndexReport(Result):
+    """What ``reindex`` did to the disposable index: counts of notes indexed and removed, the
+    notes kept out with why, whether it was rebuilt, vectors embedded and taken from the cache."""
+
+    indexed: int
+    removed: int
+    broken: dict[str, str]
+    rebuilt: bool
+    embedded: int
+    from_cache: int
+
+
 @dataclass
 class BatchResult(Result):
     """What remember_many did: items committed, held for review and refused (each with its

@@ -16,7 +16,7 @@ from mdmem.storage.locks import Lock
 
 PUBLIC = {
     "MemoryRepo", "Note", "StoredNote", "Hit", "WriteResult", "Version", "ReviewItem", "KeyInfo", "SweepResult",
-    "BatchResult", "ProgressCallback", "ErasurePlan", "ErasureReceipt", "ProofReport",
+    "BatchResult", "ProgressCallback", "ErasurePlan", "ErasureReceipt", "ProofReport", "RenderResult", "IndexReport",
     "MdmemError", "BadInput", "NoteInvalid", "Refused", "Conflict", "BranchMoved", "LockTimeout", "NotFound",
     "ProofFailed", "EmbedderError", "GitFailed", "Internal",
 }

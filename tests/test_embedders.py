@@ -104,7 +104,7 @@ def test_changing_the_model_re_embeds_and_the_cache_keeps_both(repo):
         assert models == {"ollama:nomic-embed-text", "openai:text-embedding-3-small"}
         before = len(server.requests)
         report = repo.reindex(rebuild=True)
-        assert report.embedded == 0 and report.cached == 2 and len(server.requests) == before
+        assert report.embedded == 0 and report.from_cache == 2 and len(server.requests) == before
 
 
 def test_minilm_default_is_offline_verified_and_normalised():

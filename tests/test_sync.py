@@ -80,7 +80,7 @@ def test_two_clones_with_unrelated_facts_both_end_up_with_both(clones):
     # The repo works afterwards: a write, a render that has nothing to do.
     a = MemoryRepo.open(a.root)
     assert fact(a, "Disputes within 60 days", "dispute.window", now=T2).status == "committed"
-    assert a.render(as_user="bob", now=T2)["commit"] is None
+    assert a.render(as_user="bob", now=T2).commit is None
 
 
 def test_the_same_keyed_note_changed_in_two_clones_resolves_by_validity(clones):

@@ -14,8 +14,8 @@ def register(sub) -> None:
 def run(ctx) -> int:
     report = ctx.repo().reindex(rebuild=ctx.args.rebuild, progress=ctx.progress())
     d = report.to_dict()
-    text = (f"{'rebuilt' if report.rebuilt else 'caught up'}: {d['indexed']} indexed, {d['removed']} removed, "
-            f"{d['embedded']} embedded, {d['from_cache']} vectors from the cache")
+    text = (f"{'rebuilt' if report.rebuilt else 'caught up'}: {report.indexed} indexed, {report.removed} removed, "
+            f"{report.embedded} embedded, {report.from_cache} vectors from the cache")
     for path, reason in report.broken.items():
         text += f"\n{path}: {reason} (kept out of the index)"
     ctx.emit(d, text)

@@ -12,5 +12,5 @@ def register(sub) -> None:
 
 def run(ctx) -> int:
     out = ctx.repo().render(as_user=ctx.user, now=ctx.now)
-    ctx.emit(out, f"rewrote {len(out['views'])} view(s)" + "".join(f"\n  {v}" for v in out["views"]))
+    ctx.emit(out.to_dict(), f"rewrote {len(out.views)} view(s)" + "".join(f"\n  {v}" for v in out.views))
     return 0

@@ -3,10 +3,10 @@ re-render, the stale ones, and the startup view one user starts from."""
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Any
 
 from ..model.clock import TimeLike, resolve_now
 from ..policy.access import require_user
+from ..results import RenderResult
 from ..storage.gitstore import Trailers
 from .state import RepoState
 
@@ -44,17 +44,17 @@ def stale_views(repo: RepoState) -> list[str]:
     return repo.views.stale(head) if head else []
 
 
-def render(repo: RepoState, *, as_user: str, now: TimeLike = None) -> dict[str, Any]:
+def render(repo: RepoState, *, as_user: str, now: TimeLike = None) -> RenderResult:
     """Regenerate the root MEMORY.md and every scope view in one commit."""
     user = require_user(as_user)
     when = resolve_now(now)
     with repo.store.locked():
         changes = fresh_view_changes(repo)
         if not changes:
-            return {"commit": None, "views": []}
+            return RenderResult(commit=None, views=[])
         message = "render MEMORY views\n\n" + Trailers("render", user, "system:render").render()
         commit = repo.store.commit(changes, message, actor=user, when=when)
-    return {"commit": commit, "views": sorted(changes)}
+    return RenderResult(commit=commit, views=sorted(changes))
 
 
 def startup(repo: RepoState, *, as_user: str, now: TimeLike = None) -> str:

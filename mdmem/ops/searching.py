@@ -10,18 +10,20 @@ from ..model.clock import TimeLike
 from ..model.layout import root_of
 from ..model.text import check_unicode
 from ..policy.access import require_user
-from ..results import ProgressCallback
+from ..results import IndexReport, ProgressCallback
 from .state import RepoState
 
 if TYPE_CHECKING:
     from ..search.recall import Hit
 
 
-def reindex(repo: RepoState, *, rebuild: bool = False, progress: ProgressCallback | None = None) -> Any:
+def reindex(repo: RepoState, *, rebuild: bool = False, progress: ProgressCallback | None = None) -> IndexReport:
     """Catch the index up with the notes (or rebuild it from them)."""
     if rebuild:
-        return repo.index.rebuild(progress=progress)
-    return repo.index.sync(worktree=True, progress=progress)
+        report = repo.index.rebuild(progress=progress)
+    else:
+        report = repo.index.sync(worktree=True, progress=progress)
+    return IndexReport(**report.to_dict())
 
 
 def broken(repo: RepoState, *, as_user: str) -> dict[str, str]:
