@@ -137,7 +137,11 @@ def test_a_running_mcp_server_keeps_working_after_another_process_erases(repo):
 
     async def session():
         async with Client(params(repo, "alice", "read,write"), read_timeout_seconds=60) as client:
-            first = data(await client.call_tool("recall", {"query": "alice phone number"}))
+            for _ in range(240):  # the server builds its index beside; wait until it answers from it
+                first = data(await client.call_tool("recall", {"query": "alice phone number"}))
+                if first.get("index") != "building":
+                    break
+                await asyncio.sleep(0.5)
             erase = run_cli("forget", "--owner", "alice", "--subject", "user:alice", "--repo", str(root),
                             "--as", "alice")
             assert erase.returncode == 0, erase.stderr
