@@ -128,7 +128,7 @@ def _integrate(repo, user, when, head, their_head, remote, branch) -> tuple[str,
 
 def _publish_erasure(store, remote: str, branch: str) -> tuple[str, list[ConflictPair]]:
     """The remote holds only history erased here: push the rewritten history over it."""
-    ok, error = sync_ops.force_push(store, remote, f"HEAD:refs/heads/{branch}")
+    ok, error = sync_ops.push(store, remote, f"HEAD:refs/heads/{branch}", force=True)
     if not ok:
         raise GitFailed(f"sync: publishing the erasure to {remote} failed: {error[:200]}")
     sync_ops.set_ref(store, f"refs/remotes/{remote}/{branch}", store.head())
@@ -166,9 +166,10 @@ def _refuse_erased(store, head, their_head, remote, branch) -> None:
     if not (here or there) or not their_head:
         return
     incoming = sync_ops.object_ids(store, their_head, exclude=head)
-    behind = sorted(incoming & erased_commit_ids(here))
+    erased_here = erased_commit_ids(here)
+    behind = sorted(incoming & erased_here)
     if behind:
-        others = incoming & sync_ops.commit_ids(store, their_head, exclude=head) - erased_commit_ids(here)
+        others = store.commit_ids(their_head, exclude=head) - erased_here
         raise _RemoteBehindErasure(
             f"sync: {remote}/{branch} still holds {len(behind)} commit(s) erased in this clone (forget ran "
             "without --push), and "
@@ -176,7 +177,7 @@ def _refuse_erased(store, head, their_head, remote, branch) -> None:
                f"(git cherry-pick, then mdmem check) before the erasure can be published"
                if others else "nothing else: `mdmem sync --push` publishes the erasure (a force-push)")
             + "; the fetched history was dropped, nothing changed", publishable=not others)
-    stale = sorted(sync_ops.commit_ids(store, "HEAD") & erased_commit_ids(there)) if head else []
+    stale = sorted(store.commit_ids("HEAD") & erased_commit_ids(there)) if head else []
     if stale:
         raise Refused(f"sync: this clone holds {len(stale)} commit(s) that {remote} erased (first {stale[0][:10]}); "
                       f"re-clone it (save your own uncommitted notes first); nothing changed")

@@ -214,8 +214,9 @@ class GitQueries:
         """The text of ``path`` at ``rev``; "" when either does not exist."""
         return self.git("show", f"{rev}:{path}", check=False)
 
-    def commit_ids(self, rev: str = "--all") -> set[str]:
-        return set(self.git("rev-list", rev, check=False).split())
+    def commit_ids(self, rev: str = "--all", *, exclude: str | None = None) -> set[str]:
+        """The commits ``rev`` reaches, less those ``exclude`` reaches."""
+        return set(self.git("rev-list", rev, *([f"^{exclude}"] if exclude else []), check=False).split())
 
     def merge_base(self, a: str, b: str) -> str:
         return self.git("merge-base", a, b, check=False).strip()

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pygit2
 
+from . import history_ops
+
 IN_PROGRESS = (("rebase-merge", "a rebase"), ("rebase-apply", "a rebase or am"), ("MERGE_HEAD", "a merge"),
                ("CHERRY_PICK_HEAD", "a cherry-pick"), ("REVERT_HEAD", "a revert"))
 
@@ -43,23 +45,13 @@ def set_ref(store, ref: str, target: str | None) -> None:
         _run(store, "update-ref", ref, target)
 
 
-def push(store, remote: str, refspec: str) -> tuple[bool, str]:
-    proc = _run(store, "push", "--quiet", remote, refspec)
+def push(store, remote: str, refspec: str, *, force: bool = False) -> tuple[bool, str]:
+    proc = _run(store, "push", "--quiet", *(["--force"] if force else []), remote, refspec)
     return proc.returncode == 0, proc.stderr.strip()
 
 
 def merge_base(store, a: str, b: str) -> str:
     return _run(store, "merge-base", a, b).stdout.strip()
-
-
-def commit_ids(store, rev: str, *, exclude: str | None = None) -> set[str]:
-    """The commits ``rev`` reaches, less those ``exclude`` reaches."""
-    return set(_run(store, "rev-list", rev, *([f"^{exclude}"] if exclude else [])).stdout.split())
-
-
-def force_push(store, remote: str, refspec: str) -> tuple[bool, str]:
-    proc = _run(store, "push", "--quiet", "--force", remote, refspec)
-    return proc.returncode == 0, proc.stderr.strip()
 
 
 def object_ids(store, rev: str, *, exclude: str | None = None) -> set[str]:
@@ -71,7 +63,7 @@ def object_ids(store, rev: str, *, exclude: str | None = None) -> set[str]:
 def drop_unreachable(store) -> None:
     """Delete objects no ref reaches (what a refused fetch brought in), reflogs included."""
     _run(store, "reflog", "expire", "--expire-unreachable=now", "--all")
-    _run(store, "gc", "--quiet", "--prune=now")
+    history_ops.gc_prune(store.root)
 
 
 def dirty_paths(store) -> set[str]:
