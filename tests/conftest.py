@@ -34,6 +34,14 @@ def snapshot(root: Path) -> dict:
     return {"refs": refs, "files": files, "index": index}
 
 
+def git(root, *args, check=True):
+    """Run git in ``root``; by default the test fails on a non-zero exit, naming its output."""
+    r = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
+    if check:
+        assert r.returncode == 0, (args, r.stdout, r.stderr)
+    return r
+
+
 def git_status(root: Path) -> str:
     return subprocess.run(["git", "-C", str(root), "status", "--porcelain"], capture_output=True, text=True).stdout
 

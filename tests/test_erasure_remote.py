@@ -3,18 +3,11 @@ clone), or because the eraser forgot --push and then synced (attack F10, F1)."""
 import json
 import subprocess
 
-from conftest import T0, T1, run_cli
+from conftest import T0, T1, git, run_cli
 
 from mdmem import MemoryRepo
 
 SECRET = "Alice secret phone 555-0199 zanzibar quokka"
-
-
-def git(root, *args, check=True):
-    r = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
-    if check:
-        assert r.returncode == 0, (args, r.stdout, r.stderr)
-    return r
 
 
 def objects_hold(root, needle: str) -> bool:

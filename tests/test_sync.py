@@ -1,10 +1,9 @@
 """`mdmem sync` integrates a remote's history or changes nothing: views regenerated, keyed
 notes changed on both sides resolved by validity, a person's conflicts refused untouched."""
 import json
-import subprocess
 
 import pytest
-from conftest import T0, T1, git_status, run_cli, snapshot
+from conftest import T0, T1, git, git_status, run_cli, snapshot
 
 from mdmem import MemoryRepo
 from mdmem.errors import Conflict
@@ -12,13 +11,6 @@ from mdmem.remote import open_conflicts, sync
 
 VIEW = "team/payments/MEMORY.md"
 T2 = "2026-10-20T09:00:00Z"
-
-
-def git(root, *args, check=True):
-    r = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
-    if check:
-        assert r.returncode == 0, (args, r.stdout, r.stderr)
-    return r
 
 
 @pytest.fixture

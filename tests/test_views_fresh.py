@@ -2,23 +2,15 @@
 git, merges, expiries and sweeps, clones; `mdmem check` fails on a stale view."""
 import json
 import re
-import subprocess
 
 import pytest
-from conftest import T0, T1, git_status, run_cli, team_fact
+from conftest import T0, T1, git, git_status, run_cli, team_fact
 
 from mdmem import MemoryRepo
 from mdmem.views.fresh import Views
 from mdmem.views.render import MetaCache, RootEntries
 
 VIEW = "team/payments/MEMORY.md"
-
-
-def git(root, *args, check=True):
-    r = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
-    if check:
-        assert r.returncode == 0, (args, r.stdout, r.stderr)
-    return r
 
 
 def identify(root, name="Bob Builder", email="bob@mdmem.invalid"):
