@@ -47,3 +47,37 @@ def test_a_question_naming_a_date_finds_what_was_said_that_day(repo):
         assert hits[0].text == "We talked about the garden and the flood damage.", backend
         hits = repo.recall("What did we talk about in September 2023?", as_user="alice", now="2023-10-01T00:00:00Z")
         assert hits[0].text == "We talked about the garden and the harvest.", backend
+
+
+@pytest.mark.parametrize("text,tells", [
+    ("I went to the support group yesterday.", True),
+    ("We painted it last week, took two days.", True),
+    ("Got the keys three months ago!", True),
+    ("See you on Friday", True),
+    ("[7 May 2023] Mel: I painted a sunrise.", False),  # a date in the text is not relative time
+    ("The lake was so calm and blue.", False),
+    ("Mayday is a word, Sundance a festival, lastly a lasting thing.", False),
+])
+def test_tells_when(text, tells):
+    from mdmem.search.when import tells_when
+    assert tells_when(text) is tells
+
+
+def test_asks_when():
+    from mdmem.search.when import asks_when
+    assert asks_when("When did Mel paint the sunrise?") and asks_when("  when was the deploy")
+    assert not asks_when("What did Mel paint?") and not asks_when("Whenever it rains, what happens?")
+
+
+@pytest.mark.parametrize("backend", ["minilm", "none"])
+def test_a_when_question_prefers_the_note_that_places_it_in_time(repo, backend):
+    """Both notes say Mel painted the sunrise; only one says when, relative to when it was
+    said (the note's valid_from holds that day). The other matches the question better and
+    ranks first for any other question, and without WHEN_BOOST for this one too."""
+    repo.config.embedder.backend = backend
+    timed, untimed = "Mel: Last week I painted a sunrise over the lake.", "Mel: I painted the sunrise over the lake."
+    for text in (timed, untimed):
+        repo.remember(text, as_user="alice", kind="episode", subject="user:alice", now="2023-10-01T00:00:00Z")
+    now = "2023-10-02T00:00:00Z"
+    assert repo.recall("When did Mel paint the sunrise over the lake?", as_user="alice", now=now)[0].text == timed
+    assert repo.recall("Did Mel paint the sunrise over the lake?", as_user="alice", now=now)[0].text == untimed
