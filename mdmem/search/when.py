@@ -105,9 +105,13 @@ _ASKS_WHEN = re.compile(r"^\s*when\b", re.I)
 # Words that place what a note says in time relative to when it was said ("yesterday",
 # "last week", "two days ago", "on Friday"). A note's own date is its valid_from, so dates
 # and month names (which a note's text may carry anyway) are not counted.
-_RELATIVE_TIME = re.compile(
-    r"\b(yesterday|today|tonight|tomorrow|ago|recently|lately|last|next|since|weekends?|weeks?|months?|years?|"
-    r"this (?:morning|summer|spring|fall|autumn|winter)|(?:mon|tues|wednes|thurs|fri|satur|sun)days?)\b", re.I)
+_RELATIVE_WORDS = frozenset(
+    "yesterday today tonight tomorrow ago recently lately last next since weekend weekends week weeks month "
+    "months year years".split()
+    + [day + s for day in ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+       for s in ("", "s")])
+_THIS = re.compile(r"\bthis (?:morning|summer|spring|fall|autumn|winter)\b", re.I)
+_WORD = re.compile(r"[a-z]+")
 
 
 def asks_when(question: str) -> bool:
@@ -119,4 +123,5 @@ def tells_when(text: str) -> bool:
     did X" is usually such a note ("I went to the support group yesterday"). In LoCoMo's dev
     half 82% of the evidence for "when" questions does, against 16% of all turns (REALTALK:
     68% against 22%)."""
-    return bool(_RELATIVE_TIME.search(text))
+    lowered = text.lower()
+    return not _RELATIVE_WORDS.isdisjoint(_WORD.findall(lowered)) or bool(_THIS.search(lowered))
