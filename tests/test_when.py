@@ -81,3 +81,13 @@ def test_a_when_question_prefers_the_note_that_places_it_in_time(repo, backend):
     now = "2023-10-02T00:00:00Z"
     assert repo.recall("When did Mel paint the sunrise over the lake?", as_user="alice", now=now)[0].text == timed
     assert repo.recall("Did Mel paint the sunrise over the lake?", as_user="alice", now=now)[0].text == untimed
+
+
+@pytest.mark.parametrize("backend", ["minilm", "none"])
+def test_the_when_boost_never_brings_in_an_unrelated_note(repo, backend):
+    """The boost acts on notes that already cleared the floor: a note that only says
+    'yesterday' is no answer to a question it shares nothing with."""
+    repo.config.embedder.backend = backend
+    repo.remember("Ann: I went swimming yesterday, last week too.", as_user="alice", kind="episode",
+                  subject="user:alice", now="2023-10-01T00:00:00Z")
+    assert repo.recall("When did Bob repair the boiler?", as_user="alice", now="2023-10-02T00:00:00Z") == []
