@@ -5,7 +5,6 @@ Deleting ``.mdmem/`` loses nothing: the next call rebuilds from the notes.
 """
 from __future__ import annotations
 
-import copy
 import os
 import shutil
 import threading
@@ -17,6 +16,7 @@ import numpy as np
 from .. import cache as cachefiles
 from ..errors import NoteInvalid
 from ..model.layout import is_note_path
+from ..model.validate import validate_note
 from ..results import ProgressCallback
 from ..storage.locks import Lock, lock_folder
 from ..storage.queries import blob_hash
@@ -26,11 +26,12 @@ from . import fulltext
 from .doctable import VECTOR_FIELD, DocTable, prepare_vectors
 from .embedders import Embedder, make_embedder
 from .embedding_cache import EmbeddingCache, cache_key
+from .recent import RecentNotes
 
 SCHEMA_VERSION = 12  # 10: context; 11: tags; 12: B 0.3, a context's mean vector
-# Notes a process keeps in its in-memory segment before a catch-up writes them to disk
-# (see RecentNotes). A write on disk cost ~80 ms at 10k notes (Whoosh writer, commit,
-# merges, every segment reader reopened); in memory ~5 ms.
+# Notes a process keeps in memory (search/recent.py) before a catch-up writes them to disk.
+# A write on disk cost ~80 ms at 10k notes (Whoosh writer, commit, merges, every segment
+# reader reopened); into a Whoosh RAM segment ~28 ms; as plain postings ~0.6 ms (load ~14).
 RECENT_MAX = 200
 # Small segments tolerated before a catch-up merges them (see _merge_when_many).
 MERGE_AFTER_SEGMENTS = 8
@@ -345,13 +346,24 @@ class NoteIndex:
         upserts = self._read_notes(paths, report, progress=None)
         docs = self._documents(upserts, report, progress=None)
         if self._recent is None:
-            self._recent = RecentNotes(self._ix.schema)
+            self._recent = RecentNotes(self._ix.schema, self._indexed_doc)
         self._recent.apply(paths, docs)
         self._combined = None
         report.indexed = [s.path for s in upserts]
         found = set(report.indexed)
         report.removed = [p for p in paths if p not in found]
         return report
+
+    def _indexed_doc(self, fields: dict) -> dict | None:
+        """The index document the disk index made from a note version (its stored fields
+        name the path and blob), read back from git; None if that blob is not there (a hand
+        edit indexed from the work tree) or no longer reads as a note."""
+        try:
+            data = self.repo.store.read_blob(fields["version"])
+            note = validate_note(fields["path"], data, self.repo.contracts)
+        except (KeyError, ValueError, NoteInvalid):
+            return None
+        return fulltext.note_doc(StoredNote(fields["path"], fields["version"], note))
 
     def _drop_recent(self) -> None:
         """Forget the in-memory segment. The files it indexed are checked again by the next
@@ -528,62 +540,6 @@ class NoteIndex:
 
     def broken(self) -> dict[str, str]:
         return self._reflected().get("broken", {})
-
-
-class RecentNotes:
-    """Notes changed since the index on disk, indexed in memory (a Whoosh index on RamStorage
-    with the disk index's schema), and searched together with it.
-
-    Why: writing one note into the index on disk cost ~80 ms at 10k notes on the loaded test
-    machine (a writer, a segment, merges, every segment reader opened again) and the first
-    recall after every write paid it. In memory it is a small segment and no reopening.
-    Crash safety is unchanged: state.json still describes the index on disk, which never
-    runs ahead of it; a process that dies loses only this copy, and the next catch-up (any
-    process) indexes the same changes from the commit state.json names."""
-
-    def __init__(self, schema):
-        from whoosh.filedb.filestore import RamStorage
-
-        self.ix = RamStorage().create_index(copy.deepcopy(schema))
-        self.paths: set[str] = set()  # indexed here; their versions on disk are hidden
-        self.state: dict = {}  # what the index on disk plus this segment reflect
-        self._hidden: tuple[object, list[int]] | None = None
-
-    def apply(self, paths: list[str], docs: list[dict]) -> None:
-        writer = self.ix.writer()
-        try:
-            prepare_vectors(writer, docs)
-            for path in paths:
-                if path in self.paths:
-                    writer.delete_by_term("doc_id", path)
-            for doc in docs:
-                writer.add_document(**doc)
-            writer.commit(mergetype=_merge_when_many)
-        except BaseException:
-            writer.cancel()
-            raise
-        self.paths |= set(paths)
-        self._hidden = None
-
-    def searcher(self, disk):
-        """One searcher over the disk index's segments, then this one's (docnums of disk
-        documents stay what they are in ``disk``)."""
-        from whoosh.reading import MultiReader
-        from whoosh.searching import Searcher
-
-        leaves = [r for r, _ in disk.reader().leaf_readers() if r.doc_count_all()]
-        leaves += [r for r, _ in self.ix.reader().leaf_readers() if r.doc_count_all()]
-        if not leaves:
-            return disk
-        reader = leaves[0] if len(leaves) == 1 else MultiReader(leaves)
-        return Searcher(reader, weighting=fulltext.weighting(), closereader=False)
-
-    def hidden(self, disk) -> list[int]:
-        """Docnums of ``disk`` whose notes this segment holds anew (or knows are gone)."""
-        if self._hidden is None or self._hidden[0] is not disk:
-            docs = sorted(d for p in self.paths for d in disk.document_numbers(doc_id=p))
-            self._hidden = (disk, docs)
-        return self._hidden[1]
 
 
 def _valid_state(state: dict) -> bool:
