@@ -205,10 +205,13 @@ def pre_commit(root: Path, *, env: dict | None = None) -> HookReport:
     except (tomllib.TOMLDecodeError, BadInput) as exc:
         report.problems.append(f"{CONFIG_NAME}: {exc}")
         return report
+    store = GitStore(root)
+    # Index entries a running mdmem process still owes for its own commits: HEAD's, not the
+    # versions before them (else this commit would revert mdmem's notes).
+    hook_git.follow_head(root, store.pending_entries(), env)
     tree = hook_git.staged_tree(root, env)
     head = hook_git.head_commit(root)
     touched = hook_git.touched_paths(root, head, tree, env)
-    store = GitStore(root)
     for path in sorted(touched):
         if not is_note_path(path):
             continue

@@ -8,6 +8,7 @@ from conftest import T0, T1, team_fact
 from embed_server import EmbedServer
 
 from mdmem import MemoryRepo
+from mdmem.cache import ASIDE
 from mdmem.config import EmbedderConfig, UserConfig
 from mdmem.storage.tree_watch import INotify
 
@@ -109,3 +110,56 @@ def test_memory_with_vectors_ranks_as_a_full_reindex(repo):
         assert all(h[3] is not None for hits in got.values() for h in hits)
         repo.reindex(rebuild=True)
         assert {q: ranked(repo, q, cosines=True) for q in QUERIES[:4]} == got
+
+
+KILLED_EMBEDDING_WRITER = r"""
+import sys
+from mdmem import MemoryRepo
+from mdmem.cache import ASIDE
+from mdmem.config import EmbedderConfig, UserConfig
+repo = MemoryRepo.open(sys.argv[1])
+repo.config.embedder = EmbedderConfig(backend="ollama", model="nomic-embed-text")
+repo.user_config = UserConfig(embedder_url=sys.argv[2])
+repo.reset_caches()
+now = "2026-10-15T09:00:00Z"
+for _ in range(2):
+    repo.recall("billing", as_user="bob", now=now)
+i = 0
+while True:
+    repo.remember(f"Gateway retry number {i} waits {i} seconds", as_user="bob", kind="fact",
+                  subject="service:gateway", key=f"retry.{i}", scope="team", team="payments", new_key=True, now=now)
+    repo.recall(f"gateway retry number {i}", as_user="bob", now=now)  # embeds it: a cache write
+    if i == 2:
+        print("ready", flush=True)
+    i += 1
+"""
+
+
+@needs_inotify
+def test_a_writer_killed_at_any_moment_leaves_the_embedding_cache_whole(repo):
+    """The embedding cache commits without fsync (see embedding_cache._setup): a kill -9 at a
+    random moment of writes that embed must leave a cache SQLite opens and finds whole."""
+    import random
+    import signal
+    import sqlite3
+    import sys
+    import time
+
+    corpus(repo, n=6)
+    with EmbedServer() as server:
+        proc = subprocess.Popen([sys.executable, "-c", KILLED_EMBEDDING_WRITER, str(repo.root), server.url],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+        time.sleep(random.uniform(0.05, 0.6))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        db = sqlite3.connect(repo.root / ".mdmem" / "embeddings.sqlite")
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert db.execute("SELECT count(*) FROM cache").fetchone()[0] >= 3
+        db.close()
+        repo.config.embedder = EmbedderConfig(backend="ollama", model="nomic-embed-text")
+        repo.user_config = UserConfig(embedder_url=server.url)
+        repo.reset_caches()
+        hits = repo.recall("gateway retry number 2", as_user="bob", now=T1)
+        assert hits[0].text.startswith("Gateway retry number 2 ") and hits[0].cosine is not None
+        assert not (repo.root / ".mdmem" / ASIDE).exists()  # nothing was moved aside

@@ -235,3 +235,29 @@ def test_another_writer_meanwhile_keeps_both_sets_of_entries(repo):
     repo.close()
     other.close()
     assert git_status(repo.root) == "" and not repo.store.pending_path.exists()
+
+
+@pytest.mark.parametrize("how", ["as-is", "all"])
+def test_a_person_committing_while_entries_are_due_does_not_revert_mdmems_notes(repo, how):
+    """The deferred index's window: git's index still holds the versions before mdmem's last
+    commits when a person runs `git commit`. mdmem's pre-commit hook puts HEAD's entries in
+    (without it, a plain commit of some other file committed a revert of mdmem's notes)."""
+    team_fact(repo, "Refunds are allowed within 30 days", key="refund.window", new_key=True)
+    repo.store.index_delay = 60  # entries stay due while the person commits
+    team_fact(repo, "Refunds are allowed within 45 days", key="refund.window", now=T1)
+    team_fact(repo, "Payouts settle at 6am", key="payout.time", subject="service:payouts", new_key=True, now=T1)
+    assert "M " in git_status(repo.root)  # staged as reverted: the window
+    before = subprocess.run(["git", "-C", str(repo.root), "rev-parse", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    (repo.root / "todo.txt").write_text("a person's own file\n")
+    subprocess.run(["git", "-C", str(repo.root), "add", "todo.txt"], check=True)
+    subprocess.run(["git", "-C", str(repo.root), "-c", "user.name=dana", "-c", "user.email=dana@mdmem.invalid",
+                    "commit", "-q", *(["-a"] if how == "all" else []), "-m", "my todo"], check=True)
+    changed = subprocess.run(["git", "-C", str(repo.root), "diff", "--name-only", before, "HEAD"],
+                             capture_output=True, text=True).stdout.split()
+    assert changed == ["todo.txt"]
+    assert git_status(repo.root) == ""
+    repo.close()
+    assert git_status(repo.root) == "" and not repo.store.pending_path.exists()
+    fresh = MemoryRepo.open(repo.root)
+    assert "45 days" in fresh.get(as_user="bob", subject="service:billing", kind="fact", key="refund.window").note.text

@@ -190,7 +190,7 @@ class CombinedSearcher(Searcher):
         super().__init__(reader, weighting=fulltext.weighting(), closereader=False)
         self._hidden_terms = hidden_terms
         self._hidden_lengths = hidden_lengths
-        self._count = reader.doc_count_all() - hidden_count  # documents a reindex would hold
+        self._total = reader.doc_count_all() - hidden_count  # documents a reindex would hold
         self._live = reader.doc_count() - hidden_count
         self.doc_frequency = self._doc_frequency  # Searcher copies the reader's method in
 
@@ -210,13 +210,13 @@ class CombinedSearcher(Searcher):
     def avg_field_length(self, fieldname, default=None):
         if not self.schema[fieldname].scorable:
             return default
-        return self.field_length(fieldname) / (self._count or 1)
+        return self.field_length(fieldname) / (self._total or 1)
 
     def idf(self, fieldname, text) -> float:
         """Whoosh's (WeightingModel.idf) over the corrected counts."""
         term = (fieldname, text)
         if term not in self._idf_cache:
-            self._idf_cache[term] = log(self._count / (self._doc_frequency(fieldname, text) + 1)) + 1
+            self._idf_cache[term] = log(self._total / (self._doc_frequency(fieldname, text) + 1)) + 1
         return self._idf_cache[term]
 
 

@@ -564,6 +564,12 @@ class GitStore(GitQueries):
     def pending_path(self) -> Path:
         return Path(self.repo.path) / PENDING_NAME
 
+    def pending_entries(self) -> dict[str, str | None]:
+        """Paths of mdmem commits whose work-tree file or git index entry may not be written
+        yet (path -> its blob before that commit, None if new): the journal. A long-lived
+        process (index_delay) keeps its index entries here until it writes them."""
+        return self._read_journal()
+
     def _read_journal(self) -> dict[str, str | None]:
         try:
             data = json.loads(self.pending_path.read_text())

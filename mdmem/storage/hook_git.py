@@ -79,6 +79,40 @@ def stage(root: Path, changes: dict[str, bytes | None], env: dict | None = None)
             full.write_bytes(data)
 
 
+def follow_head(root: Path, owed: dict[str, str | None], env: dict | None = None) -> list[str]:
+    """In the index being committed, put HEAD's entry for each path mdmem committed whose
+    entry is still the blob from before that commit (``owed``: path -> that blob, None if
+    the path was new). A long-lived mdmem process writes git's index a moment after its
+    commits (GitStore.index_delay); a plain `git commit` in that moment would otherwise
+    commit the old entry: a revert of mdmem's note. An entry the person staged differently
+    is theirs and stays. Returns the paths set."""
+    head = head_commit(root)
+    if not head or not owed:
+        return []
+    paths = sorted(owed)
+    staged = {}
+    for line in _git(root, "ls-files", "-s", "-z", "--", *paths, env=env).split("\0"):
+        if "\t" in line:
+            meta, path = line.split("\t", 1)
+            staged[path] = meta.split()[1]
+    in_head = {}
+    for line in _git(root, "ls-tree", "-r", "-z", head, "--", *paths).split("\0"):
+        if "\t" in line:
+            meta, path = line.split("\t", 1)
+            mode, _, blob = meta.split()
+            in_head[path] = (mode, blob)
+    lines, fixed = [], []
+    for path in paths:
+        if path not in owed or staged.get(path) != owed[path] or staged.get(path) == in_head.get(path, (0, None))[1]:
+            continue
+        mode, blob = in_head.get(path, ("0", "0" * 40))
+        lines.append(f"{mode} {blob}\t{path}")
+        fixed.append(path)
+    if lines:
+        _git(root, "update-index", "--index-info", input=("\n".join(lines) + "\n").encode(), env=env)
+    return fixed
+
+
 def user_email(root: Path) -> str:
     return _git(root, "config", "user.email", check=False).strip()
 
