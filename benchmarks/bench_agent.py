@@ -169,7 +169,7 @@ def filled(folder: Path, n: int):
 
 def measure(n: int, mode: str, pause: float, skip: set[str], cache: Path | None = None,
             fixtures: Path | None = None) -> dict:
-    out: dict = {"notes": n, "embedder": mode}
+    out: dict = {"notes": n, "embedder": mode, "load_start": os.getloadavg()[0]}
     with tempfile.TemporaryDirectory() as tmp:
         repo = filled((fixtures or Path(tmp)) / f"mem-{n}", n)
         run = int(time.time()) % 100_000  # codenames unique to this run, in a reused fixture
@@ -225,6 +225,7 @@ def measure(n: int, mode: str, pause: float, skip: set[str], cache: Path | None 
         if mode != "none":
             save_cache(repo, cache)
         repo.close()
+    out["load_end"] = os.getloadavg()[0]  # the machine is shared: numbers mean little without it
     return out
 
 
@@ -334,13 +335,14 @@ if __name__ == "__main__":
                          if "rebuild_s" in r else "-",
                          (f"{r['cli_wall_ms']:.0f}" + (f" ({r['cli_cpu_ms']:.0f} CPU)" if "cli_cpu_ms" in r else ""))
                          if "cli_wall_ms" in r else "-",
-                         f"{r['cli_peak_mb']:.0f}" if "cli_peak_mb" in r else "-", "", ""])
+                         f"{r['cli_peak_mb']:.0f}" if "cli_peak_mb" in r else "-",
+                         f"{r['load_start']:.1f} -> {r['load_end']:.1f}", ""])
             print(json.dumps(r), file=sys.stderr)
     cols = ["notes", "embedder", "recall p50/p95 ms", f"after {pause}s idle p50/p95",
             "remember p50 (git index deferred)", "until searchable p50/p95 (deferred p50, found)", "found", "hand edit recall p50", "hand edit found", "git status",
-            "cold rebuild s", "CLI recall wall (CPU) ms", "CLI peak MB", "", ""]
-    table(f"mdmem as an agent sees it (load avg at start {load[0]:.1f}, {os.cpu_count()} cores)", cols[:13],
-          [r[:13] for r in rows], as_json=wants_json())
+            "cold rebuild s", "CLI recall wall (CPU) ms", "CLI peak MB", "load avg (1 min)", ""]
+    table(f"mdmem as an agent sees it (load avg at start {load[0]:.1f}, {os.cpu_count()} cores)", cols[:14],
+          [r[:14] for r in rows], as_json=wants_json())
     if "import" not in skip:
         bulk_rows = []
         for mode in modes:
