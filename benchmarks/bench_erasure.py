@@ -75,7 +75,7 @@ def phone_worlds() -> list[list]:
             if quoted:
                 repo.remember(f"Session summary: the user gave their number {PHONE} for callbacks",
                               as_user="ali", kind="summary", subject="session:2026-10-01",
-                              source="system:consolidate", now=T0)
+                              source="system:consolidate", channel="system", now=T0)
             repo.recall("phone number", as_user="ali", now=T0)
             before = PHONE.encode() in all_bytes(repo.root)
             repo.forget(as_user="ali", paths=[r.path], scrub=case["scrub"], now=T0)
@@ -145,7 +145,7 @@ def _kill_world(path: Path) -> MemoryRepo:
     repo.remember(f"Call Ali on {PHONE} after six", as_user="ali", kind="profile", subject="user:ali",
                   key="phone", now=T0)
     repo.remember(f"Session summary: the user gave their number {PHONE} for callbacks", as_user="ali",
-                  kind="summary", subject="session:2026-10-01", source="system:consolidate", now=T0)
+                  kind="summary", subject="session:2026-10-01", source="system:consolidate", channel="system", now=T0)
     repo.recall("phone number", as_user="ali", now=T0)
     repo.close()
     return repo

@@ -86,7 +86,7 @@ def test_forget_phone_worlds(repo, quoted, scrub, after):
                   key="phone", now=T1)
     if quoted:
         repo.remember(f"Session summary: the user gave their number {PHONE} for callbacks", as_user="ali",
-                      kind="summary", subject="session:2026-10-15", source="system:consolidate", now=T1)
+                      kind="summary", subject="session:2026-10-15", source="system:consolidate", channel="system", now=T1)
     repo.recall("phone", as_user="ali", now=T1)
     assert PHONE.encode() in all_bytes(repo.root)
     repo.forget(as_user="ali", paths=[r.path], scrub=scrub, now=T1)

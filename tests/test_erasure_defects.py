@@ -199,7 +199,7 @@ def test_the_embedding_cache_keeps_only_what_history_holds(repo):
     original = f"My number is {phone}, call after six"
     repo.remember(original, as_user="ali", kind="profile", subject="user:ali", key="contact", now=T0)
     repo.remember(f"Session summary: the user gave their number {phone} for callbacks", as_user="ali",
-                  kind="summary", subject="session:2026-10-15", source="system:consolidate", now=T0)
+                  kind="summary", subject="session:2026-10-15", source="system:consolidate", channel="system", now=T0)
     repo.recall("phone number", as_user="ali", now=T0)
     repo.forget(as_user="ali", texts=[phone], now=T1)
     repo.recall("phone number", as_user="ali", now=T1)

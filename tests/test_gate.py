@@ -108,6 +108,6 @@ def test_the_agent_may_record_episodes_and_working_state(repo, kind):
 def test_a_team_digest_from_private_input_is_refused(repo):
     mine = repo.remember("secret plan", as_user="alice", kind="fact", subject="service:billing", key="plan", now=T0)
     err = unchanged(repo, lambda: repo.remember("digest", as_user="alice", kind="summary", subject="service:billing",
-                                               scope="team", team="payments", source="system:consolidate",
+                                               scope="team", team="payments", source="system:consolidate", channel="system",
                                                derived_from=[mine.note_id]), Refused)
     assert "wider than its inputs" in str(err)

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import T0, run_cli, team_fact
+from conftest import T0, git, run_cli, team_fact
 
 from mdmem import MemoryRepo, NoteInvalid
 from mdmem.errors import BadInput
@@ -182,6 +182,8 @@ def test_a_write_over_the_cap_is_refused_with_the_setting_named(repo):
     with pytest.raises(BadInput, match=r"max_bytes"):
         team_fact(repo, "z" * (DEFAULT_MAX_BYTES + 10))
     (repo.root / "mdmem.toml").write_text((repo.root / "mdmem.toml").read_text() + "\n[notes]\nmax_bytes = 1024\n")
+    # committed by the repo's admin (its founder): an uncommitted edit takes no effect
+    git(repo.root, "-c", "user.email=mdmem@mdmem.invalid", "commit", "-qam", "smaller notes", "--no-verify")
     small = MemoryRepo.open(repo.root)
     with pytest.raises(BadInput, match="at most 1024 bytes"):
         team_fact(small, "z" * 1200)

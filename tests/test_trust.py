@@ -611,6 +611,8 @@ def test_unknown_users_are_refused_with_where_users_are_declared(tmp_path):
         assert repo.startup(as_user="dana") and repo.startup(as_user="bob") and repo.startup(as_user="alice")
     # [people.mallory] declares her: she then has her own private memory.
     (root / "mdmem.toml").write_text((root / "mdmem.toml").read_text() + "\n[people.mallory]\n")
+    git(root, "-c", "user.name=dana", "-c", "user.email=dana@mdmem.invalid", "commit", "-qam", "mallory",
+        "--no-verify")  # by the admin: an uncommitted edit takes no effect
     assert run_cli("remember", "hello", "--kind", "episode", "--subject", "service:x", "--as", "mallory",
                    env=env, cwd=root).returncode == 0
 

@@ -8,7 +8,8 @@ from .context import add_common
 
 
 def register(sub) -> None:
-    p = sub.add_parser("hooks", help="enable the repo's committed git hooks (install), or run one (run NAME)")
+    p = sub.add_parser("hooks", help="install mdmem's git hooks from its package into .git/hooks (install; commits the "
+                       "merge driver's attributes, so it names who acts), or run one (run NAME)")
     p.add_argument("action", choices=["install", "run"])
     p.add_argument("hook", nargs="?", help="with run: pre-commit, post-merge or post-rewrite")
     p.add_argument("hook_args", nargs="*", help=

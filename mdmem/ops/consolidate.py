@@ -9,6 +9,7 @@ from ..errors import NotFound, Refused
 from ..model import layout
 from ..model.clock import TimeLike, resolve_now
 from ..policy.access import require_user
+from ..policy.gate import SYSTEM
 from ..results import WriteResult
 from ..storage.worktree import StoredNote, scan_notes
 from . import read, write
@@ -43,4 +44,5 @@ def consolidate(repo: RepoState, *, as_user: str, subject: str, scope: str | Non
         raise NotFound(f"consolidate: no live notes about {subject} in {root}")
     text = build_digest(subject, root, inputs)
     return write.remember(repo, text, as_user=user, kind="summary", subject=subject, scope=scope, team=team,
-                          source="system:consolidate", derived_from=[s.note.id for s in inputs], now=when)
+                          source="system:consolidate", derived_from=[s.note.id for s in inputs], now=when,
+                          channel=SYSTEM)

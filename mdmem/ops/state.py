@@ -43,6 +43,7 @@ class RepoState:
             if not (root / CONFIG_NAME).is_file():
                 raise
             config, broken = Config(), exc  # an untrusted change cannot break everyone's mdmem: see below
+        raw = (root / CONFIG_NAME).read_bytes()
         if not (root / ".git").exists():
             raise BadInput(f"{root}: not a git repository")
         self.root = root
@@ -52,9 +53,9 @@ class RepoState:
         self.contracts = config.contracts
         self.store = GitStore(root, config.identity)
         # A change to mdmem.toml by a non-admin does not take effect (policy/verify.py).
-        trusted = self.trust.trusted_config(config)
-        if broken is not None and trusted is config:
-            raise broken  # the broken file is the trusted one (or not committed): its error stands
+        trusted = self.trust.trusted_config(config, raw)
+        if broken is not None and (trusted is config or raw != self.store.read_at(CONFIG_NAME, "HEAD")):
+            raise broken  # the broken file is the trusted one, or the person's own uncommitted edit
         self.config = config = trusted
         self.store.identity = config.identity
         if embedder is not None:

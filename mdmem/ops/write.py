@@ -90,10 +90,11 @@ def draft(repo: RepoState, user: str, text: str, *, kind: str, subject: str, key
     contract = repo.contracts.resolve(kind)
     layout.check_subject(subject)
     check_source(source)
-    if channel not in (HUMAN, AGENT):
+    if channel not in gate.CHANNELS:
         raise BadInput(f"channel: {channel!r}; use {HUMAN!r} or {AGENT!r}")
     if channel == AGENT and not gate.is_agent_source(source):
         raise BadInput(f"source: a write over the agent channel is recorded as agent:<name>, not {source!r}")
+    gate.check_claimed_identity(source, user, channel)
     if claimed_source is not None:
         check_source(claimed_source)
     if not isinstance(text, str) or not text.strip():

@@ -16,7 +16,8 @@ from ..model.layout import check_name, check_note_path, parse_path
 def require_user(user: str | None, *, env: str = "MDMEM_USER") -> str:
     """The acting user; there is no default identity, and an empty one is refused."""
     if not isinstance(user, str) or not user.strip():
-        raise BadInput(f"identity: every call names who is acting (--as USER or {env}); got {user!r}")
+        got = "nobody was named" if user is None else f"got {user!r}"
+        raise BadInput(f"identity: every call names who is acting (--as USER or {env}); {got}")
     return check_name(user, "user")
 
 

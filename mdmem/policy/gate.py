@@ -18,6 +18,8 @@ from .access import Access
 # Where a write came from. The channel, not the caller, decides what a write may claim.
 HUMAN = "human"  # the CLI or the Python API, driven by a person
 AGENT = "agent"  # the MCP server: every write is agent:<name>, whatever its arguments say
+SYSTEM = "system"  # mdmem's own jobs (consolidate): the only channel that may write system:<job>
+CHANNELS = (HUMAN, AGENT, SYSTEM)
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,17 @@ class Provenance:
 
 def is_agent_source(source: str) -> bool:
     return source == "agent" or source.startswith("agent:")
+
+
+def check_claimed_identity(source: str, user: str, channel: str) -> None:
+    """A source that names who wrote it must be true: ``human:<name>`` is only the acting person
+    (else bob writes as dana, unreviewed, and every view says dana said it), and ``system:<job>``
+    only mdmem's own jobs. Both are trusted sources, so a false claim would skip review."""
+    if source.startswith("human:") and source != f"human:{user}":
+        raise Refused(f"source: {source} names another person; {user} writes as user or human:{user}")
+    if source.startswith("system:") and channel != SYSTEM:
+        raise Refused(f"source: {source} is for mdmem's own jobs (consolidate, sync, sweep); a person writes "
+                      f"as user or human:{user}, a tool's output as tool:<name>")
 
 
 def judge_source(source: str, contract: Contract, trusted_patterns: tuple[str, ...],

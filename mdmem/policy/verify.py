@@ -137,25 +137,32 @@ class Verifier:
         self._save(state)
         return state
 
-    def trusted_config(self, current: Config) -> Config:
-        """The config every access and gate decision reads: ``current`` (the work tree's) unless
-        the latest committed change to mdmem.toml is untrusted; then the last trusted version,
-        so a self-granted membership, role or [trust] widening never takes effect (verify flags
-        it until an eraser commits the file). No trusted version at all: an empty config (no
+    def trusted_config(self, current: Config, worktree: bytes | None = None) -> Config:
+        """The config every access and gate decision reads: the committed mdmem.toml -- HEAD's
+        when its latest change is trusted, else the last trusted version, so a self-granted
+        membership, role or [trust] widening never takes effect (verify flags it until an
+        eraser commits the file). ``current`` (parsed from the work tree's bytes
+        ``worktree``) is used only when it is that same version, or when mdmem.toml was never
+        committed (a repo being set up by hand). An uncommitted edit takes effect once it is
+        committed and judged: a local edit must not make its author an eraser, a team member
+        or a self-approver -- such a clone pushed an erasure of another person's notes
+        through the guard (attack 5, A1). No trusted version at all: an empty config (no
         teams, no roles, the default trust), which is closed."""
         head = self.repo.store.head()
         if head is None:
             return current
         state = self._current(head)
         change = state.get("config")
-        if not change or change[3] or change[4]:
+        if not change:
             return current
-        base = state.get("config_base")
-        data = self.repo.store.read_at(CONFIG_NAME, base) if base else None
+        rev = head if change[3] or change[4] else state.get("config_base")
+        data = self.repo.store.read_at(CONFIG_NAME, rev) if rev else None
         if data is None:
             return Config()
+        if data == worktree:
+            return current
         try:
-            return Config.parse(data, where=f"{CONFIG_NAME} at {base[:12]}")
+            return Config.parse(data, where=f"{CONFIG_NAME} at {rev[:12]}")
         except BadInput:
             return Config()
 
