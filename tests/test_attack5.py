@@ -5,7 +5,7 @@ import pytest
 
 from conftest import T0, git, run_cli
 from mdmem import MemoryRepo
-from mdmem.errors import Refused
+from mdmem.errors import BadInput, Refused
 
 ENV = {"MDMEM_EMBEDDER": "none"}
 
@@ -99,3 +99,45 @@ def test_a_person_may_name_themselves(team):
     digest = team.consolidate(as_user="bob", subject="service:billing", scope="team", team="payments", now=T0)
     assert digest.status == "committed"
     assert "Memory-Source: system:consolidate" in git(team.root, "log", "-1", "--format=%B").stdout
+
+
+# A10. A person approved their own agent's held team write alone: "waits for a teammate's
+# review" was not true, and an agent with a shell could approve itself.
+def test_an_agents_team_write_is_approved_by_a_teammate_not_its_person(team):
+    held = team.remember("Refunds are 90 days now", as_user="bob", kind="fact", subject="service:billing",
+                         key="refunds", scope="team", team="payments", source="agent:claude", channel="agent",
+                         new_key=True, now=T0)
+    assert held.status == "held"
+    with pytest.raises(Refused, match=rf"approve {held.review_id} --as alice \(or dana\)$"):
+        team.approve(held.review_id, as_user="bob", now=T0)
+    assert team.approvers(held.review_id, as_user="bob") == ["alice", "dana"]
+    assert team.approve(held.review_id, as_user="alice", now=T0).status == "committed"
+    # In the person's own private root the person is the only reader: they approve.
+    mine = team.remember("I prefer tabs", as_user="bob", kind="fact", subject="user:bob", key="tabs",
+                         source="agent:claude", channel="agent", now=T0)
+    assert mine.status == "held" and team.approve(mine.review_id, as_user="bob", now=T0).status == "committed"
+
+
+# A5. ttl 0 (or under a second) wrote `expires_at: null`: a working note that never expires,
+# past the agent's ttl cap.
+@pytest.mark.parametrize("ttl", ["0s", "0", "-0s", "1e-9s", 0])
+def test_a_ttl_under_a_second_is_refused(team, ttl):
+    for channel, source in (("human", "user"), ("agent", "agent:claude")):
+        with pytest.raises(BadInput, match="ttl: .* under a second"):
+            team.remember("zero ttl", as_user="bob", kind="working", subject="user:bob", key="z0", ttl=ttl,
+                          source=source, channel=channel, now=T0)
+    assert not (team.root / "private" / "bob").exists()
+
+
+# A7. recall's warning about a broken note printed a committed file name's newline raw: a
+# teammate could fake extra output lines.
+def test_recall_warnings_are_one_line_each(team):
+    folder = team.root / "team" / "payments" / "service" / "billing" / "fact"
+    folder.mkdir(parents=True)
+    (folder / "x\nFAKE ok: all good.md").write_text("---\nkind: fact\n---\nhi\n")
+    git(team.root, "add", "-A")
+    git(team.root, "-c", "user.email=bob@mdmem.invalid", "commit", "-qm", "x", "--no-verify")
+    r = run_cli("recall", "hi", "--as", "dana", env=ENV, cwd=team.root)
+    assert r.returncode == 0, r.stderr
+    assert not any(line.startswith("FAKE") for line in r.stdout.splitlines())
+    assert "x\\nFAKE ok: all good.md: " in r.stdout

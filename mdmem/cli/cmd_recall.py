@@ -1,8 +1,13 @@
 """mdmem recall QUERY [--kind K ...] [--subject S] [-k N] [--at TIME] [--history]"""
 from __future__ import annotations
 
+from functools import partial
+
 from ..model.kinds import DEFAULT_CONTRACTS
+from ..model.text import escape_controls
 from .context import add_common
+
+one_line = partial(escape_controls, newlines=False)
 
 
 def register(sub) -> None:
@@ -29,12 +34,13 @@ def run(ctx) -> int:
     lines = []
     for h in hits:
         tag = ("" if h.current else " (past)") + (f" (UNTRUSTED: {h.untrusted})" if h.untrusted else "")
-        lines.append(f"{h.score:.4f}  {h.kind:<9} {h.path}{tag}\n          {h.text.splitlines()[0]}")
+        lines.append(f"{h.score:.4f}  {h.kind:<9} {one_line(h.path)}{tag}\n          {h.text.splitlines()[0]}")
     broken = repo.broken(as_user=ctx.user)
     if ctx.json:
         ctx.emit({"hits": [h.to_dict() for h in hits], "broken": broken})
     else:
         ctx.emit(None, "\n".join(lines) or "(nothing above the score floor)")
         for path, reason in broken.items():
-            print(f"warning: {path}: {reason} (kept out of the index until fixed)")
+            # A committed file name may hold a newline: one warning is one line (as in check).
+            print(f"warning: {one_line(path)}: {one_line(reason)} (kept out of the index until fixed)")
     return 0

@@ -53,7 +53,7 @@ def approve(repo: RepoState, review_id: str, *, as_user: str, new_key: bool = Fa
     item = review_or_missing(repo, user, review_id)
     root = layout.parse_path(item.path).root
     gate.check_approver(user, item.actor, item.channel, self_approve=repo.config.self_approve, root=root,
-                        readers=repo.access.readers_of_root(root))
+                        readers=repo.access.readers_of_root(root), review_id=review_id)
     gate.check_unchanged_since_hold(item.path, item.base_version, item.changed_since, override=override)
     contract = repo.contracts.resolve(item.note.kind)
     when = resolve_now(now)

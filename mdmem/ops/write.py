@@ -106,13 +106,17 @@ def draft(repo: RepoState, user: str, text: str, *, kind: str, subject: str, key
         key = key or SUMMARY_KEY
     start = parse_time(valid_from, field="valid_from") if valid_from is not None else when
     ttl_delta = parse_duration(ttl) if ttl is not None else contract.default_ttl
+    if ttl is not None and ttl_delta is not None and ttl_delta < _dt.timedelta(seconds=1):
+        # A zero ttl once meant "never expires" (a falsy timedelta): an agent escaped its cap.
+        raise BadInput(f"ttl: {ttl!r} is under a second; give a ttl of at least 1s, or none for the kind's "
+                       "default")
     if channel == AGENT and ttl is not None:
         gate.check_agent_ttl(ttl_delta, contract, repo.config.trust.agent_max_ttl)
     root = read.root_for(user, scope, team, owner)
     path = read.path_for(root, contract, subject, key, start, text)
     note = Note(id=str(ULID()), kind=contract.name, subject=subject, key=key, scope=scope,
                 team=team if scope == "team" else None, owner=user, source=source,
-                valid_from=start, expires_at=add_span(start, ttl_delta) if ttl_delta else None,
+                valid_from=start, expires_at=add_span(start, ttl_delta) if ttl_delta is not None else None,
                 derived_from=tuple(derived_from or ()), text=text.strip(), context=context)
     size = len(note.dumps().encode())
     if size > repo.config.note_max_bytes:

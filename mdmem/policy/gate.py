@@ -139,28 +139,30 @@ def check_derivation(access: Access, root: str, wanted_ids: set[str], found: dic
 
 
 def approvers(writer: str, channel: str, *, self_approve: bool, root: str, readers: frozenset[str]) -> list[str]:
-    """Who may approve a held write: a second person. The writer of a write made through a
-    human channel (CLI, API) may not; a write that came over the agent channel is the agent's
-    claim, which the person it works for reviews. In a private root the owner is the only
-    person who may ever read the note, so no second person exists: the owner approves holds
-    into their own private root whatever the channel. ``[review] self_approve = true`` lifts
-    the rule for single-user repos."""
+    """Who may approve a held write: a second person, whichever channel it came over -- a
+    person's own agent's team write is still reviewed by a teammate, else the person (or the
+    agent with a shell) approves it alone and it reaches every teammate's startup view
+    (attack 5, A10). In a private root the owner is the only person who may ever read the
+    note, so no second person exists: the owner approves holds into their own private root.
+    ``[review] self_approve = true`` lifts the rule for single-user repos. ``channel`` is kept
+    for the record; it no longer changes the answer."""
+    del channel
     if root.startswith("private/"):
         return [root.split("/", 1)[1]]
-    if self_approve or channel == AGENT:
+    if self_approve:
         return sorted(readers)
     return sorted(readers - {writer}) if writer else []
 
 
 def check_approver(approver: str, writer: str, channel: str, *, self_approve: bool, root: str = "",
-                   readers: frozenset[str] = frozenset()) -> None:
+                   readers: frozenset[str] = frozenset(), review_id: str = "<id>") -> None:
     """Refused unless ``approver`` is one of :func:`approvers`."""
     if approver in approvers(writer, channel, self_approve=self_approve, root=root, readers=readers | {approver}):
         return
     others = [r for r in approvers(writer, channel, self_approve=self_approve, root=root, readers=readers)
               if r != approver]
-    how = (f"another reader of {root} approves it: mdmem review approve <id> --as {others[0]}"
+    how = (f"another reader of {root} approves it: mdmem review approve {review_id} --as {others[0]}"
            + (f" (or {', '.join(others[1:])})" if others[1:] else "")) if others else \
-        f"nobody else can read {root}: add a second member to it"
-    raise Refused(f"review: {approver} wrote this held change and may not approve it; {how} "
-                  "(single-user repo: [review] self_approve = true in mdmem.toml)")
+        (f"nobody else can read {root}: add a second member to it "
+         "(a single-user repo: [review] self_approve = true in mdmem.toml)")
+    raise Refused(f"review: {approver} wrote this held change and may not approve it; {how}")
