@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .erasure.forget import AUDIT_PATH, erased_blob_ids, erased_commit_ids
+from .config import CONFIG_NAME
 from .errors import BadInput, Conflict, GitFailed, MdmemError, Refused
 from .storage import sync_ops
 from .storage.gitstore import parse_trailers
@@ -112,6 +113,7 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, now=
 def _integrate(repo, user, when, head, their_head, remote, branch) -> tuple[str, list[ConflictPair]]:
     store = repo.store
     _refuse_erased(store, head, their_head, remote, branch)
+    _refuse_config_removed(store, head, their_head, remote, branch)
     conflicts: list[ConflictPair] = []
     if their_head is None or their_head == head:
         return ("ahead" if their_head is None and head else "up to date"), conflicts
@@ -187,6 +189,19 @@ def _refuse_erased(store, head, their_head, remote, branch) -> None:
                       "(an old clone rebased or cherry-picked erased history); nothing was merged and the "
                       f"fetched history was dropped. Erase them from {remote} again (forget in a fresh clone of it, "
                       "with --push), and install `mdmem guard` on it")
+
+
+def _refuse_config_removed(store, head, their_head, remote, branch) -> None:
+    """A history without mdmem.toml would stop every mdmem command in this clone (it is how a
+    memory repo is found): refused, naming the commit, whoever made it (attack 5, A9)."""
+    if not head or not their_head or store.blob_id(CONFIG_NAME, head) is None:
+        return
+    if store.blob_id(CONFIG_NAME, their_head) is not None:
+        return
+    last = store.git("log", "-1", "--format=%h %ae", their_head, "--", CONFIG_NAME).split()
+    by = f" in {last[0]} by {last[1]}" if len(last) == 2 else ""
+    raise Refused(f"sync: {remote}/{branch} has no {CONFIG_NAME} (removed{by}); a memory repo needs it: a config "
+                  f"admin restores it there (git revert); nothing changed")
 
 
 def _refuse_dirty(store, changes: dict, what: str) -> None:

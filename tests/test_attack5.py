@@ -141,3 +141,100 @@ def test_recall_warnings_are_one_line_each(team):
     assert r.returncode == 0, r.stderr
     assert not any(line.startswith("FAKE") for line in r.stdout.splitlines())
     assert "x\\nFAKE ok: all good.md: " in r.stdout
+
+
+def untrusted(repo):
+    return {f["path"]: f for f in repo.verify()["untrusted"]}
+
+
+# A8. forget --owner alice pseudonymised her commits' author, and verify then flagged every team
+# note she wrote (the pseudonym writes nowhere): they left the views and everyone's startup.
+def test_an_erased_persons_team_notes_stay_trusted_and_in_the_views(team):
+    team.remember("Payments runbook lives in the wiki under /pay/runbook", as_user="alice", kind="procedure",
+                  subject="service:billing", key="runbook", scope="team", team="payments", new_key=True, now=T0)
+    team.forget(as_user="dana", owner="alice", now=T0)
+    with MemoryRepo(team.root, embedder="none") as repo:
+        assert untrusted(repo) == {}
+        assert "/pay/runbook" in repo.startup(as_user="bob", now=T0)
+        assert not [h for h in repo.recall("payments runbook", as_user="bob", now=T0) if h.untrusted]
+    assert "/pay/runbook" in (team.root / "team" / "payments" / "MEMORY.md").read_text()
+    # The erasure vouches only for the commits it rewrote: a later commit under the pseudonym is
+    # judged on its own.
+    pseudonym = git(team.root, "log", "--format=%ae", "--", "team/payments/service").stdout.split()[-1]
+    assert pseudonym.startswith("erased-")
+    note = team.root / "team" / "payments" / "service" / "billing" / "procedure" / "runbook.md"
+    note.write_text(note.read_text().replace("/pay/runbook", "http://evil.example"))
+    git(team.root, "-c", f"user.email={pseudonym}", "-c", "user.name=x", "commit", "-qam", "edit", "--no-verify")
+    with MemoryRepo(team.root, embedder="none") as repo:
+        flags = untrusted(repo)
+        assert list(flags) == ["team/payments/service/billing/procedure/runbook.md"]
+        assert flags["team/payments/service/billing/procedure/runbook.md"]["reason"] == "committer"
+
+
+# A8b. Erasing a config admin reverted every mdmem.toml change they had committed.
+def test_erasing_an_admin_keeps_the_config_they_committed(tmp_path):
+    repo = MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice", "bob", "dana"], "search": ["carol"]},
+                           erasers=["alice", "dana"], now=T0, as_user="alice", embedder="none")
+    cfg = repo.root / "mdmem.toml"
+    cfg.write_text(cfg.read_text().replace('payments = ["alice", "bob", "dana"]',
+                                           'payments = ["alice", "bob", "dana", "carol"]'))
+    git(repo.root, "-c", "user.name=alice", "-c", "user.email=alice@mdmem.invalid", "commit", "-qam", "carol joins",
+        "--no-verify")
+    with MemoryRepo(repo.root, embedder="none") as again:
+        again.remember("Billing deploys any weekday", as_user="carol", kind="fact", subject="service:billing",
+                       key="deploy.window", scope="team", team="payments", now=T0)
+        again.forget(as_user="dana", owner="alice", now=T0)
+    with MemoryRepo(repo.root, embedder="none") as after:
+        assert "carol" in after.access.teams["payments"]
+        assert untrusted(after) == {}
+        assert after.get(as_user="carol", subject="service:billing", kind="fact", key="deploy.window")
+
+
+# A9. Deletions were never judged: anyone could delete a team's notes or another person's private
+# root with plain git, and verify, the hook and sync said nothing.
+def test_a_deletion_by_someone_who_may_not_write_the_root_is_flagged(team):
+    note = "team/search/service/search/fact/reindex.md"
+    git(team.root, "rm", "-q", note)
+    git(team.root, "rm", "-rq", "private/alice")
+    git(team.root, "-c", "user.name=bob", "-c", "user.email=bob@mdmem.invalid", "commit", "-qm", "cleanup",
+        "--no-verify")
+    with MemoryRepo(team.root, embedder="none") as repo:
+        flags = untrusted(repo)
+        assert flags[note]["reason"] == "deleted" and "deleted by bob, who may not write team/search" in \
+            flags[note]["detail"]
+        assert flags["private/alice/user/alice/profile/phone.md"]["reason"] == "deleted"
+        # what carol and alice are told; bob is not told about roots he cannot read
+        assert note in {f["path"] for f in repo.verify(as_user="carol")["untrusted"]}
+        assert note not in {f["path"] for f in repo.verify(as_user="bob")["untrusted"]}
+    r = run_cli("verify", "--as", "carol", env=ENV, cwd=team.root)
+    assert r.returncode == 3 and "deleted by bob" in r.stdout
+    # carol (a permitted writer) restores it: trusted again; if she deletes it, that stands.
+    git(team.root, "checkout", "HEAD^", "--", note)
+    git(team.root, "-c", "user.name=carol", "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "restore",
+        "--no-verify")
+    with MemoryRepo(team.root, embedder="none") as repo:
+        assert note not in untrusted(repo)
+    git(team.root, "rm", "-q", note)
+    git(team.root, "-c", "user.name=carol", "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "gone",
+        "--no-verify")
+    with MemoryRepo(team.root, embedder="none") as repo:
+        assert note not in untrusted(repo)
+
+
+def test_sync_refuses_a_history_without_the_config(team, tmp_path):
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(team.root, "remote", "add", "origin", str(bare))
+    assert run_cli("sync", "--push", "--as", "bob", env=ENV, cwd=team.root).returncode == 0
+    other = tmp_path / "carol"
+    branch = git(team.root, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip()
+    git(tmp_path, "clone", "-q", "--branch", branch, str(bare), str(other))
+    git(other, "rm", "-q", "mdmem.toml")
+    git(other, "-c", "user.name=carol", "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "cleanup",
+        "--no-verify")
+    git(other, "push", "-q", "origin", "HEAD")
+    head = git(team.root, "rev-parse", "HEAD").stdout
+    r = run_cli("sync", "--as", "bob", env=ENV, cwd=team.root)
+    assert r.returncode == 3 and "has no mdmem.toml" in r.stderr and "carol@mdmem.invalid" in r.stderr, r.stderr
+    assert git(team.root, "rev-parse", "HEAD").stdout == head and (team.root / "mdmem.toml").is_file()
+    assert run_cli("recall", "phone", "--as", "alice", env=ENV, cwd=team.root).returncode == 0

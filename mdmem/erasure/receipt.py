@@ -9,12 +9,13 @@ import datetime as _dt
 import json
 import re
 
+from ..model import layout
 from ..model.clock import format_time
 from ..storage import history_ops as ops
 from ..storage.gitstore import Trailers
 from .plan import Plan
 
-AUDIT_PATH = "audit/erasures.jsonl"
+AUDIT_PATH = layout.ERASURE_LOG
 
 
 def receipt_id(when: _dt.datetime) -> str:
@@ -33,21 +34,24 @@ def build(plan: Plan, *, rid: str, when: _dt.datetime, counts: dict, old_head: s
 
 
 def commit(repo, receipt: dict, plan: Plan, when: _dt.datetime) -> str:
-    """The receipt in the audit log and the regenerated views, in one commit (once: a resumed
-    job finding its receipt at HEAD does not write it again)."""
+    """The receipt in the audit log, then the regenerated views (once: a resumed job finding
+    its receipt at HEAD does not write it again, and renders only what is still stale). The
+    views come after the receipt because the receipt vouches for the commits the erasure
+    rewrote (policy/verify.py): rendered before it, the erased person's team notes would be
+    judged untrusted and left out."""
     store = repo.store
     head = store.head()
     audit = store.read_at(AUDIT_PATH, head) or b""
-    if f'"id": "{receipt["id"]}"'.encode() in audit:
-        return head
-    line = json.dumps({k: v for k, v in receipt.items() if k != "mentions"}, sort_keys=True)
-    changes: dict[str, bytes | None] = {AUDIT_PATH: audit + line.encode() + b"\n"}
-    changes.update(repo.fresh_view_changes())  # the views of the rewritten tree: views/fresh.py's one definition
-    changes = {p: d for p, d in changes.items() if store.read_at(p, head) != d}
     actor = plan.people.get(plan.as_user, plan.as_user)
-    message = f"forget: erasure receipt {receipt['id']}\n\n" + Trailers("forget", actor, "system:forget").render()
-    with_lock = store.commit(changes, message, actor=actor, when=when)
-    return with_lock
+    if f'"id": "{receipt["id"]}"'.encode() not in audit:
+        line = json.dumps({k: v for k, v in receipt.items() if k != "mentions"}, sort_keys=True)
+        message = f"forget: erasure receipt {receipt['id']}\n\n" + Trailers("forget", actor, "system:forget").render()
+        store.commit({AUDIT_PATH: audit + line.encode() + b"\n"}, message, actor=actor, when=when)
+    views = repo.fresh_view_changes()  # the views of the rewritten tree: views/fresh.py's one definition
+    if views:
+        message = "render MEMORY views after erasure\n\n" + Trailers("render", actor, "system:forget").render()
+        store.commit(views, message, actor=actor, when=when)
+    return str(store.head())
 
 
 def erased_commit_ids(text: str) -> set[str]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..errors import BadInput
 
+ERASURE_LOG = "audit/erasures.jsonl"  # the erasure receipts (erasure/receipt.py writes, verify reads)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _MAX_PART = 80
 _MAX_SUBJECT = 200

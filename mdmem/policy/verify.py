@@ -28,17 +28,17 @@ from dataclasses import dataclass
 
 from ..config import CONFIG_NAME, Config
 from ..errors import BadInput, NoteInvalid
-from ..model.layout import is_note_path, root_of
+from ..model.layout import ERASURE_LOG, is_note_path, root_of
 from ..model.validate import validate_note
 
-CACHE_VERSION = 3  # 2: the config entry; 3: the founder
+CACHE_VERSION = 4  # 2: the config entry; 3: the founder; 4: deletions, erasure vouchers
 GOOD_SIGNATURES = ("G",)  # git's %G?: G good and trusted by the allowed-signers file
 
 
 @dataclass(frozen=True)
 class Flag:
     path: str
-    reason: str  # committer | frontmatter | unsigned | signer | config
+    reason: str  # committer | deleted | frontmatter | unsigned | signer | config
     detail: str
     commit: str
 
@@ -69,7 +69,7 @@ class Verifier:
             # A damaged cache of the right JSON but the wrong shape is recomputed, not trusted.
             if (isinstance(state, dict) and state.get("version") == CACHE_VERSION
                     and isinstance(state.get("head") or "", str)
-                    and all(isinstance(state.get(k), dict) for k in ("touch", "fm", "sig"))
+                    and all(isinstance(state.get(k), dict) for k in ("touch", "fm", "sig", "deleted"))
                     and isinstance(state.get("config"), (list, type(None)))
                     and isinstance(state.get("config_base"), (str, type(None)))
                     and isinstance(state.get("founder"), (str, type(None)))):
@@ -102,10 +102,24 @@ class Verifier:
         old_head = state["head"]
         if head is not None:
             changed: set[str] = set()
-            for commit, email, files in store.changes_by_commit(head, since, ("team", "private", CONFIG_NAME)):
+            log = store.changes_by_commit(head, since, ("team", "private", CONFIG_NAME, ERASURE_LOG))
+            if since is not None and any(p == ERASURE_LOG for _, _, files in log for _, p in files):
+                # A receipt vouches for commits before it, judged already: judge all again (rare).
+                state, since = _empty(), None
+                log = store.changes_by_commit(head, None, ("team", "private", CONFIG_NAME, ERASURE_LOG))
+            # Erasure receipts in this range: the commits before one that carry the pseudonym it
+            # made were rewritten by that erasure, which an eraser ran -- it vouches for them.
+            vouch = {email: (commit, who) for commit, who, files in log if any(p == ERASURE_LOG for _, p in files)
+                     for email in self._receipt_pseudonyms(commit)}
+            for commit, email, files in log:
+                voucher = vouch[email][1] if email in vouch else None
                 for status, path in files:
+                    if path == ERASURE_LOG:
+                        vouch = {e: v for e, v in vouch.items() if v[0] != commit}  # later commits: on their own
+                        continue
                     if path == CONFIG_NAME:
-                        change = self._config_change(commit, email, state.get("config_base"), state.get("founder"))
+                        change = self._config_change(commit, voucher or email, state.get("config_base"),
+                                                     state.get("founder"))
                         state["config"] = change
                         if change[4]:
                             state["founder"] = change[2]
@@ -115,10 +129,13 @@ class Verifier:
                     if not is_note_path(path):
                         continue
                     changed.add(path)
+                    entry = [commit, email] + ([voucher] if voucher else [])
                     if status == "D":
                         state["touch"].pop(path, None)
+                        state["deleted"][path] = entry  # a deletion is a change to its root too
                     else:
-                        state["touch"][path] = [commit, email]
+                        state["touch"][path] = entry
+                        state["deleted"].pop(path, None)
             for path in changed:
                 state["fm"].pop(path, None)
                 if self._unchecked is not None:
@@ -129,7 +146,7 @@ class Verifier:
                     state["fm"][path] = None
                     if self._unchecked is not None:
                         self._unchecked.add(path)
-            live = {c for c, _ in state["touch"].values()}
+            live = {entry[0] for entry in state["touch"].values()}
             state["sig"] = {c: v for c, v in state["sig"].items() if c in live}
             self._note_moved(old_head, head, changed)
         state["head"] = head
@@ -212,6 +229,24 @@ class Verifier:
         except BadInput:
             return None
 
+    def _receipt_pseudonyms(self, commit: str) -> list[str]:
+        """The e-mails of the pseudonyms that erasure receipts added at ``commit`` made."""
+        store = self.repo.store
+        new = store.read_at(ERASURE_LOG, commit) or b""
+        try:
+            old = store.read_at(ERASURE_LOG, f"{commit}^") or b""
+        except (KeyError, ValueError):
+            old = b""  # a root commit
+        out = []
+        for line in set(new.splitlines()) - set(old.splitlines()):
+            try:
+                owner = json.loads(line)["targets"].get("owner", "")
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue
+            if isinstance(owner, str) and owner.startswith("erased-"):
+                out.append(f"{owner}@mdmem.invalid")
+        return out
+
     def _frontmatter_problem(self, path: str, rev: str) -> str:
         data = self.repo.store.read_at(path, rev)
         if data is None:
@@ -227,8 +262,8 @@ class Verifier:
         state = self._state
         if state is None or state["head"] != parent or self.repo.config.trust.require_signed:
             return  # the next call catches up from git (signatures need git to check)
-        if CONFIG_NAME in changes:
-            self._state = None  # judged against the last trusted config: the next call asks git
+        if CONFIG_NAME in changes or ERASURE_LOG in changes:
+            self._state = None  # judged against the last trusted config / a receipt: the next call asks git
             self._flags = None
             return
         for path, data in changes.items():
@@ -237,9 +272,11 @@ class Verifier:
             if data is not None:
                 state["touch"][path] = [commit, email]
                 state["fm"][path] = ""  # mdmem writes only notes that validate
+                state["deleted"].pop(path, None)
             else:
                 state["touch"].pop(path, None)
                 state["fm"].pop(path, None)
+                state["deleted"][path] = [commit, email]
             if self._unchecked is not None:
                 self._unchecked.discard(path)
         state["head"] = commit
@@ -275,11 +312,16 @@ class Verifier:
             # Only the notes changed since the last answer can have changed their verdict.
             out = {p: f for p, f in self._flags[2].items() if p not in moved[2] and p != CONFIG_NAME}
             paths = [p for p in moved[2] if p in state["touch"]]
+            gone = [p for p in moved[2] if p in state["deleted"]]
         else:
-            out, paths = {}, list(state["touch"])
+            out, paths, gone = {}, list(state["touch"]), list(state["deleted"])
         judge = _Judge(cfg, self.repo.access, sigs)
         for path in paths:
-            flag = judge(path, *state["touch"][path], state["fm"].get(path, ""))
+            flag = judge(path, state["touch"][path], state["fm"].get(path, ""))
+            if flag is not None:
+                out[path] = flag
+        for path in gone:
+            flag = judge.deletion(path, state["deleted"][path])
             if flag is not None:
                 out[path] = flag
         change = state.get("config")
@@ -303,7 +345,7 @@ class Verifier:
         if state.get("signers") != version:
             cached.clear()
             state["signers"] = version
-        missing = sorted({c for c, _ in state["touch"].values()} - set(cached))
+        missing = sorted({entry[0] for entry in state["touch"].values()} - set(cached))
         if missing:
             found = self.repo.store.signatures(missing, signers)
             for c in missing:
@@ -331,14 +373,39 @@ class _Judge:
             self._users[email] = self.cfg.committer(email)
         return self._users[email]
 
-    def __call__(self, path: str, commit: str, email: str, problem: str) -> Flag | None:
-        root = root_of(path)
+    def writers(self, root: str) -> frozenset[str]:
         if root not in self._writers:
             self._writers[root] = frozenset(self.access.writers_of_root(root))
-        writers = self._writers[root]
+        return self._writers[root]
+
+    def permitted(self, root: str, email: str, voucher: str | None) -> tuple[bool, str]:
+        """Whether the author of ``email`` may write ``root``, and who they are. A pseudonym an
+        erasure made is vouched for by the eraser who ran it (``voucher``), for the commits that
+        erasure rewrote: the team notes a person wrote stay trusted after they are erased."""
         user = self.user(email)
-        if user is None or user not in writers:
-            who = user or f"unknown identity <{email}>"
+        if user is not None and user in self.writers(root):
+            return True, user
+        if voucher is not None:
+            by = self.user(voucher)
+            if by is not None and by in self.access.erasers:
+                return True, f"{email.split('@', 1)[0]} (erased; vouched for by {by})"
+        return False, user or f"unknown identity <{email}>"
+
+    def deletion(self, path: str, entry: list) -> Flag | None:
+        root = root_of(path)
+        ok, who = self.permitted(root, entry[1], entry[2] if len(entry) > 2 else None)
+        if ok:
+            return None
+        return Flag(path, "deleted", f"deleted by {who}, who may not write {root}; a permitted writer restores it "
+                    f"(git checkout {entry[0][:12]}^ -- <path>, commit) and deletes it again if it should go",
+                    entry[0])
+
+    def __call__(self, path: str, entry: list, problem: str) -> Flag | None:
+        commit, email = entry[0], entry[1]
+        root = root_of(path)
+        writers = self.writers(root)
+        ok, who = self.permitted(root, email, entry[2] if len(entry) > 2 else None)
+        if not ok:
             return Flag(path, "committer", f"last changed by {who}, who may not write {root}", commit)
         if problem:
             return Flag(path, "frontmatter", f"frontmatter disagrees with its path: {problem}", commit)
@@ -355,5 +422,5 @@ class _Judge:
 
 
 def _empty() -> dict:
-    return {"version": CACHE_VERSION, "head": None, "touch": {}, "fm": {}, "sig": {},
+    return {"version": CACHE_VERSION, "head": None, "touch": {}, "fm": {}, "sig": {}, "deleted": {},
             "config": None, "config_base": None, "founder": None}
