@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from mdmem.storage.gitdir import cache_dir
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import pct, table, wants_json  # noqa: E402
@@ -129,15 +130,15 @@ def seed_cache(repo, cache: Path | None) -> None:
     """Copy a saved embedding cache in (same texts, same model: every vector a hit), so a
     10k-note run does not spend half an hour embedding what an earlier run embedded."""
     if cache is not None and cache.exists():
-        (repo.root / ".mdmem").mkdir(exist_ok=True)
-        shutil.copy(cache, repo.root / ".mdmem" / "embeddings.sqlite")
+        (cache_dir(repo.root)).mkdir(exist_ok=True)
+        shutil.copy(cache, cache_dir(repo.root) / "embeddings.sqlite")
 
 
 def save_cache(repo, cache: Path | None) -> None:
-    if cache is not None and (repo.root / ".mdmem" / "embeddings.sqlite").exists():
+    if cache is not None and (cache_dir(repo.root) / "embeddings.sqlite").exists():
         repo.close()
         cache.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(repo.root / ".mdmem" / "embeddings.sqlite", cache)
+        shutil.copy(cache_dir(repo.root) / "embeddings.sqlite", cache)
 
 
 def ms(fn):

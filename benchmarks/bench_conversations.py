@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from mdmem.storage.gitdir import cache_dir
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import console, pct, table  # noqa: E402
@@ -162,7 +163,7 @@ def use(repo: MemoryRepo, mode: str, default_backend: str | None, cache: Path | 
     repo.close()
     repo._index = None
     repo._recall = None
-    mine = repo.root / ".mdmem" / "embeddings.sqlite"
+    mine = cache_dir(repo.root) / "embeddings.sqlite"
     if cache is not None and cache.exists() and not mine.exists():
         mine.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(cache, mine)  # keyed by model and text, so any run's vectors serve

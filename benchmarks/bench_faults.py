@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from mdmem.storage.gitdir import cache_dir
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
@@ -199,7 +200,7 @@ def cache_matrix() -> list:
                       key="deploy.window", scope="team", team="payments", new_key=True, now=T0)
         seed.recall("billing", as_user="bob", include_history=True, now=T0)
         seed.close()
-        base = seed.root / ".mdmem"
+        base = cache_dir(seed.root)
         files = sorted(str(p.relative_to(base)) for p in base.rglob("*")
                        if p.is_file() and "locks" not in p.parts and not p.name.endswith(".tmp"))
         rows, failures, warned = [], 0, 0
@@ -209,7 +210,7 @@ def cache_matrix() -> list:
                 cases += 1
                 root = Path(tmp) / f"c{cases}"
                 shutil.copytree(seed.root, root, symlinks=True)
-                target = root / ".mdmem" / name
+                target = cache_dir(root) / name
                 corrupt(target, mode)
                 # In process (a CLI process per case made the matrix take 12 minutes); the
                 # CLI's own handling of a damaged cache is in tests/test_cache_corruption.py.

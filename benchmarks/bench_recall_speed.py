@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from mdmem.storage.gitdir import cache_dir
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import bulk_notes, pct, table, use_embedder, wants_json  # noqa: E402
@@ -59,7 +60,7 @@ def run(n: int, mode: str) -> tuple[list, list]:
         cached = []
         if n == 10000:
             repo.close()
-            shutil.rmtree(repo.root / ".mdmem" / "fulltext")  # the vectors go with it; the cache stays
+            shutil.rmtree(cache_dir(repo.root) / "fulltext")  # the vectors go with it; the cache stays
             fresh = MemoryRepo.open(repo.root)
             use_embedder(fresh, mode)
             t = timed(lambda: fresh.reindex(rebuild=True))

@@ -26,6 +26,7 @@ from .errors import BadInput
 from .model.layout import is_note_path
 from .storage import hook_git
 from .template import read_template
+from .storage.gitdir import cache_dir
 
 HOOK_NAMES = ("pre-commit", "post-merge", "post-rewrite")
 LEGACY_HOOKS_DIR = ".githooks"  # where repos made before 2026-11-30 committed them; never run now
@@ -156,7 +157,7 @@ def _views(store, config, root: Path, flags=None):
     from .views.fresh import Views
     from .views.render import MetaCache, RootEntries
 
-    meta = MetaCache(root / ".mdmem" / "viewmeta.sqlite")
+    meta = MetaCache(cache_dir(root) / "viewmeta.sqlite")
     return Views(store, RootEntries(store, meta), config, flags=flags), meta
 
 

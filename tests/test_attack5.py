@@ -238,3 +238,50 @@ def test_sync_refuses_a_history_without_the_config(team, tmp_path):
     assert r.returncode == 3 and "has no mdmem.toml" in r.stderr and "carol@mdmem.invalid" in r.stderr, r.stderr
     assert git(team.root, "rev-parse", "HEAD").stdout == head and (team.root / "mdmem.toml").is_file()
     assert run_cli("recall", "phone", "--as", "alice", env=ENV, cwd=team.root).returncode == 0
+
+
+# A14, A19. The caches lived in the work tree (.mdmem/), which a commit can fill or replace by a
+# symlink: a committed verify.json laundered an untrusted edit, a committed index served fake
+# text, a .mdmem symlink made every clone write (and delete) outside the repo. They live in
+# .git/mdmem/ now, where no commit writes.
+def test_a_committed_cache_folder_is_never_read(team, tmp_path):
+    root = team.root
+    note = "team/payments/service/billing/fact/deploy.window.md"
+    team.remember("Billing deploys any weekday before 3pm", as_user="bob", kind="fact", subject="service:billing",
+                  key="deploy.window", scope="team", team="payments", now=T0)
+    assert (root / ".git" / "mdmem" / "verify.json").exists() or (root / ".git" / "mdmem" / "state.json").exists()
+    assert not (root / ".mdmem").exists()
+    # carol (no payments member) edits the note, and commits a verify.json that says bob did.
+    path = root / note
+    path.write_text(path.read_text().replace("any weekday before 3pm", "only on Sundays, per carol"))
+    git(root, "-c", "user.name=carol", "-c", "user.email=carol@mdmem.invalid", "commit", "-qam", "carol edits",
+        "--no-verify")
+    c1 = git(root, "rev-parse", "HEAD").stdout.strip()
+    forged = root / ".mdmem"
+    forged.mkdir()
+    (forged / "verify.json").write_text(
+        '{"version": 4, "head": "%s", "touch": {"%s": ["%s", "bob@mdmem.invalid"]}, "fm": {}, "sig": {}, '
+        '"deleted": {}, "config": null, "config_base": null, "founder": null}' % (c1, note, c1))
+    git(root, "add", "-f", ".mdmem")
+    git(root, "-c", "user.name=carol", "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "tidy", "--no-verify")
+    fresh = tmp_path / "fresh"
+    git(tmp_path, "clone", "-q", str(root), str(fresh))
+    with MemoryRepo(fresh, embedder="none") as repo:
+        flags = {f["path"]: f for f in repo.verify()["untrusted"]}
+        assert flags[note]["reason"] == "committer"
+        assert repo.get(as_user="bob", subject="service:billing", kind="fact", key="deploy.window").untrusted
+
+
+def test_a_cache_symlink_committed_by_a_teammate_sends_nothing_outside(team, tmp_path):
+    victim = tmp_path / "victimdata"
+    (victim / "fulltext").mkdir(parents=True)
+    (victim / "fulltext" / "keep.txt").write_text("keep")
+    (team.root / ".mdmem").symlink_to(victim)
+    git(team.root, "add", "-f", ".mdmem")
+    git(team.root, "-c", "user.name=carol", "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "tidy",
+        "--no-verify")
+    fresh = tmp_path / "fresh"
+    git(tmp_path, "clone", "-q", str(team.root), str(fresh))
+    r = run_cli("recall", "reindexes", "--as", "carol", env=ENV, cwd=fresh)
+    assert r.returncode == 0 and "reindex" in r.stdout, (r.stdout, r.stderr)
+    assert sorted(p.name for p in victim.rglob("*")) == ["fulltext", "keep.txt"]

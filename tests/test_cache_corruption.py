@@ -15,6 +15,7 @@ import pytest
 from conftest import T0, T1, TEAMS, run_cli, team_fact
 
 from mdmem import MemoryRepo
+from mdmem.storage.gitdir import cache_dir
 
 MODES = ("truncated", "garbage", "empty", "wrong-type")
 
@@ -57,7 +58,7 @@ def seeded(tmp_path_factory):
 
 
 def cache_files(root):
-    base = root / ".mdmem"
+    base = cache_dir(root)
     out = ["state.json", "versions.json", "embeddings.sqlite", "viewmeta.sqlite"]
     out += ["verify.json"] if (base / "verify.json").exists() else []
     toc = sorted(p.name for p in (base / "fulltext").iterdir() if p.suffix == ".toc")
@@ -76,7 +77,7 @@ def copy_of(seeded, tmp_path):
 def test_every_cache_file_damaged_in_turn(seeded, tmp_path, caplog, mode):
     for i, name in enumerate(cache_files(seeded)):
         root = copy_of(seeded, tmp_path / f"{i}")
-        corrupt(root / ".mdmem" / name, mode)
+        corrupt(cache_dir(root) / name, mode)
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="mdmem"):
             repo = MemoryRepo.open(root)
@@ -102,15 +103,15 @@ def test_every_cache_file_damaged_in_turn(seeded, tmp_path, caplog, mode):
 
 def test_an_index_folder_replaced_by_a_file(seeded, tmp_path):
     root = copy_of(seeded, tmp_path)
-    shutil.rmtree(root / ".mdmem" / "fulltext")
-    (root / ".mdmem" / "fulltext").write_text("not an index")
+    shutil.rmtree(cache_dir(root) / "fulltext")
+    (cache_dir(root) / "fulltext").write_text("not an index")
     repo = MemoryRepo.open(root)
     assert repo.recall("when does billing deploy", as_user="bob", now=T1)[0].text.startswith("Billing deploys any")
 
 
 def test_a_missing_segment_file(seeded, tmp_path):
     root = copy_of(seeded, tmp_path)
-    for p in (root / ".mdmem" / "fulltext").iterdir():
+    for p in (cache_dir(root) / "fulltext").iterdir():
         if p.suffix in (".seg", ".trm", ".pst"):
             p.unlink()
     repo = MemoryRepo.open(root)
@@ -119,8 +120,8 @@ def test_a_missing_segment_file(seeded, tmp_path):
 
 def test_the_cli_prints_one_warning_line_and_exits_0(seeded, tmp_path):
     root = copy_of(seeded, tmp_path)
-    (root / ".mdmem" / "viewmeta.sqlite").write_bytes(b"garbage" * 100)
-    (root / ".mdmem" / "state.json").write_text("[]")
+    (cache_dir(root) / "viewmeta.sqlite").write_bytes(b"garbage" * 100)
+    (cache_dir(root) / "state.json").write_text("[]")
     proc = run_cli("remember", "Refunds take 30 days", "--kind", "fact", "--subject", "service:billing",
                    "--key", "refund.window", "--new-key", "--scope", "team", "--team", "payments",
                    "--as", "bob", "--repo", str(root), "--now", T1)
@@ -160,7 +161,7 @@ def test_a_rebuild_killed_midway_leaves_recall_working(seeded, tmp_path, point):
     repo.index.worktree_check_seconds = 0
     hits = repo.recall("when does billing deploy", as_user="bob", now=T1)
     assert hits and hits[0].text == "Billing deploys any weekday before 3pm"
-    assert not [p for p in os.listdir(root / ".mdmem") if p.endswith((".new", ".old"))]
+    assert not [p for p in os.listdir(cache_dir(root)) if p.endswith((".new", ".old"))]
 
 
 @pytest.mark.parametrize("path,becomes", [("embeddings.sqlite", "folder"), ("viewmeta.sqlite", "folder"),
@@ -170,7 +171,7 @@ def test_a_cache_path_of_the_wrong_type_is_dropped_not_a_crash(seeded, tmp_path,
     """Attack F16: a folder where a cache file belongs (or the reverse, .mdmem itself as a
     file) stopped every command with exit 70 or a bare OS error."""
     root = copy_of(seeded, tmp_path)
-    target = root / ".mdmem" / path if path else root / ".mdmem"
+    target = cache_dir(root) / path if path else cache_dir(root)
     if target.is_dir():
         shutil.rmtree(target)
     elif target.exists():

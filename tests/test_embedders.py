@@ -9,6 +9,7 @@ from embed_server import EmbedServer
 from mdmem.config import EmbedderConfig, UserConfig
 from mdmem.errors import EmbedderError
 from mdmem.search.embedders import MiniLMEmbedder, OllamaEmbedder, OpenAIEmbedder
+from mdmem.storage.gitdir import cache_dir
 
 
 def use(repo, *, url=None, api_key_env=None, secrets=None, **cfg):
@@ -54,7 +55,7 @@ def test_wrong_model_names_the_url_and_indexes_nothing(repo):
         with pytest.raises(EmbedderError) as err:
             repo.recall("postgres", as_user="bob", now=T0)
         assert server.url in str(err.value) and "no-such-model" in str(err.value)
-    assert not (repo.root / ".mdmem/state.json").exists()  # nothing recorded as indexed
+    assert not (cache_dir(repo.root) / "state.json").exists()  # nothing recorded as indexed
 
 
 def test_a_rebuild_whose_embedder_fails_leaves_the_index_as_it_was(repo):
@@ -65,14 +66,14 @@ def test_a_rebuild_whose_embedder_fails_leaves_the_index_as_it_was(repo):
         url = server.url
     repo.remember("Invoices are issued in EUR", as_user="bob", kind="fact", subject="service:billing",
                   key="invoice.currency", scope="team", team="payments", new_key=True, now=T0)  # server gone
-    folder = repo.root / ".mdmem" / "fulltext"
+    folder = cache_dir(repo.root) / "fulltext"
     files = {p.name: p.read_bytes() for p in folder.iterdir()}
-    state = (repo.root / ".mdmem" / "state.json").read_text()
+    state = (cache_dir(repo.root) / "state.json").read_text()
     with pytest.raises(EmbedderError) as err:
         repo.reindex(rebuild=True)
     assert url.split("//")[1] in str(err.value)
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == files
-    assert (repo.root / ".mdmem" / "state.json").read_text() == state
+    assert (cache_dir(repo.root) / "state.json").read_text() == state
 
 
 def test_unreachable_server_is_a_clear_error():

@@ -6,6 +6,7 @@ import pytest
 from conftest import T0, T1, run_cli, snapshot, team_fact
 
 from mdmem import ErasurePlan, MemoryRepo, NotFound, Refused
+from mdmem.storage.gitdir import cache_dir
 
 PHONE = "555-0142"
 
@@ -63,7 +64,7 @@ def test_an_index_document_left_for_an_erased_note_fails_the_proof(repo):
     alice_world(repo)
     repo.forget(as_user="alice", subject="user:alice", owner="alice", now=T1)
     repo.recall("rebuild the index", as_user="alice", now=T1)
-    ix = windex.open_dir(str(repo.root / ".mdmem" / "fulltext"))
+    ix = windex.open_dir(str(cache_dir(repo.root) / "fulltext"))
     with ix.writer() as w:
         w.add_document(doc_id="private/alice/user/alice/fact/career.md", path="private/alice/user/alice/fact/career.md",
                        root="private/alice", kind="fact", subject="user:alice", body="[removed]")

@@ -11,6 +11,7 @@ from conftest import T0, T1, run_cli, team_fact
 
 from mdmem import MemoryRepo, NotFound, Refused
 from mdmem.errors import BadInput
+from mdmem.storage.gitdir import cache_dir
 
 TEAMS = {"payments": ["alice", "bob", "dana"], "search": ["carol"]}
 
@@ -203,7 +204,7 @@ def test_the_embedding_cache_keeps_only_what_history_holds(repo):
     repo.recall("phone number", as_user="ali", now=T0)
     repo.forget(as_user="ali", texts=[phone], now=T1)
     repo.recall("phone number", as_user="ali", now=T1)
-    cache = EmbeddingCache(repo.root / ".mdmem" / "embeddings.sqlite")
+    cache = EmbeddingCache(cache_dir(repo.root) / "embeddings.sqlite")
     models = cache.models()
     candidates = [original, embedding_text("contact", original),
                   f"Session summary: the user gave their number {phone} for callbacks"]

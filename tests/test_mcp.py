@@ -8,6 +8,7 @@ import sys
 from conftest import T0, snapshot, team_fact
 from mcp import StdioServerParameters
 from mcp.client import Client
+from mdmem.storage.gitdir import cache_dir
 
 
 def params(repo, user, allow):
@@ -154,7 +155,7 @@ def test_a_client_that_leaves_at_once_does_not_crash_the_server(repo):
     made `mdmem serve` exit 70 with "cannot join thread before it is started"."""
     import shutil
     for _ in range(2):
-        shutil.rmtree(repo.root / ".mdmem", ignore_errors=True)  # the first build is slow: MiniLM loads
+        shutil.rmtree(cache_dir(repo.root), ignore_errors=True)  # the first build is slow: MiniLM loads
         env = {**os.environ}
         env.pop("MDMEM_USER", None)
         r = subprocess.run([sys.executable, "-m", "mdmem.cli.main", "serve", "--repo", str(repo.root), "--as", "bob",

@@ -5,6 +5,7 @@ import sys
 from conftest import T0, T1, team_fact
 
 from mdmem import MemoryRepo
+from mdmem.storage.gitdir import cache_dir
 
 
 def seed(repo):
@@ -110,7 +111,7 @@ def test_deleting_the_cache_gives_the_same_answers(repo):
     seed(repo)
     before = [(h.path, h.text) for h in repo.recall("billing deploy", as_user="bob", k=5, now=T1)]
     repo.close()
-    shutil.rmtree(repo.root / ".mdmem")
+    shutil.rmtree(cache_dir(repo.root))
     fresh = MemoryRepo.open(repo.root)
     assert [(h.path, h.text) for h in fresh.recall("billing deploy", as_user="bob", k=5, now=T1)] == before
 
@@ -168,7 +169,7 @@ def test_a_repo_with_one_note_answers(repo):
 def test_history_recall_follows_new_commits_without_a_rebuild(repo):
     seed(repo)
     assert repo.recall("billing deploy", as_user="bob", include_history=True, now=T1)
-    versions_dir = repo.root / ".mdmem" / "versions"
+    versions_dir = cache_dir(repo.root) / "versions"
     before = {p.name for p in versions_dir.iterdir() if p.suffix == ".seg"}
     team_fact(repo, "Billing deploys only after the Friday freeze", now="2026-10-20T09:00:00Z")
     hits = repo.recall("When could billing deploy before?", as_user="bob", include_history=True,

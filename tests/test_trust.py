@@ -23,6 +23,7 @@ from mdmem.errors import BadInput, Conflict, NotFound, Refused
 from mdmem.model.kinds import Contracts
 from mdmem.model.note import Note
 from mdmem.policy.gate import judge_source
+from mdmem.storage.gitdir import cache_dir
 
 
 def git(root, *args, env=None, check=True):
@@ -409,7 +410,7 @@ def test_planted_private_note_is_flagged_and_kept_out(repo):
     assert repo.get(as_user="alice", path=PLANT, now=T1).untrusted
     assert repo.history(as_user="alice", path=PLANT)[0].untrusted
     # The index catch-up verified too: its cache names the planted commit's head.
-    state = json.loads((repo.root / ".mdmem/verify.json").read_text())
+    state = json.loads((cache_dir(repo.root) / "verify.json").read_text())
     assert state["head"] == repo.store.head() and PLANT in state["touch"]
     # A permitted writer commits it: trusted again.
     repo.remember("Alice wants standups on Mondays", as_user="alice", kind="profile", subject="user:alice",
@@ -847,7 +848,7 @@ def test_forget_clears_reflogs_and_embedding_cache(repo):
     repo.recall("phone", as_user="alice", now=T0)  # embeds it (MiniLM by default)
     model = repo.index.model_id
     assert model != "none"
-    cache = repo.root / ".mdmem/embeddings.sqlite"
+    cache = cache_dir(repo.root) / "embeddings.sqlite"
     before_rows = cache_rows(cache)
     assert before_rows >= 1
     repo.forget(as_user="alice", paths=[r.path], now=T1)

@@ -2,6 +2,7 @@ import re
 import time
 
 from conftest import T0, T1, team_fact
+from mdmem.storage.gitdir import cache_dir
 
 PRIVATE = {
     "alice": ["Alice is interviewing for the open backend role on the search team",
@@ -108,7 +109,7 @@ def test_view_metadata_is_saved_at_close_for_the_next_process(repo):
 
     team_fact(repo, "Billing deploys any weekday before 3pm")
     repo.close()
-    db = sqlite3.connect(repo.root / ".mdmem" / "viewmeta.sqlite")
+    db = sqlite3.connect(cache_dir(repo.root) / "viewmeta.sqlite")
     rows = [json for (json,) in db.execute("SELECT json FROM meta")]
     db.close()
     assert any("Billing deploys any weekday before 3pm" in r for r in rows)

@@ -15,6 +15,7 @@ from mdmem import MemoryRepo
 from mdmem.policy.verify import Verifier
 from mdmem.search import note_index
 from mdmem.storage.tree_watch import INotify
+from mdmem.storage.gitdir import cache_dir
 
 
 def plain_commit(root: Path, path: str, text: str, *, email: str) -> None:
@@ -28,7 +29,7 @@ def plain_commit(root: Path, path: str, text: str, *, email: str) -> None:
 
 def whole_pass(repo) -> dict:
     fresh = Verifier(repo)
-    fresh.path = repo.root / ".mdmem" / "verify-fresh.json"  # not the cache under test
+    fresh.path = cache_dir(repo.root) / "verify-fresh.json"  # not the cache under test
     return fresh.flags()
 
 
@@ -70,8 +71,8 @@ def settled(repo):
 
 
 def on_disk(repo) -> tuple[bytes, list[str]]:
-    folder = repo.root / ".mdmem" / "fulltext"
-    return (repo.root / ".mdmem" / "state.json").read_bytes(), sorted(os.listdir(folder))
+    folder = cache_dir(repo.root) / "fulltext"
+    return (cache_dir(repo.root) / "state.json").read_bytes(), sorted(os.listdir(folder))
 
 
 @needs_inotify

@@ -35,6 +35,7 @@ from .needles import REMOVED, replace_all
 from .plan import HOLD_PREFIX, LEFTOVERS, Plan, build_plan
 from .rewrite import run as run_rewrite
 from .scan import HistoryScan, history_texts
+from ..storage.gitdir import cache_dir
 
 AUDIT_PATH = rc.AUDIT_PATH
 erased_commit_ids = rc.erased_commit_ids
@@ -265,7 +266,7 @@ def purge_caches(repo) -> int:
     full-text and versions indexes and the view metadata are deleted and rebuilt."""
     from ..search.embedding_cache import EmbeddingCache, cache_key
 
-    base = repo.root / ".mdmem"
+    base = cache_dir(repo.root)
     cache_path = base / "embeddings.sqlite"
     dropped = 0
     if cache_path.exists():
@@ -285,7 +286,7 @@ def purge_caches(repo) -> int:
 
 
 def _count_index_entries(repo, plan: Plan) -> dict:
-    base = repo.root / ".mdmem"
+    base = cache_dir(repo.root)
     out = {"index_entries": 0, "vectors": 0}
     try:
         from whoosh import index as windex

@@ -390,7 +390,7 @@ def _local_state(repo, plan: Plan, scan: HistoryScan, needle_bytes: list[bytes],
                                       "its commit is rewritten; rewritten files are checked out, its own edits kept"})
     tracked_changed = targets | set(plan.copies)
     untracked = set(ops.untracked_files(root))
-    for rel, full in _files_under(root, skip=(".git", ".mdmem")):
+    for rel, full in _files_under(root, skip=(".git",)):  # an old .mdmem/ cache holds text too
         file_root = root_of(rel)
         if file_root != REPO_FILES and not readable(file_root):
             continue  # another person's files: never looked at (no oracle), never changed

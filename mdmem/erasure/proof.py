@@ -17,6 +17,7 @@ from ..storage import history_ops as ops
 from ..storage.worktree import scan_notes
 from .journal import Journal
 from .scan import REPO_FILES, HistoryScan, history_texts, root_of
+from ..storage.gitdir import CACHE_NAME, cache_dir
 
 
 def _check(where: list[str]) -> dict:
@@ -80,14 +81,15 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
     # Ref names are repository-wide: everyone's proof checks them; .git's files only an eraser's.
     meta_files = [(f"ref name {name}", name.encode()) for name, _, _ in ops.list_refs(root)]
     if eraser:
+        # git's own files; mdmem's caches inside .git are checked below, each by its kind
         meta_files += [(str(p.relative_to(root)), p.read_bytes()) for p in git_dir.rglob("*")
-                       if p.is_file() and "objects" not in p.relative_to(git_dir).parts[:1]]
+                       if p.is_file() and p.relative_to(git_dir).parts[0] not in ("objects", CACHE_NAME)]
         meta_files += [(f"file name {p.relative_to(git_dir)}", str(p.relative_to(git_dir)).encode())
-                       for p in git_dir.rglob("*")]
-    cache_dir = root / ".mdmem"
-    index_files = [(str(p.relative_to(root)), p.read_bytes()) for p in cache_dir.rglob("*")
-                   if p.is_file() and p.parts[len(cache_dir.parts)] in ("fulltext", "versions")] \
-        if cache_dir.exists() and eraser else []
+                       for p in git_dir.rglob("*") if p.relative_to(git_dir).parts[0] != CACHE_NAME]
+    caches = cache_dir(root)
+    index_files = [(str(p.relative_to(caches.parent)), p.read_bytes()) for p in caches.rglob("*")
+                   if p.is_file() and p.parts[len(caches.parts)] in ("fulltext", "versions")] \
+        if caches.exists() and eraser else []
     stash = "\n".join(e.message for e in ops.stash_entries(root))
     report = {"needles": [], "subject": subject, "owner": owner}
     for needle in needles:
@@ -149,7 +151,7 @@ def _caches_hold_only_history(repo, scan: HistoryScan) -> dict:
 
     texts = history_texts(scan, repo.contracts)
     where = []
-    cache_path = repo.root / ".mdmem" / "embeddings.sqlite"
+    cache_path = cache_dir(repo.root) / "embeddings.sqlite"
     if cache_path.exists():
         cache = EmbeddingCache(cache_path)
         try:
@@ -161,7 +163,7 @@ def _caches_hold_only_history(repo, scan: HistoryScan) -> dict:
             where.append(f"embeddings.sqlite: {orphans} entr(y/ies) for texts no longer in history")
     from whoosh import index as windex
     for name in ("fulltext", "versions"):
-        folder = repo.root / ".mdmem" / name
+        folder = cache_dir(repo.root) / name
         if not windex.exists_in(str(folder)):
             continue
         with windex.open_dir(str(folder)).reader() as reader:
@@ -175,7 +177,7 @@ def _caches_hold_only_history(repo, scan: HistoryScan) -> dict:
 def _work_tree_files(root: Path) -> list[tuple[str, Path]]:
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in (".git", ".mdmem")]
+        dirnames[:] = [d for d in dirnames if d != ".git"]  # an old .mdmem/ cache is a local file like any other
         for name in filenames:
             p = Path(dirpath) / name
             if not p.is_symlink():  # a link's target is outside what mdmem controls
@@ -192,7 +194,7 @@ def _index_check(repo, files: list[tuple[str, bytes]], needle: str, allowed_text
 
     where = []
     for name in ("fulltext", "versions"):
-        folder = repo.root / ".mdmem" / name
+        folder = cache_dir(repo.root) / name
         if not windex.exists_in(str(folder)):
             continue
         with windex.open_dir(str(folder)).reader() as reader:
@@ -254,7 +256,7 @@ def _index_paths(repo) -> list[str]:
     """Paths of the live (not deleted) documents of the current notes' index."""
     from whoosh import index as windex
 
-    folder = repo.root / ".mdmem" / "fulltext"
+    folder = cache_dir(repo.root) / "fulltext"
     if not windex.exists_in(str(folder)):
         return []
     with windex.open_dir(str(folder)).reader() as reader:

@@ -14,6 +14,7 @@ from ..config import CONFIG_NAME, Config, UserConfig, check_backend, check_fusio
 from ..errors import BadInput, Conflict
 from ..policy.access import Access
 from ..storage.gitstore import GitStore
+from ..storage.gitdir import cache_dir
 
 if TYPE_CHECKING:
     from ..model.kinds import Contracts
@@ -116,7 +117,7 @@ class RepoState:
 
         if self._root_blobs is None:
             if self._meta_cache is None:
-                self._meta_cache = MetaCache(self.root / ".mdmem" / "viewmeta.sqlite")
+                self._meta_cache = MetaCache(cache_dir(self.root) / "viewmeta.sqlite")
             self._root_blobs = RootEntries(self.store, self._meta_cache)
         return Views(self.store, self._root_blobs, self.config, flags=lambda rev: set(self.trust.flags(rev)))
 

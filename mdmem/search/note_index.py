@@ -26,6 +26,7 @@ from . import fulltext
 from .doctable import VECTOR_FIELD, DocTable, prepare_vectors
 from .embedders import Embedder, make_embedder
 from .embedding_cache import EmbeddingCache, cache_key
+from ..storage.gitdir import cache_dir
 from .recent import RecentNotes
 
 SCHEMA_VERSION = 12  # 10: context; 11: tags; 12: B 0.3, a context's mean vector
@@ -55,7 +56,7 @@ class SyncReport:
 class NoteIndex:
     def __init__(self, repo):
         self.repo = repo
-        self.base = repo.root / ".mdmem"
+        self.base = cache_dir(repo.root)
         self.state_path = self.base / "state.json"
         self._embedder: Embedder | None | bool = False  # False: not yet made
         self._ix = None

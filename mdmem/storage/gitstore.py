@@ -38,6 +38,7 @@ import pygit2
 from ..errors import BranchMoved, GitFailed, LockTimeout
 from .locks import Lock, lock_folder
 from .queries import GitQueries
+from .gitdir import cache_dir
 
 # A git lock file nobody holds open is stale once this old (git closes a ref lock a moment
 # before renaming it, so a young unheld lock may still be a live writer's).
@@ -136,7 +137,7 @@ class GitStore(GitQueries):
             self.repo = pygit2.Repository(str(self.root))
         except pygit2.GitError as exc:
             raise GitFailed(f"{self.root}: git cannot open this repository ({exc})") from None
-        self.lock_dir = self.root / ".mdmem" / "locks"
+        self.lock_dir = cache_dir(self.root) / "locks"
         self._index: pygit2.Index | None = None
         # actor -> (author name, email); the repo's [people] table (config.identity) when given
         self.identity = identity or default_identity

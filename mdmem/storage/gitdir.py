@@ -1,0 +1,35 @@
+"""Where a work tree's git directory is, and mdmem's cache folder inside it.
+
+The caches (search index, vectors, verify's verdicts, view metadata, the embedding graph,
+locks) live in ``<git dir>/mdmem/``, never in the work tree: a commit can put any file in
+the work tree -- a teammate committed ``.mdmem/`` (a poisoned index served fake text for a
+real note; a forged ``verify.json`` turned an untrusted edit trusted in every fresh clone)
+or a ``.mdmem`` symlink (every clone wrote its caches, and deleted folders, outside the
+repo) -- but nothing a commit carries is ever written inside ``.git`` (attack 5, A14, A19).
+A linked worktree (``.git`` is a file naming its git dir) has caches of its own.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+CACHE_NAME = "mdmem"
+LEGACY_CACHE = ".mdmem"  # where caches lived before: a work-tree folder a commit could fill
+
+
+def git_dir(root: Path) -> Path:
+    """The git directory of the work tree at ``root`` (``.git``, or where a ``.git`` file points)."""
+    dot = Path(root) / ".git"
+    if dot.is_file():
+        try:
+            text = dot.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return dot
+        if text.startswith("gitdir:"):
+            target = Path(text[len("gitdir:"):].strip())
+            return target if target.is_absolute() else (Path(root) / target).resolve()
+    return dot
+
+
+def cache_dir(root: Path) -> Path:
+    """The folder of a repo's disposable caches (created by whoever writes one first)."""
+    return git_dir(root) / CACHE_NAME
