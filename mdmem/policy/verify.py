@@ -30,7 +30,6 @@ from ..config import CONFIG_NAME, Config
 from ..errors import BadInput, NoteInvalid
 from ..model.layout import ERASURE_LOG, is_note_path, root_of
 from ..model.validate import validate_note
-from ..storage.gitdir import cache_dir
 
 CACHE_VERSION = 4  # 2: the config entry; 3: the founder; 4: deletions, erasure vouchers
 GOOD_SIGNATURES = ("G",)  # git's %G?: G good and trusted by the allowed-signers file
@@ -50,7 +49,7 @@ class Flag:
 class Verifier:
     def __init__(self, repo):
         self.repo = repo
-        self.path = cache_dir(repo.root) / "verify.json"
+        self.path = repo.store.cache_dir / "verify.json"
         self._state: dict | None = None
         # Paths of self._state whose frontmatter is not yet checked (fm None); None: unknown,
         # found by a scan. Kept so flags() need not scan every note after each new HEAD

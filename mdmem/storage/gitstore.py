@@ -137,7 +137,8 @@ class GitStore(GitQueries):
             self.repo = pygit2.Repository(str(self.root))
         except pygit2.GitError as exc:
             raise GitFailed(f"{self.root}: git cannot open this repository ({exc})") from None
-        self.lock_dir = cache_dir(self.root) / "locks"
+        self.cache_dir = cache_dir(self.root)  # mdmem's caches: storage/gitdir.py says why inside .git
+        self.lock_dir = self.cache_dir / "locks"
         self._index: pygit2.Index | None = None
         # actor -> (author name, email); the repo's [people] table (config.identity) when given
         self.identity = identity or default_identity
@@ -291,6 +292,11 @@ class GitStore(GitQueries):
         if not stat.S_ISREG(mode):
             return "not-a-file"
         return str(pygit2.hash(full.read_bytes()))
+
+    def last_change(self, rev: str, path: str) -> tuple[str, str] | None:
+        """The last commit on ``rev`` that changed ``path`` (short id) and its author's e-mail."""
+        found = self.git("log", "-1", "--format=%h %ae", rev, "--", path, check=False).split()
+        return (found[0], found[1]) if len(found) == 2 else None
 
     def git(self, *args: str, input: bytes | None = None, check: bool = True) -> str:
         self.flush_index()  # git may read its index (status, stash, checkout, filter-repo...)
