@@ -32,6 +32,13 @@ HOOK_NAMES = ("pre-commit", "post-merge", "post-rewrite")
 LEGACY_HOOKS_DIR = ".githooks"  # where repos made before 2026-11-30 committed them; never run now
 ATTRIBUTES = ".gitattributes"
 DRIVER = "mdmem-view"
+# The driver keeps our side only for a MEMORY view (the hooks regenerate it); any other path is a
+# normal three-way merge (git merge-file: a conflict stays a conflict). Which paths reach the
+# driver is the committed .gitattributes, which anyone may change: `*.md merge=mdmem-view` once
+# made every concurrent note edit silently keep one side (attack 5, A16). %P is the path.
+DRIVER_COMMAND = ("sh -c 'case \"$4\" in team/*/*/*|private/*/*/*) exec git merge-file -q \"$1\" \"$2\" \"$3\";; "
+                  "MEMORY.md|team/*/MEMORY.md|private/*/MEMORY.md) exit 0;; "
+                  "*) exec git merge-file -q \"$1\" \"$2\" \"$3\";; esac' mdmem-view %A %O %B %P")
 MARKER = "# mdmem hook"  # the line that tells mdmem's own hooks from a person's
 INSTALLED_NOTICE = ("mdmem: installed mdmem's git hooks in .git/hooks: commits check notes and regenerate "
                     "MEMORY views")
@@ -69,7 +76,7 @@ def _problems(root: Path, python: str) -> tuple[list[str], list[str]]:
     configured_python = cfg["mdmem.python"] if "mdmem.python" in cfg else None
     if not configured_python or not os.access(configured_python, os.X_OK):
         stale.append("config")
-    elif not ("merge." + DRIVER + ".driver" in cfg and cfg[f"merge.{DRIVER}.driver"] == "true"):
+    elif not ("merge." + DRIVER + ".driver" in cfg and cfg[f"merge.{DRIVER}.driver"] == DRIVER_COMMAND):
         stale.append("config")
     return stale, notices
 
@@ -87,7 +94,7 @@ def configure(root: Path, python: str) -> None:
     if "core.hooksPath" in cfg and cfg["core.hooksPath"] == LEGACY_HOOKS_DIR:
         del cfg["core.hooksPath"]
     cfg[f"merge.{DRIVER}.name"] = "mdmem MEMORY view: keep one side; the hooks regenerate it"
-    cfg[f"merge.{DRIVER}.driver"] = "true"
+    cfg[f"merge.{DRIVER}.driver"] = DRIVER_COMMAND
     cfg["mdmem.python"] = python
     folder = hook_git.hooks_dir(root)
     folder.mkdir(parents=True, exist_ok=True)

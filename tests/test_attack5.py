@@ -285,3 +285,28 @@ def test_a_cache_symlink_committed_by_a_teammate_sends_nothing_outside(team, tmp
     r = run_cli("recall", "reindexes", "--as", "carol", env=ENV, cwd=fresh)
     assert r.returncode == 0 and "reindex" in r.stdout, (r.stdout, r.stderr)
     assert sorted(p.name for p in victim.rglob("*")) == ["fulltext", "keep.txt"]
+
+
+# A16. The view merge driver kept our side for whatever path the committed .gitattributes sent
+# it: one line `*.md merge=mdmem-view` by any teammate made a plain `git pull` drop every
+# concurrent note edit without a conflict.
+def test_the_view_merge_driver_keeps_a_side_only_for_views(team, tmp_path):
+    root = team.root
+    note = "team/payments/service/billing/fact/deploy.window.md"
+    team.remember("Billing deploys any weekday before 3pm", as_user="bob", kind="fact", subject="service:billing",
+                  key="deploy.window", scope="team", team="payments", now=T0)
+    run_cli("hooks", "install", "--as", "bob", env=ENV, cwd=root)
+    with open(root / ".gitattributes", "a") as f:
+        f.write("*.md merge=mdmem-view\n")
+    git(root, "-c", "user.email=carol@mdmem.invalid", "commit", "-qam", "attrs", "--no-verify")
+    branch = git(root, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip()
+    other = tmp_path / "alice"
+    git(tmp_path, "clone", "-q", "--branch", branch, str(root), str(other))
+    run_cli("hooks", "install", "--as", "alice", env=ENV, cwd=other)
+    for where, who, text in ((other, "alice", "5pm (alice)"), (root, "bob", "2pm (bob)")):
+        path = where / note
+        path.write_text(path.read_text().replace("3pm", text))
+        git(where, "-c", f"user.email={who}@mdmem.invalid", "commit", "-qam", f"{who} edit", "--no-verify")
+    pulled = git(root, "pull", "--no-rebase", "--no-edit", str(other), branch, check=False)
+    assert pulled.returncode != 0 and "CONFLICT" in pulled.stdout + pulled.stderr
+    assert "<<<<<<<" in (root / note).read_text()

@@ -6,7 +6,7 @@ import re
 import pytest
 from conftest import T0, T1, git, git_status, run_cli, team_fact
 
-from mdmem import MemoryRepo
+from mdmem import MemoryRepo, hooks
 from mdmem.views.fresh import Views
 from mdmem.views.render import MetaCache, RootEntries
 
@@ -163,7 +163,7 @@ def test_hooks_install_enables_them_explicitly(repo, tmp_path):
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["committed"] is None  # the committed attributes were mdmem's already
     assert (clone / ".git/hooks/pre-commit").stat().st_mode & 0o111
-    assert git(clone, "config", "merge.mdmem-view.driver").stdout.strip() == "true"
+    assert git(clone, "config", "merge.mdmem-view.driver").stdout.strip() == hooks.DRIVER_COMMAND
 
 
 def test_a_persons_own_hook_is_never_overwritten_and_a_legacy_hooks_path_is_dropped(repo, tmp_path):
