@@ -179,7 +179,11 @@ def _refuse_erased(store, head, their_head, remote, branch) -> None:
                f"(git cherry-pick, then mdmem check) before the erasure can be published"
                if others else "nothing else: `mdmem sync --push` publishes the erasure (a force-push)")
             + "; the fetched history was dropped, nothing changed", publishable=not others)
-    stale = sorted(store.commit_ids("HEAD") & erased_commit_ids(there)) if head else []
+    # A receipt names commits its erasure rewrote away: one its own history still holds is no
+    # erasure (a forged or broken receipt line -- any teammate can append one), and believing it
+    # would stop every clone's sync for good, fresh clones included (attack 5, A15).
+    claimed = erased_commit_ids(there)
+    stale = sorted(store.commit_ids("HEAD") & (claimed - store.commit_ids(their_head))) if head and claimed else []
     if stale:
         raise Refused(f"sync: this clone holds {len(stale)} commit(s) that {remote} erased (first {stale[0][:10]}); "
                       f"re-clone it (save your own uncommitted notes first); nothing changed")

@@ -310,3 +310,25 @@ def test_the_view_merge_driver_keeps_a_side_only_for_views(team, tmp_path):
     pulled = git(root, "pull", "--no-rebase", "--no-edit", str(other), branch, check=False)
     assert pulled.returncode != 0 and "CONFLICT" in pulled.stdout + pulled.stderr
     assert "<<<<<<<" in (root / note).read_text()
+
+
+# A15. Anyone could append a fake receipt naming a shared commit: sync then called every clone,
+# fresh ones too, "an old clone" and refused for good.
+def test_a_forged_receipt_naming_a_live_commit_stops_no_sync(team, tmp_path):
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(team.root, "remote", "add", "origin", str(bare))
+    assert run_cli("sync", "--push", "--as", "bob", env=ENV, cwd=team.root).returncode == 0
+    branch = git(team.root, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip()
+    carol = tmp_path / "carol"
+    git(tmp_path, "clone", "-q", "--branch", branch, str(bare), str(carol))
+    shared = git(carol, "rev-parse", "HEAD~1").stdout.strip()
+    (carol / "audit").mkdir(exist_ok=True)
+    with open(carol / "audit" / "erasures.jsonl", "a") as f:
+        f.write('{"actor": "dana", "id": "erasure-20261130T164000Z-fake01", "rewritten_commits": ["%s"], '
+                '"erased_blobs": [], "targets": {"paths": "1 path(s), not recorded"}}\n' % shared)
+    git(carol, "add", "audit")
+    git(carol, "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "audit", "--no-verify")
+    git(carol, "push", "-q", "origin", "HEAD")
+    r = run_cli("sync", "--as", "bob", env=ENV, cwd=team.root)
+    assert r.returncode == 0, r.stderr
