@@ -332,3 +332,17 @@ def test_a_forged_receipt_naming_a_live_commit_stops_no_sync(team, tmp_path):
     git(carol, "push", "-q", "origin", "HEAD")
     r = run_cli("sync", "--as", "bob", env=ENV, cwd=team.root)
     assert r.returncode == 0, r.stderr
+
+
+# A13. Erasure scrubbed the text of a view's line about an erased note but kept its path and key
+# in every older view version.
+def test_erasure_leaves_no_path_or_key_of_an_erased_note_in_older_views(team):
+    team.remember("Alice is on medical leave until March", as_user="bob", kind="fact", subject="user:alice",
+                  key="medical.leave.oncology", new_key=True, scope="team", team="payments", now=T0)
+    team.remember("Another note", as_user="bob", kind="fact", subject="service:billing", key="other", new_key=True,
+                  scope="team", team="payments", now=T0)
+    assert "medical.leave.oncology" in git(team.root, "log", "-p", "--all").stdout
+    team.forget(as_user="dana", owner="alice", subject="user:alice", now=T0)
+    history = git(team.root, "log", "-p", "--all").stdout
+    assert "medical.leave" not in history and "oncology" not in history
+    assert "Another note" in (team.root / "team" / "payments" / "MEMORY.md").read_text()
