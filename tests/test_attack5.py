@@ -346,3 +346,16 @@ def test_erasure_leaves_no_path_or_key_of_an_erased_note_in_older_views(team):
     history = git(team.root, "log", "-p", "--all").stdout
     assert "medical.leave" not in history and "oncology" not in history
     assert "Another note" in (team.root / "team" / "payments" / "MEMORY.md").read_text()
+
+
+# A8c. Erasing the repo's only config admin left nobody who could change mdmem.toml.
+@pytest.mark.parametrize("erasers", [[], ["alice"]])
+def test_the_only_config_admin_names_another_before_being_erased(tmp_path, erasers):
+    repo = MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice", "bob"]}, erasers=erasers, now=T0,
+                           as_user="alice", embedder="none")
+    repo.remember("alice likes tea", as_user="alice", kind="profile", subject="user:alice", key="drink", now=T0)
+    head = git(repo.root, "rev-parse", "HEAD").stdout
+    for dry_run in (True, False):
+        with pytest.raises(Refused, match="only config admin"):
+            repo.forget(as_user="alice", owner="alice", dry_run=dry_run, now=T0)
+    assert git(repo.root, "rev-parse", "HEAD").stdout == head

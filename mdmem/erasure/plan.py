@@ -186,6 +186,14 @@ def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, text
     if subject:
         targets |= {p for p in ever if _under(layout.parse_path(p).subject, subject)}
     if owner:
+        admins = repo.trust.config_admins()
+        if owner in admins and not admins - {owner}:
+            # Their commits become a pseudonym's, which no config names: nobody could change
+            # mdmem.toml afterwards (attack 5, A8c).
+            raise Refused(f"forget: {owner} is this repo's only config admin ("
+                          + ("its only eraser" if repo.access.erasers else "its founder; it names no erasers")
+                          + "): name another eraser in mdmem.toml ([roles] erasers) and commit it first, else "
+                          "nobody could change the config after the erasure")
         plan.people[owner] = f"erased-{secrets.token_hex(4)}"
         # Other names and addresses of theirs from [people.<owner>]: identity fields in git.
         person = repo.config.people.get(owner)

@@ -183,6 +183,16 @@ class Verifier:
         except BadInput:
             return Config()
 
+    def config_admins(self) -> frozenset[str]:
+        """Who may change mdmem.toml: the trusted config's erasers, or while it names none the
+        person who made the repo."""
+        erasers = self.repo.access.erasers
+        if erasers:
+            return frozenset(erasers)
+        head = self.repo.store.head()
+        founder = self._current(head).get("founder") if head else None
+        return frozenset({founder} if founder else ())
+
     def _note_moved(self, old_head: str | None, new_head: str | None, changed: set[str]) -> None:
         """The state moved from ``old_head`` to ``new_head``, changing ``changed`` notes: kept
         so that flags() redoes only those (moves since its last answer add up)."""
