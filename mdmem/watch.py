@@ -16,7 +16,7 @@ from watchdog.observers import Observer
 
 from .errors import NoteInvalid
 from .storage.gitstore import Trailers
-from .model.layout import is_note_path
+from .model.layout import is_note_path, root_of
 from .storage.worktree import read_note
 
 DEBOUNCE_SECONDS = 0.15
@@ -26,7 +26,7 @@ _NOT_CHANGES = frozenset({"opened", "closed_no_write"})
 @dataclass
 class WatchEvent:
     path: str
-    status: str  # indexed | removed | invalid | committed
+    status: str  # indexed | removed | invalid | committed | not committed
     detail: str = ""
 
     def to_dict(self) -> dict:
@@ -179,6 +179,15 @@ class Watcher:
                 return
             author = git_identity(self.repo.store)
             user = git_user(self.repo.store, self.repo.config)
+            # The same write permission as remember: an edit of a root this person may not write
+            # (another's private notes, another team's) stays uncommitted and is named (attack 5, A11).
+            refused = sorted(p for p in dirty if not user or user not in self.repo.access.writers_of_root(root_of(p)))
+            for path in refused:
+                self.on_event(WatchEvent(path, "not committed", f"{user or 'this git identity'} may not write "
+                                                                f"{root_of(path)}"))
+                del dirty[path]
+            if not dirty:
+                return
             op = "edit" if all(d is not None for d in dirty.values()) else "delete"
             message = (f"human {op}: {', '.join(sorted(dirty))}\n\n"
                        + Trailers(op, user, f"human:{user}").render())

@@ -5,6 +5,7 @@ import time
 
 from conftest import T0, git_status, team_fact
 
+from mdmem import MemoryRepo
 from mdmem.watch import Watcher
 
 
@@ -54,6 +55,12 @@ def test_a_broken_save_is_reported_kept_out_and_left_on_disk(repo):
 
 def test_commit_mode_commits_valid_edits_as_the_human(repo):
     r = team_fact(repo, "Refunds are allowed within 30 days", key="refund.window")
+    # bob commits as Pat Person <pat@example.org>; the repo's admin maps that address to bob
+    cfg = repo.root / "mdmem.toml"
+    cfg.write_text(cfg.read_text() + '\n[people.bob]\nemails = ["pat@example.org"]\n')
+    subprocess.run(["git", "-C", str(repo.root), "-c", "user.email=mdmem@mdmem.invalid", "commit", "-qam", "people",
+                    "--no-verify"], check=True)
+    repo = MemoryRepo.open(repo.root)
     subprocess.run(["git", "-C", str(repo.root), "config", "user.name", "Pat Person"], check=True)
     subprocess.run(["git", "-C", str(repo.root), "config", "user.email", "pat@example.org"], check=True)
     events = []
@@ -66,8 +73,33 @@ def test_commit_mode_commits_valid_edits_as_the_human(repo):
         watcher.stop()
     msg = repo.store.git("log", "-1", "--format=%an <%ae>%n%B")
     # The person's own git identity signs the commit (not a made-up @mdmem.invalid address).
-    assert msg.startswith("Pat Person <pat@example.org>") and "Memory-Source: human:Pat-Person" in msg
+    assert msg.startswith("Pat Person <pat@example.org>") and "Memory-Source: human:bob" in msg
     assert git_status(repo.root) == ""
+
+
+def test_commit_mode_commits_only_roots_the_person_may_write(repo):
+    """Attack 5, A11: the watcher committed bob's edits of carol's team notes and of another
+    person's private notes, which verify then flagged and the views left out."""
+    mine = team_fact(repo, "Refunds are allowed within 30 days", key="refund.window")
+    theirs = repo.remember("Search reindexes nightly", as_user="carol", kind="fact", subject="service:search",
+                           key="reindex", scope="team", team="search", now=T0)
+    subprocess.run(["git", "-C", str(repo.root), "config", "user.email", "bob@mdmem.invalid"], check=True)
+    subprocess.run(["git", "-C", str(repo.root), "config", "user.name", "bob"], check=True)
+    events = []
+    watcher = Watcher(repo, events.append, commit=True).start()
+    try:
+        for path, old, new in ((theirs.path, "nightly", "never, per bob"), (mine.path, "30 days", "60 days")):
+            note = repo.root / path
+            note.write_text(note.read_text().replace(old, new))
+        assert wait_for(lambda: any(e.status == "committed" for e in events), timeout=5)
+        assert wait_for(lambda: any(e.status == "not committed" for e in events), timeout=5)
+    finally:
+        watcher.stop()
+    refused = [e for e in events if e.status == "not committed"]
+    assert [e.path for e in refused] == [theirs.path] and "bob may not write team/search" in refused[0].detail
+    committed = repo.store.git("show", "--name-only", "--format=", "HEAD").split()
+    assert mine.path in committed and theirs.path not in committed
+    assert repo.verify()["untrusted"] == []
 
 
 def test_cli_watch_prints_json_events(repo):
