@@ -1,4 +1,4 @@
-"""The disposable caches under ``.mdmem/`` (index folders, state files, SQLite caches): how
+"""The disposable caches under ``.git/mdmem/`` (index folders, state files, SQLite caches): how
 one that cannot be read is moved aside and rebuilt, and how a rebuilt index folder replaces
 the old one without a moment in which neither is usable.
 
@@ -18,12 +18,12 @@ from typing import Callable
 
 log = logging.getLogger("mdmem")
 
-ASIDE = "broken"  # .mdmem/broken/: caches moved aside, the newest few kept for a post-mortem
+ASIDE = "broken"  # broken/: caches moved aside, the newest few kept for a post-mortem
 KEEP_ASIDE = 3
 
 
 def move_aside(path: Path, reason: str) -> Path | None:
-    """Move an unreadable cache file or folder out of the way (into ``.mdmem/broken/``),
+    """Move an unreadable cache file or folder out of the way (into ``broken/`` beside it),
     with one warning line. Returns where it went (None if it was already gone)."""
     if not os.path.lexists(path):
         return None

@@ -159,3 +159,15 @@ def test_the_facade_is_thin():
                 fat.append(f"{node.name}: {statements} statements")
     assert not fat, f"operation logic in the facade (move it to ops/): {fat}"
     assert len(ast.unparse(tree).splitlines()) < 300, "repo.py grew past a facade"
+
+
+def test_only_gitdir_names_the_cache_folder():
+    """The caches live in .git/mdmem/ (storage/gitdir.py: a commit can fill or redirect a work-tree
+    folder, attack 5 A14/A19). Code that builds a path with ".mdmem" writes where a teammate's
+    commit can reach: every cache path comes from cache_dir(). The watchers only skip the old
+    folder's events."""
+    allowed = {"storage/gitdir.py", "storage/tree_watch.py", "watch.py"}
+    offenders = sorted(rel for rel, tree in modules().items() if rel not in allowed
+                       and any(isinstance(n, ast.Constant) and isinstance(n.value, str)
+                               and n.value.split("/")[0] == ".mdmem" for n in ast.walk(tree)))
+    assert not offenders, f"a cache path outside storage/gitdir.cache_dir: {offenders}"

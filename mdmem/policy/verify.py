@@ -16,7 +16,7 @@ founds the repo and is trusted. Until an admin commits it, an untrusted change d
 effect: :meth:`Verifier.trusted_config` gives every access and gate decision the last
 trusted version.
 
-Results are kept per process and in ``.mdmem/verify.json`` (a cache: deleting it loses
+Results are kept per process and in ``.git/mdmem/verify.json`` (a cache: deleting it loses
 nothing) and moved forward commit by commit, so a catch-up costs one ``git log`` of the new
 commits; mdmem's own writes update the cache without git.
 """

@@ -237,7 +237,7 @@ _MINILM: MiniLMEmbedder | None = None
 
 def make_embedder(cfg: EmbedderConfig, *, cache_dir: Path | None = None) -> Embedder | None:
     """The configured embedder, or None for BM25 only. MiniLM is made once per process (its
-    session holds the weights); ``cache_dir`` (a repository's .mdmem/) is where its graph is
+    session holds the weights); ``cache_dir`` (a repository's .git/mdmem/) is where its graph is
     cached: the repository asking last names it."""
     global _MINILM
     backend = cfg.backend

@@ -1,5 +1,5 @@
 """The embedding cache: vectors by a hash of model and text, never by note id, so a rebuild
-or a renamed note pays nothing for text it has embedded before. SQLite under ``.mdmem/``
+or a renamed note pays nothing for text it has embedded before. SQLite under ``.git/mdmem/``
 with secure_delete on, so a purged row's bytes are overwritten rather than left in free
 pages. (The current notes' vectors live in the full-text index, see doctable.)
 """

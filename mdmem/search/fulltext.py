@@ -2,7 +2,7 @@
 
 Two indexes share one schema: ``current`` holds the version of each note in the work
 tree; ``versions`` holds every committed version with the span of time it was current
-(for ``at`` and history recall). Both are caches under ``.mdmem/``.
+(for ``at`` and history recall). Both are caches under ``.git/mdmem/``.
 """
 from __future__ import annotations
 

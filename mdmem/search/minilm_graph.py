@@ -235,5 +235,5 @@ def load_graph(source: Path, source_sha256: str, cache_dir: Path | None) -> byte
         try:
             write_cached(path, graph)
         except OSError:
-            pass  # a read-only .mdmem: the next process builds again
+            pass  # a read-only cache folder: the next process builds again
     return graph

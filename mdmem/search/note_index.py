@@ -1,7 +1,7 @@
 """NoteIndex: keeps the full-text index, the vectors and the embedding cache following the
 notes, incrementally: from the commit it last reflected to HEAD, then the work tree.
 
-Deleting ``.mdmem/`` loses nothing: the next call rebuilds from the notes.
+Deleting ``.git/mdmem/`` loses nothing: the next call rebuilds from the notes.
 """
 from __future__ import annotations
 
@@ -279,7 +279,7 @@ class NoteIndex:
     def _needs_rebuild(self, state: dict, *, cheap: bool = False) -> bool:
         folder = self.base / "fulltext"
         # Opening the index's table of contents costs ~0.5 ms; once open here, the folder
-        # still being there is enough (someone deleting .mdmem/ removes state.json too).
+        # still being there is enough (someone deleting .git/mdmem/ removes state.json too).
         present = folder.is_dir() if cheap and self._ix is not None else fulltext.windex.exists_in(str(folder))
         return state.get("schema") != SCHEMA_VERSION or state.get("model") != self.model_id or not present
 

@@ -12,8 +12,8 @@ from ..errors import LockTimeout
 
 
 def lock_folder(path: Path) -> Path:
-    """The folder for lock files (``.mdmem/locks``), made if missing. A file where it or the
-    cache folder above it belongs is removed first: everything under ``.mdmem`` is disposable."""
+    """The folder for lock files (``.git/mdmem/locks``), made if missing. A file where it or the
+    cache folder above it belongs is removed first: everything under the cache folder is disposable."""
     for folder in (path.parent, path):
         if os.path.lexists(folder) and not folder.is_dir():
             os.unlink(folder)

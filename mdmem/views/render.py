@@ -80,7 +80,7 @@ def _setup_meta(db: sqlite3.Connection) -> None:
 
 class MetaCache:
     """Note metadata by blob id, so a write re-reads only the note it changed. A cache
-    under .mdmem/ like the index; erasure deletes it with the rest."""
+    under .git/mdmem/ like the index; erasure deletes it with the rest."""
 
     def __init__(self, path: Path):
         self.path = path
