@@ -359,3 +359,15 @@ def test_the_only_config_admin_names_another_before_being_erased(tmp_path, erase
         with pytest.raises(Refused, match="only config admin"):
             repo.forget(as_user="alice", owner="alice", dry_run=dry_run, now=T0)
     assert git(repo.root, "rev-parse", "HEAD").stdout == head
+
+
+# A18.3 A NUL in a note made git call it binary: diffs and reviews hid its text.
+@pytest.mark.parametrize("field", ["text", "context"])
+def test_a_nul_character_is_refused(team, field):
+    args = {"text": "Billing deploys on Tuesdays", "context": "the previous turn"}
+    args[field] = args[field] + "\x00 hidden"
+    head = git(team.root, "rev-parse", "HEAD").stdout
+    with pytest.raises(BadInput, match=f"{field}: holds a NUL"):
+        team.remember(args["text"], context=args["context"], as_user="bob", kind="episode", subject="service:billing",
+                      scope="team", team="payments", now=T0)
+    assert git(team.root, "rev-parse", "HEAD").stdout == head

@@ -85,7 +85,7 @@ def test_check_lists_path_field_reason_and_exits_2(cli_repo):
 def test_review_list_and_approve(cli_repo):
     out = json.loads(remember(cli_repo, "--source", "tool:grafana").stdout)
     listed = json.loads(run_cli("review", "list", "--repo", str(cli_repo), "--as", "dana", "--json").stdout)
-    assert [i["review_id"] for i in listed] == [out["review_id"]]
+    assert [i["review_id"] for i in listed["held"]] == [out["review_id"]] and listed["sync_conflicts"] == []
     r = run_cli("review", "approve", out["review_id"], "--repo", str(cli_repo), "--as", "dana")
     assert r.returncode == 0, r.stderr
 

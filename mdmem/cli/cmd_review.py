@@ -31,9 +31,8 @@ def run(ctx) -> int:
                         f"({c['rule']}; merge {c['merge'][:10]}); `mdmem history {c['path']}` shows both"
                         for c in conflicts)
         if ctx.json:
-            # Held writes as before (a list); sync conflicts are in `mdmem review list` text and
-            # in each merge commit's Memory-Conflict trailers.
-            ctx.emit([i.to_dict() for i in items] + [{"sync_conflict": c} for c in conflicts])
+            # One object, as every other --json answer (a bare list mixed two kinds of item).
+            ctx.emit({"held": [i.to_dict() for i in items], "sync_conflicts": conflicts})
         else:
             ctx.emit(None, text.strip() or "(nothing held for review)")
         return 0

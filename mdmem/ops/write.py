@@ -100,6 +100,8 @@ def draft(repo: RepoState, user: str, text: str, *, kind: str, subject: str, key
     if not isinstance(text, str) or not text.strip():
         raise BadInput("text: a note needs text")
     check_unicode(text, "text")
+    if isinstance(context, str):
+        check_unicode(context, "context")
     if contract.keyed and not key and contract.name != "summary":
         raise BadInput(f"key: kind {contract.name} is keyed; pass a key (like deploy.window)")
     if contract.name == "summary":
