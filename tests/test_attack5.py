@@ -371,3 +371,4 @@ def test_a_nul_character_is_refused(team, field):
         team.remember(args["text"], context=args["context"], as_user="bob", kind="episode", subject="service:billing",
                       scope="team", team="payments", now=T0)
     assert git(team.root, "rev-parse", "HEAD").stdout == head
+

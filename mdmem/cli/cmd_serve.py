@@ -26,5 +26,13 @@ def run(ctx) -> int:
     # (a whole rewrite each time, 60-300 ms at 100k notes).
     repo.store.index_delay = INDEX_DELAY_SECONDS
     label = ctx.args.agent if ctx.args.agent is not None else repo.user_config.agent_label
-    serve(repo, ctx.user, allowed, label=label)
+    if not serve(repo, ctx.user, allowed, label=label):
+        # The index catch-up is still running in native code: end the process without running
+        # interpreter shutdown under it (a kill -9 costs the cache nothing: it redoes the catch-up).
+        import os
+        import sys
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0

@@ -156,7 +156,8 @@ def build_server(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label:
     return server
 
 
-def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | None = None) -> None:
+def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | None = None,
+          drain_seconds: float = 10.0) -> bool:
     from ..watch import Watcher
 
     # People edit notes while the agent works: keep the index following their saves. The
@@ -172,8 +173,15 @@ def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | 
         finally:
             ready.set()
 
-    threading.Thread(target=start, name="mdmem-index-build", daemon=True).start()
+    builder = threading.Thread(target=start, name="mdmem-index-build", daemon=True)
+    builder.start()
     try:
         build_server(repo, user, allowed, label=label, index_ready=ready).run("stdio")
     finally:
         watcher.stop()
+        # The client left while the first catch-up may still be embedding: letting the
+        # interpreter exit under it aborted the process (onnxruntime's threads: SIGABRT,
+        # "terminate called without an active exception"; attack 5, A6). Wait a little; the
+        # caller ends the process at once if it is still running (the index is a cache).
+        builder.join(drain_seconds)
+    return not builder.is_alive()
