@@ -388,7 +388,7 @@ def install_guard(bare: str | None) -> Path:
                     f'if [ -x "$(dirname "$0")/{GUARD_CHAINED}" ]; then\n'
                     f'  printf \'%s\\n\' "$refs" | "$(dirname "$0")/{GUARD_CHAINED}" || exit $?\n'
                     "fi\n"
-                    f'printf \'%s\\n\' "$refs" | exec {shlex.quote(sys.executable)} -m mdmem.cli.main '
+                    f'printf \'%s\\n\' "$refs" | exec {shlex.quote(sys.executable)} -I -m mdmem.cli.main '
                     'guard --check "$PWD"\n')
     hook.chmod(0o755)
     _remember_erasures(path, _audits(path, ("refs/heads/main", "HEAD")))

@@ -372,3 +372,34 @@ def test_a_nul_character_is_refused(team, field):
                       scope="team", team="payments", now=T0)
     assert git(team.root, "rev-parse", "HEAD").stdout == head
 
+
+
+# A27. The hooks, forget and housekeeping ran `python -m mdmem...` with the work tree as cwd: a
+# `mdmem/` package a teammate committed at the repo root ran instead of the installed one.
+def test_a_committed_mdmem_package_never_runs(team, tmp_path):
+    marker = tmp_path / "pwned"
+    evil = team.root / "mdmem"
+    (evil / "cli").mkdir(parents=True)
+    (evil / "storage").mkdir()
+    payload = f"open({str(marker)!r}, 'a').write(__name__ + '\\n')\n"
+    for name in ("__init__.py", "cli/__init__.py", "cli/main.py", "storage/__init__.py", "storage/housekeeping.py"):
+        (evil / name).write_text(payload)
+    git(team.root, "add", "mdmem")
+    git(team.root, "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "tools", "--no-verify")
+    # (the test runs the CLI as `python -m` from elsewhere; people run the `mdmem` script)
+    assert run_cli("hooks", "install", "--repo", str(team.root), "--as", "bob", env=ENV, cwd=tmp_path).returncode == 0
+    note = team.root / "team" / "search" / "service" / "search" / "fact" / "reindex.md"
+    note.write_text(note.read_text().replace("nightly", "hourly"))
+    committed = git(team.root, "-c", "user.email=carol@mdmem.invalid", "commit", "-qam", "by hand", check=False)
+    assert committed.returncode == 0, committed.stderr
+    r = run_cli("forget", "--path", "private/alice/user/alice/profile/phone.md", "--repo", str(team.root), "--as",
+                "alice", env=ENV, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    import os
+    here = os.getcwd()
+    os.chdir(team.root)  # housekeeping inherits the cwd: a CLI write run inside the repo
+    try:
+        team.store.housekeep_in_background().wait(timeout=60)
+    finally:
+        os.chdir(here)
+    assert not marker.exists(), marker.read_text()

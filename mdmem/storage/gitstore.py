@@ -824,7 +824,7 @@ class GitStore(GitQueries):
             pass
 
     def housekeep_in_background(self) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "mdmem.storage.housekeeping", str(self.root)],
+        return subprocess.Popen([sys.executable, "-I", "-m", "mdmem.storage.housekeeping", str(self.root)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
     def housekeep(self, *, force: bool = False) -> None:

@@ -382,10 +382,13 @@ def filter_repo(root: Path, refs: list[str], *, file_info=None, commit=None, tag
 
 
 def filter_repo_in_own_process(root: Path, module: str) -> None:
-    """Run ``python -m module ROOT`` (which calls :func:`filter_repo`): filter-repo changes the
-    working directory and may exit the process, so it gets one of its own."""
+    """Run ``python -I -m module ROOT`` (which calls :func:`filter_repo`): filter-repo changes the
+    working directory and may exit the process, so it gets one of its own. Isolated (-I): with
+    the work tree as cwd, plain ``-m`` would import a ``mdmem/`` a teammate committed there
+    instead of the installed package (attack 5, A27); the hooks and housekeeping do the same."""
     import sys
-    proc = subprocess.run([sys.executable, "-m", module, str(root)], capture_output=True, text=True, cwd=str(root))
+    proc = subprocess.run([sys.executable, "-I", "-m", module, str(root)], capture_output=True, text=True,
+                          cwd=str(root))
     if proc.returncode != 0:
         raise GitFailed(f"history rewrite failed: {(proc.stderr or proc.stdout).strip()[-400:]}")
 
