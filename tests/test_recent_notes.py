@@ -11,6 +11,7 @@ from mdmem import MemoryRepo
 from mdmem.cache import ASIDE
 from mdmem.config import EmbedderConfig, UserConfig
 from mdmem.storage.tree_watch import INotify
+from mdmem.storage.gitdir import cache_dir
 
 needs_inotify = pytest.mark.skipif(INotify is None, reason="the in-memory path follows inotify's events (Linux)")
 
@@ -34,7 +35,7 @@ def corpus(repo, n=40):
 
 
 def on_disk(repo) -> bytes:
-    return (repo.root / ".mdmem" / "state.json").read_bytes()
+    return (cache_dir(repo.root) / "state.json").read_bytes()
 
 
 def ranked(repo, query, *, cosines=False, **kw):
@@ -153,7 +154,7 @@ def test_a_writer_killed_at_any_moment_leaves_the_embedding_cache_whole(repo):
         time.sleep(random.uniform(0.05, 0.6))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        db = sqlite3.connect(repo.root / ".mdmem" / "embeddings.sqlite")
+        db = sqlite3.connect(cache_dir(repo.root) / "embeddings.sqlite")
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         assert db.execute("SELECT count(*) FROM cache").fetchone()[0] >= 3
         db.close()
@@ -162,4 +163,4 @@ def test_a_writer_killed_at_any_moment_leaves_the_embedding_cache_whole(repo):
         repo.reset_caches()
         hits = repo.recall("gateway retry number 2", as_user="bob", now=T1)
         assert hits[0].text.startswith("Gateway retry number 2 ") and hits[0].cosine is not None
-        assert not (repo.root / ".mdmem" / ASIDE).exists()  # nothing was moved aside
+        assert not (cache_dir(repo.root) / ASIDE).exists()  # nothing was moved aside
