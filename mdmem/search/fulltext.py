@@ -14,7 +14,7 @@ from pathlib import Path
 from whoosh import index as windex
 from whoosh.analysis import STOP_WORDS, StemmingAnalyzer
 from whoosh.lang.porter2 import stem as porter2_stem
-from whoosh.fields import ID, KEYWORD, STORED, TEXT, Schema
+from whoosh.fields import ID, KEYWORD, STORED, Schema
 from whoosh.scoring import BM25F
 
 from .. import cache as cachefiles
@@ -22,6 +22,7 @@ from ..storage.worktree import StoredNote
 from . import bm25
 from .doctable import prepare_vectors
 from .doctable import Int64Column, code
+from .textfield import FastText
 
 NEVER = 2**62  # sentinel "no end" for numeric time fields
 # Questions are full of words that say nothing about the answer ("what does ... do?").
@@ -53,10 +54,10 @@ def make_schema() -> Schema:
         path=STORED(), root=ID(stored=True), kind=ID(stored=True), subject=ID(stored=True),
         root_code=Int64Column(stored=False), kind_code=Int64Column(stored=False),
         subject_code=Int64Column(stored=False),
-        key=STORED(), key_text=TEXT(analyzer=ANALYZER, phrase=False),
-        subject_text=TEXT(analyzer=ANALYZER, phrase=False),
-        context_text=TEXT(analyzer=ANALYZER, phrase=False),
-        body=TEXT(analyzer=ANALYZER, phrase=False, stored=True), scope=STORED(), team=STORED(), owner=STORED(),
+        key=STORED(), key_text=FastText(analyzer=ANALYZER, phrase=False),
+        subject_text=FastText(analyzer=ANALYZER, phrase=False),
+        context_text=FastText(analyzer=ANALYZER, phrase=False),
+        body=FastText(analyzer=ANALYZER, phrase=False, stored=True), scope=STORED(), team=STORED(), owner=STORED(),
         source=STORED(), note_id=STORED(), version=STORED(), valid_from=Int64Column(),
         valid_until=Int64Column(), expires_at=Int64Column(), start=Int64Column(), end=Int64Column(),
         commit=STORED(),

@@ -255,6 +255,15 @@ class GitStore(GitQueries):
             return None
         return str(entry.id) if entry.type_str == "blob" else None  # a folder where a file belongs: none
 
+    def blob_ids(self, paths, rev: str | None = None) -> dict[str, str | None]:
+        """:meth:`blob_id` for many paths at once, each folder's tree read once. A batch of
+        1,000 new notes looked up one by one re-read the big subject folders' trees every
+        time (libgit2 caches no tree over 4 KB): ~2 ms a path at 10k notes."""
+        head = rev or self.head()
+        if head is None:
+            return dict.fromkeys(paths)
+        return _tree_blob_ids(self.repo.revparse_single(head).peel(pygit2.Tree), paths)
+
     def file_in(self, rev: str, path: str) -> bytes | None:
         """A file's bytes in the tree of ``rev`` (a commit or a tree id), None if absent."""
         try:
@@ -589,12 +598,11 @@ class GitStore(GitQueries):
         """Record, before the branch moves, each path's blob before this write: repair tells
         our unfinished write (the file still holds that blob) from a person's later edit."""
         paths = self._read_journal()
-        for path in changes:
-            if path not in paths:
-                try:
-                    paths[path] = str(parent.tree[path].id) if parent is not None else None
-                except KeyError:
-                    paths[path] = None
+        new = [path for path in changes if path not in paths]
+        if parent is None:
+            paths.update(dict.fromkeys(new))
+        else:
+            paths.update(_tree_blob_ids(parent.tree, new, blobs_only=False))
         tmp = self.pending_path.with_name(PENDING_NAME + ".tmp")
         tmp.write_text(json.dumps({"paths": paths}))
         os.replace(tmp, self.pending_path)
@@ -836,6 +844,28 @@ class GitStore(GitQueries):
 
 # Stores with index entries due, flushed at exit (a process that never closes its repo).
 _OPEN_STORES: "weakref.WeakSet[GitStore]" = weakref.WeakSet()
+
+
+def _tree_blob_ids(tree: pygit2.Tree, paths, *, blobs_only: bool = True) -> dict[str, str | None]:
+    """Each path's entry id in ``tree`` (None if absent; with ``blobs_only``, None for a
+    folder too), every folder on the way read once for all of them."""
+    folders: dict[str, pygit2.Tree | None] = {"": tree}
+
+    def folder(name: str) -> pygit2.Tree | None:
+        if name not in folders:
+            parent_name, _, base = name.rpartition("/")
+            parent = folder(parent_name)
+            entry = parent[base] if parent is not None and base in parent else None
+            folders[name] = entry if entry is not None and entry.type_str == "tree" else None
+        return folders[name]
+
+    out: dict[str, str | None] = {}
+    for path in paths:
+        parent_name, _, base = path.rpartition("/")
+        sub = folder(parent_name)
+        entry = sub[base] if sub is not None and base in sub else None
+        out[path] = None if entry is None or (blobs_only and entry.type_str != "blob") else str(entry.id)
+    return out
 
 
 def _flush_later(ref) -> None:
