@@ -67,6 +67,49 @@ def test_the_key_gate_counts_notes_earlier_in_the_same_batch(repo):
     assert [c["line"] for c in result.committed] == [1] and result.refused[0]["line"] == 2
 
 
+def test_a_new_key_item_counts_for_a_later_item_of_the_batch_in_its_folder(repo):
+    """The batch's own keys count even when the folder was never read (the first item said
+    new_key, so nothing needed the folder's live keys until the second)."""
+    batch = [dict(text="Refunds go out within 5 days", kind="fact", subject="service:refunds", key="refund.days",
+                  scope="team", team="payments", new_key=True),
+             dict(text="Refunds go out in a week", kind="fact", subject="service:refunds", key="refund.week",
+                  scope="team", team="payments")]
+    result = repo.remember_many(batch, as_user="bob", now=T0)
+    assert [c["line"] for c in result.committed] == [1]
+    assert result.refused[0]["line"] == 2 and "refund.days" in result.refused[0]["reason"]
+
+
+def test_the_batch_checks_each_path_against_head_and_the_work_tree(repo):
+    """Looked up for the whole batch at once: a note in HEAD is superseded (its version is the
+    one replaced), a person's uncommitted edit is not overwritten, a stale expect_version is
+    refused; the other items are written."""
+    old = team_fact(repo, "Billing deploys any weekday before 3pm")
+    edited = team_fact(repo, "Checkout deploys on Mondays", subject="service:checkout")
+    (repo.root / edited.path).write_text((repo.root / edited.path).read_text() + "\nedited by hand\n")
+    stale = team_fact(repo, "Search reindexes nightly", subject="service:search", key="reindex")
+    team_fact(repo, "Search reindexes hourly", subject="service:search", key="reindex")
+    current = team_fact(repo, "Ledger closes at midnight", subject="service:ledger", key="close")
+    batch = [dict(text="Billing deploys before 4pm", kind="fact", subject="service:billing", key="deploy.window",
+                  scope="team", team="payments"),
+             dict(text="Checkout deploys on Tuesdays", kind="fact", subject="service:checkout", key="deploy.window",
+                  scope="team", team="payments"),
+             dict(text="Search reindexes weekly", kind="fact", subject="service:search", key="reindex",
+                  scope="team", team="payments", expect_version=stale.version),
+             dict(text="Fraud checks run on every order", kind="fact", subject="service:fraud", key="checks",
+                  scope="team", team="payments"),
+             dict(text="Ledger closes at 1am", kind="fact", subject="service:ledger", key="close",
+                  scope="team", team="payments", expect_version=current.version)]
+    result = repo.remember_many(batch, as_user="bob", now=T1)
+    assert [(c["line"], c["op"]) for c in result.committed] == [(1, "supersede"), (4, "create"), (5, "supersede")]
+    assert sorted(r["line"] for r in result.refused) == [2, 3]
+    reasons = {r["line"]: r["reason"] for r in result.refused}
+    assert "uncommitted edits" in reasons[2] and "changed since version" in reasons[3]
+    assert "edited by hand" in (repo.root / edited.path).read_text()
+    [version] = [v for v in repo.history(as_user="bob", subject="service:billing", kind="fact", key="deploy.window")
+                 if v.note.text == "Billing deploys any weekday before 3pm"]
+    assert version.version == old.version
+
+
 def test_a_path_twice_keeps_both_versions_in_history(repo):
     two = [dict(text=f"Deploys close at {h}pm", kind="fact", subject="service:billing", key="deploy.window",
                 scope="team", team="payments") for h in (3, 4)]
