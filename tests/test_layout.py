@@ -1,6 +1,9 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mdmem import BadInput
+from mdmem.model import layout
 from mdmem.model.layout import episode_path, keyed_path, parse_path, scope_root
 from mdmem.model.clock import parse_time
 
@@ -40,3 +43,18 @@ def test_scope_roots_validate_names():
         scope_root("team", team="../x")
     with pytest.raises(BadInput):
         scope_root("public", team="x")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(st.text(max_size=130), st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,125}\n?", fullmatch=True)))
+def test_a_part_is_accepted_exactly_when_it_is_a_safe_folder_name(value):
+    """The one-regex fast path accepts nothing the full checks refuse (a trailing newline
+    matches ``$``, so the full match matters)."""
+    safe = (0 < len(value) <= 120 and ".." not in value and value not in (".", "..")
+            and all(c.isascii() and (c.isalnum() or c in "_.-") for c in value) and value[0].isalnum())
+    try:
+        layout.check_key(value)
+        accepted = True
+    except BadInput:
+        accepted = False
+    assert accepted == safe, value

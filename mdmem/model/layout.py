@@ -24,6 +24,10 @@ SCOPES = ("team", "private")
 
 
 def _check_part(value: str, what: str, *, max_len: int = _MAX_PART) -> str:
+    # The usual case in one regex (a 10,000-note import checks ~130,000 parts); anything
+    # else goes through the checks below for the message that names the problem.
+    if isinstance(value, str) and len(value) <= max_len and ".." not in value and _NAME_RE.fullmatch(value):
+        return value
     if not isinstance(value, str) or not value:
         raise BadInput(f"{what}: must not be empty")
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):

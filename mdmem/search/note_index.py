@@ -329,11 +329,7 @@ class NoteIndex:
                 prepare_vectors(writer, docs)
                 for path in removals:
                     writer.delete_by_term("doc_id", path)
-                for doc in docs:
-                    if doc["doc_id"] in fresh:
-                        writer.add_document(**doc)
-                    else:
-                        writer.update_document(**doc)
+                fulltext.add_documents(writer, docs, fresh=fresh, progress=progress)
                 writer.commit(mergetype=_merge_when_many)
             except BaseException:
                 writer.cancel()
@@ -448,7 +444,7 @@ class NoteIndex:
         # Built beside the old index and swapped in: a kill leaves the old one (or the
         # finished new one) in place, never an empty index that recall would trust.
         folder = self.base / "fulltext"
-        fulltext.build_beside(folder, docs, limitmb=256)
+        fulltext.build_beside(folder, docs, limitmb=256, progress=progress)
         self._close_index()
         cachefiles.swap_in(folder)
         shutil.rmtree(self.base / "versions", ignore_errors=True)
