@@ -24,7 +24,7 @@ from ..storage.worktree import StoredNote
 from . import bm25
 from .doctable import prepare_vectors
 from .doctable import Int64Column, code
-from .textfield import FastText
+from .indexing import BulkWriter, FastText
 
 NEVER = 2**62  # sentinel "no end" for numeric time fields
 # Questions are full of words that say nothing about the answer ("what does ... do?").
@@ -198,7 +198,7 @@ def build_beside(folder: Path, docs: list[dict], *, limitmb: int, progress: Prog
     closes the old index and calls ``cache.swap_in(folder)``: a kill before the swap leaves the
     old index, never an empty one that recall would trust."""
     new_ix = windex.create_in(str(cachefiles.fresh_folder(folder)), make_schema())
-    writer = new_ix.writer(limitmb=limitmb)
+    writer = BulkWriter(new_ix, limitmb=limitmb)
     prepare_vectors(writer, docs)
     add_documents(writer, docs, progress=progress)
     writer.commit()

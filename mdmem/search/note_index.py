@@ -24,6 +24,7 @@ from ..storage.tree_watch import TreeWatch
 from ..storage.worktree import StoredNote, iter_note_paths, read_note
 from . import fulltext
 from .doctable import VECTOR_FIELD, DocTable, prepare_vectors
+from .indexing import BulkWriter
 from .embedders import Embedder, make_embedder
 from .embedding_cache import EmbeddingCache, cache_key
 from ..storage.gitdir import cache_dir
@@ -324,7 +325,7 @@ class NoteIndex:
         if upserts or removals:
             # Embed first: an unreachable embedder fails before anything is written.
             docs = self._documents(upserts, report, progress=progress)
-            writer = ix.writer()
+            writer = BulkWriter(ix)
             try:
                 prepare_vectors(writer, docs)
                 for path in removals:

@@ -10,7 +10,7 @@ from whoosh.fields import TEXT, Schema
 from whoosh.filedb.filestore import RamStorage
 
 from mdmem.search import fulltext
-from mdmem.search.textfield import FastText
+from mdmem.search.indexing import FastText
 
 WORDS = ["Deploy", "deployments", "the", "a", "I", "window", "İstanbul", "naïve", "x", "ÆON", "don't",
          "e.g.", "v1.2.3", "PAYGW_TIMEOUT_MS", "über", "ǅ", "ﬁne", "straße", "42", "_", "it's", "running"]
@@ -54,3 +54,48 @@ def test_the_schema_still_pickles_and_searches_like_text():
 
     assert index(FastText(analyzer=fulltext.ANALYZER, phrase=False)) == index(
         TEXT(analyzer=fulltext.ANALYZER, phrase=False))
+
+
+def test_the_bulk_writer_writes_the_segment_whoosh_writes(tmp_path):
+    """Same documents through Whoosh's writer and BulkWriter: the same postings, term
+    statistics (min/max length and weight, which need the field lengths) and lengths."""
+    from whoosh import index as windex
+    from whoosh.writing import SegmentWriter
+
+    from mdmem.search.indexing import BulkWriter
+
+    docs = [dict(doc_id=f"n{i}", body=" ".join(["deploy window freeze"[:5 + i % 13]] * (1 + i % 4)) + f" word{i % 37}",
+                 key_text=f"key {i % 5}", subject_text="service billing", context_text="" if i % 3 else "turn before",
+                 valid_from=i, path=f"p{i}") for i in range(700)]
+
+    def contents(writer_type):
+        folder = tmp_path / writer_type.__name__
+        folder.mkdir()
+        ix = windex.create_in(str(folder), fulltext.make_schema())
+        writer = writer_type(ix, limitmb=64)
+        fulltext.add_documents(writer, [dict(d) for d in docs])
+        writer.commit()
+        out = []
+        with ix.reader() as r:
+            for field, term in r.all_terms():
+                ti = r.term_info(field, term)
+                out.append((field, term, ti.doc_frequency(), ti.weight(), ti.min_length(), ti.max_length(),
+                            ti.max_weight(), list(r.postings(field, term).items_as("weight"))))
+            out.append([[r.doc_field_length(d, f) for f in ("body", "key_text", "context_text")]
+                        for d in range(r.doc_count_all())])
+        return out
+
+    plain, bulk = contents(SegmentWriter), contents(BulkWriter)
+    assert len(plain) > 100 and plain == bulk
+
+
+def test_indexing_reports_progress_every_500_documents(tmp_path):
+    from whoosh import index as windex
+
+    ix = windex.create_in(str(tmp_path), fulltext.make_schema())
+    writer = ix.writer()
+    calls = []
+    fulltext.add_documents(writer, [dict(doc_id=f"n{i}", body=f"note {i}") for i in range(1200)],
+                           progress=lambda done, total, what: calls.append((done, total, what)))
+    writer.commit()
+    assert calls == [(500, 1200, fulltext.INDEXING), (1000, 1200, fulltext.INDEXING), (1200, 1200, fulltext.INDEXING)]
