@@ -71,3 +71,20 @@ def test_contracts_read_overrides_from_config():
     from mdmem.config import Config
     cfg = Config.from_dict({"kinds": {"working": {"default_ttl": "2h", "aliases": ["tmp"]}}})
     assert cfg.contracts.resolve("tmp").default_ttl.total_seconds() == 7200
+
+
+def test_a_note_made_from_another_never_reuses_its_file_text():
+    """dumps() is made once per Note; evolve (and equality) must not see that cache."""
+    import datetime as dt
+
+    from mdmem.model.note import Note
+
+    note = Note(id="01J", kind="fact", subject="service:billing", scope="private", owner="bob", source="user",
+                valid_from=dt.datetime(2026, 10, 1, tzinfo=dt.timezone.utc), text="Deploys close at 3pm",
+                extra={"tags": ["deploy"]})
+    first = note.dumps()
+    assert note.dumps() is first
+    changed = note.evolve(text="Deploys close at 4pm", id="01K")
+    assert "4pm" in changed.dumps() and "01K" in changed.dumps() and "3pm" not in changed.dumps()
+    same = note.evolve()
+    assert same == note and hash(same) == hash(note) and same.dumps() == first
