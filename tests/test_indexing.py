@@ -10,7 +10,7 @@ from whoosh.fields import TEXT, Schema
 from whoosh.filedb.filestore import RamStorage
 
 from mdmem.search import fulltext
-from mdmem.search.indexing import FastText
+from mdmem.search.textfield import FastText
 
 WORDS = ["Deploy", "deployments", "the", "a", "I", "window", "İstanbul", "naïve", "x", "ÆON", "don't",
          "e.g.", "v1.2.3", "PAYGW_TIMEOUT_MS", "über", "ǅ", "ﬁne", "straße", "42", "_", "it's", "running"]
@@ -62,7 +62,7 @@ def test_the_bulk_writer_writes_the_segment_whoosh_writes(tmp_path):
     from whoosh import index as windex
     from whoosh.writing import SegmentWriter
 
-    from mdmem.search.indexing import BulkWriter
+    from mdmem.search.bulkwriter import BulkWriter
 
     docs = [dict(doc_id=f"n{i}", body=" ".join(["deploy window freeze"[:5 + i % 13]] * (1 + i % 4)) + f" word{i % 37}",
                  key_text=f"key {i % 5}", subject_text="service billing", context_text="" if i % 3 else "turn before",

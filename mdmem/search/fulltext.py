@@ -24,7 +24,8 @@ from ..storage.worktree import StoredNote
 from . import bm25
 from .doctable import prepare_vectors
 from .doctable import Int64Column, code
-from .indexing import BulkWriter, FastText
+from .bulkwriter import BulkWriter
+from .textfield import FastText
 
 NEVER = 2**62  # sentinel "no end" for numeric time fields
 # Questions are full of words that say nothing about the answer ("what does ... do?").

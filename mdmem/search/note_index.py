@@ -24,7 +24,7 @@ from ..storage.tree_watch import TreeWatch
 from ..storage.worktree import StoredNote, iter_note_paths, read_note
 from . import fulltext
 from .doctable import VECTOR_FIELD, DocTable, prepare_vectors
-from .indexing import BulkWriter
+from .bulkwriter import BulkWriter
 from .embedders import Embedder, make_embedder
 from .embedding_cache import EmbeddingCache, cache_key
 from ..storage.gitdir import cache_dir

@@ -1,14 +1,13 @@
-"""Whoosh's indexing made cheaper, with the same index as a result: a TEXT field that makes
-the terms and counts its analyzer gives without Whoosh's token pipeline, and a writer whose
-flush reads each document's field lengths once.
+"""A Whoosh TEXT field that indexes faster: the same terms and counts its analyzer gives,
+made without Whoosh's token pipeline. Its module path is pickled into every index's table of
+contents (Whoosh pickles the schema): never move or rename it.
 
 Why: indexing is pure Python. In a 10,000-note import or cold rebuild the analyzer chain
 (a generator per filter, one Token object rewritten per word, an LFU cache around the
 stemmer) was ~40% of ``add_document``. Here the chain of a StemmingAnalyzer (regex
 tokenizer -> lowercase -> stop words and sizes -> stem) runs as one loop with a dict of
 stems. The analyzer itself stays the field's (queries and anything else Whoosh does with
-it are unchanged); tests/test_indexing.py checks both give the same postings and that the
-writer's segments equal Whoosh's own writer's, file for file.
+it are unchanged); tests/test_indexing.py checks both give the same postings.
 """
 from __future__ import annotations
 
@@ -16,7 +15,6 @@ from whoosh.analysis import CompositeAnalyzer, LowercaseFilter, RegexTokenizer, 
 from whoosh.fields import TEXT
 from whoosh.formats import Frequency
 from whoosh.system import pack_uint
-from whoosh.writing import SegmentWriter
 
 STEM_CACHE_MAX = 200_000  # words; cleared when full (a vocabulary this size is ~20 MB)
 
@@ -76,36 +74,3 @@ class FastText(TEXT):
         # As Frequency.word_values: weight = the sum of the tokens' boosts (1.0 each) x field boost.
         return [(word.encode("utf-8"), freq, float(freq) * boost, pack_uint(freq))
                 for word, freq in _terms_for(self.analyzer).counts(value).items()]
-
-
-class BulkWriter(SegmentWriter):
-    """Whoosh's SegmentWriter, except that when it flushes a segment, each document's field
-    lengths are read once: Whoosh asks for the length with every posting (~45 a note), each
-    a read through the lengths column file (~7% of a 10,000-note import)."""
-
-    def per_document_reader(self):
-        return _LengthsOnce(super().per_document_reader(), self.schema)
-
-
-class _LengthsOnce:
-    """A per-document reader that answers ``doc_field_length`` from a list per field (a
-    field that is not scorable has no lengths: Whoosh looks for its column file, a stat per
-    posting, and answers the default)."""
-
-    def __init__(self, reader, schema):
-        self._reader = reader
-        self._schema = schema
-        self._lengths: dict[str, list] = {}
-
-    def doc_field_length(self, docnum, fieldname, default=0):
-        lengths = self._lengths.get(fieldname)
-        if lengths is None:
-            if fieldname not in self._schema or not self._schema[fieldname].scorable:
-                return default
-            count = self._reader.doc_count_all()
-            lengths = self._lengths[fieldname] = [self._reader.doc_field_length(d, fieldname, 0) for d in range(count)]
-        length = lengths[docnum]
-        return default if length == 0 and default != 0 else length
-
-    def __getattr__(self, name):
-        return getattr(self._reader, name)
