@@ -321,9 +321,10 @@ def bulk(n: int, mode: str, *, rebuild: bool = True) -> dict:
         repo.close()
         if rebuild:
             root = Path(tmp) / "mem"
-            shutil.rmtree(root / ".mdmem" / "fulltext", ignore_errors=True)
+            caches = cache_dir(root)
+            shutil.rmtree(caches / "fulltext", ignore_errors=True)
             for name in ("state.json", "embeddings.sqlite"):
-                (root / ".mdmem" / name).unlink(missing_ok=True)
+                (caches / name).unlink(missing_ok=True)
             repo = MemoryRepo.open(root)
             use_embedder(repo, mode)
             out["rebuild_load"] = os.getloadavg()[0]
