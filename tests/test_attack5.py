@@ -403,3 +403,18 @@ def test_a_committed_mdmem_package_never_runs(team, tmp_path):
     finally:
         os.chdir(here)
     assert not marker.exists(), marker.read_text()
+
+
+# A29. Needles matched inside longer tokens: erasing 555-0199 rewrote an unrelated
+# 1-800-555-01990 in a team note, in all history.
+def test_erasure_replaces_whole_tokens_only(team):
+    team.remember("Alice's phone is 555-0199", as_user="alice", kind="profile", subject="user:alice", key="phone",
+                  now=T0)
+    team.remember("The fraud hotline is 1-800-555-01990, ask for extension 555-0199x", as_user="bob", kind="fact",
+                  subject="service:billing", key="hotline", scope="team", team="payments", new_key=True, now=T0)
+    team.forget(as_user="alice", texts=["555-0199"], now=T0)
+    assert "1-800-555-01990" in git(team.root, "log", "-p", "--all").stdout
+    note = team.get(as_user="bob", subject="service:billing", kind="fact", key="hotline")
+    assert note.note.text == "The fraud hotline is 1-800-555-01990, ask for extension 555-0199x"
+    report = team.prove_gone(["555-0199"], as_user="dana")
+    assert all(check["pass"] for check in report.needles[0]["checks"].values()), report.needles

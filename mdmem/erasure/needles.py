@@ -8,6 +8,7 @@ single token (an id, a key, a token).
 """
 from __future__ import annotations
 
+import functools
 import re
 
 REMOVED = "[removed]"
@@ -73,13 +74,39 @@ def ordered(needles) -> list[str]:
     return sorted(set(needles), key=lambda n: (-len(n), n))
 
 
+@functools.lru_cache(maxsize=4096)
+def _pattern(needle: str | bytes) -> re.Pattern:
+    """The needle as a whole token: where it starts or ends with a letter or digit, the
+    character beyond must not be one (erasing ``555-0199`` once rewrote an unrelated
+    ``1-800-555-01990`` to ``1-800-[removed]0`` in a team note, in all history; attack 5, A29).
+    Bytes >= 0x80 count as letters (UTF-8 text)."""
+    if isinstance(needle, bytes):
+        word, esc = rb"[\w\x80-\xff]", re.escape(needle)
+        left = rb"(?<!" + word + rb")" if needle[:1].isalnum() or needle[:1] >= b"\x80" else b""
+        right = rb"(?!" + word + rb")" if needle[-1:].isalnum() or needle[-1:] >= b"\x80" else b""
+        return re.compile(left + esc + right)
+    left_s = r"(?<!\w)" if needle[:1].isalnum() else ""
+    right_s = r"(?!\w)" if needle[-1:].isalnum() else ""
+    return re.compile(left_s + re.escape(needle) + right_s)
+
+
+def occurrences(haystack, needle) -> int:
+    """How often ``needle`` occurs in ``haystack`` as a whole token (str or bytes, alike)."""
+    if not needle or needle not in haystack:  # the common case, at C speed
+        return 0
+    return len(_pattern(needle).findall(haystack))
+
+
+def occurs(haystack, needle) -> bool:
+    return bool(needle) and needle in haystack and _pattern(needle).search(haystack) is not None
+
+
 def replace_all(data: bytes, needles: list[bytes]) -> tuple[bytes, int]:
     count = 0
     for n in needles:
-        c = data.count(n)
-        if c:
+        if n and n in data:
+            data, c = _pattern(n).subn(REMOVED.encode().replace(b"\\", b"\\\\"), data)
             count += c
-            data = data.replace(n, REMOVED.encode())
     return data, count
 
 

@@ -266,7 +266,7 @@ def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, text
                 part += b"\n" + nd.context_block(front)  # a context may quote an erased note too
             else:
                 part = raw
-            n = sum(part.count(x) for x in needle_bytes)
+            n = sum(nd.occurrences(part, x) for x in needle_bytes)
             if n:
                 versions += 1
                 replacements += n
@@ -370,7 +370,7 @@ def _local_state(repo, plan: Plan, scan: HistoryScan, needle_bytes: list[bytes],
     erased_names = [k for k in plan.target_keys if "/" not in k and " " not in k] + plan.needles
 
     def holds(data: bytes) -> bool:
-        return any(n in data for n in needle_bytes)
+        return any(nd.occurs(data, n) for n in needle_bytes)
 
     for entry in ops.stash_entries(root):
         changed = ops.stash_changed_paths(root, entry.commit)
@@ -481,7 +481,7 @@ def _file_holds(full: Path, needle_bytes: list[bytes]) -> bool:
         data = full.read_bytes()
     except OSError:
         return False
-    return any(n in data for n in needle_bytes)
+    return any(nd.occurs(data, n) for n in needle_bytes)
 
 
 def _differs_from_head(repo, rel: str, full: Path) -> bool:

@@ -16,6 +16,7 @@ from ..results import ProofReport
 from ..storage import history_ops as ops
 from ..storage.worktree import scan_notes
 from .journal import Journal
+from .needles import occurrences, occurs
 from .scan import REPO_FILES, HistoryScan, history_texts, root_of
 from ..storage.gitdir import CACHE_NAME, cache_dir
 
@@ -37,9 +38,9 @@ def _allowed(scan: HistoryScan, allow_paths: list[str]) -> tuple[set[str], list[
 def _explained(data: str, needle: str, texts: list[str], links: list[str]) -> bool:
     """Every line holding the needle quotes an allowed note (a view line, a digest line)."""
     for line in data.splitlines():
-        if needle in line and not any(link in line for link in links) and not any(
+        if occurs(line, needle) and not any(link in line for link in links) and not any(
                 t_line.strip() and t_line.strip() in line for t in texts for t_line in t.splitlines()
-                if needle in t_line):
+                if occurs(t_line, needle)):
             return False
     return True
 
@@ -95,26 +96,27 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
     for needle in needles:
         nb = needle.encode()
         checks = {}
-        checks["live_notes"] = _check([s.path for s in live if needle in s.note.text and s.path not in allow_paths])
+        checks["live_notes"] = _check([s.path for s in live
+                                       if occurs(s.note.text, needle) and s.path not in allow_paths])
         bad_objects = []
         for oid, kind, data in objects:
-            if nb in data and oid not in allowed_blobs:
+            if occurs(data, nb) and oid not in allowed_blobs:
                 text = data.decode("utf-8", "replace")
                 if kind == "blob" and allow_paths and _explained(text, needle, allowed_texts, links):
                     continue
                 bad_objects.append(f"{kind} {oid}")
         checks["git_objects"] = _check(bad_objects)
         checks["refs_reflogs_stash_notes"] = _check(
-            [rel for rel, data in meta_files if nb in data]
+            [rel for rel, data in meta_files if occurs(data, nb)]
             + (["stash"] if needle in stash else []))
-        checks["work_tree"] = _check([rel for rel, data in files if nb in data and rel not in allow_paths
+        checks["work_tree"] = _check([rel for rel, data in files if occurs(data, nb) and rel not in allow_paths
                                       and not _explained(data.decode("utf-8", "replace"), needle, allowed_texts,
                                                          links)])
         checks["fulltext_index"] = _index_check(repo, index_files, needle, allowed_texts, allow_paths, readable)
         if eraser:
-            checks["embedding_cache"] = _sqlite_check(cache_dir / "embeddings.sqlite", nb, [], needle)
-            checks["view_cache"] = _sqlite_check(cache_dir / "viewmeta.sqlite", nb, allowed_texts, needle)
-        checks["memory_views"] = _check([rel for rel, data in files if rel.endswith("MEMORY.md") and nb in data
+            checks["embedding_cache"] = _sqlite_check(caches / "embeddings.sqlite", nb, [], needle)
+            checks["view_cache"] = _sqlite_check(caches / "viewmeta.sqlite", nb, allowed_texts, needle)
+        checks["memory_views"] = _check([rel for rel, data in files if rel.endswith("MEMORY.md") and occurs(data, nb)
                                          and not _explained(data.decode("utf-8", "replace"), needle,
                                                             allowed_texts, links)])
         report["needles"].append({"needle_index": len(report["needles"]), "checks": checks,
@@ -202,14 +204,14 @@ def _index_check(repo, files: list[tuple[str, bytes]], needle: str, allowed_text
                 fields = reader.stored_fields(docnum)
                 if not readable(fields.get("root") or root_of(fields.get("path") or "")):
                     continue
-                if any(isinstance(v, str) and needle in v for v in fields.values()):
+                if any(isinstance(v, str) and occurs(v, needle) for v in fields.values()):
                     deleted = reader.is_deleted(docnum)
                     if deleted or fields.get("path") not in allow_paths:
                         where.append(f"{name}: {fields.get('doc_id')}{' (deleted, lingering)' if deleted else ''}")
     nb = needle.encode()
-    raw = [rel for rel, data in files if nb in data]
-    explained = sum(t.count(needle) for t in allowed_texts) * 2
-    if sum(data.count(nb) for _, data in files) > explained:
+    raw = [rel for rel, data in files if occurs(data, nb)]
+    explained = sum(occurrences(t, needle) for t in allowed_texts) * 2
+    if sum(occurrences(data, nb) for _, data in files) > explained:
         where += raw
     return _check(where)
 
@@ -222,8 +224,8 @@ def _sqlite_check(path: Path, nb: bytes, allowed_texts: list[str], needle: str) 
         extra = path.with_name(path.name + suffix)
         if extra.exists():
             data += extra.read_bytes()
-    found = data.count(nb)
-    explained = sum(t.count(needle) for t in allowed_texts)
+    found = occurrences(data, nb)
+    explained = sum(occurrences(t, needle) for t in allowed_texts)
     return _check([path.name] if found > explained else [])
 
 
