@@ -134,6 +134,7 @@ def install(repo, *, as_user: str, python: str, now=None) -> dict:
     from .model.clock import resolve_now
     from .storage.gitstore import Trailers
 
+    as_user = repo.access.check_user(as_user)
     when = resolve_now(now)
     commit = None
     with repo.store.locked():

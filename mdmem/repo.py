@@ -4,9 +4,11 @@ render, searching, consolidate, founding) and erasure/."""
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Iterable, Mapping
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .config import CONFIG_NAME, UserConfig
 from .errors import BadInput, NoteInvalid
@@ -25,6 +27,40 @@ if TYPE_CHECKING:
     from .search.recall import Hit
 
 
+ACTOR_PARAMETERS = ("as_user", "actor")  # how a facade operation names who is acting
+_Op = TypeVar("_Op", bound=Callable[..., Any])
+_Cls = TypeVar("_Cls", bound=type)
+
+
+def _declared_actor(op: _Op) -> _Op:
+    """``op`` refuses an undeclared acting user before it does anything (Access.check_user)."""
+    params = inspect.signature(op).parameters
+    name = next(p for p in ACTOR_PARAMETERS if p in params)
+    optional = params[name].default is None  # verify(as_user=None): every root, no one acting
+
+    @functools.wraps(op)
+    def checked(self: MemoryRepo, *args: Any, **kwargs: Any) -> Any:
+        user = kwargs.get(name)
+        if not (optional and user is None):
+            self.access.check_user(user)
+        return op(self, *args, **kwargs)
+    return checked  # type: ignore[return-value]
+
+
+def _declared_actors_only(cls: _Cls) -> _Cls:
+    """The one place the facade refuses undeclared users: every public operation that takes
+    ``as_user``/``actor`` checks it first, including ones that never ask Access (render, sync
+    through the API) and any added later (tests/test_trust.py enumerates them)."""
+    for name, op in list(vars(cls).items()):
+        if name.startswith("_") or not inspect.isfunction(op):
+            continue
+        params = inspect.signature(op).parameters
+        if any(p in params for p in ACTOR_PARAMETERS):
+            setattr(cls, name, _declared_actor(op))
+    return cls
+
+
+@_declared_actors_only
 class MemoryRepo(RepoState):
     """A memory repository: notes in git, kinds, scopes, the write gate and history."""
 
@@ -249,6 +285,14 @@ class MemoryRepo(RepoState):
         """Notes the index keeps out because they are broken (path -> reason), in the roots the
         user may read."""
         return searching.broken(self, as_user=as_user)
+
+    # --- other clones (remote.py) ------------------------------------------------------
+    def sync(self, *, as_user: str, remote: str = "origin", push: bool = False, now: TimeLike = None) -> dict[str, Any]:
+        """Integrate ``remote``'s history (fetch, then fast-forward or merge in memory), verify what
+        came in, and with ``push`` publish; or change nothing (see :func:`mdmem.remote.sync`)."""
+        from .remote import sync
+
+        return sync(self, as_user=as_user, remote=remote, push=push, now=now)
 
     # --- erasure (erasure/) ---------------------------------------------------------------
     def forget(self, *, as_user: str, subject: str | None = None, owner: str | None = None,

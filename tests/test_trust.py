@@ -3,6 +3,7 @@
 Each numbered reproduction from the issue is a test here (they failed on main before the fix),
 with real git repos, real subprocesses, the real MCP SDK client and a loopback HTTP server."""
 import asyncio
+import inspect
 import json
 import os
 import shutil
@@ -616,6 +617,46 @@ def test_unknown_users_are_refused_with_where_users_are_declared(tmp_path):
         "--no-verify")  # by the admin: an uncommitted edit takes no effect
     assert run_cli("remember", "hello", "--kind", "episode", "--subject", "service:x", "--as", "mallory",
                    env=env, cwd=root).returncode == 0
+
+
+# A sample value for each required argument of a facade operation; a new operation with an
+# argument not named here fails the test below until one is added (so it cannot skip the check).
+FACADE_SAMPLES = {"text": "hello from nobody", "query": "deploy window", "kind": "episode", "subject": "service:x",
+                  "key": "k", "items": [{"text": "x", "kind": "episode", "subject": "service:x"}],
+                  "review_id": "01JDQ6Z4V4K3Y8N1XQ2W5T7RZC", "path": "private/mallory/episodes/x.md",
+                  "needles": ["Kestrel-Violet-Lantern-92"], "message": "m",
+                  "changes": {"private/mallory/episode/service-x/x.md": b"planted"},
+                  "when": __import__("mdmem.model.clock", fromlist=["parse_time"]).parse_time(T1)}
+
+
+def test_every_facade_operation_refuses_an_undeclared_user(repo):
+    """Attack M4, closed for the library too: operations that never ask Access (render, sync,
+    commit_changes, review_list...) refused mallory only at the CLI. Every public MemoryRepo
+    method that names who is acting is called with mallory: each refuses, and nothing changes."""
+    before = snapshot(repo.root)
+    called = []
+    for name, op in inspect.getmembers(MemoryRepo, inspect.isfunction):
+        params = inspect.signature(op).parameters
+        actor = next((p for p in ("as_user", "actor") if p in params), None)
+        if name.startswith("_") or actor is None:
+            continue
+        args = {p: FACADE_SAMPLES[p] for p, spec in list(params.items())[1:]
+                if spec.default is spec.empty and p != actor and spec.kind is not spec.VAR_KEYWORD}
+        with pytest.raises(BadInput, match="identity: mallory is not a user of this repo"):
+            getattr(repo, name)(**args, **{actor: "mallory"})
+        called.append(name)
+    assert {"render", "sync", "commit_changes", "review_list", "remember", "recall", "startup", "forget",
+            "prove_gone", "verify", "approve", "reject", "sweep", "consolidate", "history"} <= set(called), called
+    assert snapshot(repo.root) == before and not (repo.root / "private" / "mallory").exists()
+    # The module-level entry points of the library refuse too.
+    from mdmem import hooks, remote
+    for call in (lambda: remote.sync(repo, as_user="mallory"), lambda: remote.open_conflicts(repo, as_user="mallory"),
+                 lambda: hooks.install(repo, as_user="mallory", python=sys.executable)):
+        with pytest.raises(BadInput, match="mallory is not a user"):
+            call()
+    # Declared users still act; verify without a user (every root) is not an actor.
+    assert repo.render(as_user="ali").commit is None and repo.verify()["untrusted"] == []
+    assert snapshot(repo.root) == before
 
 
 def test_init_declares_its_creator_and_a_repo_without_users_takes_any_name(tmp_path):
