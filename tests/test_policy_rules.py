@@ -298,3 +298,18 @@ def test_agent_ttl_cap_and_its_words():
     gate.check_agent_ttl(dt.timedelta(days=999), FACT, None)  # no default ttl, no cap: not capped
     with pytest.raises(BadInput, match="at most 1d, not 1000d "):
         gate.check_agent_ttl(dt.timedelta(days=1000), FACT, dt.timedelta(days=1))
+
+
+def test_a_held_write_whose_note_changed_since_needs_override():
+    """gate.check_unchanged_since_hold (review approve): unchanged, or --override, goes on; else
+    Conflict naming the path, both days and what to do (mutmut: no unit test reached it)."""
+    path = "team/payments/service/billing/fact/refund.fee.md"
+    gate.check_unchanged_since_hold(path, "2026-10-01T09:00:00Z", None, override=False)
+    gate.check_unchanged_since_hold(path, "2026-10-01T09:00:00Z", "2026-10-15T09:00:00Z", override=True)
+    with pytest.raises(Conflict) as exc:
+        gate.check_unchanged_since_hold(path, "2026-10-01T09:00:00Z", "2026-10-15T09:00:00Z", override=False)
+    assert str(exc.value) == (f"{path}: changed since this write was held (held on 2026-10-01, now 2026-10-15); "
+                              f"read it (mdmem show {path}), then reject the held write or approve it with "
+                              "--override to supersede the newer version")
+    with pytest.raises(Conflict, match=r"\(held on no note, now 2026-10-15\)"):
+        gate.check_unchanged_since_hold(path, None, "2026-10-15T09:00:00Z", override=False)
