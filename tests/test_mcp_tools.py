@@ -1,0 +1,188 @@
+"""The MCP server's tools and middleware, driven in process by the SDK's own client (the same
+server object `mdmem serve` runs, over the SDK's in-memory transport instead of stdio): every
+tool's normal answer, its errors, the unknown-argument refusal and the agent's name. Fast enough
+for a mutation run to use (tests/test_mcp.py and test_trust.py cover the stdio process)."""
+import asyncio
+import json
+import threading
+
+import pytest
+from conftest import team_fact
+from mcp.client import Client
+from mcp.types import Implementation
+
+from mdmem.errors import BadInput
+from mdmem.mcp import server as mcp_server
+from mdmem.mcp.server import ServerContext, agent_name, build_server
+from mdmem.mcp.tools import recall as recall_tool
+
+ALL = frozenset({"read", "write", "delete"})
+
+
+def call(server, calls, client="claude test/1.0 (beta)"):
+    """(tools by name, [CallToolResult]) for ``calls`` made by one client session."""
+    async def go():
+        async with Client(server, client_info=Implementation(name=client, version="1") if client else None) as c:
+            tools = {t.name: t for t in (await c.list_tools()).tools}
+            return tools, [await c.call_tool(name, args) for name, args in calls]
+    return asyncio.run(go())
+
+
+def answer(result):
+    assert not result.is_error, result.content[0].text
+    return json.loads(result.content[0].text)
+
+
+def text(result):
+    return result.content[0].text
+
+
+def error(result, tool):
+    """A tool error's text, which the SDK prefixes with the tool's name."""
+    assert result.is_error
+    text = result.content[0].text
+    assert text.startswith(f"Error executing tool {tool}: "), text
+    return text.removeprefix(f"Error executing tool {tool}: ")
+
+
+def test_every_tool_answers_through_the_sdk_client(repo):
+    team_fact(repo, "Billing deploys any weekday before 3pm")
+    working = {"text": "Editing PaymentController.cs", "kind": "working", "subject": "task:current", "key": "file"}
+    tools, results = call(build_server(repo, "alice", ALL), [
+        ("remember", {**working, "source": "user"}),
+        ("keys", {"subject": "task:current", "kind": "working"}),
+        ("get", {"subject": "task:current", "kind": "working", "key": "file"}),
+        ("history", {"subject": "task:current", "kind": "working", "key": "file"}),
+        ("recall", {"query": "When does billing deploy?", "kinds": ["fact"]}),
+        ("recall", {"query": "When does billing deploy?", "kinds": ["working"]}),
+        ("startup", {}),
+        ("remember", {"text": "x", "kind": "fact", "subject": "service:x", "key": "k", "scope": "team",
+                      "team": "nosuch"}),
+        ("get", {"path": "private/alice/task/current/working/nothing.md"}),
+        ("forget", {"subject": "task:current", "dry_run": True}),
+    ])
+    assert set(tools) == set(mcp_server.TOOLS)
+    for name, tool in tools.items():
+        module = __import__(f"mdmem.mcp.tools.{name}", fromlist=["DESCRIPTION"])
+        assert tool.description == module.DESCRIPTION
+        assert tool.annotations == mcp_server.ANNOTATIONS[mcp_server.TOOLS[name]]
+    wrote, keys, got, history, facts, workings, startup, refused, missing, plan = results
+    wrote = answer(wrote)
+    assert wrote["status"] == "committed" and wrote["path"].startswith("private/alice/task/current/working/")
+    msg = repo.store.git("log", "-1", "--format=%B")
+    # the client's self-given name, made safe: the channel decides provenance, never `source`
+    assert "Memory-Source: agent:claude-test-1.0-beta" in msg and "Memory-Claimed-Source: user" in msg
+    assert "Memory-Actor: alice" in msg
+    note_id = repo.show(as_user="alice", path=wrote["path"]).note.id
+    assert answer(keys) == {"keys": [{"key": "file", "root": "private/alice", "path": wrote["path"],
+                                      "version": wrote["version"], "note_id": note_id,
+                                      "first_line": "Editing PaymentController.cs"}]}
+    got = answer(got)
+    assert got["text"] == working["text"] and got["version"] == wrote["version"] and got["path"] == wrote["path"]
+    assert [v["text"] for v in answer(history)["versions"]] == [working["text"]]
+    facts, workings = answer(facts), answer(workings)
+    assert [h["text"] for h in facts["hits"]] == ["Billing deploys any weekday before 3pm"]
+    assert facts["broken"] == {} and all(h["kind"] == "working" for h in workings["hits"])
+    assert "Editing PaymentController.cs" in startup.content[0].text
+    assert answer(refused) == {"status": "refused", "existing_keys": [],
+                               "reason": answer(refused)["reason"]}
+    assert "nosuch" in answer(refused)["reason"]
+    assert error(missing, "get") == ("not_found: private/alice/task/current/working/nothing.md: no such note visible "
+                              "to alice")
+    plan = answer(plan)
+    assert plan["targets"] == {"subject": "task:current"} and plan["notes"] == [wrote["path"]]
+    assert plan["roots"] == ["private/alice"] and plan["needs_force"] is False
+    assert repo.show(as_user="alice", path=wrote["path"]).note.text == working["text"]  # dry run
+
+
+def test_tools_refuse_unknown_arguments_with_what_they_take(repo):
+    before = repo.store.head()
+    _, results = call(build_server(repo, "alice", ALL), [
+        ("remember", {"text": "x", "kind": "episode", "subject": "service:x", "owner": "bob", "as_user": "bob"}),
+        ("startup", {"user": "bob"}),
+        ("get", {"path": "x", "scope": "team"}),
+    ])
+    # the middleware's own answer (no tool ran, so no SDK prefix)
+    assert results[0].is_error and results[1].is_error and results[2].is_error
+    assert text(results[0]) == ("bad_input: remember: unknown argument(s) as_user, owner; remember takes context, "
+                                 "expect_version, key, kind, new_key, scope, source, subject, team, text, ttl")
+    assert text(results[1]) == "bad_input: startup: unknown argument(s) user; startup takes no arguments"
+    assert text(results[2]) == "bad_input: get: unknown argument(s) scope; get takes key, kind, path, subject"
+    assert repo.store.head() == before
+
+
+def test_only_granted_tools_are_offered(repo):
+    tools, _ = call(build_server(repo, "alice", frozenset({"read"})), [])
+    assert set(tools) == {"recall", "get", "keys", "history", "startup"}
+    tools, results = call(build_server(repo, "alice", frozenset({"write"})),
+                          [("remember", {"text": "Deployed billing", "kind": "episode", "subject": "service:billing"})])
+    assert set(tools) == {"remember"} and answer(results[0])["status"] == "committed"
+    tools, _ = call(build_server(repo, "alice", frozenset({"delete"})), [])
+    assert set(tools) == {"forget"}
+
+
+def test_the_agent_is_named_by_the_server_not_the_call(repo):
+    # a configured label wins over the client's name
+    _, results = call(build_server(repo, "alice", ALL, label="ops-bot"),
+                      [("remember", {"text": "Deployed billing", "kind": "episode", "subject": "service:billing"})])
+    assert answer(results[0])["status"] == "committed"
+    assert "Memory-Source: agent:ops-bot" in repo.store.git("log", "-1", "--format=%B")
+    # no label and a client name that is nothing once made safe: the write is refused, naming --agent
+    head = repo.store.head()
+    _, results = call(build_server(repo, "alice", ALL),
+                      [("remember", {"text": "x", "kind": "episode", "subject": "service:x"})], client="/// ...")
+    assert error(results[0], "remember") == ("bad_input: identity: the MCP client gave no usable name; start the server with "
+                                 "--agent NAME (or [agent] label in your mdmem config)")
+    assert repo.store.head() == head
+    with pytest.raises(BadInput, match="--agent"):
+        build_server(repo, "alice", ALL, label="bad name/..")
+    with pytest.raises(BadInput, match="mallory is not a user of this repo"):
+        build_server(repo, "mallory", ALL)
+
+
+def test_agent_name_makes_a_client_name_safe():
+    assert agent_name("claude test/1.0 (beta)") == "claude-test-1.0-beta"
+    assert agent_name("Cursor") == "Cursor"
+    assert agent_name("..a..") == "a"
+    assert agent_name("x" * 100) == "x" * 64
+    for bad in (None, 42, "", "///", "-._"):
+        assert agent_name(bad) is None
+    ctx = ServerContext(repo=None, user="alice", allowed=ALL, label=None, client="cli")
+    assert ctx.agent == "cli" and ctx.index_ready.is_set()
+    assert ServerContext(repo=None, user="alice", allowed=ALL, label="lab", client="cli").agent == "lab"
+    with pytest.raises(BadInput, match="no usable name"):
+        ServerContext(repo=None, user="alice", allowed=ALL).agent
+
+
+def test_recall_answers_from_the_views_while_the_index_is_built(repo):
+    team_fact(repo, "Billing deploys any weekday before 3pm")
+    building = threading.Event()
+    _, results = call(build_server(repo, "alice", ALL, index_ready=building),
+                      [("recall", {"query": "When does billing deploy?", "k": 3})])
+    out = answer(results[0])
+    assert out["hits"] == [] and out["index"] == "building" and "still being built" in out["note"]
+    assert any("Billing deploys any weekday before 3pm" in line for line in out["from_views"])
+
+
+def test_from_views_ranks_lines_by_shared_words():
+    view = "\n".join(["# Team payments", "- billing deploys weekdays", "- billing deploys before 3pm on weekdays",
+                      "- refunds cost a fee", "not a line", "- deploys"])
+    assert recall_tool.from_views(view, "Billing deploys before 3pm?", 2) == [
+        "billing deploys before 3pm on weekdays", "billing deploys weekdays"]
+    assert recall_tool.from_views(view, "billing", 5) == ["billing deploys weekdays",
+                                                         "billing deploys before 3pm on weekdays"]
+    assert recall_tool.from_views(view, "an", 5) == []  # words of fewer than 3 letters are not matched
+    assert recall_tool.from_views(view, "weekdays", 1) == ["billing deploys weekdays"]
+
+
+def test_tool_errors_name_their_kind_and_never_crash_the_server(repo):
+    _, results = call(build_server(repo, "alice", ALL), [
+        ("history", {"path": "../../etc/passwd"}),
+        ("remember", {"text": "x", "kind": "nosuchkind", "subject": "service:x"}),
+        ("recall", {"query": "x", "at": "not a time"}),
+        ("startup", {}),
+    ])
+    assert error(results[0], "history") == "not_found: ../../etc/passwd: no such note visible to alice"
+    assert error(results[1], "remember").startswith("bad_input: kind")
+    assert error(results[2], "recall").startswith("bad_input: ")
+    assert not results[3].is_error  # the session goes on
