@@ -151,7 +151,7 @@ def test_agent_name_makes_a_client_name_safe():
     assert ctx.agent == "cli" and ctx.index_ready.is_set()
     assert ServerContext(repo=None, user="alice", allowed=ALL, label="lab", client="cli").agent == "lab"
     with pytest.raises(BadInput, match="no usable name"):
-        ServerContext(repo=None, user="alice", allowed=ALL).agent
+        _ = ServerContext(repo=None, user="alice", allowed=ALL).agent
 
 
 def test_recall_answers_from_the_views_while_the_index_is_built(repo):
