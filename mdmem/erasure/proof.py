@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..errors import BadInput
 from ..model import layout
 from ..results import ProofReport
 from ..storage import history_ops as ops
@@ -50,7 +51,6 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
     the repository's own files) and says how much it did not check, so it is no oracle for
     other people's data."""
     if not needles:
-        from ..errors import BadInput
         raise BadInput("prove-gone: give at least one --needle")
     if subject or owner:
         repo.access.check_prove(as_user, subject=subject, owner=owner)
@@ -293,7 +293,12 @@ def cannot_reach(repo) -> list[str]:
     out.append("backups, snapshots and freed disk blocks of this machine")
     backend = repo.config.embedder.backend
     if backend in ("ollama", "openai"):
-        out.append(f"the embedding provider ({backend} at {repo.config.embedder.url}) saw the text "
+        # Where this person's text went: the URL comes from their own config (the repo's only if allowed).
+        try:
+            url = repo.user_config.embedder(repo.config.embedder).url
+        except BadInput:
+            url = repo.config.embedder.url
+        out.append(f"the embedding provider ({backend} at {url or 'its default address'}) saw the text "
                    "when it was embedded")
     out.append("anyone or anything that read the memory before (agents' transcripts, exports)")
     return out

@@ -1,0 +1,240 @@
+"""erasure/proof.py on its own: one repository holding a needle in each place prove-gone reads
+(a live note, old git objects, a ref name, a stash message, an untracked file, a symlink out, a
+stale embedding-cache journal, the view cache, the index), asked by an eraser, by a person about
+themself and by someone who may not read it. Every report is compared whole: which checks exist,
+which fail and where, what was not checked and how much. Written against mutmut's survivors
+(the previous tests asserted a few checks of a few reports), and quick enough for mutation runs:
+the repository is built once per module, with a loopback embedding server for the vectors."""
+import subprocess
+
+import numpy as np
+import pytest
+from conftest import T0, T1
+from embed_server import EmbedServer
+
+from mdmem import MemoryRepo
+from mdmem.config import UserConfig
+from mdmem.errors import BadInput, Refused
+from mdmem.search.embedding_cache import EmbeddingCache, cache_key
+
+TEAMS = {"payments": ["alice", "bob", "dana"], "search": ["carol"]}
+LOCKER = "LOCKER-2468"  # in alice's live private note
+FEE = "FEE-OLD-7"  # in a superseded payments fact: history only
+CAROL = "CAROL-SECRET-5"  # in carol's live search note
+REF = "REFNEEDLE-1"  # a branch name
+UNTRACKED = "UNTRACKED-NEEDLE-3"  # a file nobody committed
+LINKED = "LINKED-NEEDLE-4"  # outside the repo, behind a symlink
+JOURNAL = "JOURNAL-NEEDLE-6"  # a stale journal of the embedding cache
+STASH = "STASH-NEEDLE-8"  # a stash message
+ABSENT = "NOWHERE-AT-ALL-9"
+EVERY_CHECK = ["live_notes", "git_objects", "refs_reflogs_stash_notes", "work_tree", "fulltext_index",
+               "embedding_cache", "view_cache", "memory_views"]
+PERSON_CHECKS = ["live_notes", "git_objects", "refs_reflogs_stash_notes", "work_tree", "fulltext_index",
+                 "memory_views"]
+
+
+def git(root, *args):
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    base = tmp_path_factory.mktemp("proof")
+    with EmbedServer() as server:
+        repo = MemoryRepo.init(base / "m", teams=TEAMS, erasers=["dana"], as_user="dana", now=T0, embedder="none")
+        cfg = repo.root / "mdmem.toml"
+        text = cfg.read_text()
+        assert 'backend = "minilm"\n' in text
+        cfg.write_text(text.replace('backend = "minilm"\n', 'backend = "ollama"\nmodel = "nomic-embed-text"\n', 1))
+        git(repo.root, "-c", "user.name=dana", "-c", "user.email=dana@mdmem.invalid", "commit", "-qam", "embedder",
+            "--no-verify")
+        repo = MemoryRepo.open(repo.root, user_config=UserConfig(embedder_url=server.url))
+        locker = repo.remember(f"Alice's locker code is {LOCKER}", as_user="alice", kind="profile",
+                               subject="user:alice", key="locker", now=T0)
+        repo.remember(f"The refund fee is {FEE}", as_user="bob", kind="fact", subject="service:billing",
+                      key="refund.fee", scope="team", team="payments", now=T0)
+        fee = repo.remember("The refund fee is 2 EUR", as_user="bob", kind="fact", subject="service:billing",
+                            key="refund.fee", scope="team", team="payments", now=T1)
+        carol = repo.remember(f"The search admin is {CAROL}", as_user="carol", kind="fact", subject="service:search",
+                              key="admin", scope="team", team="search", now=T0)
+        repo.reindex()
+        repo.close()  # the view cache's rows reach its file
+        repo = MemoryRepo.open(repo.root, user_config=UserConfig(embedder_url=server.url))
+        git(repo.root, "branch", f"wip-{REF}")
+        (repo.root / "MEMORY.md").write_text((repo.root / "MEMORY.md").read_text() + "\nscratch\n")
+        git(repo.root, "stash", "push", "-q", "-m", f"wip {STASH}")
+        (repo.root / "notes.txt").write_text(f"remember {UNTRACKED}\n")
+        outside = base / "outside.txt"
+        outside.write_text(f"{LINKED}\n")
+        (repo.root / "link.txt").symlink_to(outside)
+        (repo.root / ".mdmem" / "embeddings.sqlite-journal").write_bytes(f"stale {JOURNAL}".encode())
+        yield {"repo": repo, "locker": locker.path, "fee": fee.path, "carol": carol.path, "server": server}
+
+
+def failed(needle_report) -> dict[str, list[str]]:
+    return {k: c["where"] for k, c in needle_report["checks"].items() if not c["pass"]}
+
+
+def test_an_erasers_proof_reads_every_place(world):
+    repo = world["repo"]
+    report = repo.prove_gone([LOCKER, FEE, REF, UNTRACKED, LINKED, JOURNAL, STASH, ABSENT], as_user="dana")
+    by = {n["needle_index"]: n for n in report.needles}
+    assert list(by) == list(range(8)) and all(list(n["checks"]) == EVERY_CHECK for n in report.needles)
+    locker = failed(by[0])
+    assert locker["live_notes"] == [world["locker"]]
+    assert locker["work_tree"] == sorted([world["locker"], "private/alice/MEMORY.md"])
+    assert locker["memory_views"] == ["private/alice/MEMORY.md"]
+    assert locker["view_cache"] == ["viewmeta.sqlite"]
+    assert len(locker["git_objects"]) == 2 and all(w.startswith("blob ") for w in locker["git_objects"])
+    assert locker["fulltext_index"] == [f"fulltext: {world['locker']}"]
+    assert set(locker) == {"live_notes", "work_tree", "memory_views", "view_cache", "git_objects", "fulltext_index"}
+    fee = failed(by[1])  # superseded: only history (its blob and its view's) and the view cache
+    assert set(fee) == {"git_objects", "view_cache"} and len(fee["git_objects"]) == 2, fee
+    assert failed(by[2]) == {"refs_reflogs_stash_notes": [f"file name logs/refs/heads/wip-{REF}",
+                                                          f"file name refs/heads/wip-{REF}",
+                                                          f"ref name refs/heads/wip-{REF}"]}
+    assert failed(by[3]) == {"work_tree": ["notes.txt"]}
+    assert failed(by[4]) == {}  # a symlink's target is outside what mdmem controls
+    assert failed(by[5]) == {"embedding_cache": ["embeddings.sqlite"]}
+    stash = failed(by[6])  # the stash list, its reflog and the stash commit's message
+    assert stash["refs_reflogs_stash_notes"] == [".git/logs/refs/stash", "stash"]
+    assert len(stash["git_objects"]) == 1 and stash["git_objects"][0].startswith("commit ")
+    assert failed(by[7]) == {} and by[7]["pass"] is True
+    assert [n["pass"] for n in report.needles] == [False] * 4 + [True, False, False, True]
+    assert report.passed is False and report.not_checked == {}
+    assert report.subject is None and report.owner is None
+    assert set(report.scope) == {"no_erasure_in_progress", "caches_hold_only_history"}
+    assert all(c["pass"] for c in report.scope.values())
+    # the nearest remaining note dana may read: a pointer for review
+    assert by[1]["nearest"]["path"] == world["fee"] and 0 < by[1]["nearest"]["cosine"] <= 1
+    assert report.to_dict()["needles"][0]["checks"]["live_notes"] == {"pass": False, "where": [world["locker"]]}
+
+
+def test_a_persons_proof_covers_what_they_may_read_and_counts_the_rest(world):
+    repo = world["repo"]
+    mine = repo.prove_gone([LOCKER], as_user="alice", owner="alice")
+    assert list(mine.needles[0]["checks"]) == PERSON_CHECKS
+    assert failed(mine.needles[0]) == {
+        "live_notes": [world["locker"]], "work_tree": sorted([world["locker"], "private/alice/MEMORY.md"]),
+        "memory_views": ["private/alice/MEMORY.md"], "git_objects": failed(mine.needles[0])["git_objects"],
+        "fulltext_index": failed(mine.needles[0])["fulltext_index"]}
+    assert mine.needles[0]["nearest"]["path"] == world["locker"]
+    assert mine.scope["no_private_root_for_owner"]["where"] == sorted(
+        p for p in git(repo.root, "ls-files").split() if p.startswith("private/alice/"))
+    assert mine.scope["no_note_owned"]["where"] == [world["locker"]]
+    assert mine.scope["no_orphaned_index_entries"] == {"pass": False, "where": [world["locker"]]}
+    # bob may read payments and his own root: alice's and carol's notes are no business of his proof
+    theirs = repo.prove_gone([LOCKER, CAROL, FEE], as_user="bob")
+    fee = failed(repo.prove_gone([FEE], as_user="dana").needles[0])
+    assert [failed(n) for n in theirs.needles[:2]] == [{}, {}]
+    assert failed(theirs.needles[2]) == {"git_objects": fee["git_objects"]}
+    assert theirs.needles[0]["nearest"]["path"] != world["locker"]
+    hidden = theirs.not_checked
+    assert hidden["roots"] == ["private/alice", "team/search"]
+    assert hidden["git_metadata"] == "not checked (needs the eraser role)"
+    assert hidden["caches"] == "not checked (they hold every root; needs the eraser role)"
+    # every object is either checked or counted: nothing silently skipped
+    total = len(git(repo.root, "cat-file", "--batch-all-objects", "--batch-check").splitlines())
+    alices = repo.prove_gone([ABSENT], as_user="alice")
+    assert hidden["git_objects"] > 0 and alices.not_checked["git_objects"] > 0
+    readable_by_dana = repo.prove_gone([ABSENT], as_user="dana")
+    assert readable_by_dana.not_checked == {}
+    assert hidden["git_objects"] == total - checked_objects(repo, "bob")
+
+
+def checked_objects(repo, user):
+    """Objects a user's proof reads: versions of notes in roots they may read, and commits
+    touching only such roots (with the repository's own files)."""
+    from mdmem.erasure.scan import REPO_FILES, HistoryScan, root_of
+
+    scan = HistoryScan.read(repo.root)
+
+    def readable(root):
+        return root == REPO_FILES or repo.access.may_read_root(user, root)
+    blobs = {b for p, bs in scan.path_blobs.items() if readable(root_of(p)) for b in bs}
+    blobs |= {c for c, roots in scan.commit_roots.items() if all(readable(r) for r in roots)}
+    present = set(git(repo.root, "cat-file", "--batch-all-objects", "--batch-check=%(objectname)").split())
+    return len(blobs & present)
+
+
+def test_allowed_mentions_are_not_failures(world):
+    """Mentions a person reviewed and kept (allow_paths): their note, the view lines quoting it
+    and the index entries built from it pass; anything else holding the needle still fails."""
+    repo = world["repo"]
+    report = repo.prove_gone([LOCKER], as_user="dana", allow_paths=[world["locker"]])
+    assert failed(report.needles[0]) == {}, failed(report.needles[0])
+    assert report.passed is True
+    # the same allowance does not cover other words around the needle elsewhere
+    stray = repo.root / "copy.txt"
+    stray.write_text(f"the code was {LOCKER}, said someone\nand another line\n")
+    try:
+        report = repo.prove_gone([LOCKER], as_user="dana", allow_paths=[world["locker"]])
+        assert failed(report.needles[0]) == {"work_tree": ["copy.txt"]}
+        # a line quoting the allowed note's link is explained, whatever else the file holds
+        stray.write_text(f"- {LOCKER} [[{world['locker']}]]\nunrelated\n")
+        assert failed(repo.prove_gone([LOCKER], as_user="dana", allow_paths=[world["locker"]]).needles[0]) == {}
+    finally:
+        stray.unlink()
+
+
+def test_scope_checks_by_subject_or_owner(world):
+    repo = world["repo"]
+    by_subject = repo.prove_gone([ABSENT], as_user="dana", subject="service:billing")
+    assert set(by_subject.scope) == {"no_note_for_subject", "no_orphaned_index_entries", "no_erasure_in_progress",
+                                     "caches_hold_only_history"}
+    assert by_subject.scope["no_note_for_subject"]["where"] == sorted(
+        {world["fee"]} | {p for p in git(repo.root, "ls-files").split() if "/service/billing/" in p})
+    assert by_subject.scope["no_orphaned_index_entries"] == {"pass": False, "where": [world["fee"]]}
+    assert by_subject.subject == "service:billing" and by_subject.owner is None and not by_subject.passed
+    by_owner = repo.prove_gone([ABSENT], as_user="dana", owner="carol")
+    assert set(by_owner.scope) == {"no_private_root_for_owner", "no_note_owned", "no_orphaned_index_entries",
+                                   "no_erasure_in_progress", "caches_hold_only_history"}
+    assert by_owner.scope["no_private_root_for_owner"] == {"pass": True, "where": []}
+    assert by_owner.scope["no_note_owned"] == {"pass": False, "where": [world["carol"]]}
+    assert by_owner.scope["no_orphaned_index_entries"] == {"pass": True, "where": []}
+    nobody = repo.prove_gone([ABSENT], as_user="dana", subject="service:nothing")
+    assert nobody.scope["no_note_for_subject"] == {"pass": True, "where": []}
+    assert nobody.passed is True
+
+
+def test_who_may_ask_and_what_must_be_given(world):
+    repo = world["repo"]
+    with pytest.raises(BadInput, match="prove-gone: give at least one --needle"):
+        repo.prove_gone([], as_user="dana")
+    with pytest.raises(Refused, match="prove-gone: bob may prove erasure of their own data only"):
+        repo.prove_gone([LOCKER], as_user="bob", owner="alice")
+    with pytest.raises(Refused):
+        repo.prove_gone([LOCKER], as_user="bob", subject="user:alice")
+    assert repo.prove_gone([ABSENT], as_user="bob", subject="user:bob").subject == "user:bob"
+
+
+def test_cannot_reach_names_remotes_and_the_embedding_provider(world):
+    repo = world["repo"]
+    assert repo.prove_gone([ABSENT], as_user="dana").cannot_reach == [
+        "other clones of this repository (each must re-clone or run `mdmem sync`, which refuses erased history)",
+        "backups, snapshots and freed disk blocks of this machine",
+        f"the embedding provider (ollama at {world['server'].url}) saw the text when it was embedded",
+        "anyone or anything that read the memory before (agents' transcripts, exports)"]
+
+
+def test_caches_holding_erased_texts_and_an_interrupted_erasure_fail_the_scope(repo):
+    """An embedding-cache entry for a text no longer in history (a vector is the text, nearly),
+    and an erasure's journal left behind: both fail the proof's scope checks."""
+    repo.remember("Bob's pager number is 555-0199", as_user="bob", kind="profile", subject="user:bob", key="pager",
+                  now=T0)
+    assert repo.prove_gone([ABSENT], as_user="dana").scope["caches_hold_only_history"] == {"pass": True, "where": []}
+    cache = EmbeddingCache(repo.root / ".mdmem" / "embeddings.sqlite")
+    try:
+        cache.put_many("some-model", {cache_key("some-model", "a text history never held"): np.ones(4, np.float32),
+                                      cache_key("some-model", "Bob's pager number is 555-0199"):
+                                          np.ones(4, np.float32)})
+    finally:
+        cache.close()
+    report = repo.prove_gone([ABSENT], as_user="dana")
+    assert report.scope["caches_hold_only_history"] == {
+        "pass": False, "where": ["embeddings.sqlite: 1 entr(y/ies) for texts no longer in history"]}
+    assert report.passed is False
+    (repo.root / ".git" / "mdmem-erasure").mkdir()
+    report = repo.prove_gone([ABSENT], as_user="bob", owner="bob")
+    assert report.scope["no_erasure_in_progress"] == {
+        "pass": False, "where": [".git/mdmem-erasure (an erasure was interrupted: run mdmem forget --resume)"]}
