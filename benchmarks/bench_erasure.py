@@ -49,12 +49,12 @@ def alice() -> list[list]:
         audit = (repo.root / "audit/erasures.jsonl").read_text()
         rows = []
         for needle, item in zip(needles, report.needles):
-            failed = [k for k, c in item["checks"].items() if not c["pass"]]
+            failed = [k for k, c in item["checks"].items() if not c["passed"]]
             near = item["nearest"]
-            rows.append([needle, "PASS" if item["pass"] else "FAIL: " + ", ".join(failed),
+            rows.append([needle, "PASS" if item["passed"] else "FAIL: " + ", ".join(failed),
                          "no" if needle in audit else "yes",
                          f"{near['path'].rsplit('/', 1)[-1]} ({near['cosine']})" if near else "-"])
-        rows.append(["(scope checks)", "PASS" if all(c["pass"] for c in report.scope.values()) else "FAIL",
+        rows.append(["(scope checks)", "PASS" if all(c["passed"] for c in report.scope.values()) else "FAIL",
                      "", ""])
         rows.append(["(mention scan)", f"{len(receipt.mentions)} live team note(s) for review", "", ""])
         seed = data["erasure"]["seed_result"]
@@ -127,7 +127,7 @@ def timing(as_json: bool) -> list[list]:
             report = repo.prove_gone([PHONE], as_user="bob", owner="bob")
             t2 = time.perf_counter()
             rows.append([f"{n:,}", receipt.counts["commits_rewritten"], f"{t1 - t0:.1f}", f"{t2 - t1:.1f}",
-                         f"{t2 - t0:.1f}", "PASS" if report.needles[0]["pass"] else "FAIL"])
+                         f"{t2 - t0:.1f}", "PASS" if report.needles[0]["passed"] else "FAIL"])
     return rows
 
 

@@ -238,7 +238,7 @@ class ErasureReceipt(Result):
 
 @dataclass(frozen=True)
 class ProofReport(Result):
-    """``prove_gone``: per needle (by index, never the text) each place checked with ``pass``
+    """``prove_gone``: per needle (by index, never the text) each place checked with ``passed``
     and ``where``; the scope checks; what the asker could not check (not an eraser) and what
     mdmem cannot reach at all. ``passed``: every needle and every scope check passed."""
 
@@ -254,4 +254,4 @@ class ProofReport(Result):
     def from_dict(cls, data: dict[str, Any]) -> ProofReport:
         return cls(needles=data["needles"], subject=data.get("subject"), owner=data.get("owner"),
                    scope=data["scope"], not_checked=data.get("not_checked", {}), cannot_reach=data["cannot_reach"],
-                   passed=data["pass"])
+                   passed=data["passed"] if "passed" in data else data["pass"])  # "pass": before 2026-11-30

@@ -77,7 +77,7 @@ def test_forgetting_a_turn_scrubs_it_from_the_next_turns_context(repo):
     assert secret.encode() in all_bytes(repo.root)
     repo.forget(as_user="alice", paths=[first.path], now=T1)
     assert secret.encode() not in all_bytes(repo.root)
-    assert repo.prove_gone([secret], as_user="alice", owner="alice").needles[0]["pass"]
+    assert repo.prove_gone([secret], as_user="alice", owner="alice").needles[0]["passed"]
     hits = repo.recall("exciting", as_user="alice", now=T1)
     assert [h.text for h in hits] == ["Melanie: Wow, exciting!"]
 

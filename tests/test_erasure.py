@@ -40,7 +40,7 @@ def test_erasing_alice_passes_every_check_and_lists_mentions(repo):
     report = repo.prove_gone(needles, as_user="alice", subject="user:alice", owner="alice",
                              allow_paths=receipt.mentions_for_review)
     assert report.passed, json.dumps(report.to_dict(), indent=1)
-    assert report.scope["no_orphaned_index_entries"]["pass"]
+    assert report.scope["no_orphaned_index_entries"]["passed"]
     blob = all_bytes(repo.root)
     assert b"interviewing for the open backend role" not in blob and b"async standups" not in blob
     audit = (repo.root / "audit/erasures.jsonl").read_text()
@@ -53,7 +53,7 @@ def test_prove_gone_fails_while_the_text_is_still_anywhere(repo):
     alice_world(repo)
     report = repo.prove_gone(["async standups"], as_user="alice", owner="alice")
     assert not report.passed
-    failed = {k for k, c in report.needles[0]["checks"].items() if not c["pass"]}
+    failed = {k for k, c in report.needles[0]["checks"].items() if not c["passed"]}
     assert {"live_notes", "git_objects", "work_tree", "memory_views", "fulltext_index"} <= failed
 
 

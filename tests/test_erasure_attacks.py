@@ -36,8 +36,8 @@ def test_prove_gone_by_a_non_eraser_is_no_oracle_for_others_text(repo):
         absent = repo.prove_gone(["XYZZZ"], as_user=user, owner=user)
         assert present.passed == absent.passed
         assert present.needles[0]["checks"].keys() == absent.needles[0]["checks"].keys()
-        assert {k: v["pass"] for k, v in present.needles[0]["checks"].items()} == \
-               {k: v["pass"] for k, v in absent.needles[0]["checks"].items()}
+        assert {k: v["passed"] for k, v in present.needles[0]["checks"].items()} == \
+               {k: v["passed"] for k, v in absent.needles[0]["checks"].items()}
         assert "caches" in present.not_checked
     # the eraser's proof still sees the caches
     assert not repo.prove_gone(["XYZZY"], as_user="dana").passed

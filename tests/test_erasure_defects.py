@@ -151,7 +151,7 @@ def test_kill_minus_9_mid_erasure_is_finished_by_the_next_command(tmp_path):
         assert oct(journal.stat().st_mode & 0o777) == "0o600"
         half = MemoryRepo.open(repo.root, finish_erasure=False)
         report = half.prove_gone(["555-0142"], as_user="ali")
-        assert not report.passed and not report.scope["no_erasure_in_progress"]["pass"]
+        assert not report.passed and not report.scope["no_erasure_in_progress"]["passed"]
         r = run_cli("forget", "--resume", "--repo", str(repo.root), "--as", "ali", env={"TMPDIR": str(scratch_tmp)})
         assert r.returncode == 0, r.stderr
     repo = MemoryRepo.open(repo.root)
@@ -215,7 +215,7 @@ def test_the_embedding_cache_keeps_only_what_history_holds(repo):
     cache.put_many(models[0], {cache_key(models[0], "some text no note ever held"): __import__("numpy").ones(3)})
     cache.close()
     report = repo.prove_gone([phone], as_user="ali")
-    assert not report.scope["caches_hold_only_history"]["pass"]
+    assert not report.scope["caches_hold_only_history"]["passed"]
 
 
 # 7. Collateral deletion.

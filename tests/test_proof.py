@@ -72,7 +72,7 @@ def world(tmp_path_factory):
 
 
 def failed(needle_report) -> dict[str, list[str]]:
-    return {k: c["where"] for k, c in needle_report["checks"].items() if not c["pass"]}
+    return {k: c["where"] for k, c in needle_report["checks"].items() if not c["passed"]}
 
 
 def test_an_erasers_proof_reads_every_place(world):
@@ -99,15 +99,15 @@ def test_an_erasers_proof_reads_every_place(world):
     stash = failed(by[6])  # the stash list, its reflog and the stash commit's message
     assert stash["refs_reflogs_stash_notes"] == [".git/logs/refs/stash", "stash"]
     assert len(stash["git_objects"]) == 1 and stash["git_objects"][0].startswith("commit ")
-    assert failed(by[7]) == {} and by[7]["pass"] is True
-    assert [n["pass"] for n in report.needles] == [False] * 4 + [True, False, False, True]
+    assert failed(by[7]) == {} and by[7]["passed"] is True
+    assert [n["passed"] for n in report.needles] == [False] * 4 + [True, False, False, True]
     assert report.passed is False and report.not_checked == {}
     assert report.subject is None and report.owner is None
     assert set(report.scope) == {"no_erasure_in_progress", "caches_hold_only_history"}
-    assert all(c["pass"] for c in report.scope.values())
+    assert all(c["passed"] for c in report.scope.values())
     # the nearest remaining note dana may read: a pointer for review
     assert by[1]["nearest"]["path"] == world["fee"] and 0 < by[1]["nearest"]["cosine"] <= 1
-    assert report.to_dict()["needles"][0]["checks"]["live_notes"] == {"pass": False, "where": [world["locker"]]}
+    assert report.to_dict()["needles"][0]["checks"]["live_notes"] == {"passed": False, "where": [world["locker"]]}
 
 
 def test_a_persons_proof_covers_what_they_may_read_and_counts_the_rest(world):
@@ -122,7 +122,7 @@ def test_a_persons_proof_covers_what_they_may_read_and_counts_the_rest(world):
     assert mine.scope["no_private_root_for_owner"]["where"] == sorted(
         p for p in git(repo.root, "ls-files").split() if p.startswith("private/alice/"))
     assert mine.scope["no_note_owned"]["where"] == [world["locker"]]
-    assert mine.scope["no_orphaned_index_entries"] == {"pass": False, "where": [world["locker"]]}
+    assert mine.scope["no_orphaned_index_entries"] == {"passed": False, "where": [world["locker"]]}
     # bob may read payments and his own root: alice's and carol's notes are no business of his proof
     theirs = repo.prove_gone([LOCKER, CAROL, FEE], as_user="bob")
     fee = failed(repo.prove_gone([FEE], as_user="dana").needles[0])
@@ -184,16 +184,16 @@ def test_scope_checks_by_subject_or_owner(world):
                                      "caches_hold_only_history"}
     assert by_subject.scope["no_note_for_subject"]["where"] == sorted(
         {world["fee"]} | {p for p in git(repo.root, "ls-files").split() if "/service/billing/" in p})
-    assert by_subject.scope["no_orphaned_index_entries"] == {"pass": False, "where": [world["fee"]]}
+    assert by_subject.scope["no_orphaned_index_entries"] == {"passed": False, "where": [world["fee"]]}
     assert by_subject.subject == "service:billing" and by_subject.owner is None and not by_subject.passed
     by_owner = repo.prove_gone([ABSENT], as_user="dana", owner="carol")
     assert set(by_owner.scope) == {"no_private_root_for_owner", "no_note_owned", "no_orphaned_index_entries",
                                    "no_erasure_in_progress", "caches_hold_only_history"}
-    assert by_owner.scope["no_private_root_for_owner"] == {"pass": True, "where": []}
-    assert by_owner.scope["no_note_owned"] == {"pass": False, "where": [world["carol"]]}
-    assert by_owner.scope["no_orphaned_index_entries"] == {"pass": True, "where": []}
+    assert by_owner.scope["no_private_root_for_owner"] == {"passed": True, "where": []}
+    assert by_owner.scope["no_note_owned"] == {"passed": False, "where": [world["carol"]]}
+    assert by_owner.scope["no_orphaned_index_entries"] == {"passed": True, "where": []}
     nobody = repo.prove_gone([ABSENT], as_user="dana", subject="service:nothing")
-    assert nobody.scope["no_note_for_subject"] == {"pass": True, "where": []}
+    assert nobody.scope["no_note_for_subject"] == {"passed": True, "where": []}
     assert nobody.passed is True
 
 
@@ -222,7 +222,7 @@ def test_caches_holding_erased_texts_and_an_interrupted_erasure_fail_the_scope(r
     and an erasure's journal left behind: both fail the proof's scope checks."""
     repo.remember("Bob's pager number is 555-0199", as_user="bob", kind="profile", subject="user:bob", key="pager",
                   now=T0)
-    assert repo.prove_gone([ABSENT], as_user="dana").scope["caches_hold_only_history"] == {"pass": True, "where": []}
+    assert repo.prove_gone([ABSENT], as_user="dana").scope["caches_hold_only_history"] == {"passed": True, "where": []}
     cache = EmbeddingCache(repo.root / ".mdmem" / "embeddings.sqlite")
     try:
         cache.put_many("some-model", {cache_key("some-model", "a text history never held"): np.ones(4, np.float32),
@@ -232,9 +232,9 @@ def test_caches_holding_erased_texts_and_an_interrupted_erasure_fail_the_scope(r
         cache.close()
     report = repo.prove_gone([ABSENT], as_user="dana")
     assert report.scope["caches_hold_only_history"] == {
-        "pass": False, "where": ["embeddings.sqlite: 1 entr(y/ies) for texts no longer in history"]}
+        "passed": False, "where": ["embeddings.sqlite: 1 entr(y/ies) for texts no longer in history"]}
     assert report.passed is False
     (repo.root / ".git" / "mdmem-erasure").mkdir()
     report = repo.prove_gone([ABSENT], as_user="bob", owner="bob")
     assert report.scope["no_erasure_in_progress"] == {
-        "pass": False, "where": [".git/mdmem-erasure (an erasure was interrupted: run mdmem forget --resume)"]}
+        "passed": False, "where": [".git/mdmem-erasure (an erasure was interrupted: run mdmem forget --resume)"]}

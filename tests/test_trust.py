@@ -944,4 +944,4 @@ def test_prove_gone_reports_a_note_the_owner_still_owns(repo):
                          key="locker", now=T0)
     report = repo.prove_gone(["2468"], as_user="alice", owner="alice")
     owned = report.scope["no_note_owned"]
-    assert owned["pass"] is False and kept.path in json.dumps(owned)
+    assert owned["passed"] is False and kept.path in json.dumps(owned)

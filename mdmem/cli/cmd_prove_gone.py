@@ -22,15 +22,15 @@ def run(ctx) -> int:
                                    allow_paths=a.allow_paths).to_dict()
     lines = []
     for i, item in enumerate(report["needles"]):
-        lines.append(f"needle {i + 1}: {'PASS' if item['pass'] else 'FAIL'}")
+        lines.append(f"needle {i + 1}: {'PASS' if item['passed'] else 'FAIL'}")
         for name, check in item["checks"].items():
-            lines.append(f"  {'ok  ' if check['pass'] else 'FAIL'} {name}" +
+            lines.append(f"  {'ok  ' if check['passed'] else 'FAIL'} {name}" +
                          (f": {', '.join(check['where'][:5])}" if check["where"] else ""))
         if item["nearest"]:
             lines.append(f"  nearest remaining note (for review): {item['nearest']['path']} "
                          f"(cosine {item['nearest']['cosine']})")
     for name, check in report["scope"].items():
-        lines.append(f"{'ok  ' if check['pass'] else 'FAIL'} {name}")
+        lines.append(f"{'ok  ' if check['passed'] else 'FAIL'} {name}")
     if report.get("not_checked"):
         nc = report["not_checked"]
         lines.append(f"not checked (roots you may not read): {len(nc['roots'])} root(s), "

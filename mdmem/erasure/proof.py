@@ -23,7 +23,7 @@ from ..storage.gitdir import CACHE_NAME, cache_dir
 
 
 def _check(where: list[str]) -> dict:
-    return {"pass": not where, "where": sorted(set(where))[:50]}
+    return {"passed": not where, "where": sorted(set(where))[:50]}
 
 
 def _allowed(scan: HistoryScan, allow_paths: list[str]) -> tuple[set[str], list[str], list[str]]:
@@ -120,7 +120,7 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
                                          and not _explained(data.decode("utf-8", "replace"), needle,
                                                             allowed_texts, links)])
         report["needles"].append({"needle_index": len(report["needles"]), "checks": checks,
-                                  "pass": all(c["pass"] for c in checks.values()),
+                                  "passed": all(c["passed"] for c in checks.values()),
                                   "nearest": _nearest(repo, needle, as_user)})
     report["scope"] = _scope_checks(repo, live_all, allow_paths, subject, owner)
     if "no_orphaned_index_entries" in report["scope"]:
@@ -138,7 +138,8 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
                              "roots": sorted(r for r in _all_roots(scan) if not readable(r))} \
         if not eraser else {}
     report["cannot_reach"] = cannot_reach(repo)
-    report["pass"] = all(n["pass"] for n in report["needles"]) and all(c["pass"] for c in report["scope"].values())
+    report["passed"] = (all(n["passed"] for n in report["needles"])
+                        and all(c["passed"] for c in report["scope"].values()))
     return ProofReport.from_dict(report)
 
 
