@@ -16,6 +16,7 @@ from mdmem import MemoryRepo
 from mdmem.config import UserConfig
 from mdmem.errors import BadInput, Refused
 from mdmem.search.embedding_cache import EmbeddingCache, cache_key
+from mdmem.storage.gitdir import cache_dir
 
 TEAMS = {"payments": ["alice", "bob", "dana"], "search": ["carol"]}
 LOCKER = "LOCKER-2468"  # in alice's live private note
@@ -67,7 +68,7 @@ def world(tmp_path_factory):
         outside = base / "outside.txt"
         outside.write_text(f"{LINKED}\n")
         (repo.root / "link.txt").symlink_to(outside)
-        (repo.root / ".mdmem" / "embeddings.sqlite-journal").write_bytes(f"stale {JOURNAL}".encode())
+        (cache_dir(repo.root) / "embeddings.sqlite-journal").write_bytes(f"stale {JOURNAL}".encode())
         yield {"repo": repo, "locker": locker.path, "fee": fee.path, "carol": carol.path, "server": server}
 
 
@@ -223,7 +224,7 @@ def test_caches_holding_erased_texts_and_an_interrupted_erasure_fail_the_scope(r
     repo.remember("Bob's pager number is 555-0199", as_user="bob", kind="profile", subject="user:bob", key="pager",
                   now=T0)
     assert repo.prove_gone([ABSENT], as_user="dana").scope["caches_hold_only_history"] == {"passed": True, "where": []}
-    cache = EmbeddingCache(repo.root / ".mdmem" / "embeddings.sqlite")
+    cache = EmbeddingCache(cache_dir(repo.root) / "embeddings.sqlite")
     try:
         cache.put_many("some-model", {cache_key("some-model", "a text history never held"): np.ones(4, np.float32),
                                       cache_key("some-model", "Bob's pager number is 555-0199"):
