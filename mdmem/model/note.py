@@ -4,25 +4,50 @@ from __future__ import annotations
 import datetime as _dt
 import re
 from dataclasses import dataclass, field, replace
-
-import frontmatter
-import yaml
+from functools import cache
+from typing import Any
 
 from .clock import format_time, parse_time
 from ..errors import BadInput, NoteInvalid
 
-class _FastYAML(frontmatter.YAMLHandler):
+
+# PyYAML and python-frontmatter are imported on first use: most notes are read by
+# _fast_metadata, and a recall from the CLI reads none (they cost ~40-130 ms of its start).
+@cache
+def _yaml() -> Any:
+    import yaml
+
+    for dumper in {yaml.SafeDumper, getattr(yaml, "CSafeDumper", yaml.SafeDumper)}:
+        dumper.add_representer(_Literal, _literal)
+    return yaml
+
+
+@cache
+def _handler() -> Any:
     """python-frontmatter with libyaml's C loader and dumper when PyYAML has them (5x faster)."""
+    import frontmatter
 
-    def load(self, fm, **kwargs):
-        return yaml.load(fm, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    yaml = _yaml()
 
-    def export(self, metadata, **kwargs):
-        kwargs.setdefault("Dumper", getattr(yaml, "CSafeDumper", yaml.SafeDumper))
-        return super().export(metadata, **kwargs)
+    class _FastYAML(frontmatter.YAMLHandler):
+        def load(self, fm, **kwargs):
+            return yaml.load(fm, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+        def export(self, metadata, **kwargs):
+            kwargs.setdefault("Dumper", getattr(yaml, "CSafeDumper", yaml.SafeDumper))
+            return super().export(metadata, **kwargs)
+
+    return _FastYAML()
 
 
-_HANDLER = _FastYAML()
+def new_id() -> str:
+    """A new sortable id (a ULID) for a note, a key's suffix or a review. python-ulid is imported
+    here, not at module level: it reads its version through importlib.metadata (csv, zipfile,
+    email), ~20-65 ms of every CLI call that never makes an id."""
+    from ulid import ULID
+
+    return str(ULID())
+
 
 # A note is a small file (DESIGN 3): anything bigger is refused on write and reported, unread,
 # on read. `[notes] max_bytes` in mdmem.toml overrides it.
@@ -30,14 +55,14 @@ DEFAULT_MAX_BYTES = 256 * 1024
 # Frontmatter is flat; a few levels leave room for editors' lists of maps. Deeper nesting is
 # hostile (the C composer recurses: 999 levels raised RecursionError in every reader).
 MAX_YAML_DEPTH = 8
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _check_yaml_shape(fm: str, path: str) -> None:
     """Refuse anchors/aliases and deep nesting from the event stream, before anything is built:
     a 571-byte alias bomb expanded to gigabytes, and the composer recurses per level."""
+    yaml = _yaml()
     depth = 0
-    for event in yaml.parse(fm, Loader=_LOADER):
+    for event in yaml.parse(fm, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             raise NoteInvalid(path, "frontmatter", "YAML anchors and aliases (&name, *name) are not allowed")
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
@@ -49,9 +74,10 @@ def _check_yaml_shape(fm: str, path: str) -> None:
 
 
 def _load_frontmatter(fm: str, path: str) -> dict:
+    yaml = _yaml()
     try:
         _check_yaml_shape(fm, path)
-        meta = yaml.load(fm, Loader=_LOADER)
+        meta = yaml.load(fm, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.MarkedYAMLError as exc:
         # The mark counts within the frontmatter; the file has the '---' line above it.
         mark = exc.problem_mark or exc.context_mark
@@ -229,9 +255,11 @@ class Note:
 
     def dumps(self) -> str:
         if self._dumped is None:
+            import frontmatter
+
             post = frontmatter.Post(self.text.strip() + "\n")
             post.metadata.update(self.metadata())  # not as keywords: an editor's field may be named "handler"
-            object.__setattr__(self, "_dumped", frontmatter.dumps(post, handler=_HANDLER, sort_keys=False) + "\n")
+            object.__setattr__(self, "_dumped", frontmatter.dumps(post, handler=_handler(), sort_keys=False) + "\n")
         return self._dumped
 
     def to_dict(self) -> dict:
@@ -252,9 +280,6 @@ class _Literal(str):
 def _literal(dumper, value):
     return dumper.represent_scalar("tag:yaml.org,2002:str", str(value), style="|")
 
-
-for _dumper in {yaml.SafeDumper, getattr(yaml, "CSafeDumper", yaml.SafeDumper)}:
-    _dumper.add_representer(_Literal, _literal)
 
 
 def clean_context(value) -> str | None:

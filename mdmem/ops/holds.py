@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import datetime as _dt
 
-from ulid import ULID
 
 from ..errors import BadInput
-from ..model.note import Note, parse_note
+from ..model.note import Note, new_id, parse_note
 from ..policy.gate import AGENT, HUMAN
 from ..results import ReviewItem, WriteResult
 from ..storage.gitstore import Trailers, parse_trailers
@@ -18,7 +17,7 @@ REVIEW_PREFIX = "review/"
 
 def hold(repo: RepoState, user: str, path: str, note: Note, reason: str, when: _dt.datetime, *, channel: str,
          new_key: bool, expect_version: str | None, claimed_source: str | None) -> WriteResult:
-    review_id = str(ULID()).lower()[-10:]
+    review_id = new_id().lower()[-10:]
     branch = f"refs/heads/{REVIEW_PREFIX}{review_id}"
     base = repo.store.head()
     if base is None:  # mdmem init always commits: only a repo made by hand gets here

@@ -6,14 +6,13 @@ import datetime as _dt
 from typing import Any
 from dataclasses import replace
 
-from ulid import ULID
 
 from ..config import CONFIG_NAME
 from ..errors import BadInput, NoteInvalid, NotFound
 from ..model import layout
 from ..model.clock import TimeLike, format_time, parse_time, resolve_now
 from ..model.kinds import SUMMARY_KEY, Contract
-from ..model.note import Note, parse_note
+from ..model.note import Note, new_id, parse_note
 from ..policy.access import not_visible, require_user
 from ..results import KeyInfo, Version
 from ..storage.worktree import StoredNote, live_in_dir, read_note, scan_notes
@@ -31,7 +30,7 @@ def path_for(root: str, contract: Contract, subject: str, key: str | None, when:
     if contract.keyed:
         # draft() has refused a keyed write without a key; "" is refused by check_key all the same.
         return layout.keyed_path(root, subject, contract.name, key or "")
-    slug = layout.check_key(key) if key else f"{layout.slugify(text)}-{str(ULID())[-6:].lower()}"
+    slug = layout.check_key(key) if key else f"{layout.slugify(text)}-{new_id()[-6:].lower()}"
     return layout.episode_path(root, subject, when, slug)
 
 
@@ -53,7 +52,7 @@ def all_notes(repo: RepoState) -> list[StoredNote]:
 
 def untrusted(repo: RepoState, path: str) -> str | None:
     """Why the committed note at ``path`` is not trusted, or None."""
-    flag = repo.trust.flags().get(path)
+    flag = repo.trust.flags_of([path]).get(path)
     return flag.detail if flag is not None else None
 
 

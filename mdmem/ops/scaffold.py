@@ -1,12 +1,11 @@
 """`mdmem new`: a scaffold note with every required field, for a person to finish in an editor."""
 from __future__ import annotations
 
-from ulid import ULID
 
 from ..errors import BadInput, Conflict
 from ..model import layout
 from ..model.clock import resolve_now
-from ..model.note import Note
+from ..model.note import Note, new_id
 from ..policy.access import require_user
 
 PLACEHOLDER = "Write the note here: one fact, decision, procedure or event, in a sentence or two."
@@ -32,12 +31,12 @@ def scaffold(repo, *, as_user: str, kind: str, subject: str, key: str | None = N
     if contract.keyed:
         path = layout.keyed_path(root, subject, contract.name, key)
     else:
-        slug = layout.check_key(key) if key else f"{layout.slugify(subject)}-{str(ULID())[-6:].lower()}"
+        slug = layout.check_key(key) if key else f"{layout.slugify(subject)}-{new_id()[-6:].lower()}"
         path = layout.episode_path(root, subject, when, slug)
     if (repo.root / path).exists():
         raise Conflict(f"{path}: exists already; open it in your editor (or `mdmem show {path}`)")
     ttl = contract.default_ttl
-    note = Note(id=str(ULID()), kind=contract.name, subject=subject, key=key, scope=scope,
+    note = Note(id=new_id(), kind=contract.name, subject=subject, key=key, scope=scope,
                 team=team if scope == "team" else None, owner=user, source="user", valid_from=when,
                 expires_at=(when + ttl) if ttl else None, text=PLACEHOLDER, extra={"tags": list(tags or [])})
     return path, note.dumps()

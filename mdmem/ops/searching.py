@@ -52,5 +52,5 @@ def recall(repo: RepoState, query: str, *, as_user: str, k: int = 5, kinds: list
         repo.index.recover(exc)
         repo.reset_recaller()
         hits = repo.recaller(query, **args)
-    flags = repo.trust.flags()
+    flags = repo.trust.flags_of({h.path for h in hits if h.current})
     return [replace(h, untrusted=flags[h.path].detail) if h.current and h.path in flags else h for h in hits]

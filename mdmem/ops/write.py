@@ -8,13 +8,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ulid import ULID
 
 from ..errors import BadInput, BranchMoved, Conflict, MdmemError, NoteInvalid
 from ..model import layout
 from ..model.clock import SpanLike, TimeLike, add_span, parse_duration, parse_time, resolve_write_time
 from ..model.kinds import SUMMARY_KEY, Contract
-from ..model.note import Note, check_source
+from ..model.note import Note, check_source, new_id
 from ..model.text import check_unicode
 from ..policy import gate
 from ..policy.access import require_user
@@ -116,7 +115,7 @@ def draft(repo: RepoState, user: str, text: str, *, kind: str, subject: str, key
         gate.check_agent_ttl(ttl_delta, contract, repo.config.trust.agent_max_ttl)
     root = read.root_for(user, scope, team, owner)
     path = read.path_for(root, contract, subject, key, start, text)
-    note = Note(id=str(ULID()), kind=contract.name, subject=subject, key=key, scope=scope,
+    note = Note(id=new_id(), kind=contract.name, subject=subject, key=key, scope=scope,
                 team=team if scope == "team" else None, owner=user, source=source,
                 valid_from=start, expires_at=add_span(start, ttl_delta) if ttl_delta is not None else None,
                 derived_from=tuple(derived_from or ()), text=text.strip(), context=context)

@@ -13,6 +13,7 @@ slow path through the public matcher API, which gives the same numbers.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +28,14 @@ except ImportError:  # pragma: no cover - another Whoosh: the public path below
     W3LeafMatcher = None
 
 _BYTE_TO_LENGTH = np.array([byte_to_length(b) for b in range(256)], dtype=np.float64)
+
+# Decoded posting lists kept per segment reader, at most this many postings (24 bytes each:
+# ~24 MB) per reader, least recently used dropped first. A segment never changes once
+# written and a reader is dropped with its searcher, so a kept list cannot go stale.
+# Decoding (zlib, unpickling, a Python loop per block of 128) was ~40% of a recall's CPU at
+# 10,000 notes of ~60 words; an agent's questions keep meeting the same words (its
+# subjects, names, services). 0 turns the cache off (benchmarks measure both).
+POSTINGS_CACHE_MAX = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -57,7 +66,7 @@ def search(searcher, terms: list[str], boosts: dict[str, float], allowed: np.nda
     covered = np.zeros(total, dtype=np.int32)  # how many findable terms each document has
     findable = 0
     for t in terms:
-        frequencies = {f: searcher.doc_frequency(f, t) for f in boosts}
+        frequencies = {f: _doc_frequency(searcher, f, t) for f in boosts}
         if not any(frequencies.values()):
             continue
         findable += 1
@@ -66,7 +75,7 @@ def search(searcher, terms: list[str], boosts: dict[str, float], allowed: np.nda
             df = frequencies[field]
             if not df or (prune_above is not None and df > prune_above):
                 continue
-            idf = searcher.idf(field, t)
+            idf = _idf(searcher, field, t)
             avgfl = searcher.avg_field_length(field) or 1
             for ids, tf, fl in _term_postings(searcher, field, t):
                 scores[ids] += boost * idf * (tf * (K1 + 1)) / (tf + K1 * ((1 - B) + B * fl / avgfl))
@@ -83,16 +92,72 @@ def search(searcher, terms: list[str], boosts: dict[str, float], allowed: np.nda
     return [Scored(d, float(scores[d]), int(covered[d]) / max(1, findable)) for d in top]
 
 
+def _searcher_cache(searcher) -> dict:
+    """Per searcher: (what, field, term) -> a number read from the term tables. A searcher
+    is made again whenever the index changes."""
+    return searcher.__dict__.setdefault("_mdmem_terms", {})
+
+
+def _doc_frequency(searcher, field: str, text: str) -> int:
+    cache = _searcher_cache(searcher)
+    key = ("df", field, text)
+    if key not in cache:
+        cache[key] = searcher.doc_frequency(field, text)
+    return cache[key]
+
+
+def _idf(searcher, field: str, text: str) -> float:
+    cache = _searcher_cache(searcher)
+    key = ("idf", field, text)
+    if key not in cache:
+        cache[key] = searcher.idf(field, text)
+    return cache[key]
+
+
 def _term_postings(searcher, field: str, text: str):
     """(global docnums, term frequencies, field lengths) per segment holding the term."""
     for leaf, offset in searcher.leaf_searchers():
-        reader = leaf.reader()
-        btext = reader.schema[field].to_bytes(text)
-        if (field, btext) not in reader:
-            continue
+        found = _segment_postings(leaf.reader(), field, text)
+        if found is not None:
+            ids, tf, fl = found
+            yield ids + offset, tf, fl
+
+
+def _segment_postings(reader, field: str, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """One segment's (local docnums, term frequencies, field lengths) for a term, None where
+    it has none; kept per reader (see POSTINGS_CACHE_MAX). The live count is part of the
+    key, in case a reader's deletions ever change under it."""
+    cache = reader.__dict__.setdefault("_mdmem_postings", _Postings())
+    key = (field, text, reader.doc_count())
+    if key in cache.lists:
+        cache.lists.move_to_end(key)
+        return cache.lists[key]
+    btext = reader.schema[field].to_bytes(text)
+    found = None
+    if (field, btext) in reader:
         ids, tf = _postings(reader.postings(field, btext))
         if len(ids):
-            yield ids + offset, tf, _field_lengths(reader, field, ids)
+            found = (ids, tf, _field_lengths(reader, field, ids))
+    cache.keep(key, found)
+    return found
+
+
+class _Postings:
+    """A reader's decoded posting lists, least recently used first."""
+
+    def __init__(self):
+        self.lists: OrderedDict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray] | None] = OrderedDict()
+        self.size = 0
+
+    def keep(self, key: tuple, found) -> None:
+        n = len(found[0]) if found is not None else 0
+        if n > POSTINGS_CACHE_MAX:
+            return
+        self.lists[key] = found
+        self.size += n
+        while self.size > POSTINGS_CACHE_MAX:
+            _, dropped = self.lists.popitem(last=False)
+            self.size -= len(dropped[0]) if dropped is not None else 0
 
 
 def _postings(matcher) -> tuple[np.ndarray, np.ndarray]:

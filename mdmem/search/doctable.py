@@ -169,7 +169,8 @@ class DocTable:
             rows = part == p
             local = docnums[rows] - offset
             # Half the segment or more: one pass over it beats gathering the rows first.
-            out[rows] = (matrix @ query)[local] if len(local) * 2 >= len(matrix) else matrix[local] @ query
+            with one_blas_thread():
+                out[rows] = (matrix @ query)[local] if len(local) * 2 >= len(matrix) else matrix[local] @ query
         return out
 
     def nearest(self, query: np.ndarray, mask: np.ndarray, limit: int) -> list[tuple[int, float]]:
@@ -190,6 +191,25 @@ class DocTable:
         if not docnums or not self.has_vectors(query):
             return {}
         return dict(zip(docnums, self._cosines(query, np.array(docnums, dtype=np.int64)).tolist()))
+
+
+_BLAS: object | None = None
+
+
+def one_blas_thread():
+    """A context in which numpy's BLAS (OpenBLAS) runs on the calling thread only.
+
+    Measured at 10,000 x 384 (one query against every vector) on the 2-core machine under
+    load: OpenBLAS's own threads took 4.7 ms of CPU (13 ms wall) for what one thread does in
+    0.74 ms (3.4 ms wall), with identical results. threadpoolctl sets the limit and restores
+    it (~6 microseconds); the controller is made once (~1 ms). The limit is process-wide
+    for the duration of the product."""
+    global _BLAS
+    if _BLAS is None:
+        from threadpoolctl import ThreadpoolController
+
+        _BLAS = ThreadpoolController()
+    return _BLAS.limit(limits=1, user_api="blas")  # type: ignore[attr-defined]
 
 
 def admits(fields: dict, roots, kinds=None, subject: str | None = None) -> bool:
