@@ -129,7 +129,7 @@ def _segment_postings(reader, field: str, text: str) -> tuple[np.ndarray, np.nda
     key, in case a reader's deletions ever change under it."""
     cache = reader.__dict__.setdefault("_mdmem_postings", _Postings())
     key = (field, text, reader.doc_count())
-    if key in cache.lists:
+    if key in cache.lists and POSTINGS_CACHE_MAX:
         cache.lists.move_to_end(key)
         return cache.lists[key]
     btext = reader.schema[field].to_bytes(text)

@@ -1,0 +1,136 @@
+"""Issue 13, one CLI call and ranking speed: what the speed-ups must not change.
+
+- decoded posting lists kept per segment reader give the same ranking as decoding afresh,
+  through writes, hand edits, deletions and disk catch-ups in one process;
+- cosines on one BLAS thread equal numpy's own and leave the thread limit as it was;
+- trust marks read for a few notes (Verifier.flags_of) equal the whole pass's;
+- the CLI registers only the command it runs, and a BM25 recall imports neither YAML, the
+  ULID package nor onnxruntime.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import run_cli, team_fact
+
+from mdmem import MemoryRepo
+from mdmem.search import bm25, doctable
+
+WORDS = ["billing", "deploy", "window", "ledger", "refund", "queue", "cache", "timeout", "alice", "friday"]
+QUESTIONS = ["when is the billing deploy window", "who owns the ledger queue", "refund timeout on friday",
+             "cache for alice", "billing ledger refund", "zebra"]
+
+
+def ranked(repo) -> list:
+    return [[(h.path, h.score, h.bm25) for h in repo.recall(q, as_user="dana", k=8)] for q in QUESTIONS]
+
+
+def fill(repo, n: int, start: int = 0) -> None:
+    for i in range(start, start + n):
+        words = " ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(i % 5 + 2))
+        team_fact(repo, f"Note {i} about {words}.", key=f"k{i}", new_key=True)
+
+
+def test_postings_kept_per_reader_rank_as_decoding_afresh(repo, monkeypatch):
+    fill(repo, 40)
+    repo.reindex()
+    steps = [
+        lambda: fill(repo, 5, start=40),                             # writes: the in-memory segment
+        lambda: team_fact(repo, "Note 3 is now about a zebra.", key="k3"),  # an update hides a cached doc
+        lambda: (repo.root / "team/payments/service/billing/fact/k5.md").unlink(),  # a hand deletion
+        lambda: repo.reindex(),                                      # the disk index moves on
+        lambda: fill(repo, 3, start=60),
+    ]
+    for step in steps:
+        step()
+        kept = ranked(repo)
+        monkeypatch.setattr(bm25, "POSTINGS_CACHE_MAX", 0)
+        fresh = ranked(repo)
+        monkeypatch.setattr(bm25, "POSTINGS_CACHE_MAX", 1_000_000)
+        assert kept == fresh
+    hits = repo.recall("zebra", as_user="dana")
+    assert [h.path.rsplit("/", 1)[1] for h in hits] == ["k3.md"]
+    assert not any(h.path.endswith("/k5.md") for q in QUESTIONS for h in repo.recall(q, as_user="dana", k=50))
+
+
+def test_the_postings_cache_is_bounded_and_drops_the_least_recent(monkeypatch):
+    monkeypatch.setattr(bm25, "POSTINGS_CACHE_MAX", 10)
+    cache = bm25._Postings()
+    lists = {k: (np.arange(n), np.ones(n), np.ones(n)) for k, n in (("a", 4), ("b", 4), ("c", 4))}
+    cache.keep(("a",), lists["a"])
+    cache.keep(("b",), lists["b"])
+    cache.lists.move_to_end(("a",))  # a used again: b is now the oldest
+    cache.keep(("c",), lists["c"])
+    assert list(cache.lists) == [("a",), ("c",)] and cache.size == 8
+    cache.keep(("huge",), (np.arange(11), np.ones(11), np.ones(11)))  # larger than the bound: not kept
+    assert ("huge",) not in cache.lists and cache.size == 8
+
+
+def test_cosines_on_one_blas_thread_equal_numpy_and_restore_the_limit():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    rng = np.random.default_rng(1)
+    matrix = rng.standard_normal((5000, 64)).astype(np.float32)
+    query = rng.standard_normal(64).astype(np.float32)
+    before = [lib["num_threads"] for lib in threadpoolctl.threadpool_info()]
+    with doctable.one_blas_thread():
+        inside = [lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"]
+        product = matrix @ query
+    assert all(n == 1 for n in inside)
+    assert [lib["num_threads"] for lib in threadpoolctl.threadpool_info()] == before
+    np.testing.assert_allclose(product, matrix @ query, rtol=1e-5, atol=1e-5)
+
+
+def plant(root, path: str, text: str, email: str) -> None:
+    full = root / path
+    full.write_text(full.read_text().replace("Note", text, 1))
+    subprocess.run(["git", "-C", str(root), "-c", "user.name=x", "-c", f"user.email={email}", "commit", "-qam",
+                    "hand edit", "--no-verify"], check=True, capture_output=True)
+
+
+def test_trust_flags_for_a_few_notes_equal_the_whole_pass(repo):
+    fill(repo, 6)
+    plant(repo.root, "team/payments/service/billing/fact/k2.md", "Planted", "mallory@example.com")
+    plant(repo.root, "team/payments/service/billing/fact/k4.md", "Also planted", "carol@mdmem.invalid")
+    paths = sorted(str(p.relative_to(repo.root)) for p in (repo.root / "team").rglob("k*.md"))
+    whole = MemoryRepo.open(repo.root).trust.flags()
+    assert {p.rsplit("/", 1)[1] for p in whole} == {"k2.md", "k4.md"}
+    for path in paths:  # a fresh process's state each time: no whole pass made before
+        fresh = MemoryRepo.open(repo.root)
+        assert fresh.trust.flags_of([path]) == {p: f for p, f in whole.items() if p == path}
+        assert fresh.trust._flags is None  # it judged that note alone
+    fresh = MemoryRepo.open(repo.root)
+    assert fresh.trust.flags_of(paths + ["team/payments/nothing.md"]) == whole
+    hits = {h.path.rsplit("/", 1)[1]: h.untrusted for h in fresh.recall("planted note", as_user="dana", k=10)}
+    assert hits["k2.md"] and "mallory@example.com" in hits["k2.md"] and hits.get("k1.md") is None
+
+
+def test_a_cli_recall_without_an_embedder_imports_only_what_it_needs(repo):
+    team_fact(repo, "The billing deploy window is Tuesday.")
+    code = ("import sys\nfrom mdmem.cli.main import main\n"
+            f"rc = main(['recall', 'billing deploy window', '--as', 'dana', '--repo', {str(repo.root)!r}, '--json'])\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('yaml', 'frontmatter', 'ulid', 'onnxruntime', 'tokenizers', 'rich', 'mcp', 'httpx', 'watchdog'))\n"
+            "others = sorted(m for m in sys.modules if m.startswith('mdmem.cli.cmd_'))\n"
+            "print(rc, heavy, others, file=sys.stderr)\n")
+    env = {"MDMEM_EMBEDDER": "none"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**__import__("os").environ, **env})
+    assert r.returncode == 0, r.stderr
+    assert "Tuesday" in r.stdout
+    assert r.stderr.strip().splitlines()[-1] == "0 [] ['mdmem.cli.cmd_recall']"
+
+
+def test_the_cli_parses_one_command_as_the_full_parser_does(repo):
+    bad = run_cli("recall", "x", "--bogus", "--as", "dana", "--repo", str(repo.root))
+    assert bad.returncode == 2 and "unrecognized arguments: --bogus" in bad.stderr
+    missing = run_cli("recall", "--as", "dana", "--repo", str(repo.root))
+    assert missing.returncode == 2 and "usage: mdmem recall" in missing.stderr and "required" in missing.stderr
+    unknown = run_cli("nosuch", "--as", "dana")
+    assert unknown.returncode == 2 and "invalid choice: 'nosuch'" in unknown.stderr and "recall" in unknown.stderr
+    bare = run_cli()
+    assert bare.returncode == 2 and "COMMAND" in bare.stdout and "remember" in bare.stdout
+    helped = run_cli("remember", "--help")
+    assert helped.returncode == 0 and "usage: mdmem remember" in helped.stdout
