@@ -275,11 +275,12 @@ def _nearest(repo, needle: str, user: str) -> dict | None:
         if qv is None:
             return None
         from ..search.fulltext import NEVER
-        table = index.table()
-        hits = table.nearest(qv, table.allowed(repo.access.readable_roots(user), live_at=NEVER - 1), 1)
-        if not hits:
-            return None
-        path = index.searcher().stored_fields(hits[0][0])["path"]
+        with index.mutex:  # one thread reads the index at a time (search/fulltext.open_dir)
+            table = index.table()
+            hits = table.nearest(qv, table.allowed(repo.access.readable_roots(user), live_at=NEVER - 1), 1)
+            if not hits:
+                return None
+            path = index.searcher().stored_fields(hits[0][0])["path"]
     except Exception:
         return None
     return {"path": path, "cosine": round(hits[0][1], 3)}

@@ -245,8 +245,13 @@ def read_column(col, count: int, dtype: str, width: int = 1) -> np.ndarray:
     except AttributeError:
         rows = [np.frombuffer(v, dtype=dtype) if isinstance(v, bytes) else v for v in (col[d] for d in range(count))]
         return np.asarray(rows, dtype=dtype).reshape(shape)
+    values = np.frombuffer(bytes(raw), dtype=dtype).reshape((n, width) if width > 1 else (n,))
+    if n == count:
+        # Read-only, over the bytes just read: no second copy (the vectors of 100,000 notes
+        # are 150 MB; copying them again raised a fresh process's peak by as much).
+        return values
     out = np.zeros(shape, dtype=dtype)
-    out[:n] = np.frombuffer(bytes(raw), dtype=dtype).reshape((n, width) if width > 1 else (n,))
+    out[:n] = values
     if isinstance(default, int) and default:
         out[n:] = default
     return out
