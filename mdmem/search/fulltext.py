@@ -106,22 +106,9 @@ def note_doc(stored: StoredNote, *, doc_id: str | None = None, start: int = 0, e
                 expires_at=ts(n.expires_at), start=start, end=end, commit=commit, tags=",".join(n.tags))
 
 
-def open_dir(folder: Path):
-    """An existing index, its segment files read with reads, not memory maps.
-
-    With maps, every page of a segment a process touched stayed in its resident memory
-    beside the copies made from it (the vectors column twice): a one-call `mdmem recall`
-    with MiniLM at 10,000 notes peaked at 277 MB, 223 MB with reads; recall CPU unchanged
-    (9.5 vs 10.1 ms in one run). Reads share one file position per segment, so one index
-    object is read by one thread at a time: NoteIndex.mutex (proofs and tools take it)."""
-    from whoosh.filedb.filestore import FileStorage
-
-    return FileStorage(str(folder), supports_mmap=False).open_index()
-
-
 def open_or_create(folder: Path):
     if folder.exists() and windex.exists_in(str(folder)):
-        return open_dir(folder)
+        return windex.open_dir(str(folder))
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)

@@ -485,7 +485,7 @@ class NoteIndex:
         if self._searcher is None:
             try:
                 if self._ix is None:
-                    self._ix = fulltext.open_dir(self.base / "fulltext")
+                    self._ix = fulltext.windex.open_dir(str(self.base / "fulltext"))
                 self._searcher = self._ix.searcher(weighting=fulltext.weighting())
             except Exception:  # noqa: BLE001 -- missing, mid-swap, or damaged: see under the lock
                 self._ix = None
