@@ -18,6 +18,7 @@ from conftest import run_cli, team_fact
 
 from mdmem import MemoryRepo
 from mdmem.search import bm25, doctable
+from mdmem.storage.gitdir import cache_dir
 
 WORDS = ["billing", "deploy", "window", "ledger", "refund", "queue", "cache", "timeout", "alice", "friday"]
 QUESTIONS = ["when is the billing deploy window", "who owns the ledger queue", "refund timeout on friday",
@@ -134,3 +135,29 @@ def test_the_cli_parses_one_command_as_the_full_parser_does(repo):
     assert bare.returncode == 2 and "COMMAND" in bare.stdout and "remember" in bare.stdout
     helped = run_cli("remember", "--help")
     assert helped.returncode == 0 and "usage: mdmem remember" in helped.stdout
+
+
+def test_verify_json_is_rewritten_only_after_many_notes_moved_and_a_next_process_agrees(repo):
+    import json
+
+    from mdmem.policy import verify
+
+    fill(repo, 4)
+    cache = cache_dir(repo.root) / "verify.json"
+    MemoryRepo.open(repo.root).trust.flags()
+    saved = json.loads(cache.read_text())["head"]
+    plant(repo.root, "team/payments/service/billing/fact/k1.md", "Planted", "mallory@example.com")
+    first = MemoryRepo.open(repo.root).trust.flags()
+    assert json.loads(cache.read_text())["head"] == saved  # one note moved: left to the next process
+    again = MemoryRepo.open(repo.root).trust.flags()
+    assert again == first and {p.rsplit("/", 1)[1] for p in again} == {"k1.md"}
+    # Many notes in one commit: written, and read back by the next process as they are.
+    source = (repo.root / "team/payments/service/billing/fact/k0.md").read_text()
+    for i in range(verify.SAVE_AFTER):
+        (repo.root / f"team/payments/service/billing/fact/m{i}.md").write_text(source)
+    subprocess.run(["git", "-C", str(repo.root), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(repo.root), "-c", "user.name=x", "-c", "user.email=mallory@example.com",
+                    "commit", "-qm", "many", "--no-verify"], check=True, capture_output=True)
+    many = MemoryRepo.open(repo.root).trust.flags()
+    assert json.loads(cache.read_text())["head"] == repo.store.head()
+    assert MemoryRepo.open(repo.root).trust.flags() == many and len(many) == verify.SAVE_AFTER + 1
