@@ -373,7 +373,9 @@ class Verifier:
                     state["fm"][path] = self._frontmatter_problem(path, state["head"])
                     if self._unchecked is not None:
                         self._unchecked.discard(path)
-                flag = judge(path, *state["touch"][path], state["fm"].get(path, ""))
+                flag = judge(path, state["touch"][path], state["fm"].get(path, ""))
+            elif path in state["deleted"]:
+                flag = judge.deletion(path, state["deleted"][path])
             else:
                 flag = None
             if flag is not None:
