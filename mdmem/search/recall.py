@@ -59,7 +59,9 @@ QUESTION_WEIGHT = 0.8
 # For a question that asks when ("When did Mel paint the sunrise?"), a note among the 2k read
 # that places something in time ("yesterday", "last week") is this much higher. Chosen on
 # LoCoMo (hit@1 rises up to 0.15), confirmed on REALTALK and on five REALTALK chats never used
-# for choosing: hit@1 +.005 / +.013 / +.017, hit@5 alike or higher (MEMORY.md).
+# for choosing: hit@1 +.005 / +.013 / +.017, hit@5 alike or higher (MEMORY.md). Without an
+# embedder fused scores are BM25F's share (at most BM25_WEIGHT, not ~1), so the boost is scaled
+# by it: the full 0.1 there cost REALTALK hit@5 (.653 -> .642), 0.03 raised both sets.
 WHEN_BOOST = 0.1
 
 
@@ -183,19 +185,20 @@ class Recall:
             exempt = set(np.flatnonzero(allowed & table.of_kind("working")).tolist())
         # Embedding the query in a thread beside the BM25 search was measured: onnxruntime
         # releases the GIL, but on these 2 cores both halves slowed down as much as they overlapped.
-        ranked, scores, cos = self._rank(searcher, table, query, self.index.embed_query(query), allowed,
-                                         candidates(k), exempt=exempt, favour=_in_spans(table, query), fill=k)
+        qv = self.index.embed_query(query)
+        ranked, scores, cos = self._rank(searcher, table, query, qv, allowed, candidates(k), exempt=exempt,
+                                         favour=_in_spans(table, query), fill=k)
         weighted = self._weigh(ranked, table, explicit=kind_names is not None, events=event_intent(query),
                                working=bool(exempt))
         weights = dict(weighted)
         # Twice k are read so that questions demoted below the k-th can give way (~30 us each).
         loaded = load.first([d for d, _ in weighted], 2 * k)
-        when_question = asks_when(query)
+        when_boost = (WHEN_BOOST if table.has_vectors(qv) else WHEN_BOOST * BM25_WEIGHT) if asks_when(query) else 0.0
         for d, f in loaded:
             if asks(f["body"]):
                 weights[d] = round(weights[d] * QUESTION_WEIGHT, 6)
-            if when_question and tells_when(f["body"]):
-                weights[d] = round(weights[d] + WHEN_BOOST, 6)
+            if when_boost and tells_when(f["body"]):
+                weights[d] = round(weights[d] + when_boost, 6)
         loaded = sorted(loaded, key=lambda df: (-weights[df[0]], df[0]))[:k]
         return [_hit(f, weights[d], current=True, bm25=scores.get(d), cosine=cos.get(d)) for d, f in loaded]
 
