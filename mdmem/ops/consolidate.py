@@ -40,6 +40,10 @@ def consolidate(repo: RepoState, *, as_user: str, subject: str, scope: str | Non
     inputs = [s for s in scan_notes(repo.root, repo.contracts, f"{root}/{layout.subject_dir(subject)}",
                                     max_bytes=repo.config.note_max_bytes)[0]
               if s.note.is_live(when) and s.note.kind != "summary" and s.note.subject == subject]
+    # A note verify flags (no permitted writer committed it) must not reach a digest that
+    # mdmem's own trusted source then carries into views and startup (attack 5, A30).
+    untrusted = repo.trust.flags()
+    inputs = [s for s in inputs if s.path not in untrusted]
     if not inputs:
         raise NotFound(f"consolidate: no live notes about {subject} in {root}")
     text = build_digest(subject, root, inputs)
