@@ -194,11 +194,9 @@ class Verifier:
         """Who may change mdmem.toml: the trusted config's erasers, or while it names none the
         person who made the repo."""
         erasers = self.repo.access.erasers
-        if erasers:
-            return frozenset(erasers)
         head = self.repo.store.head()
-        founder = self._current(head).get("founder") if head else None
-        return frozenset({founder} if founder else ())
+        founder = self._current(head).get("founder") if head and not erasers else None
+        return _admins(erasers, founder)
 
     def _note_moved(self, old_head: str | None, new_head: str | None, changed: set[str]) -> None:
         """The state moved from ``old_head`` to ``new_head``, changing ``changed`` notes: kept
@@ -235,7 +233,7 @@ class Verifier:
         except BadInput:
             return [commit, email, None, False, False]
         user = old.committer(email)
-        admins = old.erasers or frozenset({founder} if founder else ())
+        admins = _admins(old.erasers, founder)
         return [commit, email, user, user is not None and user in admins, False]
 
     def _founder(self, commit: str, email: str) -> str | None:
@@ -466,6 +464,12 @@ class _Judge:
                 return Flag(path, "signer", f"signed by {principal or 'an unknown key'}, who may not "
                             f"write {root}", commit)
         return None
+
+
+def _admins(erasers, founder: str | None) -> frozenset[str]:
+    """Who may change mdmem.toml under a config: its erasers, or while it names none the
+    person who made the repo."""
+    return frozenset(erasers) if erasers else frozenset({founder} if founder else ())
 
 
 def _empty() -> dict:

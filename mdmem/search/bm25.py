@@ -98,20 +98,21 @@ def _searcher_cache(searcher) -> dict:
     return searcher.__dict__.setdefault("_mdmem_terms", {})
 
 
-def _doc_frequency(searcher, field: str, text: str) -> int:
+def _term_stat(searcher, what: str, field: str, text: str):
+    """``searcher.<what>(field, text)`` (doc_frequency or idf), read once per searcher."""
     cache = _searcher_cache(searcher)
-    key = ("df", field, text)
+    key = (what, field, text)
     if key not in cache:
-        cache[key] = searcher.doc_frequency(field, text)
+        cache[key] = getattr(searcher, what)(field, text)
     return cache[key]
+
+
+def _doc_frequency(searcher, field: str, text: str) -> int:
+    return int(_term_stat(searcher, "doc_frequency", field, text))
 
 
 def _idf(searcher, field: str, text: str) -> float:
-    cache = _searcher_cache(searcher)
-    key = ("idf", field, text)
-    if key not in cache:
-        cache[key] = searcher.idf(field, text)
-    return cache[key]
+    return float(_term_stat(searcher, "idf", field, text))
 
 
 def _term_postings(searcher, field: str, text: str):
