@@ -242,3 +242,27 @@ def test_caches_holding_erased_texts_and_an_interrupted_erasure_fail_the_scope(r
     report = repo.prove_gone([ABSENT], as_user="bob", owner="bob")
     assert report.scope["no_erasure_in_progress"] == {
         "passed": False, "where": [".git/mdmem-erasure (an erasure was interrupted: run mdmem forget --resume)"]}
+
+
+def test_an_allowance_covers_the_allowed_notes_texts_and_nothing_else(repo):
+    """Allowed mentions are read from every version the allowed paths ever had: a body with a
+    ``---`` line in it, a hand-committed version without frontmatter (and not UTF-8), a path
+    history never held; the note's frontmatter (its context) is not a text views quote, so a
+    copy of it elsewhere still fails (mutmut: _allowed's splitting and decoding survived)."""
+    note = repo.remember("Alice's locker code is NEEDLE-A\n---\nkept in the blue cabinet", as_user="alice",
+                         kind="profile", subject="user:alice", key="locker", context="said in room NEEDLE-C today",
+                         now=T0).path
+    draft = repo.root / "private" / "alice" / "draft.txt"
+    draft.write_bytes(b"NEEDLE-B is the code\n---\n\xff footer\n")  # no frontmatter, not UTF-8
+    git(repo.root, "add", "private/alice/draft.txt")
+    git(repo.root, "-c", "user.name=alice", "-c", "user.email=alice@mdmem.invalid", "commit", "-qm", "draft",
+        "--no-verify")
+    stray = repo.root / "copy.txt"  # quotes each allowed text's needle line, and the note's context
+    stray.write_text("Alice's locker code is NEEDLE-A\nNEEDLE-B is the code\nsaid in room NEEDLE-C today\n")
+    allow = [note, "private/alice/draft.txt", "private/alice/never-written.md"]
+    report = repo.prove_gone(["NEEDLE-A", "NEEDLE-B", "NEEDLE-C"], as_user="alice", owner="alice",
+                             allow_paths=allow)
+    assert [failed(n).get("work_tree") for n in report.needles] == [None, None, ["copy.txt"]]
+    without = repo.prove_gone(["NEEDLE-A", "NEEDLE-B"], as_user="alice", owner="alice", allow_paths=allow[2:])
+    assert [failed(n)["work_tree"] for n in without.needles] == [
+        sorted(["copy.txt", note, "private/alice/MEMORY.md"]), ["copy.txt", "private/alice/draft.txt"]]
