@@ -193,6 +193,7 @@ def test_scope_checks_by_subject_or_owner(world):
     by_owner = repo.prove_gone([ABSENT], as_user="dana", owner="carol")
     assert set(by_owner.scope) == {"no_private_root_for_owner", "no_note_owned", "no_orphaned_index_entries",
                                    "no_erasure_in_progress", "caches_hold_only_history"}
+    assert by_owner.owner == "carol" and by_owner.subject is None
     assert by_owner.scope["no_private_root_for_owner"] == {"passed": True, "where": []}
     assert by_owner.scope["no_note_owned"] == {"passed": False, "where": [world["carol"]]}
     assert by_owner.scope["no_orphaned_index_entries"] == {"passed": True, "where": []}
@@ -266,3 +267,26 @@ def test_an_allowance_covers_the_allowed_notes_texts_and_nothing_else(repo):
     without = repo.prove_gone(["NEEDLE-A", "NEEDLE-B"], as_user="alice", owner="alice", allow_paths=allow[2:])
     assert [failed(n)["work_tree"] for n in without.needles] == [
         sorted(["copy.txt", note, "private/alice/MEMORY.md"]), ["copy.txt", "private/alice/draft.txt"]]
+
+
+def test_an_erasers_proof_reads_index_files_raw_and_gits_objects_only_inflated(tmp_path):
+    """An eraser's proof scans the bytes of both indexes' files (a word is kept whole in the
+    term dictionaries of segments, deleted documents' too) and reads git's objects inflated,
+    under git_objects: an uncompressed loose object is not reported a second time as a file of
+    .git (mutmut: the raw scan's file list and the objects/ exclusion survived)."""
+    repo = MemoryRepo.init(tmp_path / "m", teams=TEAMS, erasers=["dana"], as_user="dana", now=T0, embedder="none")
+    for text, when in (("The kestrel nests on the roof", T0), ("The roof is empty now", T1)):
+        repo.remember(text, as_user="bob", kind="fact", subject="service:billing", key="bird", scope="team",
+                      team="payments", now=when)
+    assert repo.recall("kestrel roof", as_user="bob", include_history=True)  # builds the versions index
+    oid = subprocess.run(["git", "-C", str(repo.root), "-c", "core.looseCompression=0", "hash-object", "-w",
+                          "--stdin"], input="a scrap about ZEBRA-OBJ-1\n", capture_output=True, text=True,
+                         check=True).stdout.strip()
+    obj = repo.root / ".git" / "objects" / oid[:2] / oid[2:]
+    assert b"ZEBRA-OBJ-1" in obj.read_bytes()  # stored, not deflated
+    kestrel, zebra = repo.prove_gone(["kestrel", "ZEBRA-OBJ-1"], as_user="dana").needles
+    # the superseded version: its document in the versions index, and the segment file's bytes
+    segment, document = failed(kestrel)["fulltext_index"]
+    assert segment.startswith("mdmem/versions/") and segment.endswith(".seg")
+    assert document.startswith("versions: team/payments/service/billing/fact/bird.md@")
+    assert failed(zebra) == {"git_objects": [f"blob {oid}"]}
