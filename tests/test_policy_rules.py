@@ -97,6 +97,11 @@ def test_identity_messages():
         with pytest.raises(BadInput) as err:
             require_user(bad)
         assert str(err.value).startswith("identity: every call names who is acting (--as USER or MDMEM_USER)")
+    # the error says what came: nothing at all, or an empty name
+    for bad, got in ((None, "nobody was named"), ("", "got ''"), ("  ", "got '  '")):
+        with pytest.raises(BadInput) as err:
+            require_user(bad)
+        assert str(err.value) == f"identity: every call names who is acting (--as USER or MDMEM_USER); {got}"
     with pytest.raises(BadInput, match=r"^user: "):
         require_user("a b")
     assert require_user("alice") == "alice"
@@ -313,3 +318,23 @@ def test_a_held_write_whose_note_changed_since_needs_override():
                               "--override to supersede the newer version")
     with pytest.raises(Conflict, match=r"\(held on no note, now 2026-10-15\)"):
         gate.check_unchanged_since_hold(path, None, "2026-10-15T09:00:00Z", override=False)
+
+
+def test_a_claimed_identity_must_be_true():
+    """human:<x> only as x, system:<job> only over mdmem's own channel: both are trusted
+    sources, so a false claim would skip review (attack 5, A2). Every other source is only
+    judged by the gate (mutmut: no test of policy/gate reached this rule)."""
+    for source, user, channel in (("human:alice", "alice", gate.HUMAN), ("user", "alice", gate.HUMAN),
+                                  ("tool:grafana", "alice", gate.AGENT), ("system:consolidate", "mdmem", gate.SYSTEM),
+                                  ("humans:bob", "alice", gate.HUMAN), ("agent:human:bob", "alice", gate.AGENT)):
+        gate.check_claimed_identity(source, user, channel)
+    with pytest.raises(Refused) as err:
+        gate.check_claimed_identity("human:dana", "bob", gate.HUMAN)
+    assert str(err.value) == "source: human:dana names another person; bob writes as user or human:bob"
+    with pytest.raises(Refused, match="^source: human:bob names another person"):
+        gate.check_claimed_identity("human:bob", "alice", gate.SYSTEM)  # no channel makes it true
+    for channel in (gate.HUMAN, gate.AGENT):
+        with pytest.raises(Refused) as err:
+            gate.check_claimed_identity("system:consolidate", "bob", channel)
+        assert str(err.value) == ("source: system:consolidate is for mdmem's own jobs (consolidate, sync, sweep); "
+                                  "a person writes as user or human:bob, a tool's output as tool:<name>")
