@@ -123,6 +123,9 @@ def test_a_persons_proof_covers_what_they_may_read_and_counts_the_rest(world):
         "memory_views": ["private/alice/MEMORY.md"], "git_objects": failed(mine.needles[0])["git_objects"],
         "fulltext_index": failed(mine.needles[0])["fulltext_index"]}
     assert mine.needles[0]["nearest"]["path"] == world["locker"]
+    # each needle's own nearest note (mutmut: asking for the nearest of nothing survived)
+    assert [n["nearest"]["path"] for n in repo.prove_gone([LOCKER, FEE], as_user="alice").needles] == [
+        world["locker"], world["fee"]]
     assert mine.scope["no_private_root_for_owner"]["where"] == sorted(
         p for p in git(repo.root, "ls-files").split() if p.startswith("private/alice/"))
     assert mine.scope["no_note_owned"]["where"] == [world["locker"]]
@@ -256,14 +259,23 @@ def test_an_allowance_covers_the_allowed_notes_texts_and_nothing_else(repo):
     draft = repo.root / "private" / "alice" / "draft.txt"
     draft.write_bytes(b"NEEDLE-B is the code\n---\n\xff footer\n")  # no frontmatter, not UTF-8
     git(repo.root, "add", "private/alice/draft.txt")
-    git(repo.root, "-c", "user.name=alice", "-c", "user.email=alice@mdmem.invalid", "commit", "-qm", "draft",
-        "--no-verify")
+    # the commit's message quotes the draft: a commit is never an allowed mention
+    git(repo.root, "-c", "user.name=alice", "-c", "user.email=alice@mdmem.invalid", "commit", "-qm",
+        "NEEDLE-B is the code", "--no-verify")
+    draft_commit = git(repo.root, "rev-parse", "HEAD").strip()
     stray = repo.root / "copy.txt"  # quotes each allowed text's needle line, and the note's context
-    stray.write_text("Alice's locker code is NEEDLE-A\nNEEDLE-B is the code\nsaid in room NEEDLE-C today\n")
+    stray.write_bytes(b"Alice's locker code is NEEDLE-A\nNEEDLE-B is the code\nsaid in room NEEDLE-C today\n")
+    git(repo.root, "add", "copy.txt")
+    git(repo.root, "-c", "user.name=alice", "-c", "user.email=alice@mdmem.invalid", "commit", "-qm", "copy",
+        "--no-verify")
+    copy_blob = git(repo.root, "rev-parse", "HEAD:copy.txt").strip()
+    (repo.root / "notes.txt").write_bytes(b"\xff NEEDLE-C, not UTF-8\n")  # untracked
     allow = [note, "private/alice/draft.txt", "private/alice/never-written.md"]
     report = repo.prove_gone(["NEEDLE-A", "NEEDLE-B", "NEEDLE-C"], as_user="alice", owner="alice",
                              allow_paths=allow)
-    assert [failed(n).get("work_tree") for n in report.needles] == [None, None, ["copy.txt"]]
+    assert [failed(n).get("work_tree") for n in report.needles] == [None, None, ["copy.txt", "notes.txt"]]
+    assert [failed(n).get("git_objects") for n in report.needles] == [
+        None, [f"commit {draft_commit}"], [f"blob {copy_blob}"]]
     without = repo.prove_gone(["NEEDLE-A", "NEEDLE-B"], as_user="alice", owner="alice", allow_paths=allow[2:])
     assert [failed(n)["work_tree"] for n in without.needles] == [
         sorted(["copy.txt", note, "private/alice/MEMORY.md"]), ["copy.txt", "private/alice/draft.txt"]]
@@ -290,3 +302,45 @@ def test_an_erasers_proof_reads_index_files_raw_and_gits_objects_only_inflated(t
     assert segment.startswith("mdmem/versions/") and segment.endswith(".seg")
     assert document.startswith("versions: team/payments/service/billing/fact/bird.md@")
     assert failed(zebra) == {"git_objects": [f"blob {oid}"]}
+
+
+def test_a_persons_proof_of_their_subject_names_only_what_they_may_read(tmp_path):
+    """bob proves his own subject gone: a note about him in a root he may not read is counted
+    among what was not checked, never named (it was: path and key of carol's team note, an
+    oracle); an eraser's proof names it."""
+    repo = MemoryRepo.init(tmp_path / "m", teams=TEAMS, erasers=["dana"], as_user="dana", now=T0, embedder="none")
+    theirs = repo.remember("Bob is being considered for the search lead", as_user="carol", kind="fact",
+                           subject="user:bob", key="promo", scope="team", team="search", now=T0).path
+    mine = repo.remember("Bob likes tea", as_user="bob", kind="profile", subject="user:bob", key="drink", now=T0).path
+    repo.reindex()
+    bobs = repo.prove_gone(["ABSENT-1"], as_user="bob", subject="user:bob")
+    assert bobs.scope["no_note_for_subject"] == {"passed": False, "where": [mine]}
+    assert bobs.scope["no_orphaned_index_entries"] == {"passed": False, "where": [mine]}
+    assert bobs.not_checked["roots"] == ["team/search"] and bobs.not_checked["git_objects"] > 0
+    danas = repo.prove_gone(["ABSENT-1"], as_user="dana", subject="user:bob")
+    assert danas.scope["no_note_for_subject"] == {"passed": False, "where": sorted([mine, theirs])}
+    assert danas.scope["no_orphaned_index_entries"] == {"passed": False, "where": sorted([mine, theirs])}
+
+
+def test_caches_hold_only_history_reads_the_index_documents(tmp_path):
+    """Every index document (deleted ones too: they linger in the segments) must hold a text
+    history or the work tree holds: a hand edit the index took and that was then undone leaves
+    one that does not, and an embedding-cache entry, and fails the check (mutmut: the index
+    half of the check survived; only the embedding cache's half was tested)."""
+    repo = MemoryRepo.init(tmp_path / "m", teams=TEAMS, erasers=["dana"], as_user="dana", now=T0, embedder="none")
+    path = repo.remember("Bob likes tea", as_user="bob", kind="profile", subject="user:bob", key="drink", now=T0).path
+    repo.reindex()
+    assert repo.prove_gone(["ABSENT-1"], as_user="dana").scope["caches_hold_only_history"] == {
+        "passed": True, "where": []}
+    note = repo.root / path
+    committed = note.read_text()
+    note.write_text(committed.replace("Bob likes tea", "Bob likes coffee"))
+    repo.close()
+    repo = MemoryRepo.open(repo.root)  # a new process: its first catch-up reads the work tree
+    assert repo.prove_gone(["ABSENT-1"], as_user="dana").scope["caches_hold_only_history"]["passed"] is True
+    note.write_text(committed)  # the hand edit undone: the index's document of it is deleted, and lingers
+    repo.close()
+    repo = MemoryRepo.open(repo.root)
+    assert repo.prove_gone(["ABSENT-1"], as_user="dana").scope["caches_hold_only_history"] == {
+        "passed": False, "where": ["embeddings.sqlite: 1 entr(y/ies) for texts no longer in history",
+                                   "fulltext: 1 document(s) whose text is no longer in history"]}
