@@ -179,14 +179,40 @@ def _flags_at(root: Path):
     return flags
 
 
-def _staged_flags(root: Path, config, head: str | None, touched: list[str]) -> set[str]:
+@dataclass
+class _Rules:
+    """What a commit being made is judged by: verify's rules at HEAD (policy/verify.py)."""
+    config: Config  # the last trusted mdmem.toml (the staged one when an admin changes it)
+    flagged: set[str]  # HEAD's untrusted notes
+    user: str | None  # who the commit's author e-mail is, by the last trusted [people]
+    admin: bool  # whether they may change mdmem.toml and the allowed-signers file
+    admins: frozenset[str]
+
+
+def _rules(root: Path, head: str | None, staged: Config, touched: list[str], email: str) -> _Rules:
+    """The config a commit is judged by is the one verify will judge it by: the last trusted
+    mdmem.toml, never the staged one unless a config admin is changing it (else bob's own
+    commit that widens his access would let his planted notes through his hook)."""
+    from .repo import MemoryRepo
+
+    if head is None:
+        return _Rules(staged, set(), staged.committer(email), True, frozenset())  # the founding commit
+    with MemoryRepo(root) as repo:
+        flagged = set(repo.trust.flags(head))
+        rules = repo.trust.last_trusted_config()
+        user, admin, admins = repo.trust.judge_rule_change(email)
+    changing = CONFIG_NAME in touched
+    return _Rules(staged if changing and admin else rules, flagged, user, admin, admins)
+
+
+def _staged_flags(rules: _Rules, touched: list[str]) -> set[str]:
     """The notes a commit being made will leave untrusted: HEAD's flags for notes it does not
     touch; a note it touches is trusted when the person committing may write its root."""
     from .policy.access import Access
 
-    flagged = _flags_at(root)(head) if head else set()
-    user = config.committer(hook_git.user_email(root))
-    writers = Access(config.teams, config.erasers)
+    flagged = set(rules.flagged)
+    user, config = rules.user, rules.config
+    writers = Access.of(config)
     for path in touched:
         if not is_note_path(path):
             continue
@@ -221,6 +247,17 @@ def pre_commit(root: Path, *, env: dict | None = None) -> HookReport:
     tree = hook_git.staged_tree(root, env)
     head = hook_git.head_commit(root)
     touched = hook_git.touched_paths(root, head, tree, env)
+    email = hook_git.author_email(root, env)
+    rules = _rules(root, head, config, touched, email)
+    rule_files = sorted({CONFIG_NAME, rules.config.trust.allowed_signers} & set(touched))
+    if rule_files and not rules.admin:
+        who = rules.user or f"your git identity <{email}>, no mdmem user,"
+        admins = ", ".join(sorted(rules.admins)) or "nobody"
+        report.problems += [f"{name}: author: {who} is not a config admin ([roles] erasers of the last trusted "
+                            f"mdmem.toml; now {admins}): the change would not take effect and `mdmem verify` would "
+                            "flag it; ask an admin to commit it" for name in rule_files]
+        return report
+    config = rules.config
     for path in sorted(touched):
         if not is_note_path(path):
             continue
@@ -231,16 +268,18 @@ def pre_commit(root: Path, *, env: dict | None = None) -> HookReport:
     report.problems += [f"{path}: path: must be {what}, not this" for path, what in store.misplaced(tree)]
     if report.problems:
         return report
-    flagged = _staged_flags(root, config, head, touched)
+    flagged = _staged_flags(rules, touched)
     untrusted = sorted(p for p in touched if is_note_path(p) and p in flagged and read_in(store, tree, p) is not None)
+    if untrusted and rules.user is not None:
+        # A known person writing where they may not (a planted note): refused, as verify would flag it.
+        report.problems += [f"{p}: author: {rules.user} may not write {'/'.join(p.split('/')[:2])} (by the last "
+                            "trusted mdmem.toml); the note would be untrusted and left out of views" for p in untrusted]
+        return report
     if untrusted:
-        email = hook_git.user_email(root)
-        who = config.committer(email)
-        roots = ", ".join(sorted({"/".join(p.split("/")[:2]) for p in untrusted}))
-        why = (f"your git identity <{email}> is no mdmem user (add it to [people.<you>] emails in mdmem.toml)"
-               if who is None else f"{who} may not write {roots}")
-        report.warnings.append(f"mdmem pre-commit: {why}; {len(untrusted)} note(s) of this commit will be "
-                               "untrusted and left out of views until a permitted writer commits them: "
+        # An identity mdmem does not know may be a person whose address is not mapped yet: told, not stopped.
+        report.warnings.append(f"mdmem pre-commit: your git identity <{email}> is no mdmem user (add it to "
+                               f"[people.<you>] emails in mdmem.toml); {len(untrusted)} note(s) of this commit will "
+                               "be untrusted and left out of views until a permitted writer commits them: "
                                + ", ".join(untrusted[:5]))
     views, meta = _views(store, config, root, flags=lambda rev: flagged)
     try:

@@ -202,7 +202,7 @@ def _refuse_config_removed(store, head, their_head, remote, branch) -> None:
     if store.blob_id(CONFIG_NAME, their_head) is not None:
         return
     last = store.last_change(their_head, CONFIG_NAME)
-    by = f" in {last[0]} by {last[1]}" if last else ""
+    by = f" in {last[0][:10]} by {last[1]}" if last else ""
     raise Refused(f"sync: {remote}/{branch} has no {CONFIG_NAME} (removed{by}); a memory repo needs it: a config "
                   f"admin restores it there (git revert); nothing changed")
 

@@ -14,7 +14,13 @@ who made the repo) of the last trusted version, the identity read through that v
 ``[people]`` (a change cannot vouch for itself). The commit that created it (``mdmem init``)
 founds the repo and is trusted. Until an admin commits it, an untrusted change does not take
 effect: :meth:`Verifier.trusted_config` gives every access and gate decision the last
-trusted version.
+trusted version. The allowed-signers file is judged the same way, and with
+``require_signed`` a change to either file must also be signed by an admin's key that the last
+trusted allowed-signers file lists; note signatures are checked against that last trusted file.
+
+A merge is not a writer: a version of a path that a merge took unchanged from another parent is
+attributed to the commit on that side that wrote it (a sync merge by alice must not make bob's
+planted note, or his config change, hers); a version the merge itself made is the merger's.
 
 Results are kept per process and in ``.git/mdmem/verify.json`` (a cache: deleting it loses
 nothing) and moved forward commit by commit, so a catch-up costs one ``git log`` of the new
@@ -31,7 +37,9 @@ from ..errors import BadInput, NoteInvalid
 from ..model.layout import ERASURE_LOG, is_note_path, root_of
 from ..model.validate import validate_note
 
-CACHE_VERSION = 4  # 2: the config entry; 3: the founder; 4: deletions, erasure vouchers
+# 2: the config entry; 3: the founder; 4: deletions, erasure vouchers; 5: the allowed-signers
+# file's entry and base, config entries with why not, merges attributed to their sides' writers
+CACHE_VERSION = 5
 # verify.json is rewritten whole (19 MB, ~0.5 s of CPU at 100,000 notes). A catch-up or
 # validation of fewer notes than this is left to be redone by the next process (a `git log`
 # of a few commits, a few notes read) instead: every CLI write at 100k paid two rewrites.
@@ -42,7 +50,7 @@ GOOD_SIGNATURES = ("G",)  # git's %G?: G good and trusted by the allowed-signers
 @dataclass(frozen=True)
 class Flag:
     path: str
-    reason: str  # committer | deleted | frontmatter | unsigned | signer | config
+    reason: str  # committer | deleted | frontmatter | unsigned | signer | config | signers
     detail: str
     commit: str
 
@@ -65,6 +73,8 @@ class Verifier:
         # between): lets flags() redo only those notes (a whole pass cost ~40 ms at 10k notes
         # on a quiet machine, 450 ms under load, on every write until searchable).
         self._moved: tuple[str | None, str | None, set[str]] | None = None
+        # ((config_base, founder), (the config there, its admins)): read and parsed once per base.
+        self._rules_memo: tuple[tuple, tuple[Config, frozenset[str]]] | None = None
 
     # --- the cache --------------------------------------------------------------------
     def _load(self) -> dict:
@@ -76,7 +86,9 @@ class Verifier:
                     and all(isinstance(state.get(k), dict) for k in ("touch", "fm", "sig", "deleted"))
                     and isinstance(state.get("config"), (list, type(None)))
                     and isinstance(state.get("config_base"), (str, type(None)))
-                    and isinstance(state.get("founder"), (str, type(None)))):
+                    and isinstance(state.get("founder"), (str, type(None)))
+                    and isinstance(state.get("signers_change"), (list, type(None)))
+                    and isinstance(state.get("signers_base"), (str, type(None)))):
                 return state
         except (OSError, ValueError):
             pass
@@ -106,40 +118,60 @@ class Verifier:
         old_head = state["head"]
         if head is not None:
             changed: set[str] = set()
-            log = store.changes_by_commit(head, since, ("team", "private", CONFIG_NAME, ERASURE_LOG))
-            if since is not None and any(p == ERASURE_LOG for _, _, files in log for _, p in files):
+            # The allowed-signers file is named by the trusted config (a rename is a config change).
+            names = {self._rules(state)[0].trust.allowed_signers, self.repo.config.trust.allowed_signers}
+            prefixes = ("team", "private", CONFIG_NAME, ERASURE_LOG, *sorted(names))
+            log = store.changes_by_commit(head, since, prefixes)
+            if since is not None and any(p == ERASURE_LOG for _, _, files, _ in log for _, p in files):
                 # A receipt vouches for commits before it, judged already: judge all again (rare).
                 state, since = _empty(), None
-                log = store.changes_by_commit(head, None, ("team", "private", CONFIG_NAME, ERASURE_LOG))
+                log = store.changes_by_commit(head, None, prefixes)
+            # What a merge brought in is attributed to its writers (a few git calls per such path).
+            merges = {commit for commit, _, _, merge in log if merge}
+
+            def origin(commit: str, email: str, path: str) -> tuple[str, str]:
+                return self._origin(commit, email, path) if commit in merges else (commit, email)
             # Erasure receipts in this range: the commits before one that carry the pseudonym it
-            # made were rewritten by that erasure, which an eraser ran -- it vouches for them.
-            vouch = {email: (commit, who) for commit, who, files in log if any(p == ERASURE_LOG for _, p in files)
-                     for email in self._receipt_pseudonyms(commit)}
-            for commit, email, files in log:
-                voucher = vouch[email][1] if email in vouch else None
+            # made were rewritten by that erasure, which an eraser ran -- it vouches for them. Who
+            # added the receipt is who wrote it, not a merge that brought it in.
+            vouch = {pseudonym: (commit, origin(commit, who, ERASURE_LOG)[1])
+                     for commit, who, files, _ in log if any(p == ERASURE_LOG for _, p in files)
+                     for pseudonym in self._receipt_pseudonyms(commit)}
+            for commit, email, files, _ in log:
+                paths = {path for _, path in files}
+                # Both rule files are judged by the rules before this commit (it cannot vouch for itself).
+                signers_name = self._rules(state)[0].trust.allowed_signers
+                signers = None
+                if signers_name in paths:
+                    at, by = origin(commit, email, signers_name)
+                    signers = self._rule_change(at, vouch[by][1] if by in vouch else by, state)
+                if CONFIG_NAME in paths:
+                    at, by = origin(commit, email, CONFIG_NAME)
+                    change = self._config_change(at, vouch[by][1] if by in vouch else by, state)
+                    state["config"] = change
+                    if change[4]:
+                        state["founder"] = change[2]
+                        signers = signers and [*signers[:3], True, ""]  # founded together with the config
+                    if change[3] or change[4]:
+                        state["config_base"] = commit  # the rules a later change is judged by
+                if signers is not None:
+                    state["signers_change"] = signers
+                    if signers[3]:
+                        state["signers_base"] = commit  # the keys later signatures are checked against
                 for status, path in files:
-                    if path == ERASURE_LOG:
-                        vouch = {e: v for e, v in vouch.items() if v[0] != commit}  # later commits: on their own
-                        continue
-                    if path == CONFIG_NAME:
-                        change = self._config_change(commit, voucher or email, state.get("config_base"),
-                                                     state.get("founder"))
-                        state["config"] = change
-                        if change[4]:
-                            state["founder"] = change[2]
-                        if change[3] or change[4]:
-                            state["config_base"] = commit  # the rules a later change is judged by
-                        continue
                     if not is_note_path(path):
                         continue
                     changed.add(path)
-                    entry = [commit, email] + ([voucher] if voucher else [])
+                    at, by = origin(commit, email, path)
+                    entry = [at, by] + ([vouch[by][1]] if by in vouch else [])
                     if status == "D":
                         state["touch"].pop(path, None)
                         state["deleted"][path] = entry  # a deletion is a change to its root too
                     else:
                         state["touch"][path] = entry
                         state["deleted"].pop(path, None)
+                if ERASURE_LOG in paths:
+                    vouch = {e: v for e, v in vouch.items() if v[0] != commit}  # later commits: on their own
             for path in changed:
                 state["fm"].pop(path, None)
                 if self._unchecked is not None:
@@ -161,6 +193,26 @@ class Verifier:
             self._save(state)
         return state
 
+    def _origin(self, commit: str, email: str, path: str) -> tuple[str, str]:
+        """(commit, author e-mail) of whoever wrote the version of ``path`` that ``commit`` made
+        current. For a merge that took another parent's version unchanged, that is the commit on
+        that side which wrote it: alice syncing (a merge commit by her) bob's planted note into her
+        clone must not make it hers. A version the merge itself made (a resolution, or one no
+        parent holds) is the merger's. Called for merge commits only (a few git calls per path a
+        merge brought in)."""
+        store = self.repo.store
+        for _ in range(64):  # a side's own merges are followed too; 64 deep is far beyond real histories
+            parents = store.parents(commit)
+            if len(parents) < 2:
+                break
+            blob = store.blob_id(path, commit)
+            side = next((p for p in parents[1:] if store.blob_id(path, p) == blob), None)
+            found = store.last_change(side, path) if side is not None else None
+            if found is None:
+                break
+            commit, email = found
+        return commit, email
+
     def trusted_config(self, current: Config, worktree: bytes | None = None) -> Config:
         """The config every access and gate decision reads: the committed mdmem.toml -- HEAD's
         when its latest change is trusted, else the last trusted version, so a self-granted
@@ -176,19 +228,34 @@ class Verifier:
         if head is None:
             return current
         state = self._current(head)
-        change = state.get("config")
-        if not change:
+        if not state.get("config"):
             return current
-        rev = head if change[3] or change[4] else state.get("config_base")
-        data = self.repo.store.read_at(CONFIG_NAME, rev) if rev else None
+        # The last trusted version: HEAD's own when its latest change is trusted (config_base is
+        # then the commit that made it).
+        base = state.get("config_base")
+        data = self.repo.store.read_at(CONFIG_NAME, base) if base else None
         if data is None:
             return Config()
         if data == worktree:
             return current
-        try:
-            return Config.parse(data, where=f"{CONFIG_NAME} at {rev[:12]}")
-        except BadInput:
-            return Config()
+        return self._rules(state)[0]
+
+    def last_trusted_config(self) -> Config:
+        """The last trusted committed mdmem.toml at HEAD: what a new change to it, and the notes
+        of a commit being made, are judged by (the pre-commit hook). Empty (closed) if none."""
+        head = self.repo.store.head()
+        return self._rules(self._current(head))[0] if head is not None else Config()
+
+    def judge_rule_change(self, email: str) -> tuple[str | None, bool, frozenset[str]]:
+        """(who ``email`` is, whether they may change mdmem.toml or the allowed-signers file now,
+        who may): a commit being made is judged by the last trusted rules, as verify will judge
+        it (its signature, with require_signed, only once it is committed)."""
+        head = self.repo.store.head()
+        if head is None:
+            return Config().committer(email), True, frozenset()  # the founding commit
+        rules, admins = self._rules(self._current(head))
+        user = rules.committer(email)
+        return user, user is not None and user in admins, admins
 
     def config_admins(self) -> frozenset[str]:
         """Who may change mdmem.toml: the trusted config's erasers, or while it names none the
@@ -197,6 +264,42 @@ class Verifier:
         head = self.repo.store.head()
         founder = self._current(head).get("founder") if head and not erasers else None
         return _admins(erasers, founder)
+
+    def _rules(self, state: dict) -> tuple[Config, frozenset[str]]:
+        """The last trusted mdmem.toml in ``state`` (``config_base``) and its admins: its erasers,
+        or while it names none the person who made the repo. A trusted version that does not
+        parse gives the empty config (closed), whose admin is the founder."""
+        base = state.get("config_base")
+        key = (base, state.get("founder"))
+        if self._rules_memo is not None and self._rules_memo[0] == key:
+            return self._rules_memo[1]
+        data = self.repo.store.read_at(CONFIG_NAME, base) if base else None
+        try:
+            rules = Config.parse(data, where=f"{CONFIG_NAME} at {base[:12]}") if data is not None and base else Config()
+        except BadInput:
+            rules = Config()
+        found = (rules, _admins(rules.erasers, state.get("founder")))
+        self._rules_memo = (key, found)
+        return found
+
+    def _rule_change(self, commit: str, email: str, state: dict) -> list:
+        """[commit, email, who made it, trusted, why not]: a change to mdmem.toml or the
+        allowed-signers file is trusted when a config admin of the last trusted rules made it and,
+        when those rules require signed commits, signed it with a key the last trusted
+        allowed-signers file gives to an admin."""
+        rules, admins = self._rules(state)
+        user = rules.committer(email)
+        if user is None or user not in admins:
+            return [commit, email, user, False, "author"]
+        if rules.trust.require_signed:
+            base = state.get("signers_base")
+            keys = self.repo.store.read_at(rules.trust.allowed_signers, base) if base else None
+            status, principal = self.repo.store.signatures([commit], keys).get(commit, ("N", ""))
+            if status not in GOOD_SIGNATURES:
+                return [commit, email, user, False, f"unsigned (git says {status})"]
+            if rules.committer(principal) not in admins:
+                return [commit, email, user, False, f"signed by {principal or 'an unknown key'}, not an admin"]
+        return [commit, email, user, True, ""]
 
     def _note_moved(self, old_head: str | None, new_head: str | None, changed: set[str]) -> None:
         """The state moved from ``old_head`` to ``new_head``, changing ``changed`` notes: kept
@@ -210,31 +313,25 @@ class Verifier:
         else:
             self._moved = None  # no base to move from: flags() makes a whole pass
 
-    def _config_change(self, commit: str, email: str, base: str | None, founder: str | None) -> list:
-        """[commit, email, who made it, whether they are an admin, whether the commit created the
-        file]: a change to the rules is judged by the last trusted rules (``base``'s mdmem.toml),
+    def _config_change(self, commit: str, email: str, state: dict) -> list:
+        """[commit, email, who made it, trusted, whether the commit created the file, why not]: a
+        change to the rules is judged by the last trusted rules (``config_base``'s mdmem.toml),
         never by itself nor by an untrusted change before it (else a second commit on top of
-        one that made its author an eraser would vouch for both). The admins are that version's
-        erasers; while it names none, the person who made the repo (``founder``)."""
+        one that made its author an eraser would vouch for both); see :meth:`_rule_change`."""
         store = self.repo.store
-        if base is not None:
-            before = store.read_at(CONFIG_NAME, base)
-        else:
+        base = state.get("config_base")
+        if base is None:
             try:
                 before = store.read_at(CONFIG_NAME, f"{commit}^")
             except (KeyError, ValueError):
                 before = None  # a root commit: nothing before it
             if before is None:
-                return [commit, email, self._founder(commit, email), False, True]
-        if before is None:
-            return [commit, email, None, False, False]
-        try:
-            old = Config.parse(before, where=f"{CONFIG_NAME} before {commit[:12]}")
-        except BadInput:
-            return [commit, email, None, False, False]
-        user = old.committer(email)
-        admins = _admins(old.erasers, founder)
-        return [commit, email, user, user is not None and user in admins, False]
+                return [commit, email, self._founder(commit, email), False, True, ""]
+            return [commit, email, None, False, False, "no trusted mdmem.toml before it"]
+        if store.read_at(CONFIG_NAME, base) is None:
+            return [commit, email, None, False, False, "no trusted mdmem.toml before it"]
+        change = self._rule_change(commit, email, state)
+        return [*change[:4], False, change[4]]
 
     def _founder(self, commit: str, email: str) -> str | None:
         """Who made the repo: the author of the commit that created mdmem.toml, read through it."""
@@ -277,8 +374,9 @@ class Verifier:
         state = self._state
         if state is None or state["head"] != parent or self.repo.config.trust.require_signed:
             return  # the next call catches up from git (signatures need git to check)
-        if CONFIG_NAME in changes or ERASURE_LOG in changes:
-            self._state = None  # judged against the last trusted config / a receipt: the next call asks git
+        if CONFIG_NAME in changes or ERASURE_LOG in changes or self.repo.config.trust.allowed_signers in changes:
+            # judged against the last trusted rules / a receipt: the next call asks git
+            self._state = None
             self._flags = None
             return
         for path, data in changes.items():
@@ -325,7 +423,8 @@ class Verifier:
         if (self._flags is not None and self._flags[0] == key and moved is not None
                 and moved[0] == self._flags[1] and moved[1] == head and not cfg.trust.require_signed):
             # Only the notes changed since the last answer can have changed their verdict.
-            out = {p: f for p, f in self._flags[2].items() if p not in moved[2] and p != CONFIG_NAME}
+            rule_files = (CONFIG_NAME, cfg.trust.allowed_signers)
+            out = {p: f for p, f in self._flags[2].items() if p not in moved[2] and p not in rule_files}
             paths = [p for p in moved[2] if p in state["touch"]]
             gone = [p for p in moved[2] if p in state["deleted"]]
         else:
@@ -339,14 +438,10 @@ class Verifier:
             flag = judge.deletion(path, state["deleted"][path])
             if flag is not None:
                 out[path] = flag
-        change = state.get("config")
-        if change and not change[4] and not change[3]:
-            commit, email, user = change[0], change[1], change[2]
-            who = user or f"unknown identity <{email}>"
-            out[CONFIG_NAME] = Flag(CONFIG_NAME, "config", f"last changed by {who}, who is not a config admin "
-                                    "([roles] erasers of the last trusted mdmem.toml, or while it names none the "
-                                    "person who made the repo) and does not take effect; an admin reviews it and "
-                                    f"commits {CONFIG_NAME} again", commit)
+        for name, reason, change in ((CONFIG_NAME, "config", state.get("config")),
+                                     (cfg.trust.allowed_signers, "signers", state.get("signers_change"))):
+            if change and not change[3] and not (reason == "config" and change[4]):
+                out[name] = _rule_flag(name, reason, change)
         self._flags = (key, head, out)
         return out
 
@@ -364,8 +459,8 @@ class Verifier:
         judge = _Judge(cfg, self.repo.access, {})
         out = {}
         for path in paths:
-            if path == CONFIG_NAME:
-                flag = self.flags(head).get(CONFIG_NAME)
+            if path in (CONFIG_NAME, cfg.trust.allowed_signers):
+                flag = self.flags(head).get(path)
             elif path in state["touch"]:
                 if state["fm"].get(path, "") is None:  # not validated yet (see _current)
                     state["fm"][path] = self._frontmatter_problem(path, state["head"])
@@ -381,10 +476,11 @@ class Verifier:
         return out
 
     def _signatures(self, state: dict, head: str | None) -> dict[str, tuple[str, str]]:
-        """Signature checks of every note's latest commit, against the allowed-signers file as
-        committed at ``head`` (cached per file version and commit)."""
-        name = self.repo.config.trust.allowed_signers
-        signers = self.repo.store.read_at(name, head) if head else None
+        """Signature checks of every note's latest commit, against the last trusted version of the
+        allowed-signers file (cached per file version and commit): a key line added by someone
+        who may not change the file vouches for nothing."""
+        base = state.get("signers_base")
+        signers = self.repo.store.read_at(self.repo.config.trust.allowed_signers, base) if base else None
         version = hashlib.sha256(signers or b"").hexdigest()
         cached = state["sig"]
         if state.get("signers") != version:
@@ -466,6 +562,23 @@ class _Judge:
         return None
 
 
+def _rule_flag(name: str, reason: str, change: list) -> Flag:
+    """The flag of an untrusted change to mdmem.toml (``config``) or the allowed-signers file
+    (``signers``); ``change`` as made by :meth:`Verifier._rule_change`/``_config_change``."""
+    commit, email, user = change[0], change[1], change[2]
+    who = user or f"unknown identity <{email}>"
+    why = change[5] if reason == "config" else change[4]
+    admins = ("a config admin ([roles] erasers of the last trusted mdmem.toml, or while it names none the person "
+              "who made the repo)")
+    if why in ("", "author"):
+        text = (f"last changed by {who}, who is not {admins}, and does not take effect; an admin reviews it and "
+                f"commits {name} again")
+    else:
+        text = (f"last changed by {who}, {why}, and does not take effect; {admins} reviews it and commits {name} "
+                "again, signed")
+    return Flag(name, reason, text, commit)
+
+
 def _admins(erasers, founder: str | None) -> frozenset[str]:
     """Who may change mdmem.toml under a config: its erasers, or while it names none the
     person who made the repo."""
@@ -474,4 +587,4 @@ def _admins(erasers, founder: str | None) -> frozenset[str]:
 
 def _empty() -> dict:
     return {"version": CACHE_VERSION, "head": None, "touch": {}, "fm": {}, "sig": {}, "deleted": {},
-            "config": None, "config_base": None, "founder": None}
+            "config": None, "config_base": None, "founder": None, "signers_change": None, "signers_base": None}

@@ -303,9 +303,14 @@ class GitStore(GitQueries):
         return str(pygit2.hash(full.read_bytes()))
 
     def last_change(self, rev: str, path: str) -> tuple[str, str] | None:
-        """The last commit on ``rev`` that changed ``path`` (short id) and its author's e-mail."""
-        found = self.git("log", "-1", "--format=%h %ae", rev, "--", path, check=False).split()
-        return (found[0], found[1]) if len(found) == 2 else None
+        """(commit, author e-mail) of the newest commit in ``rev``'s history that changed ``path``
+        (git log's history simplification: a merge that took one parent's version is skipped)."""
+        out = self.git("log", "-1", "--format=%H%x1f%ae", rev, "--", path, check=False).strip()
+        commit, sep, email = out.partition("\x1f")
+        return (commit, email) if sep else None
+
+    def parents(self, commit: str) -> list[str]:
+        return [str(p) for p in self.repo[commit].parent_ids]
 
     def git(self, *args: str, input: bytes | None = None, check: bool = True) -> str:
         self.flush_index()  # git may read its index (status, stash, checkout, filter-repo...)
@@ -337,25 +342,26 @@ class GitStore(GitQueries):
         return entries
 
     def changes_by_commit(self, rev: str, since: str | None = None, prefixes: tuple[str, ...] = ("team", "private"),
-                          ) -> list[tuple[str, str, list[tuple[str, str]]]]:
-        """(commit, author e-mail, [(status, path)]) for each commit on ``rev``'s first-parent line
-        after ``since`` (all of history without it), oldest first. Merges count as changes
-        against their first parent: whoever merged made those versions current here."""
+                          ) -> list[tuple[str, str, list[tuple[str, str]], bool]]:
+        """(commit, author e-mail, [(status, path)], whether it is a merge) for each commit on
+        ``rev``'s first-parent line after ``since`` (all of history without it), oldest first.
+        Merges count as changes against their first parent (what the merge made current here;
+        verify asks who wrote each such version)."""
         rng = f"{since}..{rev}" if since else rev
         out = self.git("log", "--first-parent", "-m", "--reverse", "--no-renames", "--name-status",
-                       "--format=%x1e%H%x1f%ae", rng, "--", *prefixes, check=False)
+                       "--format=%x1e%H%x1f%ae%x1f%P", rng, "--", *prefixes, check=False)
         result = []
         for record in out.split("\x1e"):
             lines = record.strip("\n").splitlines()
             if not lines:
                 continue
-            commit, email = lines[0].split("\x1f", 1)
+            commit, email, parents = lines[0].split("\x1f", 2)
             files = []
             for line in lines[1:]:
                 status, _, path = line.partition("\t")
                 if path:
                     files.append((status[:1], path))
-            result.append((commit, email, files))
+            result.append((commit, email, files, " " in parents.strip()))
         return result
 
     def is_ancestor(self, older: str, newer: str) -> bool:

@@ -117,6 +117,13 @@ def user_email(root: Path) -> str:
     return _git(root, "config", "user.email", check=False).strip()
 
 
+def author_email(root: Path, env: dict | None = None) -> str:
+    """The e-mail the commit being made is authored as: git's own answer, which honours
+    GIT_AUTHOR_EMAIL and ``git -c user.email=...`` as well as the config."""
+    ident = _git(root, "var", "GIT_AUTHOR_IDENT", env=env, check=False)
+    return ident.partition("<")[2].partition(">")[0].strip() or user_email(root)
+
+
 def hooks_dir(root: Path) -> Path:
     """The hooks folder git runs by default: ``hooks`` in the common git dir, which linked
     worktrees share (their own ``.git`` is a file naming a folder under ``worktrees/``)."""
