@@ -827,6 +827,71 @@ def test_require_signed_flags_unsigned_and_wrongly_signed_commits(repo, tmp_path
     assert note_flags(alice) == []
 
 
+def signed_commit(root, email, message, key=None):
+    """Commit everything staged as ``email``, signed with ``key`` (git's SSH signing) or unsigned."""
+    extra = ["-c", "gpg.format=ssh", "-c", f"user.signingkey={key}", "commit", "-S"] if key else ["commit"]
+    git(root, "-c", f"user.name={email.split('@')[0]}", "-c", f"user.email={email}", *extra, "-qam", message,
+        "--no-verify")
+
+
+def untrusted(root):
+    with MemoryRepo.open(root) as fresh:
+        return {f["path"]: f for f in fresh.verify()["untrusted"]}
+
+
+@pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs ssh-keygen")
+def test_require_signed_judges_the_signatures_of_config_and_allowed_signers_changes(repo, tmp_path):
+    """With require_signed, a change to mdmem.toml or allowed_signers took effect on its author
+    e-mail alone (anyone can commit as the admin's address), and a planted allowed_signers line
+    made bob's key sign as alice. Now both files are judged like notes are: an unsigned or
+    wrongly signed change (or one by a non-admin) does not take effect and verify flags it."""
+    keys = {name: keygen(tmp_path, name) for name in ("admin", "alice", "bob")}
+
+    def line(email, name):
+        return f"{email} {' '.join((tmp_path / f'{name}_key.pub').read_text().split(' ')[:2])}\n"
+    root = repo.root
+    (root / "allowed_signers").write_text(line(ADMIN, "admin") + line("alice@mdmem.invalid", "alice"))
+    cfg = root / "mdmem.toml"
+    cfg.write_text(cfg.read_text().replace("[trust]\n", "[trust]\nrequire_signed = true\n"))
+    git(root, "add", "allowed_signers")
+    signed_commit(root, ADMIN, "signed memory")  # the rules before it did not ask for signatures
+    assert untrusted(root) == {}
+    # 1. the admin's address turns signing off, unsigned: not applied, flagged.
+    cfg.write_text(cfg.read_text().replace("require_signed = true\n", ""))
+    signed_commit(root, ADMIN, "signing off")
+    with MemoryRepo.open(root) as fresh:
+        assert fresh.config.trust.require_signed is True
+    flag = untrusted(root)["mdmem.toml"]
+    assert flag["reason"] == "config" and "unsigned (git says N)" in flag["detail"], flag
+    # 2. the same change signed by bob's key (not the admin's): still not applied.
+    cfg.write_text(cfg.read_text() + "# bob signs\n")
+    signed_commit(root, ADMIN, "signing off, signed", keys["bob"])
+    flag = untrusted(root)["mdmem.toml"]
+    assert flag["reason"] == "config" and "git says" in flag["detail"] and "unsigned (git says N)" not in \
+        flag["detail"], flag
+    # 3. bob gives his key alice's name in allowed_signers (as the admin's address, signed by his key),
+    #    then signs a note as alice: the signers change is flagged and does not take effect.
+    with (root / "allowed_signers").open("a") as f:
+        f.write(line("alice@mdmem.invalid", "bob"))
+    signed_commit(root, ADMIN, "more keys", keys["bob"])
+    plain_commit(root, PLANT, note_text(), name="alice", email="alice@mdmem.invalid", sign_key=str(keys["bob"]))
+    flags = untrusted(root)
+    assert flags["allowed_signers"]["reason"] == "signers" and "git says" in flags["allowed_signers"]["detail"]
+    assert flags[PLANT]["reason"] == "unsigned", flags[PLANT]
+    with MemoryRepo.open(root) as fresh:
+        assert "evil@example.com" not in fresh.startup(as_user="alice", now=T1)
+    # 4. the admin signs the allowed_signers fix, then the config change: both trusted and applied.
+    (root / "allowed_signers").write_text(line(ADMIN, "admin") + line("alice@mdmem.invalid", "alice"))
+    signed_commit(root, ADMIN, "keys reviewed", keys["admin"])
+    assert "allowed_signers" not in untrusted(root)
+    cfg.write_text(cfg.read_text() + "# reviewed\n")
+    signed_commit(root, ADMIN, "signing off, reviewed", keys["admin"])
+    flags = untrusted(root)
+    assert "mdmem.toml" not in flags and "allowed_signers" not in flags
+    with MemoryRepo.open(root) as fresh:
+        assert fresh.config.trust.require_signed is False
+
+
 # --- 4. exfiltration through config ------------------------------------------------------
 def test_committed_config_cannot_send_text_or_secrets_anywhere(repo, tmp_path):
     team_fact(repo, "Billing deploys any weekday before 3pm")
