@@ -788,6 +788,39 @@ def test_sync_verifies_what_it_fetched(repo, tmp_path):
     assert "evil@example.com" not in repo.startup(as_user="alice", now=T1)
 
 
+def test_a_merge_does_not_make_what_it_brings_in_the_mergers(tmp_path):
+    """Attack (session 5): verify attributed each note to the latest commit on the first-parent
+    line, so when alice's sync had to *merge* (she had a commit of her own), bob's planted note in
+    her private root and his self-promoting mdmem.toml became changes of her merge commit: trusted,
+    in her startup, and his config applied (alice is an admin). Now a version a merge took from
+    another side is attributed to the commit there that wrote it."""
+    repo = MemoryRepo.init(tmp_path / "a", teams={"payments": ["alice", "bob"]}, erasers=["alice"], now=T0,
+                           as_user="alice", embedder="none")
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
+    git(repo.root, "remote", "add", "origin", str(bare))
+    git(repo.root, "push", "-q", "origin", "HEAD:main")
+    other = tmp_path / "bobs-clone"
+    git(tmp_path, "clone", "-q", "-b", "main", str(bare), str(other))
+    cfg = other / "mdmem.toml"
+    cfg.write_text(cfg.read_text().replace('erasers = ["alice"]', 'erasers = ["alice", "bob"]'))
+    git(other, "-c", "user.name=bob", "-c", "user.email=bob@mdmem.invalid", "commit", "-qam", "me too",
+        "--no-verify")
+    plain_commit(other, PLANT, note_text(), name="bob", email="bob@mdmem.invalid")
+    git(other, "push", "-q", "origin", "HEAD:main")
+    repo.remember("Alice likes tea", as_user="alice", kind="profile", subject="user:alice", key="drink", now=T0)
+    out = repo.sync(as_user="alice")
+    assert out["status"] == "merged"
+    assert {(f["path"], f["reason"]) for f in out["untrusted"]} == {(PLANT, "committer"), ("mdmem.toml", "config")}
+    assert "bob" in {f["path"]: f for f in out["untrusted"]}[PLANT]["detail"]
+    with MemoryRepo.open(repo.root, embedder="none") as fresh:
+        assert "evil@example.com" not in fresh.startup(as_user="alice", now=T1)
+        assert fresh.access.erasers == frozenset({"alice"})
+        assert fresh.untrusted(PLANT) is not None
+    # alice's own note, merged alongside, stays hers and trusted
+    assert "Alice likes tea" in repo.startup(as_user="alice", now=T1)
+
+
 # --- signed memory -----------------------------------------------------------------------
 def keygen(tmp_path, name):
     key = tmp_path / f"{name}_key"
