@@ -102,6 +102,9 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, now=
     # Whatever arrived is verified at once: notes no permitted writer committed are flagged
     # (kept out of views and startup, marked in recall) before anyone reads them.
     untrusted = repo.verify(as_user=user)["untrusted"]
+    # Like the untrusted list: only views of roots the user may read (and the root guide) are named.
+    readable = set(repo.access.readable_roots(user))
+    rendered = [p for p in rendered if "/".join(p.split("/")[:2]) in readable or "/" not in p]
     out = {"status": status, "detail": detail, "commit": head, "conflicts": [c.to_dict() for c in conflicts],
            "rendered": rendered, "untrusted": untrusted}
     if pushed is not None:
