@@ -198,8 +198,11 @@ class Verifier:
         current. For a merge that took another parent's version unchanged, that is the commit on
         that side which wrote it: alice syncing (a merge commit by her) bob's planted note into her
         clone must not make it hers. A version the merge itself made (a resolution, or one no
-        parent holds) is the merger's. Called for merge commits only (a few git calls per path a
-        merge brought in)."""
+        parent holds) is the merger's, and so is one its first parent's line had already moved
+        past: a merge whose other parent is an old commit brings back an old version (a note
+        alice since changed, the mdmem.toml that still made bob an eraser) -- written by alice
+        once, restored now by the merger. Called for merge commits only (a few git calls per
+        path a merge brought in)."""
         store = self.repo.store
         for _ in range(64):  # a side's own merges are followed too; 64 deep is far beyond real histories
             parents = store.parents(commit)
@@ -208,7 +211,7 @@ class Verifier:
             blob = store.blob_id(path, commit)
             side = next((p for p in parents[1:] if store.blob_id(path, p) == blob), None)
             found = store.last_change(side, path) if side is not None else None
-            if found is None:
+            if found is None or store.is_ancestor(found[0], parents[0]):
                 break
             commit, email = found
         return commit, email
