@@ -218,6 +218,13 @@ def test_who_may_ask_and_what_must_be_given(world):
 
 def test_cannot_reach_names_remotes_and_the_embedding_provider(world):
     repo = world["repo"]
+    git(repo.root, "remote", "add", "backup", "/srv/nowhere/mem.git")
+    try:
+        assert repo.prove_gone([ABSENT], as_user="dana").cannot_reach[0] == (
+            "remote backup (/srv/nowhere/mem.git): holds whatever was last pushed; after `forget --push` it must "
+            "also expire its reflogs and gc before old objects are gone there")
+    finally:
+        git(repo.root, "remote", "remove", "backup")
     assert repo.prove_gone([ABSENT], as_user="dana").cannot_reach == [
         "other clones of this repository (each must re-clone or run `mdmem sync`, which refuses erased history)",
         "backups, snapshots and freed disk blocks of this machine",
@@ -312,13 +319,17 @@ def test_a_persons_proof_of_their_subject_names_only_what_they_may_read(tmp_path
     theirs = repo.remember("Bob is being considered for the search lead", as_user="carol", kind="fact",
                            subject="user:bob", key="promo", scope="team", team="search", now=T0).path
     mine = repo.remember("Bob likes tea", as_user="bob", kind="profile", subject="user:bob", key="drink", now=T0).path
+    broken = "private/bob/user/bob/profile/broken.md"  # tracked, in the subject's folder, no note
+    (repo.root / broken).write_text("---\nkind: [\n---\nBob's old notes\n")
+    git(repo.root, "add", broken)
+    git(repo.root, "-c", "user.name=bob", "-c", "user.email=bob@mdmem.invalid", "commit", "-qm", "x", "--no-verify")
     repo.reindex()
     bobs = repo.prove_gone(["ABSENT-1"], as_user="bob", subject="user:bob")
-    assert bobs.scope["no_note_for_subject"] == {"passed": False, "where": [mine]}
+    assert bobs.scope["no_note_for_subject"] == {"passed": False, "where": sorted([broken, mine])}
     assert bobs.scope["no_orphaned_index_entries"] == {"passed": False, "where": [mine]}
     assert bobs.not_checked["roots"] == ["team/search"] and bobs.not_checked["git_objects"] > 0
     danas = repo.prove_gone(["ABSENT-1"], as_user="dana", subject="user:bob")
-    assert danas.scope["no_note_for_subject"] == {"passed": False, "where": sorted([mine, theirs])}
+    assert danas.scope["no_note_for_subject"] == {"passed": False, "where": sorted([broken, mine, theirs])}
     assert danas.scope["no_orphaned_index_entries"] == {"passed": False, "where": sorted([mine, theirs])}
 
 
@@ -344,3 +355,7 @@ def test_caches_hold_only_history_reads_the_index_documents(tmp_path):
     assert repo.prove_gone(["ABSENT-1"], as_user="dana").scope["caches_hold_only_history"] == {
         "passed": False, "where": ["embeddings.sqlite: 1 entr(y/ies) for texts no longer in history",
                                    "fulltext: 1 document(s) whose text is no longer in history"]}
+    # and the needle check names that document, marked as a deleted one
+    [coffee] = repo.prove_gone(["coffee"], as_user="dana").needles
+    index = failed(coffee)["fulltext_index"]
+    assert [w for w in index if not w.startswith("mdmem/fulltext/")] == [f"fulltext: {path} (deleted, lingering)"]
