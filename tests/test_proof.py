@@ -359,3 +359,20 @@ def test_caches_hold_only_history_reads_the_index_documents(tmp_path):
     [coffee] = repo.prove_gone(["coffee"], as_user="dana").needles
     index = failed(coffee)["fulltext_index"]
     assert [w for w in index if not w.startswith("mdmem/fulltext/")] == [f"fulltext: {path} (deleted, lingering)"]
+
+
+def test_cannot_reach_names_an_openai_provider_at_its_default_address(tmp_path):
+    """An openai embedder with no URL in the user's config nor the repo's: the text went to the
+    provider's default address (mutmut: the openai branch and the no-URL words survived)."""
+    from mdmem.erasure.proof import cannot_reach
+
+    repo = MemoryRepo.init(tmp_path / "m", teams=TEAMS, erasers=["dana"], as_user="dana", now=T0, embedder="none")
+    cfg = repo.root / "mdmem.toml"
+    text = cfg.read_text()
+    assert 'backend = "minilm"\n' in text
+    cfg.write_text(text.replace('backend = "minilm"\n', 'backend = "openai"\nmodel = "text-embedding-3-small"\n', 1))
+    git(repo.root, "-c", "user.name=dana", "-c", "user.email=dana@mdmem.invalid", "commit", "-qam", "embedder",
+        "--no-verify")
+    repo = MemoryRepo.open(repo.root, user_config=UserConfig())
+    assert cannot_reach(repo)[2] == ("the embedding provider (openai at its default address) saw the text when it "
+                                     "was embedded")
