@@ -303,7 +303,10 @@ def test_an_erasers_proof_reads_index_files_raw_and_gits_objects_only_inflated(t
                          check=True).stdout.strip()
     obj = repo.root / ".git" / "objects" / oid[:2] / oid[2:]
     assert b"ZEBRA-OBJ-1" in obj.read_bytes()  # stored, not deflated
-    kestrel, zebra = repo.prove_gone(["kestrel", "ZEBRA-OBJ-1"], as_user="dana").needles
+    # a write-ahead log left beside a cache: its bytes are the cache's too
+    (cache_dir(repo.root) / "viewmeta.sqlite-wal").write_bytes(b"stale WAL-NEEDLE-2")
+    kestrel, zebra, wal = repo.prove_gone(["kestrel", "ZEBRA-OBJ-1", "WAL-NEEDLE-2"], as_user="dana").needles
+    assert failed(wal) == {"view_cache": ["viewmeta.sqlite"]}
     # the superseded version: its document in the versions index, and the segment file's bytes
     segment, document = failed(kestrel)["fulltext_index"]
     assert segment.startswith("mdmem/versions/") and segment.endswith(".seg")
