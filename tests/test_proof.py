@@ -81,6 +81,15 @@ def test_an_erasers_proof_reads_every_place(world):
     # what it holds) lets SQLite discard a journal that is not one, so a proof run earlier
     # (mutmut orders the tests its own way) would have removed the needle.
     (cache_dir(repo.root) / "embeddings.sqlite-journal").write_bytes(f"stale {JOURNAL}".encode())
+    # a journal beside the view cache: read with the file, not instead of it
+    (cache_dir(repo.root) / "viewmeta.sqlite-journal").write_bytes(b"stale")
+    try:
+        erasers_proof(world, repo)
+    finally:
+        (cache_dir(repo.root) / "viewmeta.sqlite-journal").unlink()
+
+
+def erasers_proof(world, repo):
     report = repo.prove_gone([LOCKER, FEE, REF, UNTRACKED, LINKED, JOURNAL, STASH, ABSENT], as_user="dana")
     by = {n["needle_index"]: n for n in report.needles}
     assert list(by) == list(range(8)) and all(list(n["checks"]) == EVERY_CHECK for n in report.needles)
@@ -307,6 +316,11 @@ def test_an_erasers_proof_reads_index_files_raw_and_gits_objects_only_inflated(t
     (cache_dir(repo.root) / "viewmeta.sqlite-wal").write_bytes(b"stale WAL-NEEDLE-2")
     kestrel, zebra, wal = repo.prove_gone(["kestrel", "ZEBRA-OBJ-1", "WAL-NEEDLE-2"], as_user="dana").needles
     assert failed(wal) == {"view_cache": ["viewmeta.sqlite"]}
+    # a check names at most 50 places
+    for n in range(51):
+        (repo.root / f"scrap-{n:02}.txt").write_text("MANY-NEEDLE-3\n")
+    [many] = repo.prove_gone(["MANY-NEEDLE-3"], as_user="dana").needles
+    assert failed(many) == {"work_tree": [f"scrap-{n:02}.txt" for n in range(50)]}
     # the superseded version: its document in the versions index, and the segment file's bytes
     segment, document = failed(kestrel)["fulltext_index"]
     assert segment.startswith("mdmem/versions/") and segment.endswith(".seg")
