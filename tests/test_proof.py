@@ -145,6 +145,11 @@ def test_a_persons_proof_covers_what_they_may_read_and_counts_the_rest(world):
     assert [failed(n) for n in theirs.needles[:2]] == [{}, {}]
     assert failed(theirs.needles[2]) == {"git_objects": fee["git_objects"]}
     assert theirs.needles[0]["nearest"]["path"] != world["locker"]
+    # the index files hold every root's words: only an eraser's proof scans their bytes
+    admin = "admin"  # a word of carol's search note only, kept whole in the index's term dictionary
+    assert any(w.startswith("mdmem/fulltext/") for w in failed(repo.prove_gone([admin], as_user="dana").needles[0])
+               ["fulltext_index"])
+    assert "fulltext_index" not in failed(repo.prove_gone([admin], as_user="bob").needles[0])
     hidden = theirs.not_checked
     assert hidden["roots"] == ["private/alice", "team/search"]
     assert hidden["git_metadata"] == "not checked (needs the eraser role)"
