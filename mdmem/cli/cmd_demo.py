@@ -22,7 +22,7 @@ def run(ctx) -> int:
     from .demo_script import walk
 
     if ctx.args.path:
-        path = Path(ctx.args.path)
+        path = Path(ctx.args.path).absolute()
         if path.exists():
             raise BadInput(f"--path: {path} exists; the demo builds (and then removes) a new folder")
         made = path

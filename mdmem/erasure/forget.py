@@ -55,6 +55,7 @@ def forget(repo, *, as_user: str, when: _dt.datetime, subject=None, owner=None, 
         return ErasurePlan.from_dict(plan.to_dict())
     if not plan.changes_anything():
         raise NotFound("forget: nothing matches those targets")
+    repo.store.branch_ref()  # a detached HEAD is refused before the journal exists
     if plan.needs_force() and not force:
         raise Refused(f"forget: this would scrub {len(plan.copies)} file(s) and touch {len(plan.local_files)} "
                       "local file(s); check the plan (--dry-run) and pass --force if that is meant")

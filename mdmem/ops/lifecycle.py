@@ -25,6 +25,9 @@ def retire(repo: RepoState, *, as_user: str, path: str, valid_until: TimeLike = 
         gate.check_expected_version(path, expect_version, stored.version)
         if stored.note.valid_until is not None and stored.note.valid_until <= end:
             raise BadInput(f"{path}: already ended at {format_time(stored.note.valid_until)}")
+        if stored.note.valid_from is not None and end < stored.note.valid_from:
+            raise BadInput(f"valid_until: {format_time(end)} is before the note's valid_from "
+                           f"{format_time(stored.note.valid_from)}; give a time at or after it")
         return write.Pending(path, stored.note.evolve(valid_until=end), "retire", stored.version)
 
     return write.commit_pending(repo, user, when, prepare_now)

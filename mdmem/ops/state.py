@@ -37,7 +37,7 @@ class RepoState:
 
     def __init__(self, path: str | Path, *, embedder: str | None = None, fusion: str | None = None,
                  user_config: UserConfig | None = None) -> None:
-        root = Path(path)
+        root = Path(path).absolute()  # subprocesses (forget's rewrite, hooks) run elsewhere
         try:
             config, broken = Config.load(root), None
         except BadInput as exc:

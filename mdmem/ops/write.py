@@ -15,6 +15,7 @@ from ..model.clock import SpanLike, TimeLike, add_span, parse_duration, parse_ti
 from ..model.kinds import SUMMARY_KEY, Contract
 from ..model.note import Note, check_source, new_id
 from ..model.text import check_unicode
+from ..model.validate import validate_note
 from ..policy import gate
 from ..policy.access import require_user
 from ..policy.gate import AGENT, HUMAN, Provenance, check_key_reuse, judge_source
@@ -309,6 +310,9 @@ def commit_pending(repo: RepoState, user: str, when: _dt.datetime, prepare_now: 
             pending = prepare_now()
             message = commit_message(pending, user, op or pending.op, evidence)
             data = pending.note.dumps().encode()
+            # What mdmem commits must pass the checks its readers apply, or it could not
+            # read (and so never undo) its own write.
+            validate_note(pending.path, data, repo.contracts, max_bytes=repo.config.note_max_bytes)
             try:
                 commit = commit_changes(repo, {pending.path: data}, message, actor=user, when=when)
             except BranchMoved:

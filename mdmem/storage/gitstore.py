@@ -35,9 +35,9 @@ import shutil
 
 import pygit2
 
-from ..errors import BranchMoved, GitFailed, LockTimeout
+from ..errors import BranchMoved, Conflict, GitFailed, LockTimeout
 from .locks import Lock, lock_folder
-from .queries import GitQueries
+from .queries import GitQueries, worktree_version
 from .gitdir import cache_dir
 
 # A git lock file nobody holds open is stale once this old (git closes a ref lock a moment
@@ -233,6 +233,11 @@ class GitStore(GitQueries):
 
     # --- reading --------------------------------------------------------------------
     def branch_ref(self) -> str:
+        """The branch HEAD names (refs/heads/main). mdmem writes to a branch only: on a
+        detached HEAD (someone looking at an old state) every write is refused up front."""
+        if self.repo.head_is_detached:
+            raise Conflict(f"{self.root}: HEAD is detached (at {str(self.repo.head.target)[:10]}); mdmem writes "
+                           "to a branch: check out your branch first (git checkout main)")
         return self.repo.lookup_reference("HEAD").target  # symbolic: refs/heads/main
 
     def head(self) -> str | None:
@@ -300,7 +305,7 @@ class GitStore(GitQueries):
             return None
         if not stat.S_ISREG(mode):
             return "not-a-file"
-        return str(pygit2.hash(full.read_bytes()))
+        return worktree_version(full.read_bytes())
 
     def last_change(self, rev: str, path: str) -> tuple[str, str] | None:
         """(commit, author e-mail) of the newest commit in ``rev``'s history that changed ``path``

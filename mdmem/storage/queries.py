@@ -27,6 +27,13 @@ def blob_hash(data: bytes) -> str:
     return str(pygit2.hash(data))
 
 
+def worktree_version(data: bytes) -> str:
+    """The version of a work-tree file: the blob git would store for it. Line endings that
+    git converts on checkout (core.autocrlf, ``eol=crlf``) are not edits, so CRLF counts as
+    LF; mdmem itself only ever writes LF."""
+    return blob_hash(data.replace(b"\r\n", b"\n") if b"\r\n" in data else data)
+
+
 def run_git_at(path: str | Path, *args: str, check: bool = True) -> str:
     """git in a repository that is not a memory repo's store (a bare remote the guard protects)."""
     proc = subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True)

@@ -97,12 +97,12 @@ def _through_symlink(root: Path, path: str) -> bool:
 def read_note(root: Path, path: str, contracts: Contracts, *, max_bytes: int | None = None,
               check_dirs: bool = True) -> StoredNote | None:
     """The note at ``path`` in the work tree, or None if there is no file. Raises NoteInvalid."""
-    import pygit2
+    from .queries import worktree_version  # pygit2 only once a note is read
 
     data = read_note_bytes(root, path, max_bytes, check_dirs=check_dirs)
     if data is None:
         return None
-    blob = str(pygit2.hash(data))
+    blob = worktree_version(data)
     memo = (path, blob, max_bytes)
     known = _INVALID.get(memo)
     if known is not None:

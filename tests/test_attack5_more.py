@@ -1,0 +1,120 @@
+"""The rest of the fifth attack's findings (notes/attack5.md), each a test that failed before its fix."""
+from __future__ import annotations
+
+import datetime as _dt
+
+import pytest
+
+from conftest import T0, git, run_cli
+from mdmem import MemoryRepo
+
+ENV = {"MDMEM_EMBEDDER": "none"}
+DEPLOY = "team/payments/service/billing/fact/deploy.window.md"
+
+
+@pytest.fixture
+def team(tmp_path) -> MemoryRepo:
+    repo = MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice", "bob", "dana"]},
+                           erasers=["dana"], now=T0, as_user="alice", embedder="none")
+    repo.remember("Billing deploys any weekday", as_user="bob", kind="fact", subject="service:billing",
+                  key="deploy.window", scope="team", team="payments", now=T0)
+    return repo
+
+
+# A26. With CRLF line endings in the work tree (core.autocrlf, or a committed
+# `*.md text eol=crlf`), every note counted as an uncommitted edit and none could be updated,
+# though `git status` was clean.
+@pytest.mark.parametrize("how", ["autocrlf", "eol-attribute"])
+def test_line_ending_conversion_is_not_a_hand_edit(team, tmp_path, how):
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(team.root, "remote", "add", "origin", str(remote))
+    git(team.root, "push", "-q", "origin", "HEAD:main")
+    clone = tmp_path / "v"
+    if how == "autocrlf":
+        git(tmp_path, "-c", "core.autocrlf=true", "clone", "-q", "-b", "main", str(remote), str(clone))
+        git(clone, "config", "core.autocrlf", "true")
+    else:
+        git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(clone))
+        (clone / ".git" / "info" / "attributes").write_text("*.md text eol=crlf\n")
+        (clone / DEPLOY).unlink()
+        git(clone, "checkout", "--", DEPLOY)
+    assert b"\r\n" in (clone / DEPLOY).read_bytes()
+    assert git(clone, "status", "--porcelain").stdout == ""
+    r = run_cli("get", DEPLOY, "--as", "bob", env=ENV, cwd=clone)
+    assert r.returncode == 0 and "Billing deploys any weekday" in r.stdout and "\r" not in r.stdout, r.stderr
+    r = run_cli("remember", "Billing deploys on Mondays", "--kind", "fact", "--subject", "service:billing",
+                "--key", "deploy.window", "--scope", "team", "--team", "payments", "--as", "bob", env=ENV, cwd=clone)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    r = run_cli("retire", DEPLOY, "--as", "bob", env=ENV, cwd=clone)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert git(clone, "status", "--porcelain").stdout == ""
+    assert b"\r" not in git(clone, "show", f"HEAD:{DEPLOY}").stdout.encode()
+    r = run_cli("check", env=ENV, cwd=clone)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+
+
+# A22. On a detached HEAD, remember and forget crashed with a TypeError (exit 70); forget
+# half-way, its journal left behind.
+def test_writes_on_a_detached_head_are_refused_before_anything_changes(team):
+    root = team.root
+    team.remember("Alice secret phone 555-0199", as_user="alice", kind="profile", subject="user:alice",
+                  key="phone", now=T0)
+    git(root, "checkout", "-q", "--detach", "HEAD~1")
+    before = git(root, "rev-parse", "HEAD", "main").stdout
+    for args in (["remember", "Detached fact", "--kind", "fact", "--subject", "service:det", "--key", "k",
+                  "--new-key", "--scope", "team", "--team", "payments", "--as", "bob"],
+                 ["forget", "--owner", "alice", "--as", "dana"],
+                 ["retire", DEPLOY, "--as", "bob"]):
+        r = run_cli(*args, env=ENV, cwd=root)
+        assert r.returncode == 5 and "detached" in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+    assert git(root, "rev-parse", "HEAD", "main").stdout == before
+    assert git(root, "status", "--porcelain").stdout == ""
+    assert not (root / ".git" / "mdmem-erasure").exists()
+    r = run_cli("recall", "deploys", "--as", "bob", env=ENV, cwd=root)
+    assert r.returncode == 0 and "Billing deploys" in r.stdout
+
+
+# A20. forget with a relative --repo (or MDMEM_REPO) failed half-way (exit 9, "journal
+# unreadable"), and so did `demo --path <relative>`.
+def test_relative_repo_paths_work_for_forget_and_demo(team):
+    root = team.root
+    team.remember("Alice secret phone 555-0199", as_user="alice", kind="profile", subject="user:alice",
+                  key="phone", now=T0)
+    stash_file = root / "private/alice/user/alice/profile/phone.md"
+    with stash_file.open("a") as f:
+        f.write("wip\n")
+    git(root, "stash", "-q")
+    r = run_cli("forget", "--repo", root.name, "--owner", "alice", "--subject", "user:alice", "--as", "dana",
+                env=ENV, cwd=root.parent)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert "555-0199" not in git(root, "log", "-p", "--all").stdout
+    assert not (root / ".git" / "mdmem-erasure").exists()
+    assert "WIP on" in git(root, "stash", "list").stdout  # the stash came back with its message
+    r = run_cli("sweep", "--as", "bob", env={**ENV, "MDMEM_REPO": root.name}, cwd=root.parent)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    r = run_cli("demo", "--path", "d3", "--json", env=ENV, cwd=root.parent)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+
+
+# A24. `retire --valid-until` before the note's valid_from committed an invalid note: check
+# failed from then on, the fact left recall, and no later retire could undo it.
+def test_retire_before_valid_from_is_refused_and_nothing_is_written(team):
+    root = team.root
+    before = git(root, "rev-parse", "HEAD").stdout
+    r = run_cli("retire", DEPLOY, "--valid-until", "2000-01-01T00:00:00Z", "--as", "bob", env=ENV, cwd=root)
+    assert r.returncode == 2 and "valid_until" in r.stderr and "valid_from" in r.stderr, (r.stdout, r.stderr)
+    assert git(root, "rev-parse", "HEAD").stdout == before and git(root, "status", "--porcelain").stdout == ""
+    assert run_cli("check", env=ENV, cwd=root).returncode == 0
+    r = run_cli("retire", DEPLOY, "--as", "bob", env=ENV, cwd=root)
+    assert r.returncode == 0, r.stderr
+
+
+def test_every_committed_note_passes_the_readers_checks(team):
+    """The net under every single write: a note that would not validate is never committed."""
+    import mdmem.ops.write as write_ops
+    from mdmem.errors import NoteInvalid
+
+    with pytest.raises(NoteInvalid, match="valid_until"):
+        write_ops.commit_pending(team, "bob", T0, lambda: write_ops.Pending(
+            DEPLOY, team.get(path=DEPLOY, as_user="bob").note.evolve(valid_until=_dt.datetime(2000, 1, 1, tzinfo=_dt.timezone.utc)), "retire", None))
