@@ -14,6 +14,7 @@ from pathlib import Path
 from .erasure.forget import AUDIT_PATH, erased_blob_ids, erased_commit_ids
 from .config import CONFIG_NAME
 from .errors import BadInput, Conflict, GitFailed, MdmemError, Refused
+from .ops.holds import REVIEW_PREFIX
 from .storage import sync_ops
 from .storage.gitstore import parse_trailers
 from .storage.queries import blob_hash, run_git_at
@@ -94,6 +95,7 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, now=
             pushed = "pushed" if ok else f"push refused (sync again): {error[:200]}"
             if ok:
                 sync_ops.set_ref(store, f"refs/remotes/{remote}/{branch}", store.head())
+        holds = _sync_holds(store, remote, push=push)
     repo.reset_caches()
     head = repo.store.head()
     detail = f"{branch} now at {head[:10] if head else '(empty)'}"
@@ -109,6 +111,75 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, now=
            "rendered": rendered, "untrusted": untrusted}
     if pushed is not None:
         out["push"] = pushed
+    out["holds"] = holds
+    return out
+
+
+HOLDS_SEEN = "holds-seen.json"  # in the cache folder: remote -> the hold names it had when last seen
+
+
+def _sync_holds(store, remote: str, *, push: bool) -> dict:
+    """Held writes travel with sync, so the second person who must review one sees it in their
+    own clone (attack 5, A23). A state file remembers which holds the remote had when last
+    seen. That tells apart a hold made here and not pushed yet (kept) from one a teammate
+    approved or rejected (closed there: dropped here), and a hold closed here (deleted there on
+    push) from one new there (taken). Only names are kept (no ref, so nothing it points at
+    outlives an erasure); losing the file only shows a hold closed here again until pushed.
+    A fetched hold that holds erased history is left out, like a branch bringing it back."""
+    from .cache import read_state, write_state
+
+    local, scratch = f"refs/heads/{REVIEW_PREFIX}", f"refs/mdmem-sync/{remote}/{REVIEW_PREFIX}"
+    state_path = store.cache_dir / HOLDS_SEEN
+    state = read_state(state_path, lambda d: all(isinstance(v, list) for v in d.values()))
+    seen = {str(name) for name in state.get(remote, [])}
+    for name in sync_ops.refs_under(store, scratch):
+        sync_ops.set_ref(store, scratch + name, None)
+    ok, error = sync_ops.fetch_prefix(store, remote, REVIEW_PREFIX, scratch)
+    if not ok:
+        return {"error": f"holds not fetched: {error[:200]}"}
+    theirs, mine = sync_ops.refs_under(store, scratch), sync_ops.refs_under(store, local)
+    audit = store.show_file("HEAD", AUDIT_PATH) if store.head() else ""
+    erased = erased_commit_ids(audit) | erased_blob_ids(audit)
+    taken, closed, refused = [], [], []
+    for name, oid in sorted(theirs.items()):
+        if name in mine or name in seen:
+            continue  # the same hold, or one closed here since it was last seen there
+        if erased and sync_ops.object_ids(store, oid, exclude="HEAD") & erased:
+            refused.append(name)
+            continue
+        sync_ops.set_ref(store, local + name, oid)
+        taken.append(name)
+    for name in sorted(seen - set(theirs)):
+        if name in mine:
+            sync_ops.set_ref(store, local + name, None)
+            closed.append(name)
+    on_remote = set(theirs) - set(refused)
+    pushed, failed = [], []
+    if push:
+        now_mine = sync_ops.refs_under(store, local)
+        for name, oid in sorted(now_mine.items()):
+            if name not in theirs:
+                ok, error = sync_ops.push(store, remote, f"{oid}:refs/heads/{REVIEW_PREFIX}{name}")
+                (pushed if ok else failed).append(name)
+                if ok:
+                    on_remote.add(name)
+        for name in sorted(on_remote - set(now_mine)):
+            ok, error = sync_ops.push(store, remote, f":refs/heads/{REVIEW_PREFIX}{name}")
+            (pushed if ok else failed).append(name)
+            if ok:
+                on_remote.discard(name)
+    for name in theirs:
+        sync_ops.set_ref(store, scratch + name, None)
+    write_state(state_path, {**state, remote: sorted(on_remote)})
+    if refused:
+        sync_ops.drop_unreachable(store)
+    out: dict = {"fetched": taken, "closed_elsewhere": closed}
+    if push:
+        out["pushed"] = pushed
+    if failed:
+        out["push_failed"] = failed
+    if refused:
+        out["refused_erased"] = refused
     return out
 
 

@@ -48,9 +48,11 @@ def review_item(repo: RepoState, review_id: str) -> ReviewItem | None:
     note = parse_note(path, repo.store.read_blob(blob))
     t = parse_trailers(tip.message)
     # The writer is who made the hold commit (its author identity), not what its trailer says.
+    # A hold fetched from a remote may have been made by anyone with plain git: an identity
+    # that maps to no declared person is no writer at all (approve refuses it).
     author = repo.config.committer(tip.author_email) or ""
     actor = t.get("actor", "")
-    writer = author if author == actor else (author or actor)
+    writer = author
     channel = AGENT if t.get("channel") == AGENT and author == actor else HUMAN
     # The held commit sits on main's tip of its day: its parent holds the version it was made on.
     base = repo.store.blob_id(path, f"{tip.commit}^")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..errors import NotFound
+from ..errors import NotFound, Refused
 from ..model import layout
 from ..model.clock import TimeLike, format_time, resolve_now
 from ..policy import gate
@@ -52,6 +52,9 @@ def approve(repo: RepoState, review_id: str, *, as_user: str, new_key: bool = Fa
     user = require_user(as_user)
     item = review_or_missing(repo, user, review_id)
     root = layout.parse_path(item.path).root
+    if item.actor not in repo.access.writers_of_root(root):
+        raise Refused(f"review {review_id}: its commit was made by {item.actor or 'no declared person'}, who may not "
+                      f"write {root} (a hold made with plain git, or fetched from a remote); reject it")
     gate.check_approver(user, item.actor, item.channel, self_approve=repo.config.self_approve, root=root,
                         readers=repo.access.readers_of_root(root), review_id=review_id)
     gate.check_unchanged_since_hold(item.path, item.base_version, item.changed_since, override=override)

@@ -33,6 +33,20 @@ def fetch_to(store, remote: str, branch: str, scratch: str) -> tuple[bool, str]:
     return True, ""
 
 
+def fetch_prefix(store, remote: str, prefix: str, scratch: str) -> tuple[bool, str]:
+    """Fetch every branch of ``remote`` under ``refs/heads/<prefix>`` into ``scratch<name>``
+    (which the caller emptied), touching no other ref. (fetched, error)."""
+    proc = _run(store, "fetch", "--quiet", "--no-tags", "--refmap=", remote,
+                f"+refs/heads/{prefix}*:{scratch}*")
+    return proc.returncode == 0, proc.stderr.strip()
+
+
+def refs_under(store, prefix: str) -> dict[str, str]:
+    """name (after ``prefix``) -> commit of every ref under ``prefix``."""
+    out = _run(store, "for-each-ref", "--format=%(refname)%09%(objectname)", prefix).stdout
+    return {ref[len(prefix):]: oid for ref, oid in (line.split("\t", 1) for line in out.splitlines() if "\t" in line)}
+
+
 def rev(store, ref: str) -> str | None:
     return _run(store, "rev-parse", "-q", "--verify", ref + "^{commit}").stdout.strip() or None
 
