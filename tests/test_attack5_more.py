@@ -190,3 +190,28 @@ def test_a_hold_made_with_plain_git_by_a_non_writer_is_not_approved(team, email)
     assert r.returncode == 3 and "may not write team/payments" in r.stderr, (r.returncode, r.stdout, r.stderr)
     assert not (root / "team/payments/service/billing/fact/wire.md").exists()
     assert run_cli("review", "reject", "forged01", "--as", "dana", env=ENV, cwd=root).returncode == 0
+
+
+# A3. `mdmem import ./vault` dropped the vault's editor fields (tags, aliases), so `--tag`
+# found nothing; they are kept now, like fields added by hand. mdmem's own fields cannot be
+# smuggled in that way.
+def test_import_keeps_a_vaults_editor_fields(team):
+    root = team.root
+    vault = root.parent / "vault"
+    vault.mkdir()
+    (vault / "chargebacks.md").write_text("---\ntags: [billing]\naliases: [cb]\ncreated: 2024-01-02\nid: x1\n---\n"
+                                          "Chargebacks are disputed within 10 days\n")
+    r = run_cli("import", str(vault), "--as", "bob", "--kind", "fact", "--subject", "service:billing", "--scope",
+                "team", "--team", "payments", "--new-key", env=ENV, cwd=root)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    text = (root / "team/payments/service/billing/fact/chargebacks.md").read_text()
+    assert "billing" in text and "cb" in text and "2024-01-02" in text and "x1" not in text
+    r = run_cli("recall", "Chargebacks are disputed", "--tag", "billing", "--as", "bob", env=ENV, cwd=root)
+    assert "within 10 days" in r.stdout, r.stdout
+    with MemoryRepo(root, embedder="none") as repo:
+        out = repo.remember_many([{"text": "t", "kind": "fact", "subject": "service:x", "key": "k", "scope": "team",
+                                   "team": "payments", "extra": {"owner": "alice"}},
+                                  {"text": "t", "kind": "fact", "subject": "service:x", "key": "k2", "scope": "team",
+                                   "team": "payments", "extra": {"tags": [{"deep": 1}]}}],
+                                 as_user="bob", new_key=True, now=T0)
+    assert len(out.refused) == 2 and "owner" in out.refused[0]["reason"] and "tags" in out.refused[1]["reason"]

@@ -17,8 +17,9 @@ MAX_ITEM_BYTES = 256 * 1024  # a note is small; a bigger line or file is refused
 MAX_DEPTH = 8
 # The fields an item may carry; anything else is refused so a typo never goes unnoticed.
 FIELDS = {"text", "kind", "subject", "key", "scope", "team", "owner", "source", "ttl", "valid_from",
-          "new_key", "derived_from"}
-# Frontmatter that editors add and that an import drops rather than refuses.
+          "new_key", "derived_from", "extra"}
+# Frontmatter that editors add: kept with the note (``extra``), like fields added by hand;
+# an editor's own ``id`` is dropped (the note gets mdmem's).
 EDITOR_FIELDS = {"tags", "aliases", "title", "created", "updated", "id", "cssclass", "cssclasses"}
 
 
@@ -125,7 +126,10 @@ def _read_markdown(full: Path, rel: str, defaults: dict) -> dict:
         if not isinstance(meta, dict):
             raise BadInput(f"{rel}: frontmatter is not a mapping")
         body = "\n".join(lines[end + 1:])
+    kept = {k: v for k, v in meta.items() if k in EDITOR_FIELDS and k != "id" and v is not None}
     meta = {k: v for k, v in meta.items() if k not in EDITOR_FIELDS}
+    if kept:
+        meta["extra"] = kept
     for name in ("valid_from", "valid_until", "expires_at"):
         if name in meta and not isinstance(meta[name], str) and meta[name] is not None:
             meta[name] = meta[name].isoformat() if hasattr(meta[name], "isoformat") else str(meta[name])

@@ -4,6 +4,7 @@ views it alters (compare-and-swap on the branch, retried)."""
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,7 +14,7 @@ from ..errors import BadInput, BranchMoved, Conflict, MdmemError, NoteInvalid
 from ..model import layout
 from ..model.clock import SpanLike, TimeLike, add_span, parse_duration, parse_time, resolve_write_time
 from ..model.kinds import SUMMARY_KEY, Contract
-from ..model.note import Note, check_source, new_id
+from ..model.note import FIELDS as NOTE_FIELDS, Note, check_source, new_id
 from ..model.text import check_unicode
 from ..model.validate import validate_note
 from ..policy import gate
@@ -28,7 +29,8 @@ from .state import RepoState
 
 # What one item of remember_many may hold: remember's arguments.
 ITEM_FIELDS = {"text", "kind", "subject", "key", "scope", "team", "owner", "source", "ttl", "valid_from",
-               "new_key", "expect_version", "derived_from", "context"}
+               "new_key", "expect_version", "derived_from", "context", "extra"}
+EXTRA_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 WRITE_RETRIES = 3
 
 LiveKeys = Callable[[str], set[str]]  # a kind folder -> the keys live in it
@@ -83,7 +85,8 @@ def remember(repo: RepoState, text: str, *, as_user: str, kind: str, subject: st
 def draft(repo: RepoState, user: str, text: str, *, kind: str, subject: str, key: str | None, scope: str | None,
           team: str | None, owner: str | None, source: str, ttl: SpanLike, valid_from: TimeLike,
           derived_from: list[str] | None, when: _dt.datetime, channel: str = HUMAN,
-          claimed_source: str | None = None, context: str | None = None) -> Draft:
+          claimed_source: str | None = None, context: str | None = None,
+          extra: Mapping[str, Any] | None = None) -> Draft:
     """The note a write would store, its path, its contract and the provenance verdict;
     raises on bad input or a scope the user may not write (remember and remember_many)."""
     scope = layout.default_scope(scope, team)
@@ -119,7 +122,8 @@ def draft(repo: RepoState, user: str, text: str, *, kind: str, subject: str, key
     note = Note(id=new_id(), kind=contract.name, subject=subject, key=key, scope=scope,
                 team=team if scope == "team" else None, owner=user, source=source,
                 valid_from=start, expires_at=add_span(start, ttl_delta) if ttl_delta is not None else None,
-                derived_from=tuple(derived_from or ()), text=text.strip(), context=context)
+                derived_from=tuple(derived_from or ()), text=text.strip(), context=context,
+                extra=check_extra(extra))
     size = len(note.dumps().encode())
     if size > repo.config.note_max_bytes:
         raise BadInput(f"text: the note would be {size} bytes; a note is at most "
@@ -300,6 +304,30 @@ def check_derivation(repo: RepoState, root: str, note: Note) -> None:
             if stored.note.id in ids:
                 found[stored.note.id] = stored.root
     gate.check_derivation(repo.access, root, ids, found)
+
+
+def check_extra(extra: Mapping[str, Any] | None) -> dict:
+    """Fields an editor or another tool added (tags, aliases, title...), kept with the note like
+    hand-added ones: plain names that are not mdmem's own fields, text or lists of text."""
+    if extra is None:
+        return {}
+    if not isinstance(extra, Mapping):
+        raise BadInput("extra: a mapping of editor fields (like tags, aliases)")
+    out: dict = {}
+    for name, value in extra.items():
+        if not isinstance(name, str) or not EXTRA_NAME.fullmatch(name) or name in NOTE_FIELDS:
+            raise BadInput(f"extra: {str(name)[:40]!r} is not a field a note can carry (a plain name, not one of "
+                           f"mdmem's: {', '.join(NOTE_FIELDS)})")
+        if hasattr(value, "isoformat"):
+            value = value.isoformat()
+        items = value if isinstance(value, list) else [value]
+        if len(items) > 100 or not all(isinstance(v, (str, int, float)) for v in items):
+            raise BadInput(f"extra: {name}: text, a number, or a list of at most 100 of them")
+        for v in items:
+            if isinstance(v, str):
+                check_unicode(v, f"extra.{name}")
+        out[name] = value
+    return out
 
 
 def commit_pending(repo: RepoState, user: str, when: _dt.datetime, prepare_now: Callable[[], Pending], *,
