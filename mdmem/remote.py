@@ -98,6 +98,9 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, now=
         holds = _sync_holds(store, remote, push=push)
     repo.reset_caches()
     head = repo.store.head()
+    # Conflicts in roots the user may not read are resolved all the same, but not named
+    # (like the untrusted list): a path in private/<other> tells what they keep (A18.8).
+    conflicts = [c for c in conflicts if _readable(repo, user, c.path)]
     detail = f"{branch} now at {head[:10] if head else '(empty)'}"
     if conflicts:
         detail += f"; {len(conflicts)} note(s) changed on both sides, resolved by validity (listed for review)"
@@ -181,6 +184,12 @@ def _sync_holds(store, remote: str, *, push: bool) -> dict:
     if refused:
         out["refused_erased"] = refused
     return out
+
+
+def _readable(repo, user: str, path: str) -> bool:
+    from .model.layout import root_of
+
+    return repo.access.may_read_root(user, root_of(path))
 
 
 def _integrate(repo, user, when, head, their_head, remote, branch) -> tuple[str, list[ConflictPair]]:

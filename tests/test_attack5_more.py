@@ -215,3 +215,57 @@ def test_import_keeps_a_vaults_editor_fields(team):
                                    "team": "payments", "extra": {"tags": [{"deep": 1}]}}],
                                  as_user="bob", new_key=True, now=T0)
     assert len(out.refused) == 2 and "owner" in out.refused[0]["reason"] and "tags" in out.refused[1]["reason"]
+
+
+# A18.5. A JSONL import refused `context` and `tags` (a conversation history could carry neither).
+def test_jsonl_import_carries_context_and_tags(team, tmp_path):
+    lines = tmp_path / "turns.jsonl"
+    lines.write_text('{"text": "Yes, last Tuesday!", "kind": "fact", "subject": "service:billing", "key": "t1", '
+                     '"scope": "team", "team": "payments", "context": "Caroline: when did billing deploy?", '
+                     '"tags": ["deploys"]}\n')
+    r = run_cli("import", str(lines), "--as", "bob", "--new-key", env=ENV, cwd=team.root)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    text = (team.root / "team/payments/service/billing/fact/t1.md").read_text()
+    assert "when did billing deploy?" in text and "deploys" in text
+    r = run_cli("recall", "when did billing deploy", "--tag", "deploys", "--as", "bob", env=ENV, cwd=team.root)
+    assert "last Tuesday" in r.stdout, r.stdout
+
+
+# A18.9. No limit on a recall query's length: 200,000 words took minutes of CPU under the lock
+# every recall shares.
+def test_a_huge_recall_query_is_refused_at_once(team):
+    import time
+
+    start = time.monotonic()
+    r = run_cli("recall", "deploy " * 15_000, "--as", "bob", env=ENV, cwd=team.root)
+    assert r.returncode == 2 and "query:" in r.stderr and "at most" in r.stderr, r.stderr
+    assert time.monotonic() - start < 30
+    from mdmem.errors import BadInput
+
+    with pytest.raises(BadInput, match="query"):
+        team.recall("x" * 4001, as_user="bob", now=T0)
+    assert team.recall("deploy " * 500, as_user="bob", now=T0)  # a long but sane query still answers
+
+
+# A18.8. sync named other people's private note paths in its conflicts.
+def test_sync_does_not_name_conflicts_in_roots_the_user_cannot_read(team, tmp_path):
+    import json
+
+    root = team.root
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(root, "remote", "add", "origin", str(remote))
+    assert run_cli("sync", "--push", "--as", "alice", env=ENV, cwd=root).returncode == 0
+    other = tmp_path / "c"
+    git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(other))
+    for where, text in ((root, "Alice phone 555-0100"), (other, "Alice phone 555-0199")):
+        r = run_cli("remember", text, "--kind", "profile", "--subject", "user:alice", "--key", "phone", "--as", "alice",
+                    env=ENV, cwd=where)
+        assert r.returncode == 0, r.stderr
+    assert run_cli("sync", "--push", "--as", "alice", env=ENV, cwd=root).returncode == 0
+    r = run_cli("sync", "--as", "bob", "--json", env=ENV, cwd=other)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["status"] == "merged" and out["conflicts"] == [] and "private/alice" not in r.stdout
+    r = run_cli("sync", "--as", "alice", "--json", env=ENV, cwd=other)
+    assert r.returncode == 0

@@ -17,7 +17,7 @@ MAX_ITEM_BYTES = 256 * 1024  # a note is small; a bigger line or file is refused
 MAX_DEPTH = 8
 # The fields an item may carry; anything else is refused so a typo never goes unnoticed.
 FIELDS = {"text", "kind", "subject", "key", "scope", "team", "owner", "source", "ttl", "valid_from",
-          "new_key", "derived_from", "extra"}
+          "new_key", "derived_from", "extra", "context", "tags"}
 # Frontmatter that editors add: kept with the note (``extra``), like fields added by hand;
 # an editor's own ``id`` is dropped (the note gets mdmem's).
 EDITOR_FIELDS = {"tags", "aliases", "title", "created", "updated", "id", "cssclass", "cssclasses"}
@@ -57,6 +57,10 @@ def _check_fields(item: dict, where: str) -> dict:
                        f"(use {', '.join(sorted(FIELDS))})")
     if _depth(item) > MAX_DEPTH:
         raise BadInput(f"{where}: nested deeper than {MAX_DEPTH} levels")
+    if "tags" in item:  # a note field editors write in frontmatter; kept with the note's extra fields
+        tags = item.pop("tags")
+        extra = item.get("extra")
+        item["extra"] = {**(extra if isinstance(extra, dict) else {}), "tags": tags}
     return item
 
 

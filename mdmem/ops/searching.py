@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..errors import MdmemError
+from ..errors import BadInput, MdmemError
 from ..model.clock import TimeLike
 from ..model.layout import root_of
 from ..model.text import check_unicode
@@ -33,6 +33,9 @@ def broken(repo: RepoState, *, as_user: str) -> dict[str, str]:
     return {p: r for p, r in repo.index.broken().items() if root_of(p) in readable}
 
 
+MAX_QUERY_CHARS = 4000
+
+
 def recall(repo: RepoState, query: str, *, as_user: str, k: int = 5, kinds: list[str] | None = None,
            subject: str | None = None, key: str | None = None, at: TimeLike = None, include_history: bool = False,
            now: TimeLike = None, tags: list[str] | None = None) -> list[Hit]:
@@ -40,6 +43,11 @@ def recall(repo: RepoState, query: str, *, as_user: str, k: int = 5, kinds: list
     ``tags``: only notes whose frontmatter ``tags`` include every one of them."""
     if isinstance(query, str):
         check_unicode(query, "query")
+        if len(query) > MAX_QUERY_CHARS:
+            # Each word costs the full-text search ~0.7 ms, under the lock every recall shares:
+            # a 200,000-word query (one MCP call) stalled the server for minutes (attack 5, A18.9).
+            raise BadInput(f"query: {len(query):,} characters; a recall query is at most {MAX_QUERY_CHARS:,} "
+                           "(the embedder reads its first ~256 tokens anyway): ask with the gist")
     args: dict[str, Any] = dict(as_user=as_user, k=k, kinds=kinds, subject=subject, key=key, at=at,
                                 include_history=include_history, now=now, tags=tags)
     try:
