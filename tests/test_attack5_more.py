@@ -269,3 +269,40 @@ def test_sync_does_not_name_conflicts_in_roots_the_user_cannot_read(team, tmp_pa
     assert out["status"] == "merged" and out["conflicts"] == [] and "private/alice" not in r.stdout
     r = run_cli("sync", "--as", "alice", "--json", env=ENV, cwd=other)
     assert r.returncode == 0
+
+
+# A18.11. forget in a clone that borrows objects (`git clone --shared`) reported success while
+# the erased objects stayed readable through the alternate.
+def test_forget_refuses_a_clone_that_borrows_objects(team, tmp_path):
+    team.remember("Alice secret phone 555-0199", as_user="alice", kind="profile", subject="user:alice",
+                  key="phone", now=T0)
+    shared = tmp_path / "shared"
+    git(tmp_path, "clone", "-q", "--shared", str(team.root), str(shared))
+    for extra in ([], ["--dry-run"]):
+        r = run_cli("forget", "--owner", "alice", "--subject", "user:alice", "--as", "dana", *extra, env=ENV,
+                    cwd=shared)
+        assert r.returncode == 5 and "borrows objects" in r.stderr and "repack" in r.stderr, r.stderr
+    assert "555-0199" in git(shared, "log", "-p").stdout  # nothing changed
+    git(shared, "repack", "-q", "-a", "-d")
+    (shared / ".git/objects/info/alternates").unlink()
+    r = run_cli("forget", "--owner", "alice", "--subject", "user:alice", "--as", "dana", env=ENV, cwd=shared)
+    assert r.returncode == 0, r.stderr
+    assert "555-0199" not in git(shared, "log", "-p", "--all").stdout
+
+
+# A18.2. Note paths worked only relative to the repo root: ./team/..., an absolute path, or a
+# path relative to the folder one is in all answered "no such note visible".
+def test_note_paths_as_a_person_types_them(team):
+    root = team.root
+    inside = root / "team/payments"
+    for given, cwd in ((f"./{DEPLOY}", root), (str(root / DEPLOY), root), ("service/billing/fact/deploy.window.md", inside),
+                       ("../service/billing/fact/deploy.window.md", inside / "service")):
+        for cmd in ("show", "get", "history"):
+            r = run_cli(cmd, given, "--as", "bob", env=ENV, cwd=cwd)
+            assert r.returncode == 0 and "deploy" in r.stdout, (cmd, given, r.stderr)
+    # Normalising never widens what a person may see: carol's answer stays "not visible".
+    for given in (f"./{DEPLOY}", str(root / DEPLOY), "./team/search/../payments/service/billing/fact/deploy.window.md"):
+        r = run_cli("get", given, "--as", "carol", env=ENV, cwd=root)
+        assert r.returncode == 6, (given, r.stdout, r.stderr)
+    r = run_cli("retire", f"./{DEPLOY}", "--as", "bob", env=ENV, cwd=root)
+    assert r.returncode == 0, r.stderr

@@ -49,7 +49,8 @@ def run(ctx) -> int:
     if a.push and not ctx.json:
         print("warning: --push force-pushes rewritten history; everyone else must re-clone or `mdmem sync`",
               file=sys.stderr)
-    out = repo.forget(as_user=user, subject=a.subject, owner=a.owner, paths=a.paths or None,
+    paths = [ctx.note_path(p, repo.root) for p in a.paths] if a.paths else None
+    out = repo.forget(as_user=user, subject=a.subject, owner=a.owner, paths=paths,
                       texts=a.texts or None, dry_run=a.dry_run, push=a.push, scrub=not a.no_scrub,
                       force=a.force, now=ctx.now)
     if a.dry_run:

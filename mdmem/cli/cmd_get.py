@@ -12,7 +12,7 @@ def register(sub) -> None:
 
 
 def run(ctx) -> int:
-    stored = ctx.repo().get(as_user=ctx.user, now=ctx.now, **selector(ctx.args))
+    stored = ctx.repo().get(as_user=ctx.user, now=ctx.now, **selector(ctx))
     warn = f"\nUNTRUSTED: {stored.untrusted} (mdmem verify)" if stored.untrusted else ""
     ctx.emit(stored.to_dict(), f"{stored.path} ({stored.version[:10]}){warn}\n{stored.note.text}")
     return 0

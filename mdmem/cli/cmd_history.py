@@ -15,7 +15,7 @@ def register(sub) -> None:
 
 def run(ctx) -> int:
     a = ctx.args
-    versions = ctx.repo().history(as_user=ctx.user, at=a.at, **selector(a))
+    versions = ctx.repo().history(as_user=ctx.user, at=a.at, **selector(ctx))
     lines = [f"{v.commit[:10]} {format_time(v.time)} {v.op:<9} {v.actor:<8} {v.source:<14} "
              f"{v.note.first_line() if v.note else '(deleted)'}" for v in versions]
     ctx.emit({"versions": [v.to_dict() for v in versions]}, "\n".join(lines))  # the MCP tool's shape

@@ -12,7 +12,7 @@ def register(sub) -> None:
 
 
 def run(ctx) -> int:
-    rows = ctx.repo().keys(as_user=ctx.user, now=ctx.now, **selector(ctx.args))
+    rows = ctx.repo().keys(as_user=ctx.user, now=ctx.now, **selector(ctx))
     ctx.emit({"keys": [r.to_dict() for r in rows]},
              "\n".join(f"{r.key}\t{r.root}\t{r.first_line}" for r in rows) or "(no live keys)")
     return 0

@@ -15,7 +15,7 @@ def register(sub) -> None:
 
 def run(ctx) -> int:
     a = ctx.args
-    result = ctx.repo().retire(as_user=ctx.user, path=a.path, valid_until=a.valid_until,
+    result = ctx.repo().retire(as_user=ctx.user, path=ctx.note_path(a.path), valid_until=a.valid_until,
                                expect_version=a.expect_version, now=ctx.now)
     ctx.emit(result.to_dict(), f"retired {result.path} (commit {result.commit[:10]})")
     return 0

@@ -14,7 +14,7 @@ def register(sub) -> None:
 def run(ctx) -> int:
     from ..model.clock import resolve_now
 
-    stored = ctx.repo().show(as_user=ctx.user, path=ctx.args.path)
+    stored = ctx.repo().show(as_user=ctx.user, path=ctx.note_path(ctx.args.path))
     live = stored.note.is_live(resolve_now(ctx.now))
     data = {**stored.to_dict(), "live": live}
     fields = "\n".join(f"{k}: {v}" for k, v in stored.note.metadata().items())

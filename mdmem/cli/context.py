@@ -51,10 +51,13 @@ def add_note_selector(parser: argparse.ArgumentParser, *, path: bool = True, key
     parser.add_argument("--team")
 
 
-def selector(args) -> dict:
-    """The selector arguments as keyword arguments for MemoryRepo."""
+def selector(ctx) -> dict:
+    """The selector arguments as keyword arguments for MemoryRepo (the path as the repo names it)."""
     names = ("path", "subject", "kind", "key", "scope", "team")
-    return {n: getattr(args, n) for n in names if hasattr(args, n)}
+    out = {n: getattr(ctx.args, n) for n in names if hasattr(ctx.args, n)}
+    if out.get("path"):
+        out["path"] = ctx.note_path(out["path"])
+    return out
 
 
 class RichProgress:
@@ -112,6 +115,19 @@ class Ctx:
         """What the environment overrides in mdmem.toml, as MemoryRepo keyword arguments."""
         return {"embedder": os.environ.get("MDMEM_EMBEDDER") or None,
                 "fusion": os.environ.get("MDMEM_FUSION") or None}
+
+    def note_path(self, given: str, root: Path | None = None) -> str:
+        """A note path as a person types it -- relative to the repo root (as mdmem prints them),
+        or with ./, absolute, or relative to the folder they are in (tab completion inside
+        team/payments/) -- as the repo-relative path mdmem takes. A path outside the repo is
+        passed on unchanged: the visibility check answers it like any path it may not see."""
+        if not given.startswith(("./", "../", "/")) and given.split("/", 1)[0] in ("team", "private"):
+            return given
+        top = str((root or self.repo().root).resolve())
+        full = os.path.normpath(given if os.path.isabs(given) else os.path.join(os.getcwd(), given))
+        if full != top and full.startswith(top + os.sep):
+            return Path(os.path.relpath(full, top)).as_posix()
+        return given
 
     def repo(self) -> MemoryRepo:
         """The memory repo this command acts on, opened once and closed when the command ends."""

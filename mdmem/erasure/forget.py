@@ -50,6 +50,13 @@ def forget(repo, *, as_user: str, when: _dt.datetime, subject=None, owner=None, 
     if journal.exists():
         finish(repo)
     journal.remove()  # a journal folder without a journal: killed before anything changed
+    borrowed = ops.alternates(repo.root)
+    if borrowed:
+        # The erased objects would stay readable through the other store, and prove-gone fail
+        # without saying why (attack 5, A18.11): the clone must own its objects first.
+        raise Conflict(f"forget: this clone borrows objects from {borrowed[0]} (git clone --shared or --reference), "
+                       "where erased versions would stay readable; make it self-contained first: "
+                       "git repack -a -d && rm .git/objects/info/alternates (nothing changed)")
     plan = build_plan(repo, as_user=as_user, subject=subject, owner=owner, paths=paths, texts=texts, scrub=scrub)
     if dry_run:
         return ErasurePlan.from_dict(plan.to_dict())

@@ -29,6 +29,17 @@ def git_dir(root: Path) -> Path:
     return Path(root) / ".git"
 
 
+def alternates(root: Path) -> list[str]:
+    """Object stores this clone borrows from (``git clone --shared``/``--reference``): objects
+    there stay readable whatever a rewrite here drops."""
+    path = git_dir(root) / "objects" / "info" / "alternates"
+    try:
+        return [line.strip() for line in path.read_text(errors="replace").splitlines()
+                if line.strip() and not line.startswith("#")]
+    except OSError:
+        return []
+
+
 def run_git(root: Path, *args: str, input: bytes | None = None, check: bool = True) -> str:
     proc = subprocess.run(["git", "-C", str(root), *args], input=input, capture_output=True)
     if check and proc.returncode != 0:
