@@ -73,6 +73,12 @@ def _problems(root: Path, python: str) -> tuple[list[str], list[str]]:
             else:
                 notices.append(f"mdmem: .git/hooks/{name} is not mdmem's; notes are not checked on commit until "
                                "it is moved aside and `mdmem hooks install` runs")
+    other = cfg[hook_git.HOOKS_CONFIG] if hook_git.HOOKS_CONFIG in cfg else None
+    if other and other != LEGACY_HOOKS_DIR and Path(root, os.path.expanduser(other)).resolve() != folder:
+        # Set here or in the person's global config: git runs that folder, never .git/hooks.
+        notices.append(f"mdmem: core.hooksPath is {other}, so git does not run mdmem's hooks in .git/hooks "
+                       "(notes are not checked on commit): unset it (git config --global --unset core.hooksPath) "
+                       "or copy mdmem's hooks there")
     configured_python = cfg["mdmem.python"] if "mdmem.python" in cfg else None
     if not configured_python or not os.access(configured_python, os.X_OK):
         stale.append("config")
@@ -122,9 +128,6 @@ def ensure(root: Path, python: str) -> str | None:
     if stale or legacy:
         configure(root, python)
         return INSTALLED_NOTICE + (" (git no longer runs the committed .githooks folder)" if legacy else "")
-    other = cfg["core.hooksPath"] if "core.hooksPath" in cfg else None
-    if other:
-        notices.append(f"mdmem: core.hooksPath is {other}, so git does not run mdmem's hooks in .git/hooks")
     return notices[0] if notices else None
 
 
@@ -148,7 +151,8 @@ def install(repo, *, as_user: str, python: str, now=None) -> dict:
     configure(repo.root, python)
     _, notices = _problems(repo.root, python)
     return {"committed": commit, "hooks_dir": str(hook_git.hooks_dir(repo.root)), "hooks": list(HOOK_NAMES),
-            "files": sorted(committed_files()), "notices": notices}
+            "files": sorted(committed_files()), "notices": notices,
+            "git_runs_them": not any(hook_git.HOOKS_CONFIG in n for n in notices)}
 
 
 # --- what the hooks run ----------------------------------------------------------------

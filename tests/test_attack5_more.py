@@ -306,3 +306,32 @@ def test_note_paths_as_a_person_types_them(team):
         assert r.returncode == 6, (given, r.stdout, r.stderr)
     r = run_cli("retire", f"./{DEPLOY}", "--as", "bob", env=ENV, cwd=root)
     assert r.returncode == 0, r.stderr
+
+
+# A18.4. The same write twice within a second made an empty commit whose answer said it
+# superseded itself.
+def test_an_identical_write_makes_no_empty_commit(team):
+    root = team.root
+    args = dict(as_user="bob", kind="fact", subject="service:billing", key="deploy.window", scope="team",
+                team="payments", now=T0)
+    first = team.remember("Billing deploys on Mondays", **args)
+    count = git(root, "rev-list", "--count", "HEAD").stdout
+    again = team.remember("Billing deploys on Mondays", **args)
+    assert git(root, "rev-list", "--count", "HEAD").stdout == count
+    assert again.status == "committed" and again.version == first.version and again.commit == first.commit
+    assert again.superseded is None
+
+
+# A18.6. `mdmem hooks install` said "installed" (exit 0) when a global core.hooksPath meant git
+# would never run the hooks.
+def test_hooks_install_says_when_git_will_not_run_them(team, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text("[core]\n\thooksPath = ~/elsewhere-hooks\n")
+    env = {**ENV, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), "GIT_CONFIG_NOSYSTEM": "1"}
+    r = run_cli("hooks", "install", "--as", "bob", env=env, cwd=team.root)
+    assert r.returncode == 5 and "core.hooksPath" in r.stderr and "will not run" in r.stdout, (r.stdout, r.stderr)
+    r = run_cli("recall", "deploys", "--as", "bob", env=env, cwd=team.root)
+    assert "core.hooksPath" in r.stderr
+    r = run_cli("hooks", "install", "--as", "bob", env=ENV, cwd=team.root)
+    assert r.returncode == 0 and "core.hooksPath" not in r.stderr, r.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import sys
 
+from ..errors import Conflict
 from .context import add_common
 
 
@@ -27,8 +28,10 @@ def run(ctx) -> int:
         for notice in out["notices"]:
             print(notice, file=sys.stderr)
         ctx.emit(out, f"mdmem's hooks installed in {out['hooks_dir']}"
-                 + (f"; committed the merge driver's attributes ({out['committed'][:10]})" if out["committed"] else ""))
-        return 0
+                 + (f"; committed the merge driver's attributes ({out['committed'][:10]})" if out["committed"] else "")
+                 + ("" if out["git_runs_them"] else "; but git will not run them (see above)"))
+        # Installed where git never looks is not installed: a script must notice (exit 5).
+        return 0 if out["git_runs_them"] else Conflict.exit_code
     from ..storage.hook_git import toplevel
 
     root = toplevel()

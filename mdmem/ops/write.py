@@ -341,6 +341,13 @@ def commit_pending(repo: RepoState, user: str, when: _dt.datetime, prepare_now: 
             # What mdmem commits must pass the checks its readers apply, or it could not
             # read (and so never undo) its own write.
             validate_note(pending.path, data, repo.contracts, max_bytes=repo.config.note_max_bytes)
+            version = blob_hash(data)
+            if pending.superseded == version:
+                # The same note again (an agent repeating itself within a second): no empty
+                # commit; the answer names the commit that holds this version (attack 5, A18.4).
+                held_by = repo.store.log(pending.path)
+                return WriteResult("committed", pending.path, commit=held_by[0].commit if held_by else None,
+                                   version=version, note_id=pending.note.id)
             try:
                 commit = commit_changes(repo, {pending.path: data}, message, actor=user, when=when)
             except BranchMoved:
@@ -349,7 +356,6 @@ def commit_pending(repo: RepoState, user: str, when: _dt.datetime, prepare_now: 
                 continue
             # Acknowledged: nothing from here may raise (the version is the blob we wrote).
             after_write(repo)
-            version = blob_hash(data)
             return WriteResult("committed", pending.path, commit=commit, version=version,
                                superseded=pending.superseded, note_id=pending.note.id)
     raise AssertionError("unreachable")
