@@ -335,3 +335,29 @@ def test_hooks_install_says_when_git_will_not_run_them(team, tmp_path):
     assert "core.hooksPath" in r.stderr
     r = run_cli("hooks", "install", "--as", "bob", env=ENV, cwd=team.root)
     assert r.returncode == 0 and "core.hooksPath" not in r.stderr, r.stderr
+
+
+# A13 (digests). Erasing a note left "- fact fraud.contact: [removed]" in the subject's digest,
+# in every version of it, and the erased note's id in derived_from.
+@pytest.mark.parametrize("others", [1, 0])
+def test_erasure_leaves_no_digest_line_or_id(team, others):
+    root = team.root
+    args = dict(as_user="bob", kind="fact", subject="service:billing", scope="team", team="payments",
+                new_key=True, now=T0)
+    gone = team.remember("Billing fraud contact is Mallory Q. Whistleblower-Jones", key="fraud.contact", **args)
+    if not others:
+        team.retire(path=DEPLOY, as_user="bob", now=T0)
+    r = run_cli("consolidate", "--subject", "service:billing", "--team", "payments", "--as", "bob", env=ENV, cwd=root)
+    assert r.returncode == 0, r.stderr
+    path = "team/payments/service/billing/fact/fraud.contact.md"
+    r = run_cli("forget", "--path", path, "--as", "dana", env=ENV, cwd=root)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    history = git(root, "log", "-p", "--all").stdout
+    left = [line for line in history.splitlines() if "fraud.contact" in line or gone.note_id in line
+            or "Whistleblower" in line]
+    assert left == []
+    digest = root / "team/payments/service/billing/summary/digest.md"
+    assert "fraud.contact" not in digest.read_text() and gone.note_id not in digest.read_text()
+    assert run_cli("check", env=ENV, cwd=root).returncode == 0
+    r = run_cli("get", "team/payments/service/billing/summary/digest.md", "--as", "bob", env=ENV, cwd=root)
+    assert r.returncode == 0, r.stderr

@@ -47,6 +47,8 @@ class Plan:
     targets: list[str] = field(default_factory=list)            # note paths erased whole
     versions: int = 0
     target_keys: list[str] = field(default_factory=list)        # keys / subject-keys naming erased notes
+    target_ids: list[str] = field(default_factory=list)         # ids of erased notes (digests' derived_from)
+    digest_lines: list[list[str]] = field(default_factory=list)  # [summary folder, "- kind key:"] naming one
     needles: list[str] = field(default_factory=list)
     copies: dict[str, dict] = field(default_factory=dict)       # path -> {versions, replacements}
     not_scrubbed: dict[str, str] = field(default_factory=dict)  # path -> why it keeps a needle
@@ -225,6 +227,8 @@ def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, text
     # Needles: the explicit texts, and what every erased version's body yields.
     found: set[str] = set(texts)
     keys: set[str] = set()
+    ids: set[str] = set()
+    lines: set[tuple[str, str]] = set()
     derived: dict[str, set[str]] = {}  # needle -> the erased versions (blobs) it comes from
     for p in plan.targets:
         if not layout.is_note_path(p):
@@ -236,11 +240,14 @@ def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, text
             try:
                 note = parse_note(p, raw)
                 body = note.text
+                ids.add(note.id)
             except Exception:
                 body = raw.decode("utf-8", "replace")
             for needle in nd.from_note_text(body):  # views quote it even with --no-scrub
                 derived.setdefault(needle, set()).add(b)
         if loc.key:
+            # A digest of the subject lists the note as "- <kind> <key>: <first line>" (ops.consolidate).
+            lines.add((layout.kind_dir(loc.root, loc.subject, "summary") + "/", f"- {loc.kind} {loc.key}:"))
             keys.add(f"{loc.subject}/{loc.key}")
             if nd.is_distinctive(loc.key) or loc.key in texts:
                 keys.add(loc.key)
@@ -248,6 +255,8 @@ def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, text
     found |= set(derived) - set(_quoted_from_others(scan, data, targets, derived, readable, plan))
     plan.needles = nd.ordered(found)
     plan.target_keys = nd.ordered(keys)
+    plan.target_ids = sorted(ids)
+    plan.digest_lines = [list(pair) for pair in sorted(lines)]
     needle_bytes = [n.encode() for n in plan.needles]
 
     # Copies: note bodies and views in readable roots that quote a needle.
@@ -286,10 +295,12 @@ def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, text
 
     # Commit messages: scrubbed where every root the commit touched may be erased.
     key_bytes = [k.encode() for k in plan.target_keys]
+    id_bytes = [i.encode() for i in plan.target_ids]  # a digest's commit names its inputs by id
     target_set = set(plan.targets)
     for commit, message in _messages(repo.root).items():
         touches_target = bool(scan.commit_paths.get(commit, set()) & target_set)
-        if not (any(n in message for n in needle_bytes) or (touches_target and any(k in message for k in key_bytes))):
+        if not (any(n in message for n in needle_bytes) or any(i in message for i in id_bytes)
+                or (touches_target and any(k in message for k in key_bytes))):
             continue
         roots = scan.commit_roots.get(commit, set())
         if eraser or (roots and all(erasable(r) for r in roots)):

@@ -79,9 +79,12 @@ class Rewriter:
         self.copies = {p.encode() for p in plan.copies}
         self.local_blobs = {b.encode() for b in plan.local_blobs}
         self.needles = [n.encode() for n in plan.needles]
-        self.names = [n.encode() for n in plan.needles + plan.target_keys]
+        self.names = [n.encode() for n in plan.needles + plan.target_keys + plan.target_ids]
         self.message_commits = {c.encode() for c in plan.message_commits + plan.local_commits}
         self.people = Pseudonyms(plan)
+        self.digest_lines = [(folder.encode(), label.encode()) for folder, label in plan.digest_lines]
+        self.id_lines = re.compile(rb"^- (" + b"|".join(re.escape(i.encode()) for i in plan.target_ids) + rb")\n",
+                                   re.M) if plan.target_ids else None
         self.cache: dict[tuple[bytes, bytes], bytes] = {}
 
     def file_info(self, filename: bytes, mode: bytes, blob_id: bytes, value):
@@ -91,17 +94,24 @@ class Rewriter:
         note_file = layout.is_note_path(name)
         view = is_view(name)
         scrub = filename in self.copies or (is_git_note(name) and self.plan.copies) or blob_id in self.local_blobs
-        if not (scrub or (view and self.targets) or (self.people and (note_file or view))):
+        digest = [label for folder, label in self.digest_lines if note_file and filename.startswith(folder)]
+        if not (scrub or digest or (view and self.targets) or (self.people and (note_file or view))):
             return (filename, mode, blob_id)
         key = (filename, blob_id)
         if key not in self.cache:
             data = value.get_contents_by_identifier(blob_id)
-            new = self.transform(data, note_file=note_file, view=view, scrub=scrub)
+            new = self.transform(data, note_file=note_file, view=view, scrub=scrub, digest=digest)
             self.cache[key] = blob_id if new == data else value.insert_file_with_contents(new)
         return (filename, mode, self.cache[key])
 
-    def transform(self, data: bytes, *, note_file: bool, view: bool, scrub: bool) -> bytes:
+    def transform(self, data: bytes, *, note_file: bool, view: bool, scrub: bool, digest: list[bytes] = ()) -> bytes:
         front, body = split_note(data) if note_file else (b"", data)
+        if digest:
+            # A digest of the subject names an erased note by kind and key on its own line, and
+            # by id in derived_from: both go, like a view's line (attack 5, A13).
+            body = b"\n".join(line for line in body.split(b"\n") if not any(line.startswith(d) for d in digest))
+            if self.id_lines is not None:
+                front = self.id_lines.sub(b"", front)
         if view and self.targets:
             # A view's line about an erased note names its path and key beside the text: the
             # whole line goes, not only the text (attack 5, A13: "[[.../medical.leave.oncology.md]]
