@@ -183,6 +183,7 @@ class ErasurePlan(Result):
     other_files_erased: list[str]
     versions: int
     commits_to_rewrite: int
+    commits_with_new_ids: int  # those and every later commit: what makes every clone sync again
     copies_to_scrub: list[dict[str, Any]]
     not_scrubbed: list[dict[str, Any]]
     commit_messages_to_rewrite: int

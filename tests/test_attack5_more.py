@@ -361,3 +361,21 @@ def test_erasure_leaves_no_digest_line_or_id(team, others):
     assert run_cli("check", env=ENV, cwd=root).returncode == 0
     r = run_cli("get", "team/payments/service/billing/summary/digest.md", "--as", "bob", env=ENV, cwd=root)
     assert r.returncode == 0, r.stderr
+
+
+# A18.1. The dry run said "3 commit(s) to rewrite" and the run then "rewrote 10": every commit
+# after a rewritten one gets a new id too. The plan says both, and the second is exact.
+def test_the_dry_run_counts_every_commit_that_gets_a_new_id(team):
+    import json
+
+    team.remember("Alice secret phone 555-0199", as_user="alice", kind="profile", subject="user:alice",
+                  key="phone", now=T0)
+    for n in range(4):
+        team.remember(f"Billing fact number {n}", as_user="bob", kind="fact", subject="service:billing",
+                      key=f"f{n}", new_key=True, scope="team", team="payments", now=T0)
+    args = ["forget", "--owner", "alice", "--subject", "user:alice", "--as", "dana", "--json"]
+    plan = json.loads(run_cli(*args, "--dry-run", env=ENV, cwd=team.root).stdout)
+    assert plan["commits_with_new_ids"] > plan["commits_to_rewrite"] >= 1
+    r = run_cli(*args, env=ENV, cwd=team.root)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["counts"]["commits_rewritten"] == plan["commits_with_new_ids"]

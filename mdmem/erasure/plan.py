@@ -67,6 +67,7 @@ class Plan:
     mentions_outside: list[str] = field(default_factory=list)   # user:P notes the asker may not erase
     review: list[dict] = field(default_factory=list)            # held writes erased or scrubbed
     commits_touched: int = 0
+    commits_moved: int = 0  # commits_touched and every commit after one: all get new ids
 
     # --- what a person sees ---------------------------------------------------------------
     def targets_record(self) -> dict:
@@ -92,6 +93,7 @@ class Plan:
                 "other_files_erased": [p for p in self.targets if not layout.is_note_path(p)],
                 "versions": self.versions,
                 "commits_to_rewrite": self.commits_touched,
+                "commits_with_new_ids": self.commits_moved,
                 "copies_to_scrub": [{"path": p, **c} for p, c in sorted(self.copies.items())],
                 "not_scrubbed": [{"path": p, "why": w} for p, w in sorted(self.not_scrubbed.items())],
                 "commit_messages_to_rewrite": self.messages,
@@ -321,6 +323,7 @@ def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, text
     if plan.people:
         changed_commits |= _authored_by(repo.root, identity_names(owner, plan.aliases[owner]))
     plan.commits_touched = len(changed_commits)
+    plan.commits_moved = ops.commits_moved_by(repo.root, changed_commits, plan.rewrite_refs)
     return plan
 
 
