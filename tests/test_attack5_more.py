@@ -379,3 +379,16 @@ def test_the_dry_run_counts_every_commit_that_gets_a_new_id(team):
     r = run_cli(*args, env=ENV, cwd=team.root)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["counts"]["commits_rewritten"] == plan["commits_with_new_ids"]
+
+
+# A18.7. The pre-commit hook called a symlinked note "frontmatter: missing".
+def test_the_hook_calls_a_symlinked_note_a_symlink(team):
+    import os
+
+    root = team.root
+    assert run_cli("hooks", "install", "--as", "bob", env=ENV, cwd=root).returncode == 0
+    link = root / "team/payments/service/billing/fact/link.md"
+    os.symlink("deploy.window.md", link)
+    git(root, "add", str(link))
+    r = git(root, "-c", "user.email=bob@mdmem.invalid", "commit", "-qm", "link", check=False)
+    assert r.returncode != 0 and "is a symbolic link" in r.stderr and "frontmatter" not in r.stderr, r.stderr

@@ -277,6 +277,13 @@ class GitStore(GitQueries):
             return None
         return self.repo[entry.id].data if entry.type_str == "blob" else None
 
+    def is_link_in(self, rev: str, path: str) -> bool:
+        """Whether ``path`` in the tree of ``rev`` is a symbolic link (its blob is the target)."""
+        try:
+            return self.repo[rev].peel(pygit2.Tree)[path].filemode == pygit2.GIT_FILEMODE_LINK
+        except KeyError:
+            return False
+
     def folders_in(self, rev: str, folder: str) -> list[str]:
         """Names of the sub-folders of ``folder`` in the tree of ``rev`` (commit or tree id)."""
         tree = self.repo[rev].peel(pygit2.Tree)
