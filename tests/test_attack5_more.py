@@ -392,3 +392,24 @@ def test_the_hook_calls_a_symlinked_note_a_symlink(team):
     git(root, "add", str(link))
     r = git(root, "-c", "user.email=bob@mdmem.invalid", "commit", "-qm", "link", check=False)
     assert r.returncode != 0 and "is a symbolic link" in r.stderr and "frontmatter" not in r.stderr, r.stderr
+
+
+# A18.10. consolidate stopped at a large subject: the digest outgrew a note's size limit.
+def test_consolidate_caps_the_digest_of_a_large_subject(team):
+    root = team.root
+    with (root / "mdmem.toml").open("a") as f:
+        f.write("\n[notes]\nmax_bytes = 8192\n")
+    git(root, "-c", "user.email=dana@mdmem.invalid", "-c", "user.name=dana", "commit", "-qam", "small notes",
+        "--no-verify")
+    with MemoryRepo(root, embedder="none") as repo:
+        out = repo.remember_many([{"text": f"Widget {n} ships in box size {n % 7}", "kind": "fact",
+                                   "subject": "service:widgets", "key": f"w{n:03d}", "scope": "team",
+                                   "team": "payments"} for n in range(300)], as_user="bob", new_key=True, now=T0)
+        assert not out.refused
+        result = repo.consolidate(as_user="bob", subject="service:widgets", team="payments", now=T0)
+        assert result.status == "committed"
+        digest = repo.get(path=result.path, as_user="bob")
+    assert len((root / result.path).read_bytes()) <= 8192
+    assert "300 live note(s)" in digest.note.text and "more note(s), not listed" in digest.note.text
+    listed = [line for line in digest.note.text.splitlines() if line.startswith("- fact ")]
+    assert len(digest.note.derived_from) == len(listed) > 10

@@ -15,16 +15,32 @@ from ..storage.worktree import StoredNote, scan_notes
 from . import read, write
 from .state import RepoState
 
+DIGEST_SLACK = 4096  # the frontmatter and the closing line
 _ORDER = {"profile": 0, "procedure": 1, "decision": 2, "fact": 3, "working": 4, "episode": 5}
 
 
-def build_digest(subject: str, root: str, inputs: list[StoredNote]) -> str:
+def build_digest(subject: str, root: str, inputs: list[StoredNote],
+                 max_bytes: int | None = None) -> tuple[str, list[StoredNote]]:
+    """The digest's text and the notes it lists. Past ``max_bytes`` (a digest is a note, and a
+    note has a size limit) the rest are counted, not listed: a large subject still gets a
+    digest (attack 5, A18.10: 2,600 facts made it 400 KB and consolidate refused)."""
     ordered = sorted(inputs, key=lambda s: (_ORDER.get(s.note.kind, 9), s.note.key or "", s.path))
     lines = [f"Digest of {subject} in {root}: {len(ordered)} live note(s)."]
+    listed: list[StoredNote] = []
+    budget = None if max_bytes is None else max_bytes - DIGEST_SLACK - len(lines[0])
     for s in ordered:
         label = f"{s.note.kind} {s.note.key}" if s.note.key else s.note.kind
-        lines.append(f"- {label}: {s.note.first_line()}")
-    return "\n".join(lines)
+        line = f"- {label}: {s.note.first_line()}"
+        cost = len(line.encode()) + 1 + len(s.note.id) + 3  # the line, and the id in derived_from
+        if budget is not None:
+            if cost > budget:
+                lines.append(f"- ... and {len(ordered) - len(listed)} more note(s), not listed: a digest is at most "
+                             f"{max_bytes:,} bytes; consolidate a narrower subject (like {subject}:<part>)")
+                break
+            budget -= cost
+        lines.append(line)
+        listed.append(s)
+    return "\n".join(lines), listed
 
 
 def consolidate(repo: RepoState, *, as_user: str, subject: str, scope: str | None = None, team: str | None = None,
@@ -46,7 +62,7 @@ def consolidate(repo: RepoState, *, as_user: str, subject: str, scope: str | Non
     inputs = [s for s in inputs if s.path not in untrusted]
     if not inputs:
         raise NotFound(f"consolidate: no live notes about {subject} in {root}")
-    text = build_digest(subject, root, inputs)
+    text, listed = build_digest(subject, root, inputs, max_bytes=repo.config.note_max_bytes)
     return write.remember(repo, text, as_user=user, kind="summary", subject=subject, scope=scope, team=team,
-                          source="system:consolidate", derived_from=[s.note.id for s in inputs], now=when,
+                          source="system:consolidate", derived_from=[s.note.id for s in listed], now=when,
                           channel=SYSTEM)
