@@ -40,7 +40,8 @@ class ConflictPair:
 CONFLICT_TRAILER = "Memory-Conflict"
 
 
-def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, now=None) -> dict:
+def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, replay: bool = False,
+         now=None) -> dict:
     """Integrate a remote's history, or change nothing.
 
     Fetch, then fast-forward or merge in memory: generated views are regenerated rather than
@@ -59,6 +60,7 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, now=
     store = repo.store
     if remote not in store.remotes():
         raise BadInput(f"--remote: no remote {remote!r}; add one with git remote add")
+    replayed: dict = {}
     with store.locked():
         _refuse_unfinished_git(store)
         branch = store.branch_ref().removeprefix("refs/heads/")
@@ -78,6 +80,12 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, now=
             if not (push and exc.publishable):
                 raise
             status, conflicts = _publish_erasure(store, remote, branch)
+        except _CloneBehindErasure:
+            if not replay:
+                sync_ops.set_ref(store, scratch, None)
+                raise
+            status, conflicts = "replayed", []
+            replayed = _replay_after_erasure(repo, head, their_head, remote, branch)
         except Refused:
             sync_ops.set_ref(store, scratch, None)
             sync_ops.drop_unreachable(store)
@@ -115,6 +123,7 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, now=
     if pushed is not None:
         out["push"] = pushed
     out["holds"] = holds
+    out.update(replayed)
     return out
 
 
@@ -267,14 +276,65 @@ def _refuse_erased(store, head, their_head, remote, branch) -> None:
     claimed = erased_commit_ids(there)
     stale = sorted(store.commit_ids("HEAD") & (claimed - store.commit_ids(their_head))) if head and claimed else []
     if stale:
-        raise Refused(f"sync: this clone holds {len(stale)} commit(s) that {remote} erased (first {stale[0][:10]}); "
-                      f"re-clone it (save your own uncommitted notes first); nothing changed")
+        known = sync_ops.rev(store, f"refs/remotes/{remote}/{branch}")
+        own = sync_ops.own_commits(store, head, known) if known else []
+        mine = (f"; {len(own)} commit(s) of yours are not on {remote} ("
+                + ", ".join(f"{c[:10]} {store.subject_of(c)}" for c, _ in own[:3]) + (", ..." if len(own) > 3 else "")
+                + ")" if own else "")
+        raise _CloneBehindErasure(
+            f"sync: this clone holds {len(stale)} commit(s) that {remote} erased (first {stale[0][:10]}){mine}; "
+            "`mdmem sync --replay` re-applies your own commits onto the erased history and drops the old one "
+            "(any touching an erased note are left out and named); or re-clone; nothing changed")
     back = incoming & (erased_blob_ids(here) | erased_blob_ids(there))
     if back:
         raise Refused(f"sync: {remote}/{branch} brings back {len(back)} erased note version(s) under new commits "
                       "(an old clone rebased or cherry-picked erased history); nothing was merged and the "
                       f"fetched history was dropped. Erase them from {remote} again (forget in a fresh clone of it, "
                       "with --push), and install `mdmem guard` on it")
+
+
+class _CloneBehindErasure(Refused):
+    """This clone predates an erasure made elsewhere (``sync --replay`` carries its own work over)."""
+
+
+def _replay_after_erasure(repo, head: str, their_head: str, remote: str, branch: str) -> dict:
+    """This clone's own commits (made since it last synced) re-applied onto the erased history,
+    which replaces the old one here; the old history's objects are dropped (attack 5, A12).
+    A commit touching an erased note version is left out and named; one whose change meets a
+    different version on the erased side (a both-sides edit) or a merge needs a person."""
+    from .views.fresh import is_view_path
+
+    store = repo.store
+    known = sync_ops.rev(store, f"refs/remotes/{remote}/{branch}")
+    if not known:
+        raise Refused(f"sync --replay: this clone does not know where {remote}/{branch} was when it last synced; "
+                      "re-clone it (save your own notes first); nothing changed")
+    erased = erased_blob_ids(store.show_file(their_head, AUDIT_PATH))
+    tip, replayed, left_out = their_head, [], []
+    for commit, parents in sync_ops.own_commits(store, head, known):
+        subject = store.subject_of(commit)
+        if len(parents) != 1:
+            raise Conflict(f"sync --replay: {commit[:10]} is a merge; re-apply it by hand after re-cloning; "
+                           "nothing changed")
+        changes = {p: d for p, d in store.tree_changes(parents[0], commit).items() if not is_view_path(p)}
+        base = {p: store.blob_id(p, parents[0]) for p in changes}
+        new = {p: None if d is None else blob_hash(d) for p, d in changes.items()}
+        if (set(base.values()) | set(new.values())) & erased:
+            left_out.append({"commit": commit, "subject": subject})
+            continue
+        for path in changes:
+            now = store.blob_id(path, tip)
+            if now not in (base[path], new[path]):
+                raise Conflict(f"sync --replay: {path} differs on {remote} from the version {commit[:10]} changed; "
+                               "re-apply that change by hand after re-cloning; nothing changed")
+        if changes:
+            tip = sync_ops.replay(store, tip, commit, changes)
+            replayed.append({"commit": commit, "as": tip, "subject": subject})
+    _refuse_dirty(store, store.tree_changes(head, tip), "replay")
+    store.fast_forward(tip, expect_tip=head, why="replayed onto the erased history")
+    sync_ops.set_ref(store, f"refs/remotes/{remote}/{branch}", their_head)
+    sync_ops.drop_unreachable(store)
+    return {"replayed": replayed, "left_out": left_out}
 
 
 def _refuse_config_removed(store, head, their_head, remote, branch) -> None:

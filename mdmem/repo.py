@@ -287,12 +287,14 @@ class MemoryRepo(RepoState):
         return searching.broken(self, as_user=as_user)
 
     # --- other clones (remote.py) ------------------------------------------------------
-    def sync(self, *, as_user: str, remote: str = "origin", push: bool = False, now: TimeLike = None) -> dict[str, Any]:
+    def sync(self, *, as_user: str, remote: str = "origin", push: bool = False, replay: bool = False,
+             now: TimeLike = None) -> dict[str, Any]:
         """Integrate ``remote``'s history (fetch, then fast-forward or merge in memory), verify what
-        came in, and with ``push`` publish; or change nothing (see :func:`mdmem.remote.sync`)."""
+        came in, and with ``push`` publish; or change nothing (see :func:`mdmem.remote.sync`).
+        ``replay``: after an erasure elsewhere, re-apply this clone's own commits onto it."""
         from .remote import sync
 
-        return sync(self, as_user=as_user, remote=remote, push=push, now=now)
+        return sync(self, as_user=as_user, remote=remote, push=push, replay=replay, now=now)
 
     # --- erasure (erasure/) ---------------------------------------------------------------
     def forget(self, *, as_user: str, subject: str | None = None, owner: str | None = None,

@@ -413,3 +413,47 @@ def test_consolidate_caps_the_digest_of_a_large_subject(team):
     assert "300 live note(s)" in digest.note.text and "more note(s), not listed" in digest.note.text
     listed = [line for line in digest.note.text.splitlines() if line.startswith("- fact ")]
     assert len(digest.note.derived_from) == len(listed) > 10
+
+
+# A12. After someone's `forget --push`, sync told a clone with committed, unpushed notes to
+# re-clone, which loses them. It now names them, and `sync --replay` carries them over.
+def test_sync_replay_carries_unpushed_commits_over_an_erasure(team, tmp_path):
+    import json
+
+    root = team.root
+    team.remember("Alice secret phone 555-0199", as_user="alice", kind="profile", subject="user:alice",
+                  key="phone", now=T0)
+    team.remember("Alice is on leave until March", as_user="bob", kind="fact", subject="user:alice", key="leave",
+                  scope="team", team="payments", now=T0)
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(root, "remote", "add", "origin", str(remote))
+    assert run_cli("sync", "--push", "--as", "bob", env=ENV, cwd=root).returncode == 0
+    bob = tmp_path / "b"
+    git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(bob))
+    team_fact = ["--kind", "fact", "--scope", "team", "--team", "payments", "--as", "bob"]
+    assert run_cli("remember", "Refund window is 45 days for enterprise", "--subject", "service:billing", "--key",
+                   "refund.enterprise", "--new-key", *team_fact, env=ENV, cwd=bob).returncode == 0
+    # A change to a note the erasure then takes away: its base version is erased, so it stays out.
+    assert run_cli("remember", "Alice is on leave until April", "--subject", "user:alice", "--key", "leave",
+                   *team_fact, env=ENV, cwd=bob).returncode == 0
+    r = run_cli("forget", "--owner", "alice", "--subject", "user:alice", "--as", "dana", "--push", env=ENV, cwd=root)
+    assert r.returncode == 0, r.stderr
+    r = run_cli("sync", "--push", "--as", "bob", env=ENV, cwd=bob)
+    assert r.returncode == 3 and "--replay" in r.stderr and "2 commit(s) of yours are not on origin" in r.stderr, r.stderr
+    r = run_cli("sync", "--replay", "--push", "--as", "bob", "--json", env=ENV, cwd=bob)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    out = json.loads(r.stdout)
+    assert [c["subject"] for c in out["replayed"]] == ["remember fact service:billing/refund.enterprise"]
+    assert [c["subject"] for c in out["left_out"]] == ["remember fact user:alice/leave"]
+    assert out["status"] == "replayed" and out["push"] == "pushed"
+    import subprocess
+
+    everything = subprocess.run(["git", "-C", str(bob), "cat-file", "--batch-all-objects", "--batch"],
+                                capture_output=True, check=True).stdout
+    assert b"555-0199" not in everything and b"until March" not in everything  # old history gone here too
+    fresh = tmp_path / "fresh"
+    git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(fresh))
+    r = run_cli("recall", "refund window enterprise", "--as", "dana", env=ENV, cwd=fresh)
+    assert "45 days" in r.stdout, r.stdout
+    assert run_cli("check", env=ENV, cwd=fresh).returncode == 0

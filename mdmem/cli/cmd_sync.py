@@ -10,6 +10,9 @@ def register(sub) -> None:
                                     "by validity); anything needing a person changes nothing")
     p.add_argument("--remote", default="origin")
     p.add_argument("--push", action="store_true", help="push after integrating")
+    p.add_argument("--replay", action="store_true",
+                   help="after someone's erasure: re-apply this clone's own commits onto the erased history and drop "
+                        "the old one (commits touching erased notes are left out and named)")
     add_common(p)
     p.set_defaults(run=run)
 
@@ -17,11 +20,16 @@ def register(sub) -> None:
 def run(ctx) -> int:
     from ..remote import sync
 
-    out = sync(ctx.repo(), as_user=ctx.user, remote=ctx.args.remote, push=ctx.args.push, now=ctx.now)
+    out = sync(ctx.repo(), as_user=ctx.user, remote=ctx.args.remote, push=ctx.args.push, replay=ctx.args.replay,
+               now=ctx.now)
     text = f"{out['status']}: {out['detail']}"
     for c in out["conflicts"]:
         text += (f"\n  conflict {c['path']}: {c['live_side']} version live ({c['rule']}); "
                  f"the other ({c['superseded'][:10]}) stays in history — `mdmem review list` shows it")
+    for c in out.get("replayed", []):
+        text += f"\n  replayed {c['commit'][:10]} as {c['as'][:10]}: {c['subject']}"
+    for c in out.get("left_out", []):
+        text += f"\n  left out {c['commit'][:10]} (it touches an erased note): {c['subject']}"
     if out.get("push"):
         text += f"\n  {out['push']}"
     ctx.emit(out, text)

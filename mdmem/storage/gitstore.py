@@ -706,16 +706,17 @@ class GitStore(GitQueries):
                     out.append((name, str(item.id)))
         return out
 
-    def fast_forward(self, target: str, *, expect_tip: str) -> dict[str, bytes | None]:
-        """Move the branch from ``expect_tip`` to its descendant ``target`` (compare-and-swap)
-        and bring the changed paths of the work tree and index along. Returns the changes."""
+    def fast_forward(self, target: str, *, expect_tip: str, why: str = "fast-forward") -> dict[str, bytes | None]:
+        """Move the branch from ``expect_tip`` to ``target`` (compare-and-swap; its descendant, or
+        with ``why`` another history that replaces it) and bring the changed paths of the work
+        tree and index along. Returns the changes."""
         ref_name = self.branch_ref()
         ref = self._lookup_ref(ref_name)
         if ref is None or str(ref.target) != expect_tip:
             raise BranchMoved(f"{ref_name} moved since {expect_tip[:10]}; nothing was changed")
         changes = self.tree_changes(expect_tip, target)
         self._journal(changes, self.repo[expect_tip].peel(pygit2.Commit))
-        self._move_ref(ref, ref_name, pygit2.Oid(hex=target), f"fast-forward to {target[:10]}")
+        self._move_ref(ref, ref_name, pygit2.Oid(hex=target), f"{why} to {target[:10]}")
         try:
             self._sync_worktree(changes)
             self._unjournal(changes)

@@ -228,6 +228,11 @@ class GitQueries:
     def merge_base(self, a: str, b: str) -> str:
         return self.git("merge-base", a, b, check=False).strip()
 
+    def subject_of(self, commit: str) -> str:
+        """A commit message's first line."""
+        message = self.repo[commit].peel(pygit2.Commit).message
+        return message.splitlines()[0] if message.strip() else ""
+
     def rev_parse(self, rev: str) -> str:
         return self.git("rev-parse", rev).strip()
 

@@ -132,3 +132,35 @@ def messages_with(store, marker: str) -> list[tuple[str, str]]:
             sha, message = record.split("\x1f", 1)
             records.append((sha, message))
     return records
+
+
+def own_commits(store, head: str, known: str) -> list[tuple[str, list[str]]]:
+    """(commit, parents) of the commits ``head`` has and ``known`` (the remote's tip when this
+    clone last synced) does not: this clone's own work, oldest first."""
+    out = _run(store, "rev-list", "--reverse", "--topo-order", "--parents", head, f"^{known}").stdout
+    return [(line.split()[0], line.split()[1:]) for line in out.splitlines() if line.strip()]
+
+
+def replay(store, onto: str, commit: str, changes: dict[str, bytes | None]) -> str:
+    """A commit on ``onto`` with ``changes`` applied and ``commit``'s author, committer and
+    message (its trailers say what it was): the same write on another history. No ref moves."""
+    repo = store.repo
+    base = repo[onto].peel(pygit2.Commit)
+    index = pygit2.Index()
+    index.read_tree(base.tree)
+    for path, data in changes.items():
+        if data is None:
+            if path in index:
+                index.remove(path)
+        else:
+            index.add(pygit2.IndexEntry(path, repo.create_blob(bytes(data)),
+                                        getattr(data, "mode", pygit2.GIT_FILEMODE_BLOB)))
+    source = repo[commit].peel(pygit2.Commit)
+    return str(repo.create_commit(None, source.author, source.committer, source.message,
+                                  index.write_tree(repo), [base.id]))
+
+
+def refs_containing(store, commit: str) -> list[str]:
+    """Every ref whose history holds ``commit``."""
+    return _run(store, "for-each-ref", "--contains", commit, "--format=%(refname)").stdout.split()
+
