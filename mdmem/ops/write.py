@@ -306,14 +306,14 @@ def check_derivation(repo: RepoState, root: str, note: Note) -> None:
     gate.check_derivation(repo.access, root, ids, found)
 
 
-def check_extra(extra: Mapping[str, Any] | None) -> dict:
+def check_extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
     """Fields an editor or another tool added (tags, aliases, title...), kept with the note like
     hand-added ones: plain names that are not mdmem's own fields, text or lists of text."""
     if extra is None:
         return {}
     if not isinstance(extra, Mapping):
         raise BadInput("extra: a mapping of editor fields (like tags, aliases)")
-    out: dict = {}
+    out: dict[str, Any] = {}
     for name, value in extra.items():
         if not isinstance(name, str) or not EXTRA_NAME.fullmatch(name) or name in NOTE_FIELDS:
             raise BadInput(f"extra: {str(name)[:40]!r} is not a field a note can carry (a plain name, not one of "
