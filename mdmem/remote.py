@@ -75,11 +75,18 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
         try:
             status, conflicts = _integrate(repo, user, when, head, their_head, remote, branch)
         except _RemoteBehindErasure as exc:
-            sync_ops.set_ref(store, scratch, None)
-            sync_ops.drop_unreachable(store)  # the fetch brought erased objects back into this clone
-            if not (push and exc.publishable):
+            try:
+                if push and replay and not exc.publishable and their_head:
+                    # Teammates' commits on the old history: re-applied here, then the erasure goes out.
+                    replayed = _replay_theirs_onto_erasure(repo, head, their_head, exc.erased)
+            finally:
+                sync_ops.set_ref(store, scratch, None)
+                sync_ops.drop_unreachable(store)  # the fetch brought erased objects back into this clone
+            if not (push and (exc.publishable or replayed)):
                 raise
-            status, conflicts = _publish_erasure(store, remote, branch)
+            status, conflicts = _publish_erasure(store, remote, branch, lease=their_head)
+            if replayed:
+                status = "replayed and published erasure"
         except _CloneBehindErasure:
             if not replay:
                 sync_ops.set_ref(store, scratch, None)
@@ -219,9 +226,11 @@ def _integrate(repo, user, when, head, their_head, remote, branch) -> tuple[str,
     return "merged", conflicts
 
 
-def _publish_erasure(store, remote: str, branch: str) -> tuple[str, list[ConflictPair]]:
-    """The remote holds only history erased here: push the rewritten history over it."""
-    ok, error = sync_ops.push(store, remote, f"HEAD:refs/heads/{branch}", force=True)
+def _publish_erasure(store, remote: str, branch: str, *, lease: str | None = None) -> tuple[str, list[ConflictPair]]:
+    """The remote holds only history erased here (or what was re-applied here): push the
+    rewritten history over it, only if the remote is still where it was fetched (``lease``)."""
+    ok, error = sync_ops.push(store, remote, f"HEAD:refs/heads/{branch}", force=True,
+                              lease=(f"refs/heads/{branch}", lease) if lease else None)
     if not ok:
         raise GitFailed(f"sync: publishing the erasure to {remote} failed: {error[:200]}")
     sync_ops.set_ref(store, f"refs/remotes/{remote}/{branch}", store.head())
@@ -238,9 +247,10 @@ class _RemoteBehindErasure(Refused):
     """The remote still holds history this clone erased: the erasure was never pushed.
     ``publishable``: the remote holds nothing else, so a force-push loses nobody's work."""
 
-    def __init__(self, message: str, *, publishable: bool):
+    def __init__(self, message: str, *, publishable: bool, erased: set[str] = frozenset()):
         super().__init__(message)
         self.publishable = publishable
+        self.erased = erased  # the commit ids this clone's erasure rewrote
 
 
 def _refuse_erased(store, head, their_head, remote, branch) -> None:
@@ -263,13 +273,15 @@ def _refuse_erased(store, head, their_head, remote, branch) -> None:
     behind = sorted(incoming & erased_here)
     if behind:
         others = store.commit_ids(their_head, exclude=head) - erased_here
+        named = ", ".join(f"{c[:10]} {store.subject_of(c)}" for c in sorted(others)[:3]) + (", ..." if len(others) > 3
+                                                                                          else "")
         raise _RemoteBehindErasure(
             f"sync: {remote}/{branch} still holds {len(behind)} commit(s) erased in this clone (forget ran "
             "without --push), and "
-            + (f"{len(others)} commit(s) made on that old history since; a person must re-apply them here "
-               f"(git cherry-pick, then mdmem check) before the erasure can be published"
-               if others else "nothing else: `mdmem sync --push` publishes the erasure (a force-push)")
-            + "; the fetched history was dropped, nothing changed", publishable=not others)
+            + (f"{len(others)} commit(s) made on that old history since ({named}): `mdmem sync --replay --push` "
+               "re-applies them here (any touching an erased note are left out and named) and publishes the "
+               "erasure" if others else "nothing else: `mdmem sync --push` publishes the erasure (a force-push)")
+            + "; the fetched history was dropped, nothing changed", publishable=not others, erased=erased_here)
     # A receipt names commits its erasure rewrote away: one its own history still holds is no
     # erasure (a forged or broken receipt line -- any teammate can append one), and believing it
     # would stop every clone's sync for good, fresh clones included (attack 5, A15).
@@ -277,7 +289,7 @@ def _refuse_erased(store, head, their_head, remote, branch) -> None:
     stale = sorted(store.commit_ids("HEAD") & (claimed - store.commit_ids(their_head))) if head and claimed else []
     if stale:
         known = sync_ops.rev(store, f"refs/remotes/{remote}/{branch}")
-        own = sync_ops.own_commits(store, head, known) if known else []
+        own = sync_ops.commits_not_in(store, head, known) if known else []
         mine = (f"; {len(own)} commit(s) of yours are not on {remote} ("
                 + ", ".join(f"{c[:10]} {store.subject_of(c)}" for c, _ in own[:3]) + (", ..." if len(own) > 3 else "")
                 + ")" if own else "")
@@ -299,23 +311,48 @@ class _CloneBehindErasure(Refused):
 
 def _replay_after_erasure(repo, head: str, their_head: str, remote: str, branch: str) -> dict:
     """This clone's own commits (made since it last synced) re-applied onto the erased history,
-    which replaces the old one here; the old history's objects are dropped (attack 5, A12).
-    A commit touching an erased note version is left out and named; one whose change meets a
-    different version on the erased side (a both-sides edit) or a merge needs a person."""
-    from .views.fresh import is_view_path
-
+    which replaces the old one here; the old history's objects are dropped (attack 5, A12)."""
     store = repo.store
     known = sync_ops.rev(store, f"refs/remotes/{remote}/{branch}")
     if not known:
         raise Refused(f"sync --replay: this clone does not know where {remote}/{branch} was when it last synced; "
                       "re-clone it (save your own notes first); nothing changed")
     erased = erased_blob_ids(store.show_file(their_head, AUDIT_PATH))
-    tip, replayed, left_out = their_head, [], []
-    for commit, parents in sync_ops.own_commits(store, head, known):
+    commits = sync_ops.commits_not_in(store, head, known)
+    tip, out = _replay_commits(repo, commits, their_head, erased, remote)
+    _refuse_dirty(store, store.tree_changes(head, tip), "replay")
+    store.fast_forward(tip, expect_tip=head, why="replayed onto the erased history")
+    sync_ops.set_ref(store, f"refs/remotes/{remote}/{branch}", their_head)
+    sync_ops.drop_unreachable(store)
+    return out
+
+
+def _replay_theirs_onto_erasure(repo, head: str, their_head: str, erased_commits: set[str]) -> dict:
+    """Teammates' commits on the history this clone erased, re-applied onto the erasure so it
+    can be published without losing them (attack 5, A17)."""
+    store = repo.store
+    erased = erased_blob_ids(store.show_file("HEAD", AUDIT_PATH))
+    commits = [(c, p) for c, p in sync_ops.commits_not_in(store, their_head, head) if c not in erased_commits]
+    tip, out = _replay_commits(repo, commits, head, erased, "this clone")
+    _refuse_dirty(store, store.tree_changes(head, tip), "replay")
+    store.fast_forward(tip, expect_tip=head, why="replayed teammates' commits onto the erasure")
+    return out
+
+
+def _replay_commits(repo, commits: list[tuple[str, list[str]]], onto: str, erased: set[str],
+                    where: str) -> tuple[str, dict]:
+    """``commits`` (oldest first) re-applied on ``onto``: each the same change with its author and
+    message. A commit touching an erased note version is left out and named; one whose change
+    meets a different version of its file on ``onto`` (a both-sides edit), or a merge, needs a
+    person (nothing changed). Views are left to the render after sync."""
+    from .views.fresh import is_view_path
+
+    store = repo.store
+    tip, replayed, left_out = onto, [], []
+    for commit, parents in commits:
         subject = store.subject_of(commit)
         if len(parents) != 1:
-            raise Conflict(f"sync --replay: {commit[:10]} is a merge; re-apply it by hand after re-cloning; "
-                           "nothing changed")
+            raise Conflict(f"sync --replay: {commit[:10]} is a merge; re-apply it by hand; nothing changed")
         changes = {p: d for p, d in store.tree_changes(parents[0], commit).items() if not is_view_path(p)}
         base = {p: store.blob_id(p, parents[0]) for p in changes}
         new = {p: None if d is None else blob_hash(d) for p, d in changes.items()}
@@ -323,18 +360,13 @@ def _replay_after_erasure(repo, head: str, their_head: str, remote: str, branch:
             left_out.append({"commit": commit, "subject": subject})
             continue
         for path in changes:
-            now = store.blob_id(path, tip)
-            if now not in (base[path], new[path]):
-                raise Conflict(f"sync --replay: {path} differs on {remote} from the version {commit[:10]} changed; "
-                               "re-apply that change by hand after re-cloning; nothing changed")
+            if store.blob_id(path, tip) not in (base[path], new[path]):
+                raise Conflict(f"sync --replay: {path} differs in {where} from the version {commit[:10]} changed; "
+                               "re-apply that change by hand; nothing changed")
         if changes:
             tip = sync_ops.replay(store, tip, commit, changes)
             replayed.append({"commit": commit, "as": tip, "subject": subject})
-    _refuse_dirty(store, store.tree_changes(head, tip), "replay")
-    store.fast_forward(tip, expect_tip=head, why="replayed onto the erased history")
-    sync_ops.set_ref(store, f"refs/remotes/{remote}/{branch}", their_head)
-    sync_ops.drop_unreachable(store)
-    return {"replayed": replayed, "left_out": left_out}
+    return tip, {"replayed": replayed, "left_out": left_out}
 
 
 def _refuse_config_removed(store, head, their_head, remote, branch) -> None:

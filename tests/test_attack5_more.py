@@ -457,3 +457,45 @@ def test_sync_replay_carries_unpushed_commits_over_an_erasure(team, tmp_path):
     r = run_cli("recall", "refund window enterprise", "--as", "dana", env=ENV, cwd=fresh)
     assert "45 days" in r.stdout, r.stdout
     assert run_cli("check", env=ENV, cwd=fresh).returncode == 0
+
+
+# A17. A local erasure that a teammate's push overtook could not be published: sync's advice
+# (cherry-pick) needed the dropped commits, and sync and forget --push sent you to each other.
+def test_sync_replay_publishes_an_erasure_a_teammates_push_overtook(team, tmp_path):
+    import json
+    import subprocess
+
+    root = team.root
+    team.remember("Alice secret phone 555-0199 zanzibar quokka", as_user="alice", kind="profile",
+                  subject="user:alice", key="phone", now=T0)
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(root, "remote", "add", "origin", str(remote))
+    assert run_cli("sync", "--push", "--as", "bob", env=ENV, cwd=root).returncode == 0
+    bob = tmp_path / "b"
+    git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(bob))
+    assert run_cli("remember", "On-call rota moved to Tuesdays", "--kind", "fact", "--subject", "service:oncall",
+                   "--key", "rota", "--new-key", "--scope", "team", "--team", "payments", "--as", "bob",
+                   env=ENV, cwd=bob).returncode == 0
+    assert run_cli("sync", "--push", "--as", "bob", env=ENV, cwd=bob).returncode == 0
+    assert run_cli("forget", "--owner", "alice", "--subject", "user:alice", "--as", "dana", env=ENV,
+                   cwd=root).returncode == 0
+    r = run_cli("sync", "--push", "--as", "dana", env=ENV, cwd=root)
+    assert r.returncode == 3 and "remember fact service:oncall/rota" in r.stderr and "--replay" in r.stderr, r.stderr
+    r = run_cli("sync", "--replay", "--push", "--as", "dana", "--json", env=ENV, cwd=root)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    out = json.loads(r.stdout)
+    assert [c["subject"] for c in out["replayed"]] == ["remember fact service:oncall/rota"]
+    assert out["status"] == "replayed and published erasure"
+    local = subprocess.run(["git", "-C", str(root), "cat-file", "--batch-all-objects", "--batch"],
+                           capture_output=True, check=True).stdout
+    assert b"zanzibar" not in local
+    assert "zanzibar" not in git(remote, "log", "-p", "--all").stdout
+    fresh = tmp_path / "fresh"
+    git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(fresh))
+    r = run_cli("recall", "on-call rota", "--as", "dana", env=ENV, cwd=fresh)
+    assert "Tuesdays" in r.stdout, r.stdout
+    # bob's clone, now behind the erasure, carries nothing of its own over and is clean again.
+    r = run_cli("sync", "--replay", "--as", "bob", "--json", env=ENV, cwd=bob)
+    assert r.returncode == 0 and json.loads(r.stdout)["replayed"] == [], (r.stdout, r.stderr)
+    assert "zanzibar" not in git(bob, "log", "-p", "--all").stdout

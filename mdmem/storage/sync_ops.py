@@ -59,8 +59,11 @@ def set_ref(store, ref: str, target: str | None) -> None:
         _run(store, "update-ref", ref, target)
 
 
-def push(store, remote: str, refspec: str, *, force: bool = False) -> tuple[bool, str]:
-    proc = _run(store, "push", "--quiet", *(["--force"] if force else []), remote, refspec)
+def push(store, remote: str, refspec: str, *, force: bool = False,
+         lease: tuple[str, str] | None = None) -> tuple[bool, str]:
+    """``lease`` (ref, commit): a forced push only if the remote's ref is still there."""
+    flags = ([f"--force-with-lease={lease[0]}:{lease[1]}"] if lease else ["--force"]) if force else []
+    proc = _run(store, "push", "--quiet", *flags, remote, refspec)
     return proc.returncode == 0, proc.stderr.strip()
 
 
@@ -134,9 +137,9 @@ def messages_with(store, marker: str) -> list[tuple[str, str]]:
     return records
 
 
-def own_commits(store, head: str, known: str) -> list[tuple[str, list[str]]]:
-    """(commit, parents) of the commits ``head`` has and ``known`` (the remote's tip when this
-    clone last synced) does not: this clone's own work, oldest first."""
+def commits_not_in(store, head: str, known: str) -> list[tuple[str, list[str]]]:
+    """(commit, parents) of the commits ``head`` has and ``known`` does not, oldest first (with
+    ``known`` the remote's tip when this clone last synced: this clone's own work)."""
     out = _run(store, "rev-list", "--reverse", "--topo-order", "--parents", head, f"^{known}").stdout
     return [(line.split()[0], line.split()[1:]) for line in out.splitlines() if line.strip()]
 
