@@ -278,9 +278,9 @@ def _refuse_erased(store, head, their_head, remote, branch) -> None:
         raise _RemoteBehindErasure(
             f"sync: {remote}/{branch} still holds {len(behind)} commit(s) erased in this clone (forget ran "
             "without --push), and "
-            + (f"{len(others)} commit(s) made on that old history since ({named}): `mdmem sync --replay --push` "
-               "re-applies them here (any touching an erased note are left out and named) and publishes the "
-               "erasure" if others else "nothing else: `mdmem sync --push` publishes the erasure (a force-push)")
+            + (f"{len(others)} commit(s) made on that old history since ({named}): to re-apply them here and "
+               "publish the erasure, run `mdmem sync --replay --push` (any touching an erased note are left out "
+               "and named)" if others else "nothing else: `mdmem sync --push` publishes the erasure (a force-push)")
             + "; the fetched history was dropped, nothing changed", publishable=not others, erased=erased_here)
     # A receipt names commits its erasure rewrote away: one its own history still holds is no
     # erasure (a forged or broken receipt line -- any teammate can append one), and believing it

@@ -323,7 +323,10 @@ def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, text
     if plan.people:
         changed_commits |= _authored_by(repo.root, identity_names(owner, plan.aliases[owner]))
     plan.commits_touched = len(changed_commits)
-    plan.commits_moved = ops.commits_moved_by(repo.root, changed_commits, plan.rewrite_refs)
+    moved = ops.commits_moved_by(repo.root, changed_commits, plan.rewrite_refs)
+    # Counted where the asker may look: which later commits exist in roots they cannot read
+    # must not show in the plan (an eraser reads every root, so theirs is the run's count).
+    plan.commits_moved = sum(1 for c in moved if all(readable(r) for r in scan.commit_roots.get(c, ())))
     return plan
 
 

@@ -40,18 +40,18 @@ def alternates(root: Path) -> list[str]:
         return []
 
 
-def commits_moved_by(root: Path, changed: set[str], refs: list[str]) -> int:
-    """How many commits of ``refs`` get a new id when ``changed`` are rewritten: those and
+def commits_moved_by(root: Path, changed: set[str], refs: list[str]) -> set[str]:
+    """The commits of ``refs`` that get a new id when ``changed`` are rewritten: those and
     every commit after one of them (a commit's id covers its parents')."""
     if not changed or not refs:
-        return 0
+        return set()
     moved: set[str] = set()
     out = run_git(root, "rev-list", "--topo-order", "--reverse", "--parents", *refs)
     for line in out.splitlines():
         commit, *parents = line.split()
         if commit in changed or any(p in moved for p in parents):
             moved.add(commit)
-    return len(moved)
+    return moved
 
 
 def run_git(root: Path, *args: str, input: bytes | None = None, check: bool = True) -> str:
