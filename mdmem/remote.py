@@ -110,7 +110,10 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
             pushed = "pushed" if ok else f"push refused (sync again): {error[:200]}"
             if ok:
                 sync_ops.set_ref(store, f"refs/remotes/{remote}/{branch}", store.head())
-        holds = _sync_holds(store, remote, push=push)
+        # Holds are pushed (and closed ones deleted there) only beside a main the remote took:
+        # the approval that closes a hold travels on main (attack 6, F19).
+        holds = _sync_holds(repo, remote, push=push and pushed in (None, "pushed"))
+        _drop_erased_leftovers(store)
     repo.reset_caches()
     head = repo.store.head()
     # Conflicts in roots the user may not read are resolved all the same, but not named
@@ -134,72 +137,169 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
     return out
 
 
-HOLDS_SEEN = "holds-seen.json"  # in the cache folder: remote -> the hold names it had when last seen
-
-
-def _sync_holds(store, remote: str, *, push: bool) -> dict:
+def _sync_holds(repo, remote: str, *, push: bool) -> dict:
     """Held writes travel with sync, so the second person who must review one sees it in their
-    own clone (attack 5, A23). A state file remembers which holds the remote had when last
-    seen. That tells apart a hold made here and not pushed yet (kept) from one a teammate
-    approved or rejected (closed there: dropped here), and a hold closed here (deleted there on
-    push) from one new there (taken). Only names are kept (no ref, so nothing it points at
-    outlives an erasure); losing the file only shows a hold closed here again until pushed.
-    A fetched hold that holds erased history is left out, like a branch bringing it back."""
-    from .cache import read_state, write_state
+    own clone (attack 5, A23). What is open is decided by history, not by any clone's branches:
+    a hold an approve or reject commit names (``Memory-Review``) is closed everywhere, its
+    branch dropped here and, with ``push``, on the remote. Otherwise a hold the remote has
+    and this clone lacks is taken (only mdmem's id form, one regular note within the size
+    limit, nothing erased in its history), and with ``push`` one this clone has and the remote
+    lacks is pushed; a branch that merely vanished here is taken again, never deleted there.
+    After an erasure a local hold on the old history is made again on the erased one (the
+    same held change), or dropped and named when it touches an erased version; the remote's
+    copy on the old history is replaced (with a lease) or deleted."""
+    from .ops.holds import HOLD_ID, closed_ids
 
+    store = repo.store
     local, scratch = f"refs/heads/{REVIEW_PREFIX}", f"refs/mdmem-sync/{remote}/{REVIEW_PREFIX}"
-    state_path = store.cache_dir / HOLDS_SEEN
-    state = read_state(state_path, lambda d: all(isinstance(v, list) for v in d.values()))
-    seen = {str(name) for name in state.get(remote, [])}
     for name in sync_ops.refs_under(store, scratch):
         sync_ops.set_ref(store, scratch + name, None)
     ok, error = sync_ops.fetch_prefix(store, remote, REVIEW_PREFIX, scratch)
     if not ok:
         return {"error": f"holds not fetched: {error[:200]}"}
-    theirs, mine = sync_ops.refs_under(store, scratch), sync_ops.refs_under(store, local)
-    audit = store.show_file("HEAD", AUDIT_PATH) if store.head() else ""
-    erased = erased_commit_ids(audit) | erased_blob_ids(audit)
-    taken, closed, refused = [], [], []
+    fetched = sync_ops.refs_under(store, scratch)
+    theirs = {n: o for n, o in fetched.items() if HOLD_ID.fullmatch(n)}
+    closed = closed_ids(store)
+    erased = _erased_here(store)
+    needles = _erased_needles(store, erased_blob_ids(store.show_file("HEAD", AUDIT_PATH)) if erased else set())
+
+    def on_erased(oid: str) -> bool:
+        return bool(erased) and bool(sync_ops.object_ids(store, oid, exclude="HEAD") & erased)
+
+    out: dict = {"fetched": [], "closed": [], "remade": [], "dropped_erased": [], "refused": [],
+                 "skipped_names": sorted(set(fetched) - set(theirs))}
+    mine = sync_ops.refs_under(store, local)
+    for name, oid in sorted(mine.items()):
+        if name in closed:
+            sync_ops.set_ref(store, local + name, None)
+            out["closed"].append(name)
+            del mine[name]
+        elif on_erased(oid):
+            remade = _remake_hold(store, oid, erased, needles)
+            sync_ops.set_ref(store, local + name, remade)
+            (out["remade"] if remade else out["dropped_erased"]).append(name)
+            if remade:
+                mine[name] = remade
+            else:
+                del mine[name]
     for name, oid in sorted(theirs.items()):
-        if name in mine or name in seen:
-            continue  # the same hold, or one closed here since it was last seen there
-        if erased and sync_ops.object_ids(store, oid, exclude="HEAD") & erased:
-            refused.append(name)
+        if name in mine or name in closed:
+            continue
+        why = "its history holds erased versions" if on_erased(oid) else _not_a_hold(repo, oid)
+        if why:
+            out["refused"].append({"id": name, "why": why})
             continue
         sync_ops.set_ref(store, local + name, oid)
-        taken.append(name)
-    for name in sorted(seen - set(theirs)):
-        if name in mine:
-            sync_ops.set_ref(store, local + name, None)
-            closed.append(name)
-    on_remote = set(theirs) - set(refused)
-    pushed, failed = [], []
+        mine[name] = oid
+        out["fetched"].append(name)
+    # git's own copies of the remote's holds (a plain clone or fetch makes them) must not keep
+    # erased history alive in this clone.
+    tracking = f"refs/remotes/{remote}/{REVIEW_PREFIX}"
+    for name, oid in sync_ops.refs_under(store, tracking).items():
+        if name in closed or on_erased(oid):
+            sync_ops.set_ref(store, tracking + name, None)
     if push:
-        now_mine = sync_ops.refs_under(store, local)
-        for name, oid in sorted(now_mine.items()):
-            if name not in theirs:
-                ok, error = sync_ops.push(store, remote, f"{oid}:refs/heads/{REVIEW_PREFIX}{name}")
-                (pushed if ok else failed).append(name)
-                if ok:
-                    on_remote.add(name)
-        for name in sorted(on_remote - set(now_mine)):
-            ok, error = sync_ops.push(store, remote, f":refs/heads/{REVIEW_PREFIX}{name}")
+        pushed, deleted, failed = [], [], []
+        for name, oid in sorted(mine.items()):
+            there = theirs.get(name)
+            if there == oid or (there is not None and not on_erased(there)):
+                continue  # already there, or a different hold of that name that is not ours to replace
+            lease = (f"refs/heads/{REVIEW_PREFIX}{name}", there) if there else None
+            ok, _ = sync_ops.push(store, remote, f"{oid}:refs/heads/{REVIEW_PREFIX}{name}", force=bool(lease),
+                                  lease=lease)
             (pushed if ok else failed).append(name)
-            if ok:
-                on_remote.discard(name)
-    for name in theirs:
+        for name, oid in sorted(theirs.items()):
+            if name not in mine and (name in closed or on_erased(oid)):
+                ok, _ = sync_ops.push(store, remote, f":refs/heads/{REVIEW_PREFIX}{name}", force=True,
+                                      lease=(f"refs/heads/{REVIEW_PREFIX}{name}", oid))
+                (deleted if ok else failed).append(name)
+        out.update(pushed=pushed, deleted=deleted)
+        if failed:
+            out["push_failed"] = failed
+    for name in fetched:
         sync_ops.set_ref(store, scratch + name, None)
-    write_state(state_path, {**state, remote: sorted(on_remote)})
-    if refused:
+    if out["refused"] or out["remade"] or out["dropped_erased"]:
         sync_ops.drop_unreachable(store)
-    out: dict = {"fetched": taken, "closed_elsewhere": closed}
-    if push:
-        out["pushed"] = pushed
-    if failed:
-        out["push_failed"] = failed
-    if refused:
-        out["refused_erased"] = refused
-    return out
+    return {k: v for k, v in out.items() if v or k in ("fetched", "closed")}
+
+
+def _drop_erased_leftovers(store) -> None:
+    """Objects of history an erasure removed that only reflogs still reach (a replay killed
+    before it dropped them: attack 6, F7) go at the next sync."""
+    audit = store.show_file("HEAD", AUDIT_PATH) if store.head() else ""
+    left = sorted(sync_ops.present(store, erased_commit_ids(audit))) if audit else []
+    if left and not sync_ops.refs_containing(store, left[0]):
+        sync_ops.drop_unreachable(store)
+
+
+def _erased_here(store) -> set[str]:
+    """Commit and blob ids the receipts on this clone's history name as erased."""
+    audit = store.show_file("HEAD", AUDIT_PATH) if store.head() else ""
+    return erased_commit_ids(audit) | erased_blob_ids(audit)
+
+
+def _erased_needles(store, erased: set[str]) -> list[str]:
+    """The distinctive sentences of the erased note versions (blob ids) this clone still holds
+    (an old history not dropped yet): what a replayed change or a remade hold must not quote."""
+    from .erasure import needles as nd
+    from .errors import NoteInvalid
+    from .model.note import parse_note
+
+    found: set[str] = set()
+    for blob in sorted(sync_ops.present(store, erased)):
+        try:
+            text = parse_note("x/x/x/x/fact/x.md", store.read_blob(blob)).text
+        except (NoteInvalid, ValueError):
+            text = store.read_blob(blob).decode("utf-8", "replace")
+        found |= set(nd.from_note_text(text))
+    return nd.ordered(found)
+
+
+def _quotes(data: bytes | str, needles: list[str]) -> bool:
+    from .erasure.needles import occurs
+
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    return any(occurs(text, n) for n in needles)
+
+
+def _remake_hold(store, oid: str, erased: set[str], needles: list[str]) -> str | None:
+    """A hold made on history erased since: the same held change on the erased history (HEAD),
+    or None when it touches an erased version or quotes erased text."""
+    parent = store.parents(oid)
+    if len(parent) != 1:
+        return None
+    changes = store.tree_changes(parent[0], oid)
+    blobs = {store.blob_id(p, parent[0]) for p in changes} | {blob_hash(d) for d in changes.values() if d is not None}
+    if blobs & erased or any(_quotes(d, needles) for d in changes.values() if d is not None):
+        return None
+    head = store.head()
+    return sync_ops.replay(store, head, oid, changes) if head else None
+
+
+def _not_a_hold(repo, oid: str) -> str | None:
+    """Why a fetched branch is not a hold mdmem made (one regular note within the size limit,
+    that parses and agrees with its path), or None."""
+    from .errors import MdmemError
+    from .model.layout import is_note_path
+    from .model.validate import validate_note
+
+    store = repo.store
+    parents = store.parents(oid)
+    if len(parents) != 1:
+        return "not one commit on main's history"
+    changes = store.tree_changes(parents[0], oid)
+    if len(changes) != 1:
+        return f"changes {len(changes)} files; a hold changes one note"
+    path, data = next(iter(changes.items()))
+    if data is None or not is_note_path(path) or store.is_link_in(oid, path):
+        return "does not hold one regular note file"
+    if len(data) > repo.config.note_max_bytes:
+        return f"its note is {len(data)} bytes; a note is at most {repo.config.note_max_bytes}"
+    try:
+        validate_note(path, bytes(data), repo.contracts, max_bytes=repo.config.note_max_bytes)
+    except MdmemError as exc:
+        return f"its note is invalid ({str(exc)[:100]})"
+    return None
 
 
 def _readable(repo, user: str, path: str) -> bool:
@@ -317,13 +417,21 @@ def _replay_after_erasure(repo, head: str, their_head: str, remote: str, branch:
     if not known:
         raise Refused(f"sync --replay: this clone does not know where {remote}/{branch} was when it last synced; "
                       "re-clone it (save your own notes first); nothing changed")
-    erased = erased_blob_ids(store.show_file(their_head, AUDIT_PATH))
+    audit = store.show_file(their_head, AUDIT_PATH)
+    erased = erased_blob_ids(audit)
     commits = sync_ops.commits_not_in(store, head, known)
-    tip, out = _replay_commits(repo, commits, their_head, erased, remote)
+    tip, out = _replay_commits(repo, commits, their_head, erased, remote, _erased_needles(store, erased))
     _refuse_dirty(store, store.tree_changes(head, tip), "replay")
     store.fast_forward(tip, expect_tip=head, why="replayed onto the erased history")
     sync_ops.set_ref(store, f"refs/remotes/{remote}/{branch}", their_head)
+    # git's own copies of the remote's old branches go with the old history they hold.
+    for name, oid in sync_ops.refs_under(store, f"refs/remotes/{remote}/").items():
+        if oid != their_head and erased_commit_ids(audit) & store.commit_ids(oid):
+            sync_ops.set_ref(store, f"refs/remotes/{remote}/{name}", None)
     sync_ops.drop_unreachable(store)
+    holding = _refs_holding(store, erased_commit_ids(audit))
+    if holding:
+        out["still_holding_erased"] = holding
     return out
 
 
@@ -333,14 +441,20 @@ def _replay_theirs_onto_erasure(repo, head: str, their_head: str, erased_commits
     store = repo.store
     erased = erased_blob_ids(store.show_file("HEAD", AUDIT_PATH))
     commits = [(c, p) for c, p in sync_ops.commits_not_in(store, their_head, head) if c not in erased_commits]
-    tip, out = _replay_commits(repo, commits, head, erased, "this clone")
+    tip, out = _replay_commits(repo, commits, head, erased, "this clone", _erased_needles(store, erased))
     _refuse_dirty(store, store.tree_changes(head, tip), "replay")
     store.fast_forward(tip, expect_tip=head, why="replayed teammates' commits onto the erasure")
     return out
 
 
+def _refs_holding(store, erased_commits: set[str]) -> list[str]:
+    """Refs (branches, the stash...) whose history still holds commits an erasure removed."""
+    held = sorted(sync_ops.present(store, erased_commits))[:20]
+    return sorted({ref for commit in held for ref in sync_ops.refs_containing(store, commit)})
+
+
 def _replay_commits(repo, commits: list[tuple[str, list[str]]], onto: str, erased: set[str],
-                    where: str) -> tuple[str, dict]:
+                    where: str, needles: list[str]) -> tuple[str, dict]:
     """``commits`` (oldest first) re-applied on ``onto``: each the same change with its author and
     message. A commit touching an erased note version is left out and named; one whose change
     meets a different version of its file on ``onto`` (a both-sides edit), or a merge, needs a
@@ -357,8 +471,16 @@ def _replay_commits(repo, commits: list[tuple[str, list[str]]], onto: str, erase
         base = {p: store.blob_id(p, parents[0]) for p in changes}
         new = {p: None if d is None else blob_hash(d) for p, d in changes.items()}
         if (set(base.values()) | set(new.values())) & erased:
-            left_out.append({"commit": commit, "subject": subject})
+            left_out.append({"commit": commit, "subject": subject, "why": "it changes an erased note version"})
             continue
+        if _quotes(store.message_of(commit), needles) or any(_quotes(d, needles) for d in changes.values()
+                                                              if d is not None):
+            # Pushed before the erasure, forget would have scrubbed it; replayed as it is, it
+            # would undo the erasure for that text (attack 6, F6).
+            left_out.append({"commit": commit, "subject": subject, "why": "it quotes erased text"})
+            continue
+        if all(store.blob_id(path, tip) == new[path] for path in changes):
+            continue  # already there (a commit the remote had before its rewrite: attack 6, F18)
         for path in changes:
             if store.blob_id(path, tip) not in (base[path], new[path]):
                 raise Conflict(f"sync --replay: {path} differs in {where} from the version {commit[:10]} changed; "

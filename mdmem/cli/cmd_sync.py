@@ -29,10 +29,25 @@ def run(ctx) -> int:
     for c in out.get("replayed", []):
         text += f"\n  replayed {c['commit'][:10]} as {c['as'][:10]}: {c['subject']}"
     for c in out.get("left_out", []):
-        text += f"\n  left out {c['commit'][:10]} (it touches an erased note): {c['subject']}"
+        text += f"\n  left out {c['commit'][:10]} ({c['why']}): {c['subject']}"
+    if out.get("still_holding_erased"):
+        text += ("\n  still holding the erased history (delete or rewrite them, then `git gc --prune=now`): "
+                 + ", ".join(out["still_holding_erased"]))
+    holds = out.get("holds", {})
+    for what, label in (("fetched", "holds to review fetched"), ("closed", "closed holds dropped"),
+                        ("remade", "holds made again on the erased history"),
+                        ("dropped_erased", "holds dropped (they touched erased notes)"), ("pushed", "holds pushed"),
+                        ("deleted", "closed holds deleted on the remote"), ("push_failed", "holds NOT pushed")):
+        if holds.get(what):
+            text += f"\n  {label}: {', '.join(holds[what])}"
+    for refused in holds.get("refused", []):
+        text += f"\n  not taken: review/{refused['id']} ({refused['why']})"
+    if holds.get("error"):
+        text += f"\n  {holds['error']}"
     if out.get("push"):
         text += f"\n  {out['push']}"
     ctx.emit(out, text)
     # Integrated here but not published: the branch moved on the remote meanwhile (exit 5, like
     # BranchMoved), so a cron job or script notices and syncs again.
-    return BranchMoved.exit_code if out.get("push", "pushed") != "pushed" else 0
+    failed = out.get("push", "pushed") != "pushed" or holds.get("push_failed") or holds.get("error")
+    return BranchMoved.exit_code if failed else 0

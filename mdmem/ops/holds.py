@@ -3,16 +3,33 @@ carrying everything it asked for, until a person approves or rejects it (ops/rev
 from __future__ import annotations
 
 import datetime as _dt
+import re
 
 
 from ..errors import BadInput
 from ..model.note import Note, new_id, parse_note
 from ..policy.gate import AGENT, HUMAN
 from ..results import ReviewItem, WriteResult
-from ..storage.gitstore import Trailers, parse_trailers
+from ..storage import sync_ops
+from ..storage.gitstore import GitStore, Trailers, parse_trailers
 from .state import RepoState
 
 REVIEW_PREFIX = "review/"
+REVIEW_TRAILER = "Memory-Review"  # on the approve or reject commit that closed a hold
+# The ids hold() makes: the last ten characters of a lowercased ULID (Crockford base32).
+HOLD_ID = re.compile(r"[0-9a-z]{10}")
+
+
+def closed_ids(store: GitStore) -> set[str]:
+    """Holds this history closed: an approve or reject commit names each (its Memory-Review
+    trailer). Sync and review go by this, so a hold closed in one clone is closed in all,
+    whatever happened to any local branch or state."""
+    out = set()
+    for _commit, message in sync_ops.messages_with(store, f"{REVIEW_TRAILER}:"):
+        for line in message.splitlines():
+            if line.startswith(REVIEW_TRAILER + ":"):
+                out.add(line.split(":", 1)[1].strip())
+    return out
 
 
 def hold(repo: RepoState, user: str, path: str, note: Note, reason: str, when: _dt.datetime, *, channel: str,

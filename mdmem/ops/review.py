@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..errors import NotFound, Refused
+from ..errors import MdmemError, NotFound, Refused
 from ..model import layout
 from ..model.clock import TimeLike, format_time, resolve_now
 from ..policy import gate
@@ -12,24 +12,37 @@ from ..policy.access import require_user
 from ..results import ReviewItem, WriteResult
 from ..storage.gitstore import Trailers
 from . import write
-from .holds import REVIEW_PREFIX, review_item
+from ..erasure.receipt import AUDIT_PATH, erased_commit_ids
+from .holds import REVIEW_PREFIX, closed_ids, review_item
 from .state import RepoState
 
 REVIEW_AUDIT_PATH = "audit/reviews.jsonl"
 
 
 def review_list(repo: RepoState, *, as_user: str) -> list[ReviewItem]:
+    """The open holds in roots the user may read. A branch that is no readable hold (made by
+    hand, broken) is skipped, never the end of the list: one bad branch must not hide the rest."""
     user = require_user(as_user)
     items = []
+    closed = closed_ids(repo.store)
     for name in repo.store.branches(REVIEW_PREFIX):
-        item = review_item(repo, name[len(REVIEW_PREFIX):])
-        if item and repo.access.may_read_root(user, layout.parse_path(item.path).root):
+        review_id = name[len(REVIEW_PREFIX):]
+        try:
+            item = review_item(repo, review_id)
+            root = layout.parse_path(item.path).root if item else None
+        except MdmemError:
+            continue
+        if item and review_id not in closed and repo.access.may_read_root(user, root or ""):
             items.append(item)
     return items
 
 
 def review_or_missing(repo: RepoState, user: str, review_id: str) -> ReviewItem:
     item = review_item(repo, review_id)
+    if item is not None and review_id in closed_ids(repo.store):
+        # Approved or rejected already (here, or in a clone whose decision came with sync).
+        raise Refused(f"review {review_id}: already approved or rejected (a commit names it: "
+                      f"git log --grep 'Memory-Review: {review_id}')")
     if item is None or not repo.access.may_read_root(user, layout.parse_path(item.path).root):
         raise NotFound(f"review {review_id}: no held write with that id visible to {user}")
     return item
@@ -52,6 +65,14 @@ def approve(repo: RepoState, review_id: str, *, as_user: str, new_key: bool = Fa
     user = require_user(as_user)
     item = review_or_missing(repo, user, review_id)
     root = layout.parse_path(item.path).root
+    # The hold's note is replayed as written: the checks remember applies to a claimed writer
+    # apply here too (a hold pushed by hand could say human:dana or system:consolidate), and
+    # a hold on history an erasure took away is not brought back by approving it.
+    gate.check_claimed_identity(item.note.source, item.actor, item.channel)
+    if item.note.owner != item.actor:
+        raise Refused(f"review {review_id}: its note says owner {item.note.owner!r}, but {item.actor!r} made it")
+    if repo.store.parents(item.commit)[0] in erased_commit_ids(repo.store.show_file("HEAD", AUDIT_PATH)):
+        raise Refused(f"review {review_id}: it was held on history an erasure removed; reject it")
     if item.actor not in repo.access.writers_of_root(root):
         raise Refused(f"review {review_id}: its commit was made by {item.actor or 'no declared person'}, who may not "
                       f"write {root} (a hold made with plain git, or fetched from a remote); reject it")

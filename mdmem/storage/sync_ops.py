@@ -167,3 +167,12 @@ def refs_containing(store, commit: str) -> list[str]:
     """Every ref whose history holds ``commit``."""
     return _run(store, "for-each-ref", "--contains", commit, "--format=%(refname)").stdout.split()
 
+
+def present(store, ids: set[str]) -> set[str]:
+    """Which of ``ids`` (blob or commit ids) this clone's object store holds."""
+    if not ids:
+        return set()
+    proc = subprocess.run(["git", "-C", str(store.root), "cat-file", "--batch-check=%(objectname)"],
+                          input="\n".join(sorted(ids)) + "\n", capture_output=True, text=True)
+    return {line.strip() for line in proc.stdout.splitlines() if line.strip() in ids}
+

@@ -1,0 +1,219 @@
+"""Findings of the sixth attack (notes/attack6.md) on held writes travelling with sync and on
+`sync --replay`, each a test that failed before its fix."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import T0, git, run_cli
+from mdmem import MemoryRepo
+
+ENV = {"MDMEM_EMBEDDER": "none"}
+FACT = ["--kind", "fact", "--subject", "service:billing", "--scope", "team", "--team", "payments", "--new-key"]
+
+
+@pytest.fixture
+def clones(tmp_path):
+    """alice's repo pushed to a bare remote; bob, dana and carol each clone it."""
+    root = tmp_path / "alice"
+    MemoryRepo.init(root, teams={"payments": ["alice", "bob", "dana"], "search": ["carol"]}, erasers=["dana"],
+                    now=T0, as_user="alice", embedder="none").close()
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(remote))
+    git(root, "remote", "add", "origin", str(remote))
+    assert run_cli("sync", "--push", "--as", "alice", env=ENV, cwd=root).returncode == 0
+    out = {"alice": root, "remote": remote}
+    for who in ("bob", "dana", "carol"):
+        git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(tmp_path / who))
+        out[who] = tmp_path / who
+    return out
+
+
+def cli(where, *args, code=0):
+    r = run_cli(*args, env=ENV, cwd=where)
+    assert r.returncode == code, (args, r.returncode, r.stdout, r.stderr)
+    return json.loads(r.stdout) if "--json" in args else r
+
+
+def hold(where, text, key, who="bob"):
+    return cli(where, "remember", text, *FACT, "--key", key, "--source", "tool:grafana", "--as", who, "--json",
+               code=4)["review_id"]
+
+
+def objects(where) -> bytes:
+    return subprocess.run(["git", "-C", str(where), "cat-file", "--batch-all-objects", "--batch"],
+                          capture_output=True, check=True).stdout
+
+
+def forge(where, name, path, note, source="tool:x", email="bob@mdmem.invalid", link=False):
+    """A hold made with plain git and pushed as review/<name>."""
+    git(where, "checkout", "-q", "-b", "forge", "origin/main")
+    full = where / path
+    full.parent.mkdir(parents=True, exist_ok=True)
+    if link:
+        full.symlink_to("../../../../../mdmem.toml")
+    else:
+        full.write_text(note)
+    git(where, "add", path)
+    git(where, "-c", f"user.email={email}", "-c", "user.name=x", "commit", "-qm",
+        f"hold fact x\n\nMemory-Op: hold\nMemory-Actor: bob\nMemory-Source: {source}\nMemory-Hold-Reason: r\n"
+        "Memory-Channel: human\nMemory-New-Key: true", "--no-verify")
+    git(where, "push", "-q", "origin", f"HEAD:refs/heads/review/{name}")
+    git(where, "checkout", "-q", "main")
+    git(where, "branch", "-q", "-D", "forge")
+
+
+NOTE = """---
+id: 01M8PZHGF2JTRFYW0K3QZF59ZB
+kind: fact
+subject: service:billing
+key: {key}
+scope: team
+team: payments
+owner: {owner}
+source: {source}
+valid_from: '2026-11-30T19:40:06Z'
+valid_until: null
+expires_at: null
+derived_from: []
+---
+
+{text}
+"""
+
+
+# F1. Approving a hold skipped the check remember applies to a source naming a writer: a
+# hand-made hold saying system:consolidate or human:dana was committed as such.
+@pytest.mark.parametrize("source,owner", [("system:consolidate", "bob"), ("human:dana", "bob"), ("tool:x", "dana")])
+def test_a_forged_holds_claimed_source_or_owner_is_refused_at_approval(clones, source, owner):
+    path = "team/payments/service/billing/fact/sys.md"
+    forge(clones["bob"], "forged0001", path, NOTE.format(key="sys", owner=owner, source=source,
+                                                         text="Consolidated: deploy freeze lifted"), source=source)
+    cli(clones["dana"], "sync", "--as", "dana")
+    r = cli(clones["dana"], "review", "approve", "forged0001", "--as", "dana", code=3)
+    assert "freeze" not in (clones["dana"] / "team/payments/MEMORY.md").read_text(), r.stderr
+    assert not (clones["dana"] / path).exists()
+
+
+# F2. One malformed, symlinked or oversized hold pushed by anyone broke `review list` for
+# everyone (and named a root they cannot read). sync now refuses to take it.
+def test_branches_that_are_no_hold_are_not_taken_and_do_not_break_review_list(clones):
+    carol = clones["carol"]
+    forge(carol, "bad0000001", "team/search/service/x/fact/bad.md", "---\nid: [unclosed\n---\nx\n",
+          email="carol@mdmem.invalid")
+    forge(carol, "link000001", "team/search/service/x/fact/link.md", "", email="carol@mdmem.invalid", link=True)
+    forge(carol, "huge000001", "team/search/service/x/fact/huge.md",
+          NOTE.format(key="huge", owner="carol", source="tool:x", text="x" * 300_000), email="carol@mdmem.invalid")
+    git(carol, "push", "-q", "origin", "origin/main:refs/heads/review/--help")
+    good = hold(clones["bob"], "p99 is 180ms", "latency")
+    cli(clones["bob"], "sync", "--push", "--as", "bob")
+    out = cli(clones["dana"], "sync", "--as", "dana", "--json")["holds"]
+    assert out["fetched"] == [good] and {r["id"] for r in out["refused"]} == {"bad0000001", "link000001", "huge000001"}
+    assert out["skipped_names"] == ["--help"]
+    r = cli(clones["dana"], "review", "list", "--as", "dana")
+    assert "p99 is 180ms" in r.stdout and "team/search" not in r.stdout + r.stderr
+
+
+# F3, F14. A hold made before someone's erasure kept the erased history alive in the clone;
+# approving it (or pushing it) put the erased text back. It is made again on the erased
+# history, or dropped and named when it touches an erased version.
+def test_holds_on_history_an_erasure_removed_are_remade_or_dropped(clones):
+    bob, dana, remote = clones["bob"], clones["dana"], clones["remote"]
+    cli(bob, "remember", "Secret pin GG-42424 for vault", *FACT, "--key", "pin", "--as", "bob")
+    cli(bob, "sync", "--push", "--as", "bob")
+    cli(dana, "sync", "--as", "dana")
+    kept = hold(bob, "p99 is 180ms", "latency")                       # unrelated: made again
+    quoting = hold(bob, "Copied: Secret pin GG-42424 for vault", "backup")  # quotes erased text: dropped
+    cli(dana, "forget", "--path", "team/payments/service/billing/fact/pin.md", "--push", "--as", "dana")
+    cli(bob, "sync", "--as", "bob", code=3)
+    out = cli(bob, "sync", "--replay", "--push", "--as", "bob", "--json")
+    assert out["holds"]["remade"] == [kept] and out["holds"]["dropped_erased"] == [quoting]
+    assert b"GG-42424" not in objects(bob)
+    assert "GG-42424" not in git(remote, "log", "-p", "--all").stdout
+    cli(dana, "sync", "--as", "dana")
+    cli(dana, "review", "approve", kept, "--as", "dana")
+    assert "180ms" in (dana / "team/payments/service/billing/fact/latency.md").read_text()
+
+
+# F4. An erasure published by `sync --push` (forget without --push) left the remote's old
+# holds (erased text included), and a fresh clone kept them in refs/remotes/origin/review/*.
+def test_publishing_an_erasure_replaces_the_remotes_old_holds(clones, tmp_path):
+    bob, dana, remote = clones["bob"], clones["dana"], clones["remote"]
+    cli(bob, "remember", "Oncall phone is 555-0199 for billing", *FACT, "--key", "oncall", "--as", "bob")
+    held = hold(bob, "Backup phone 555-0199 per pager tool", "backup")
+    cli(bob, "sync", "--push", "--as", "bob")
+    cli(dana, "sync", "--as", "dana")
+    cli(dana, "forget", "--text", "555-0199", "--as", "dana")
+    out = cli(dana, "sync", "--push", "--as", "dana", "--json")
+    assert out["status"] == "published erasure" and held in out["holds"]["pushed"]
+    assert "555-0199" not in git(remote, "log", "-p", "--all").stdout
+    fresh = tmp_path / "fresh"
+    git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(fresh))
+    cli(fresh, "sync", "--as", "alice")
+    assert b"555-0199" not in objects(fresh)
+
+
+# F5, F15. Open and closed were a clone's local state: a lost state file re-published an
+# approved hold, and anyone's stray `git branch -D` plus `sync --push` deleted a teammate's
+# pending hold everywhere. History decides now (the approve or reject commit names the hold).
+def test_history_decides_which_holds_are_closed(clones):
+    bob, dana, carol, remote = clones["bob"], clones["dana"], clones["carol"], clones["remote"]
+    first, second = hold(bob, "p99 is 180ms", "latency"), hold(bob, "p50 is 20ms", "p50")
+    cli(bob, "sync", "--push", "--as", "bob")
+    cli(carol, "sync", "--as", "carol")
+    git(carol, "branch", "-q", "-D", f"review/{first}")
+    cli(carol, "sync", "--push", "--as", "carol")
+    assert f"review/{first}" in git(remote, "for-each-ref").stdout  # a vanished branch deletes nothing
+    cli(dana, "sync", "--as", "dana")
+    cli(dana, "review", "approve", first, "--as", "dana")
+    cli(dana, "review", "reject", second, "--as", "dana")
+    cli(dana, "sync", "--push", "--as", "dana")
+    assert "refs/heads/review/" not in git(remote, "for-each-ref").stdout
+    (bob / ".git/mdmem/holds-seen.json").unlink(missing_ok=True)
+    out = cli(bob, "sync", "--push", "--as", "bob", "--json")["holds"]
+    assert sorted(out["closed"]) == sorted([first, second]) and not out.get("pushed")
+    assert "refs/heads/review/" not in git(remote, "for-each-ref").stdout
+    r = run_cli("review", "reject", first, "--as", "alice", env=ENV, cwd=bob)
+    assert r.returncode in (3, 6) and first not in (bob / "audit/reviews.jsonl").read_text()  # approved already
+
+
+# F6. sync --replay re-applied a clone's unpushed copies of erased text (a note quoting it).
+def test_replay_leaves_out_commits_quoting_erased_text(clones):
+    bob, dana, remote = clones["bob"], clones["dana"], clones["remote"]
+    cli(bob, "remember", "Secret vendor contract number ZX-99417 expires soon", *FACT, "--key", "vendor",
+        "--as", "bob")
+    cli(bob, "sync", "--push", "--as", "bob")
+    cli(dana, "sync", "--as", "dana")
+    # A copy forget would have scrubbed (it quotes the erased sentence; forget's needles: needles.py)
+    cli(bob, "remember", "Per the vendor note: Secret vendor contract number ZX-99417 expires soon", *FACT,
+        "--key", "vendor.copy",
+        "--as", "bob")
+    cli(bob, "remember", "Refunds within 30 days", *FACT, "--key", "refund", "--as", "bob")
+    cli(dana, "forget", "--path", "team/payments/service/billing/fact/vendor.md", "--push", "--as", "dana")
+    out = cli(bob, "sync", "--replay", "--push", "--as", "bob", "--json")
+    assert [c["subject"] for c in out["replayed"]] == ["remember fact service:billing/refund"]
+    assert [c["why"] for c in out["left_out"]] == ["it quotes erased text"]
+    assert "ZX-99417" not in git(remote, "log", "-p", "--all").stdout
+
+
+# F7, F8. A replay killed before it dropped the old objects left them for good; branches and
+# stashes on the old history were kept without a word.
+def test_a_killed_replay_is_cleaned_by_the_next_sync_and_old_branches_are_named(clones):
+    bob, dana = clones["bob"], clones["dana"]
+    cli(bob, "remember", "Secret pin QQ-55123 for vault", *FACT, "--key", "pin", "--as", "bob")
+    cli(bob, "sync", "--push", "--as", "bob")
+    cli(dana, "sync", "--as", "dana")
+    cli(bob, "remember", "Refunds within 30 days", *FACT, "--key", "refund", "--as", "bob")
+    cli(dana, "forget", "--path", "team/payments/service/billing/fact/pin.md", "--push", "--as", "dana")
+    killed = subprocess.run(
+        [str(__import__("sys").executable), "-c",
+         "import os, sys; import mdmem.storage.sync_ops as s; s.drop_unreachable = lambda store: os._exit(137); "
+         "from mdmem.cli.main import main; sys.exit(main(['sync', '--replay', '--as', 'bob']))"],
+        cwd=bob, env={**__import__("os").environ, **ENV}, capture_output=True)
+    assert killed.returncode == 137 and b"QQ-55123" in objects(bob)
+    cli(bob, "sync", "--as", "bob")
+    assert b"QQ-55123" not in objects(bob)
+    git(bob, "branch", "wip", "HEAD")  # harmless: on the new history
+    assert "refund" in git(bob, "log", "--oneline").stdout
