@@ -134,6 +134,13 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
         out["push"] = pushed
     out["holds"] = holds
     out.update(replayed)
+    # A hold approved in one clone and rejected in another (offline) is both, once merged:
+    # the approved note is live; a person decides (attack 6, F12).
+    from .ops.holds import decisions
+
+    both = sorted(r for r, ops in decisions(repo.store).items() if {"approve", "reject"} <= ops)
+    if both:
+        out["approved_and_rejected"] = both
     return out
 
 

@@ -161,7 +161,7 @@ def test_holds_travel_with_sync_and_close_everywhere(team, tmp_path):
     assert "refs/heads/review/" not in git(remote, "for-each-ref").stdout
     # bob's clone learns both were closed, and has the approved fact.
     r = run_cli("sync", "--as", "bob", "--json", env=ENV, cwd=bob)
-    assert sorted(__import__("json").loads(r.stdout)["holds"]["closed_elsewhere"]) == sorted([first, second])
+    assert sorted(__import__("json").loads(r.stdout)["holds"]["closed"]) == sorted([first, second])
     assert git(bob, "for-each-ref", "refs/heads/review/").stdout == ""
     r = run_cli("recall", "p99 latency", "--as", "bob", env=ENV, cwd=bob)
     assert "p99 is 180ms" in r.stdout and "p50 is 20ms" not in r.stdout

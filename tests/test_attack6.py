@@ -217,3 +217,19 @@ def test_a_killed_replay_is_cleaned_by_the_next_sync_and_old_branches_are_named(
     assert b"QQ-55123" not in objects(bob)
     git(bob, "branch", "wip", "HEAD")  # harmless: on the new history
     assert "refund" in git(bob, "log", "--oneline").stdout
+
+
+# F12. A hold rejected in one clone and approved (offline) in another ended up both, silently.
+def test_a_hold_approved_in_one_clone_and_rejected_in_another_is_named(clones):
+    bob, dana, alice = clones["bob"], clones["dana"], clones["alice"]
+    held = hold(bob, "p99 is 999ms", "latency")
+    cli(bob, "sync", "--push", "--as", "bob")
+    cli(dana, "sync", "--as", "dana")
+    cli(alice, "sync", "--as", "alice")
+    cli(alice, "review", "reject", held, "--as", "alice")
+    cli(alice, "sync", "--push", "--as", "alice")
+    cli(dana, "review", "approve", held, "--as", "dana")
+    out = cli(dana, "sync", "--push", "--as", "dana", "--json")
+    assert out["approved_and_rejected"] == [held]
+    r = cli(dana, "sync", "--as", "dana")
+    assert f"review {held} was approved in one clone and rejected in another" in r.stdout

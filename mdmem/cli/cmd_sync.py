@@ -44,6 +44,9 @@ def run(ctx) -> int:
         text += f"\n  not taken: review/{refused['id']} ({refused['why']})"
     if holds.get("error"):
         text += f"\n  {holds['error']}"
+    for review_id in out.get("approved_and_rejected", []):
+        text += (f"\n  review {review_id} was approved in one clone and rejected in another: the approved note is "
+                 "live; retire it if the rejection stands")
     if out.get("push"):
         text += f"\n  {out['push']}"
     ctx.emit(out, text)

@@ -20,16 +20,23 @@ REVIEW_TRAILER = "Memory-Review"  # on the approve or reject commit that closed 
 HOLD_ID = re.compile(r"[0-9a-z]{10}")
 
 
-def closed_ids(store: GitStore) -> set[str]:
-    """Holds this history closed: an approve or reject commit names each (its Memory-Review
-    trailer). Sync and review go by this, so a hold closed in one clone is closed in all,
-    whatever happened to any local branch or state."""
-    out = set()
+def decisions(store: GitStore) -> dict[str, set[str]]:
+    """review id -> the decisions this history holds for it (``approve``, ``reject``), from the
+    commits that closed holds (their Memory-Review trailer)."""
+    out: dict[str, set[str]] = {}
     for _commit, message in sync_ops.messages_with(store, f"{REVIEW_TRAILER}:"):
+        trailers = parse_trailers(message)
         for line in message.splitlines():
             if line.startswith(REVIEW_TRAILER + ":"):
-                out.add(line.split(":", 1)[1].strip())
+                out.setdefault(line.split(":", 1)[1].strip(), set()).add(trailers.get("op", ""))
     return out
+
+
+def closed_ids(store: GitStore) -> set[str]:
+    """Holds this history closed: an approve or reject commit names each. Sync and review go
+    by this, so a hold closed in one clone is closed in all, whatever happened to any local
+    branch or state."""
+    return set(decisions(store))
 
 
 def hold(repo: RepoState, user: str, path: str, note: Note, reason: str, when: _dt.datetime, *, channel: str,

@@ -65,6 +65,9 @@ def approve(repo: RepoState, review_id: str, *, as_user: str, new_key: bool = Fa
     user = require_user(as_user)
     item = review_or_missing(repo, user, review_id)
     root = layout.parse_path(item.path).root
+    if item.actor not in repo.access.writers_of_root(root):
+        raise Refused(f"review {review_id}: its commit was made by {item.actor or 'no declared person'}, who may not "
+                      f"write {root} (a hold made with plain git, or fetched from a remote); reject it")
     # The hold's note is replayed as written: the checks remember applies to a claimed writer
     # apply here too (a hold pushed by hand could say human:dana or system:consolidate), and
     # a hold on history an erasure took away is not brought back by approving it.
@@ -73,9 +76,6 @@ def approve(repo: RepoState, review_id: str, *, as_user: str, new_key: bool = Fa
         raise Refused(f"review {review_id}: its note says owner {item.note.owner!r}, but {item.actor!r} made it")
     if repo.store.parents(item.commit)[0] in erased_commit_ids(repo.store.show_file("HEAD", AUDIT_PATH)):
         raise Refused(f"review {review_id}: it was held on history an erasure removed; reject it")
-    if item.actor not in repo.access.writers_of_root(root):
-        raise Refused(f"review {review_id}: its commit was made by {item.actor or 'no declared person'}, who may not "
-                      f"write {root} (a hold made with plain git, or fetched from a remote); reject it")
     gate.check_approver(user, item.actor, item.channel, self_approve=repo.config.self_approve, root=root,
                         readers=repo.access.readers_of_root(root), review_id=review_id)
     gate.check_unchanged_since_hold(item.path, item.base_version, item.changed_since, override=override)
