@@ -164,3 +164,30 @@ def test_a_writer_killed_at_any_moment_leaves_the_embedding_cache_whole(repo):
         hits = repo.recall("gateway retry number 2", as_user="bob", now=T1)
         assert hits[0].text.startswith("Gateway retry number 2 ") and hits[0].cosine is not None
         assert not (cache_dir(repo.root) / ASIDE).exists()  # nothing was moved aside
+
+
+def test_a_note_left_edited_is_not_indexed_again_by_every_process(repo):
+    """A rebuild records the files that differ from HEAD; a later process's first catch-up
+    (it walks the tree) re-indexes only files changed since, not every edited note on each
+    start (which also left replaced copies in Whoosh's statistics)."""
+    corpus(repo, n=6)
+    note = repo.root / repo.get(as_user="bob", subject="service:ledger", kind="fact", key="cache.1").path
+    note.write_text(note.read_text().replace("ask dana", "ask dana or erin"))
+    repo.reindex(rebuild=True)
+    repo.close()
+
+    def disk():
+        folder = cache_dir(repo.root) / "fulltext"
+        return on_disk(repo), sorted(p.name for p in folder.iterdir())
+
+    before = disk()
+    for _ in range(2):  # fresh processes, each walking the tree on its first call
+        fresh = MemoryRepo.open(repo.root)
+        assert "erin" in fresh.recall("ledger cache erin", as_user="bob", now=T1)[0].text
+        fresh.close()
+    assert disk() == before
+    note.write_text(note.read_text().replace("dana or erin", "dana or frank"))
+    fresh = MemoryRepo.open(repo.root)
+    assert "frank" in fresh.recall("ledger cache frank", as_user="bob", now=T1)[0].text
+    assert disk() != before  # changed since: indexed again
+    fresh.close()

@@ -204,7 +204,10 @@ class NoteIndex:
             fresh = added - set(dirty) - set(state.get("broken", {}))
         if scan:
             current_dirty = self._scan_worktree()
-            changed |= set(dirty) | set(current_dirty)
+            # Only files whose state differs from what the index took: one still holding the
+            # version indexed needs nothing (else every process's first walk re-indexed every
+            # note a person left edited, on disk, each start).
+            changed |= {p for p in set(dirty) | set(current_dirty) if dirty.get(p) != current_dirty.get(p)}
             dirty = current_dirty
             fresh -= set(dirty)
         else:
@@ -438,6 +441,9 @@ class NoteIndex:
         Everything is read and embedded before the old index is removed: an embedder that
         fails leaves the index as it was."""
         head = self.repo.store.head()
+        # Walked before the notes are read: an edit in between then differs from what is
+        # recorded and is indexed again by the next catch-up (never recorded as indexed).
+        dirty = self._worktree_dirty()
         paths = iter_note_paths(self.repo.root)
         report = SyncReport(rebuilt=True)
         notes = self._read_notes(paths, report, progress=progress)
@@ -454,7 +460,7 @@ class NoteIndex:
         self._refresh()
         report.indexed = [s.path for s in notes]
         self._save_state({"schema": SCHEMA_VERSION, "model": self.model_id, "commit": head,
-                          "dirty": self._worktree_dirty(), "broken": report.broken})
+                          "dirty": dirty, "broken": report.broken})
         self._last_worktree_check = time.monotonic()
         return report
 
