@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import pct, table, wants_json  # noqa: E402
 from bench_agent import note_text, question  # noqa: E402
 
-from mdmem.search import fulltext  # noqa: E402
+from mdmem.search import fulltext, minilm_graph  # noqa: E402
 from mdmem.search.embedders import MiniLMEmbedder  # noqa: E402
 
 
@@ -43,7 +43,6 @@ class Sessions(MiniLMEmbedder):
     batch_size = 32
 
     def graph(self):
-        from mdmem.search import minilm_graph
         return minilm_graph.load_graph(self.source, self.source_sha256, self.cache_dir)
 
     def session_for(self, threads: int):
@@ -59,7 +58,8 @@ class Sessions(MiniLMEmbedder):
                 "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
                 "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
                 "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[self.level]
-            sessions[threads] = ort.InferenceSession(self.graph(), options, providers=["CPUExecutionProvider"])
+            sessions[threads] = ort.InferenceSession(self.graph(), options, providers=["CPUExecutionProvider"],
+                                                     disabled_optimizers=minilm_graph.DISABLED_OPTIMIZERS)
         return sessions[threads]
 
     def run_on(self, encodings, threads: int):

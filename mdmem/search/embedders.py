@@ -87,14 +87,9 @@ class MiniLMEmbedder:
 
     def _session(self):
         if self._session_obj is None:
-            import onnxruntime as ort
-
             graph = minilm_graph.load_graph(self.source, self.source_sha256, self.cache_dir)
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = 1
-            options.inter_op_num_threads = 1
             try:
-                self._session_obj = ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+                self._session_obj = minilm_graph.make_session(graph)
             except Exception as exc:  # onnxruntime raises its own exception types
                 raise EmbedderError(f"onnxruntime cannot load the MiniLM graph ({exc}); "
                                     f"delete {self.cache_dir or 'the cached graph'} and retry") from None
