@@ -41,6 +41,9 @@ class Sessions(MiniLMEmbedder):
 
     level = "all"
     batch_size = 32
+    # mdmem's graph runs without these fusions (minilm_graph.DISABLED_OPTIMIZERS); the
+    # package's graph is the reference, run as onnxruntime runs it by default.
+    disabled_optimizers = minilm_graph.DISABLED_OPTIMIZERS
 
     def graph(self):
         return minilm_graph.load_graph(self.source, self.source_sha256, self.cache_dir)
@@ -59,7 +62,7 @@ class Sessions(MiniLMEmbedder):
                 "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
                 "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[self.level]
             sessions[threads] = ort.InferenceSession(self.graph(), options, providers=["CPUExecutionProvider"],
-                                                     disabled_optimizers=minilm_graph.DISABLED_OPTIMIZERS)
+                                                     disabled_optimizers=self.disabled_optimizers)
         return sessions[threads]
 
     def run_on(self, encodings, threads: int):
@@ -82,6 +85,8 @@ class Sessions(MiniLMEmbedder):
 
 class PackageGraph(Sessions):
     """The package's own graph, as mdmem ran it before (for comparison only)."""
+
+    disabled_optimizers: list[str] = []
 
     def graph(self):
         return str(self.source)
