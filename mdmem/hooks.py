@@ -44,6 +44,30 @@ INSTALLED_NOTICE = ("mdmem: installed mdmem's git hooks in .git/hooks: commits c
                     "MEMORY views")
 
 
+_CONVERTING = ("working-tree-encoding", "filter", "ident")
+_NOTE_LIKE = ("x.md", "MEMORY.md", "team/payments/service/billing/fact/x.md", "private/alice/user/alice/fact/x.md")
+
+
+def converting_attributes(text: str) -> list[str]:
+    """The lines of a .gitattributes that make git rewrite notes between what is committed and
+    the work tree in a way mdmem cannot read through: another encoding, a filter driver, $Id$
+    expansion. (Line endings are fine: mdmem reads CRLF as LF.) One such committed line made
+    every note unreadable in every clone (attack 6, F10)."""
+    import fnmatch
+
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts or parts[0].startswith("#"):
+            continue
+        pattern = parts[0].strip('"')
+        if not any(fnmatch.fnmatch(p, pattern) or fnmatch.fnmatch(p.rsplit("/", 1)[-1], pattern) for p in _NOTE_LIKE):
+            continue
+        if any(a.split("=", 1)[0] in _CONVERTING for a in parts[1:]):
+            out.append(line.strip())
+    return out
+
+
 def committed_files() -> dict[str, bytes]:
     """What mdmem commits into a repo for its hooks: the attributes naming the view merge driver."""
     return {ATTRIBUTES: read_template("gitattributes").encode()}
@@ -273,6 +297,11 @@ def pre_commit(root: Path, *, env: dict | None = None) -> HookReport:
             continue
         report.problems += [f"{path}: {name}: {reason}" for name, reason in note_problems(path, data, config.contracts)]
     report.problems += [f"{path}: path: must be {what}, not this" for path, what in store.misplaced(tree)]
+    if ATTRIBUTES in touched:
+        staged = (read_in(store, tree, ATTRIBUTES) or b"").decode("utf-8", "replace")
+        report.problems += [f"{ATTRIBUTES}: {line!r}: makes git convert notes in the work tree (another encoding, a "
+                            "filter or $Id$); mdmem reads notes as committed (UTF-8; CRLF is fine)"
+                            for line in converting_attributes(staged)]
     if report.problems:
         return report
     flagged = _staged_flags(rules, touched)

@@ -319,6 +319,7 @@ def _integrate(repo, user, when, head, their_head, remote, branch) -> tuple[str,
     store = repo.store
     _refuse_erased(store, head, their_head, remote, branch)
     _refuse_config_removed(store, head, their_head, remote, branch)
+    _refuse_converting_attributes(store, head, their_head, remote, branch)
     conflicts: list[ConflictPair] = []
     if their_head is None or their_head == head:
         return ("ahead" if their_head is None and head else "up to date"), conflicts
@@ -496,6 +497,23 @@ def _replay_commits(repo, commits: list[tuple[str, list[str]]], onto: str, erase
             tip = sync_ops.replay(store, tip, commit, changes)
             replayed.append({"commit": commit, "as": tip, "subject": subject})
     return tip, {"replayed": replayed, "left_out": left_out}
+
+
+def _refuse_converting_attributes(store, head, their_head, remote, branch) -> None:
+    """A .gitattributes line that converts notes in the work tree would make every note
+    unreadable here after the checkout (attack 6, F10): refused, naming it and its commit."""
+    from .hooks import ATTRIBUTES, converting_attributes
+
+    if not their_head:
+        return
+    theirs = set(converting_attributes(store.show_file(their_head, ATTRIBUTES)))
+    new = sorted(theirs - set(converting_attributes(store.show_file(head, ATTRIBUTES) if head else "")))
+    if new:
+        last = store.last_change(their_head, ATTRIBUTES)
+        by = f" (in {last[0][:10]} by {last[1]})" if last else ""
+        raise Refused(f"sync: {remote}/{branch} has {ATTRIBUTES} line {new[0]!r}{by}, which makes git convert notes "
+                      "in the work tree (another encoding, a filter or $Id$) so that no note could be read here; "
+                      f"remove it there (git revert); nothing changed")
 
 
 def _refuse_config_removed(store, head, their_head, remote, branch) -> None:

@@ -233,3 +233,26 @@ def test_a_hold_approved_in_one_clone_and_rejected_in_another_is_named(clones):
     assert out["approved_and_rejected"] == [held]
     r = cli(dana, "sync", "--as", "dana")
     assert f"review {held} was approved in one clone and rejected in another" in r.stdout
+
+
+# F10. One committed .gitattributes line (working-tree-encoding) made every note unreadable in
+# the work tree of every clone; the hook refuses it now and sync will not bring it in.
+def test_attributes_that_convert_notes_are_refused_by_the_hook_and_by_sync(clones):
+    bob, dana = clones["bob"], clones["dana"]
+    cli(bob, "hooks", "install", "--as", "bob")
+    (bob / ".gitattributes").write_text((bob / ".gitattributes").read_text()
+                                        + "*.md text working-tree-encoding=UTF-16LE eol=crlf\n")
+    git(bob, "add", ".gitattributes")
+    r = git(bob, "-c", "user.email=bob@mdmem.invalid", "commit", "-qm", "enc", check=False)
+    assert r.returncode != 0 and "working-tree-encoding" in r.stderr, r.stderr
+    git(bob, "-c", "user.email=bob@mdmem.invalid", "commit", "-qm", "enc", "--no-verify")
+    git(bob, "push", "-q", "origin", "HEAD:main")
+    cli(dana, "remember", "Refunds within 30 days", *FACT, "--key", "refund", "--as", "dana")
+    r = cli(dana, "sync", "--as", "dana", code=3)
+    assert "working-tree-encoding" in r.stderr and "nothing changed" in r.stderr
+    assert cli(dana, "get", "team/payments/service/billing/fact/refund.md", "--as", "dana").returncode == 0
+    # Line endings alone stay allowed (mdmem reads CRLF as LF).
+    from mdmem.hooks import converting_attributes
+
+    assert converting_attributes("*.md text eol=crlf\n*.png filter=lfs\n") == []
+    assert converting_attributes("* filter=lfs diff=lfs\n") == ["* filter=lfs diff=lfs"]
