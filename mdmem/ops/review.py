@@ -68,6 +68,9 @@ def approve(repo: RepoState, review_id: str, *, as_user: str, new_key: bool = Fa
     if item.actor not in repo.access.writers_of_root(root):
         raise Refused(f"review {review_id}: its commit was made by {item.actor or 'no declared person'}, who may not "
                       f"write {root} (a hold made with plain git, or fetched from a remote); reject it")
+    if repo.config.trust.require_signed and repo.trust.signer_of(item.commit) != item.actor:
+        raise Refused(f"review {review_id}: under [trust] require_signed a hold needs a good signature by its writer "
+                      f"{item.actor}, and this one has none (made or changed by hand); reject it")
     # The hold's note is replayed as written: the checks remember applies to a claimed writer
     # apply here too (a hold pushed by hand could say human:dana or system:consolidate), and
     # a hold on history an erasure took away is not brought back by approving it.

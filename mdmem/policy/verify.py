@@ -478,6 +478,16 @@ class Verifier:
                 out[path] = flag
         return out
 
+    def signer_of(self, commit: str) -> str | None:
+        """The declared person whose key made a good signature on ``commit``, checked against the
+        last trusted allowed-signers file; None if unsigned or signed by no one declared (a hold
+        under require_signed is its signer's write, not its e-mail's: attack 6, F17)."""
+        state = self._current(self.repo.store.head())
+        base = state.get("signers_base")
+        keys = self.repo.store.read_at(self.repo.config.trust.allowed_signers, base) if base else None
+        status, principal = self.repo.store.signatures([commit], keys).get(commit, ("N", ""))
+        return self.repo.config.committer(principal) if status in GOOD_SIGNATURES else None
+
     def _signatures(self, state: dict, head: str | None) -> dict[str, tuple[str, str]]:
         """Signature checks of every note's latest commit, against the last trusted version of the
         allowed-signers file (cached per file version and commit): a key line added by someone
