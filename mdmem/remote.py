@@ -78,7 +78,7 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
             try:
                 if push and replay and not exc.publishable and their_head:
                     # Teammates' commits on the old history: re-applied here, then the erasure goes out.
-                    replayed = _replay_theirs_onto_erasure(repo, head, their_head, exc.erased)
+                    replayed = _replay_theirs_onto_erasure(repo, user, head, their_head, exc.erased)
             finally:
                 sync_ops.set_ref(store, scratch, None)
                 sync_ops.drop_unreachable(store)  # the fetch brought erased objects back into this clone
@@ -92,7 +92,7 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
                 sync_ops.set_ref(store, scratch, None)
                 raise
             status, conflicts = "replayed", []
-            replayed = _replay_after_erasure(repo, head, their_head, remote, branch)
+            replayed = _replay_after_erasure(repo, user, head, their_head, remote, branch)
         except Refused:
             sync_ops.set_ref(store, scratch, None)
             sync_ops.drop_unreachable(store)
@@ -417,7 +417,7 @@ class _CloneBehindErasure(Refused):
     """This clone predates an erasure made elsewhere (``sync --replay`` carries its own work over)."""
 
 
-def _replay_after_erasure(repo, head: str, their_head: str, remote: str, branch: str) -> dict:
+def _replay_after_erasure(repo, user: str, head: str, their_head: str, remote: str, branch: str) -> dict:
     """This clone's own commits (made since it last synced) re-applied onto the erased history,
     which replaces the old one here; the old history's objects are dropped (attack 5, A12)."""
     store = repo.store
@@ -428,7 +428,7 @@ def _replay_after_erasure(repo, head: str, their_head: str, remote: str, branch:
     audit = store.show_file(their_head, AUDIT_PATH)
     erased = erased_blob_ids(audit)
     commits = sync_ops.commits_not_in(store, head, known)
-    tip, out = _replay_commits(repo, commits, their_head, erased, remote, _erased_needles(store, erased))
+    tip, out = _replay_commits(repo, user, commits, their_head, erased, remote, _erased_needles(store, erased))
     _refuse_dirty(store, store.tree_changes(head, tip), "replay")
     store.fast_forward(tip, expect_tip=head, why="replayed onto the erased history")
     sync_ops.set_ref(store, f"refs/remotes/{remote}/{branch}", their_head)
@@ -443,13 +443,13 @@ def _replay_after_erasure(repo, head: str, their_head: str, remote: str, branch:
     return out
 
 
-def _replay_theirs_onto_erasure(repo, head: str, their_head: str, erased_commits: set[str]) -> dict:
+def _replay_theirs_onto_erasure(repo, user: str, head: str, their_head: str, erased_commits: set[str]) -> dict:
     """Teammates' commits on the history this clone erased, re-applied onto the erasure so it
     can be published without losing them (attack 5, A17)."""
     store = repo.store
     erased = erased_blob_ids(store.show_file("HEAD", AUDIT_PATH))
     commits = [(c, p) for c, p in sync_ops.commits_not_in(store, their_head, head) if c not in erased_commits]
-    tip, out = _replay_commits(repo, commits, head, erased, "this clone", _erased_needles(store, erased))
+    tip, out = _replay_commits(repo, user, commits, head, erased, "this clone", _erased_needles(store, erased))
     _refuse_dirty(store, store.tree_changes(head, tip), "replay")
     store.fast_forward(tip, expect_tip=head, why="replayed teammates' commits onto the erasure")
     return out
@@ -461,7 +461,7 @@ def _refs_holding(store, erased_commits: set[str]) -> list[str]:
     return sorted({ref for commit in held for ref in sync_ops.refs_containing(store, commit)})
 
 
-def _replay_commits(repo, commits: list[tuple[str, list[str]]], onto: str, erased: set[str],
+def _replay_commits(repo, user: str, commits: list[tuple[str, list[str]]], onto: str, erased: set[str],
                     where: str, needles: list[str]) -> tuple[str, dict]:
     """``commits`` (oldest first) re-applied on ``onto``: each the same change with its author and
     message. A commit touching an erased note version is left out and named; one whose change
@@ -494,7 +494,9 @@ def _replay_commits(repo, commits: list[tuple[str, list[str]]], onto: str, erase
                 raise Conflict(f"sync --replay: {path} differs in {where} from the version {commit[:10]} changed; "
                                "re-apply that change by hand; nothing changed")
         if changes:
-            tip = sync_ops.replay(store, tip, commit, changes)
+            # Signed again only when the person replaying wrote it (their key is theirs alone).
+            mine = repo.config.committer(store.author_email_of(commit)) == user
+            tip = sync_ops.replay(store, tip, commit, changes, sign=mine)
             replayed.append({"commit": commit, "as": tip, "subject": subject})
     return tip, {"replayed": replayed, "left_out": left_out}
 

@@ -183,7 +183,9 @@ class ErasurePlan(Result):
     other_files_erased: list[str]
     versions: int
     commits_to_rewrite: int
-    commits_with_new_ids: int  # those and every later commit: what makes every clone sync again
+    # Those and every later commit: what makes every clone sync again. An upper bound: a commit
+    # that the rewrite leaves empty is dropped, and one whose copy held no needle keeps its id.
+    commits_with_new_ids: int
     copies_to_scrub: list[dict[str, Any]]
     not_scrubbed: list[dict[str, Any]]
     commit_messages_to_rewrite: int

@@ -364,7 +364,8 @@ def test_erasure_leaves_no_digest_line_or_id(team, others):
 
 
 # A18.1. The dry run said "3 commit(s) to rewrite" and the run then "rewrote 10": every commit
-# after a rewritten one gets a new id too. The plan says both, and the second is exact.
+# after a rewritten one gets a new id too. The plan says both (the second an upper bound: a commit
+# the rewrite leaves empty is dropped; attack 6, F13).
 def test_the_dry_run_counts_every_commit_that_gets_a_new_id(team):
     import json
 
@@ -378,7 +379,7 @@ def test_the_dry_run_counts_every_commit_that_gets_a_new_id(team):
     assert plan["commits_with_new_ids"] > plan["commits_to_rewrite"] >= 1
     r = run_cli(*args, env=ENV, cwd=team.root)
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["counts"]["commits_rewritten"] == plan["commits_with_new_ids"]
+    assert plan["commits_to_rewrite"] < json.loads(r.stdout)["counts"]["commits_rewritten"] <= plan["commits_with_new_ids"]
 
 
 # A18.7. The pre-commit hook called a symlinked note "frontmatter: missing".

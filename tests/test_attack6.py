@@ -299,3 +299,45 @@ def test_under_require_signed_a_hold_needs_its_writers_signature(tmp_path):
         dana.approve("forged0002", as_user="dana", now=T0)
     assert dana.approve(signed.review_id, as_user="dana", now=T0).status == "committed"
     dana.close()
+
+
+# F21. Replayed commits lost their signatures: under require_signed the notes a person's own
+# replayed writes touched became untrusted. The person replaying signs again what they wrote.
+@pytest.mark.skipif(__import__("shutil").which("ssh-keygen") is None, reason="needs ssh-keygen")
+def test_replay_signs_again_what_the_person_replaying_wrote(tmp_path):
+    from mdmem.config import UserConfig
+
+    keys = {}
+    for who in ("bob", "dana"):
+        keys[who] = tmp_path / f"{who}_key"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", who, "-f", str(keys[who])], check=True)
+    root = tmp_path / "dana"
+    MemoryRepo.init(root, teams={"payments": ["alice", "bob", "dana"]}, erasers=["dana"], now=T0, as_user="dana",
+                    embedder="none").close()
+    (root / "allowed_signers").write_text("".join(
+        f"{who}@mdmem.invalid {' '.join((tmp_path / f'{who}_key.pub').read_text().split()[:2])}\n" for who in keys))
+    cfg = root / "mdmem.toml"
+    cfg.write_text(cfg.read_text().replace("[trust]\n", "[trust]\nrequire_signed = true\n"))
+    git(root, "add", "allowed_signers")
+    git(root, "-c", "user.name=dana", "-c", "user.email=dana@mdmem.invalid", "-c", "gpg.format=ssh", "-c",
+        f"user.signingkey={keys['dana']}", "commit", "-S", "-qam", "signed memory", "--no-verify")
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(remote))
+    git(root, "remote", "add", "origin", str(remote))
+    git(root, "push", "-q", "origin", "main")
+    bob_root = tmp_path / "bob"
+    git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(bob_root))
+    team = dict(kind="fact", subject="service:billing", scope="team", team="payments", new_key=True, now=T0)
+    with MemoryRepo.open(bob_root, embedder="none", user_config=UserConfig(signing_key=str(keys["bob"]))) as bob:
+        bob.remember("Secret pin QQ-55123 for vault", as_user="bob", key="pin", **team)
+        bob.sync(as_user="bob", push=True)
+        bob.remember("Refunds within 30 days", as_user="bob", key="refund", **team)
+    with MemoryRepo.open(root, embedder="none", user_config=UserConfig(signing_key=str(keys["dana"]))) as dana:
+        dana.sync(as_user="dana")
+        dana.forget(as_user="dana", paths=["team/payments/service/billing/fact/pin.md"], push=True, now=T0)
+    with MemoryRepo.open(bob_root, embedder="none", user_config=UserConfig(signing_key=str(keys["bob"]))) as bob:
+        out = bob.sync(as_user="bob", replay=True)
+    [replayed] = out["replayed"]
+    status = git(bob_root, "-c", f"gpg.ssh.allowedSignersFile={bob_root / 'allowed_signers'}", "log", "-1",
+                 "--format=%G? %GS", replayed["as"]).stdout.split()
+    assert status == ["G", "bob@mdmem.invalid"], status

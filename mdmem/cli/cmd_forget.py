@@ -67,8 +67,8 @@ def _shown(path: str) -> str:
 
 def _print_plan(ctx, out: dict) -> None:
     lines = [f"plan (nothing changed): {len(out['notes'])} note(s), {out['versions']} version(s), "
-             f"{out['commits_to_rewrite']} commit(s) to rewrite ({out['commits_with_new_ids']} with new ids, with "
-             f"those after them), {out['commit_messages_to_rewrite']} message(s), "
+             f"{out['commits_to_rewrite']} commit(s) to rewrite (up to {out['commits_with_new_ids']} with new ids, "
+             f"with those after them), {out['commit_messages_to_rewrite']} message(s), "
              f"{out['identities_pseudonymised']} identit(y/ies) pseudonymised"]
     lines += [f"  erase  {_shown(p)}" for p in out["notes"] + out["other_files_erased"]]
     lines += [f"  scrub  {_shown(c['path'])}  ({c['replacements']} replacement(s) in {c['versions']} version(s))"

@@ -444,7 +444,7 @@ class GitStore(GitQueries):
         oid = self._edit_tree(base, edits)
         return oid if oid is not None else self.repo.TreeBuilder().write()
 
-    def _signed_commit(self, author, committer, message: str, tree, parents) -> pygit2.Oid:
+    def signed_commit(self, author, committer, message: str, tree, parents) -> pygit2.Oid:
         """A commit signed with git's SSH signing (``ssh-keygen -Y sign -n git``), as
         ``git commit -S`` with gpg.format=ssh would make it."""
         content = self.repo.create_commit_string(author, committer, message, tree, parents)
@@ -483,7 +483,7 @@ class GitStore(GitQueries):
                 if merge_parent is not None:
                     parents.append(pygit2.Oid(hex=merge_parent))
                 if self.signing_key:
-                    oid = self._signed_commit(author_sig, committer, message, tree, parents)
+                    oid = self.signed_commit(author_sig, committer, message, tree, parents)
                 else:
                     oid = self.repo.create_commit(None, author_sig, committer, message, tree, parents)
                 break

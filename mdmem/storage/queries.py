@@ -228,6 +228,9 @@ class GitQueries:
     def merge_base(self, a: str, b: str) -> str:
         return self.git("merge-base", a, b, check=False).strip()
 
+    def author_email_of(self, commit: str) -> str:
+        return self.repo[commit].peel(pygit2.Commit).author.email
+
     def message_of(self, commit: str) -> str:
         return self.repo[commit].peel(pygit2.Commit).message
 

@@ -144,9 +144,11 @@ def commits_not_in(store, head: str, known: str) -> list[tuple[str, list[str]]]:
     return [(line.split()[0], line.split()[1:]) for line in out.splitlines() if line.strip()]
 
 
-def replay(store, onto: str, commit: str, changes: dict[str, bytes | None]) -> str:
+def replay(store, onto: str, commit: str, changes: dict[str, bytes | None], *, sign: bool = False) -> str:
     """A commit on ``onto`` with ``changes`` applied and ``commit``'s author, committer and
-    message (its trailers say what it was): the same write on another history. No ref moves."""
+    message (its trailers say what it was): the same write on another history. No ref moves.
+    ``sign``: signed with the store's key (the person replaying is its author: under
+    require_signed an unsigned copy of their own signed write would be untrusted)."""
     repo = store.repo
     base = repo[onto].peel(pygit2.Commit)
     index = pygit2.Index()
@@ -159,8 +161,10 @@ def replay(store, onto: str, commit: str, changes: dict[str, bytes | None]) -> s
             index.add(pygit2.IndexEntry(path, repo.create_blob(bytes(data)),
                                         getattr(data, "mode", pygit2.GIT_FILEMODE_BLOB)))
     source = repo[commit].peel(pygit2.Commit)
-    return str(repo.create_commit(None, source.author, source.committer, source.message,
-                                  index.write_tree(repo), [base.id]))
+    tree = index.write_tree(repo)
+    if sign and store.signing_key:
+        return str(store.signed_commit(source.author, source.committer, source.message, tree, [base.id]))
+    return str(repo.create_commit(None, source.author, source.committer, source.message, tree, [base.id]))
 
 
 def refs_containing(store, commit: str) -> list[str]:
