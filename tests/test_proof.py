@@ -291,10 +291,14 @@ def test_an_allowance_covers_the_allowed_notes_texts_and_nothing_else(repo):
         "--no-verify")
     copy_blob = git(repo.root, "rev-parse", "HEAD:copy.txt").strip()
     (repo.root / "notes.txt").write_bytes(b"\xff NEEDLE-C, not UTF-8\n")  # untracked
+    view = repo.root / "private" / "alice" / "MEMORY.md"  # a hand edit of a view, not UTF-8 either
+    view.write_bytes(view.read_bytes() + b"\xff NEEDLE-C\n")
     allow = [note, "private/alice/draft.txt", "private/alice/never-written.md"]
     report = repo.prove_gone(["NEEDLE-A", "NEEDLE-B", "NEEDLE-C"], as_user="alice", owner="alice",
                              allow_paths=allow)
-    assert [failed(n).get("work_tree") for n in report.needles] == [None, None, ["copy.txt", "notes.txt"]]
+    assert [failed(n).get("work_tree") for n in report.needles] == [
+        None, None, ["copy.txt", "notes.txt", "private/alice/MEMORY.md"]]
+    assert [failed(n).get("memory_views") for n in report.needles] == [None, None, ["private/alice/MEMORY.md"]]
     assert [failed(n).get("git_objects") for n in report.needles] == [
         None, [f"commit {draft_commit}"], [f"blob {copy_blob}"]]
     without = repo.prove_gone(["NEEDLE-A", "NEEDLE-B"], as_user="alice", owner="alice", allow_paths=allow[2:])
