@@ -5,6 +5,7 @@ themself and by someone who may not read it. Every report is compared whole: whi
 which fail and where, what was not checked and how much. Written against mutmut's survivors
 (the previous tests asserted a few checks of a few reports), and quick enough for mutation runs:
 the repository is built once per module, with a loopback embedding server for the vectors."""
+import shutil
 import subprocess
 
 import numpy as np
@@ -150,6 +151,9 @@ def test_a_persons_proof_covers_what_they_may_read_and_counts_the_rest(world):
     assert any(w.startswith("mdmem/fulltext/") for w in failed(repo.prove_gone([admin], as_user="dana").needles[0])
                ["fulltext_index"])
     assert "fulltext_index" not in failed(repo.prove_gone([admin], as_user="bob").needles[0])
+    # bob's proof reads every document of the index he may read, past the ones he may not
+    assert failed(repo.prove_gone(["EUR"], as_user="bob").needles[0])["fulltext_index"] == [
+        f"fulltext: {world['fee']}"]
     hidden = theirs.not_checked
     assert hidden["roots"] == ["private/alice", "team/search"]
     assert hidden["git_metadata"] == "not checked (needs the eraser role)"
@@ -334,6 +338,13 @@ def test_an_erasers_proof_reads_index_files_raw_and_gits_objects_only_inflated(t
     segment, document = failed(kestrel)["fulltext_index"]
     assert segment.startswith("mdmem/versions/") and segment.endswith(".seg")
     assert document.startswith("versions: team/payments/service/billing/fact/bird.md@")
+    # the allowed note's own words in the index files' bytes are explained by its texts
+    allowed = repo.prove_gone(["kestrel"], as_user="dana", allow_paths=["team/payments/service/billing/fact/bird.md"])
+    assert "fulltext_index" not in failed(allowed.needles[0])
+    # the current index gone (a cache, deleted or moved aside): the versions index is still read
+    shutil.rmtree(cache_dir(repo.root) / "fulltext")
+    [again] = repo.prove_gone(["kestrel"], as_user="dana").needles
+    assert failed(again)["fulltext_index"] == [segment, document]
     assert failed(zebra) == {"git_objects": [f"blob {oid}"]}
 
 
@@ -402,3 +413,17 @@ def test_cannot_reach_names_an_openai_provider_at_its_default_address(tmp_path):
     repo = MemoryRepo.open(repo.root, user_config=UserConfig())
     assert cannot_reach(repo)[2] == ("the embedding provider (openai at its default address) saw the text when it "
                                      "was embedded")
+
+
+def test_caches_hold_only_history_reads_the_versions_index(tmp_path):
+    """A version dropped from history (a person's `git reset --hard` past it) while the versions
+    index kept its document: the check names the versions index (mutmut: only the current
+    index's half was reached)."""
+    repo = MemoryRepo.init(tmp_path / "m", teams=TEAMS, erasers=["dana"], as_user="dana", now=T0, embedder="none")
+    for text, when in (("The kestrel nests on the roof", T0), ("The roof is empty now", T1)):
+        repo.remember(text, as_user="bob", kind="fact", subject="service:billing", key="bird", scope="team",
+                      team="payments", now=when)
+    assert repo.recall("kestrel roof", as_user="bob", include_history=True)  # builds the versions index
+    git(repo.root, "reset", "-q", "--hard", "HEAD~1")
+    where = repo.prove_gone(["ABSENT-1"], as_user="dana").scope["caches_hold_only_history"]["where"]
+    assert "versions: 1 document(s) whose text is no longer in history" in where, where
