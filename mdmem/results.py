@@ -210,7 +210,8 @@ class ErasurePlan(Result):
 class ErasureReceipt(Result):
     """What ``forget`` did, as committed to ``audit/erasures.jsonl`` (never an erased text,
     path or key): who asked (``actor``, pseudonymised when they erased themselves), the
-    targets as given, counts, the rewritten commit ids and erased note blob ids, and where copies may remain
+    targets as given, counts, the rewritten commit ids (old, and the new ones it attests) and erased
+    note blob ids, and where copies may remain
     (``remotes``; ``mentions``: live notes that still name the person, for review)."""
 
     id: str
@@ -225,6 +226,9 @@ class ErasureReceipt(Result):
     mentions_for_review: list[str]
     mentions: list[dict[str, Any]]
     remotes: dict[str, str]
+    # The commits the rewrite made (no signatures: filter-repo drops them); with require_signed
+    # the receipt's commit, signed by the eraser, attests them (policy/verify.py).
+    attested_commits: list[str] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ErasureReceipt:
@@ -235,6 +239,7 @@ class ErasureReceipt(Result):
                    at=parse_time(data["at"], field="at"), targets=data.get("targets", {}),
                    counts=data.get("counts", {}), old_head=data.get("old_head"), new_head=data.get("new_head"),
                    rewritten_commits=data.get("rewritten_commits", []), erased_blobs=data.get("erased_blobs", []),
+                   attested_commits=data.get("attested_commits", []),
                    mentions_for_review=data.get("mentions_for_review", []), mentions=data.get("mentions", []),
                    remotes=data.get("remotes", {}))
 

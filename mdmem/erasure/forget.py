@@ -133,13 +133,17 @@ def _run(repo, journal: Journal, state: dict) -> dict:
     if state["phase"] == "cleaned":
         repo.reload()
         state["counts"]["cache_entries"] = purge_caches(repo)
-        rewritten = sorted(set(state["old_commits"]) - ops.reachable_commits(root))
+        now_reachable = ops.reachable_commits(root)
+        rewritten = sorted(set(state["old_commits"]) - now_reachable)
+        # The commits the rewrite made: filter-repo drops signatures, so with require_signed the
+        # receipt (signed by the eraser) attests them (policy/verify.py; attack 5, A25).
+        attested = sorted(now_reachable - set(state["old_commits"]))
         state["counts"]["commits_rewritten"] = len(rewritten)
         erased_blobs = sorted(set(state.get("old_note_blobs", [])) - ops.blobs_at(root, is_note_path))
         mentions = rc.mention_scan(repo, plan)
         receipt = rc.build(plan, rid=state["receipt_id"], when=when, counts=state["counts"],
-                           old_head=state["old_head"], rewritten=rewritten, erased_blobs=erased_blobs,
-                           mentions=mentions)
+                           old_head=state["old_head"], rewritten=rewritten, attested=attested,
+                           erased_blobs=erased_blobs, mentions=mentions)
         receipt["new_head"] = rc.commit(repo, receipt, plan, when)
         state["receipt"] = receipt
         state["mentions"] = mentions

@@ -25,11 +25,13 @@ def receipt_id(when: _dt.datetime) -> str:
 
 
 def build(plan: Plan, *, rid: str, when: _dt.datetime, counts: dict, old_head: str | None, rewritten: list[str],
-          erased_blobs: list[str], mentions: list[dict]) -> dict:
+          erased_blobs: list[str], mentions: list[dict], attested: list[str]) -> dict:
+    """``rewritten``: the old ids the rewrite replaced; ``attested``: the new commits it made
+    (unsigned: the receipt's commit, signed by the eraser, stands in for their signatures)."""
     actor = plan.people.get(plan.as_user, plan.as_user)
     return {"id": rid, "actor": actor, "at": format_time(when),
             "targets": plan.targets_record(), "counts": counts, "old_head": old_head,
-            "rewritten_commits": rewritten, "erased_blobs": erased_blobs,
+            "rewritten_commits": rewritten, "attested_commits": list(attested), "erased_blobs": erased_blobs,
             "mentions_for_review": [m["path"] for m in mentions], "remotes": {}}
 
 

@@ -38,8 +38,9 @@ from ..model.layout import ERASURE_LOG, is_note_path, root_of
 from ..model.validate import validate_note
 
 # 2: the config entry; 3: the founder; 4: deletions, erasure vouchers; 5: the allowed-signers
-# file's entry and base, config entries with why not, merges attributed to their sides' writers
-CACHE_VERSION = 5
+# file's entry and base, config entries with why not, merges attributed to their sides' writers;
+# 6: erasure receipts' attested commits
+CACHE_VERSION = 6
 # verify.json is rewritten whole (19 MB, ~0.5 s of CPU at 100,000 notes). A catch-up or
 # validation of fewer notes than this is left to be redone by the next process (a `git log`
 # of a few commits, a few notes read) instead: every CLI write at 100k paid two rewrites.
@@ -83,7 +84,7 @@ class Verifier:
             # A damaged cache of the right JSON but the wrong shape is recomputed, not trusted.
             if (isinstance(state, dict) and state.get("version") == CACHE_VERSION
                     and isinstance(state.get("head") or "", str)
-                    and all(isinstance(state.get(k), dict) for k in ("touch", "fm", "sig", "deleted"))
+                    and all(isinstance(state.get(k), dict) for k in ("touch", "fm", "sig", "deleted", "attest"))
                     and isinstance(state.get("config"), (list, type(None)))
                     and isinstance(state.get("config_base"), (str, type(None)))
                     and isinstance(state.get("founder"), (str, type(None)))
@@ -134,9 +135,16 @@ class Verifier:
             # Erasure receipts in this range: the commits before one that carry the pseudonym it
             # made were rewritten by that erasure, which an eraser ran -- it vouches for them. Who
             # added the receipt is who wrote it, not a merge that brought it in.
-            vouch = {pseudonym: (commit, origin(commit, who, ERASURE_LOG)[1])
-                     for commit, who, files, _ in log if any(p == ERASURE_LOG for _, p in files)
-                     for pseudonym in self._receipt_pseudonyms(commit)}
+            vouch: dict[str, tuple[str, str]] = {}
+            for commit, who, files, _ in log:
+                if any(p == ERASURE_LOG for _, p in files):
+                    at, by = origin(commit, who, ERASURE_LOG)
+                    pseudonyms, attested = self._receipt_news(commit)
+                    vouch.update((pseudonym, (commit, by)) for pseudonym in pseudonyms)
+                    # The commits its rewrite made lost their signatures: the receipt's own commit
+                    # (the one that wrote it, a merge brings it in), signed by the eraser, stands
+                    # in for them (judged with the signatures), for commits before it only.
+                    state["attest"].update((c, [at, by]) for c in attested if store.is_ancestor(c, at))
             for commit, email, files, _ in log:
                 paths = {path for _, path in files}
                 # Both rule files are judged by the rules before this commit (it cannot vouch for itself).
@@ -183,6 +191,7 @@ class Verifier:
                     if self._unchecked is not None:
                         self._unchecked.add(path)
             live = {entry[0] for entry in state["touch"].values()}
+            live |= {state["attest"][c][0] for c in live if c in state["attest"]}  # the receipts' own
             state["sig"] = {c: v for c, v in state["sig"].items() if c in live}
             self._note_moved(old_head, head, changed)
         state["head"] = head
@@ -297,7 +306,15 @@ class Verifier:
         if rules.trust.require_signed:
             base = state.get("signers_base")
             keys = self.repo.store.read_at(rules.trust.allowed_signers, base) if base else None
-            status, principal = self.repo.store.signatures([commit], keys).get(commit, ("N", ""))
+            receipt, by = state["attest"].get(commit, (None, None))
+            found = self.repo.store.signatures([commit] + ([receipt] if receipt else []), keys)
+            status, principal = found.get(commit, ("N", ""))
+            if status not in GOOD_SIGNATURES and receipt:
+                # Rewritten by an erasure: its receipt, signed by an admin who is its author, attests it.
+                r_status, r_principal = found.get(receipt, ("N", ""))
+                if r_status in GOOD_SIGNATURES and rules.committer(by) in admins \
+                        and rules.committer(r_principal) == rules.committer(by):
+                    status, principal = r_status, r_principal
             if status not in GOOD_SIGNATURES:
                 return [commit, email, user, False, f"unsigned (git says {status})"]
             if rules.committer(principal) not in admins:
@@ -344,23 +361,28 @@ class Verifier:
         except BadInput:
             return None
 
-    def _receipt_pseudonyms(self, commit: str) -> list[str]:
-        """The e-mails of the pseudonyms that erasure receipts added at ``commit`` made."""
+    def _receipt_news(self, commit: str) -> tuple[list[str], list[str]]:
+        """What the erasure receipts added at ``commit`` say: the e-mails of the pseudonyms they
+        made, and the commits their rewrites made (``attested_commits``)."""
         store = self.repo.store
         new = store.read_at(ERASURE_LOG, commit) or b""
         try:
             old = store.read_at(ERASURE_LOG, f"{commit}^") or b""
         except (KeyError, ValueError):
             old = b""  # a root commit
-        out = []
+        pseudonyms, attested = [], []
         for line in set(new.splitlines()) - set(old.splitlines()):
             try:
-                owner = json.loads(line)["targets"].get("owner", "")
+                receipt = json.loads(line)
+                owner = receipt["targets"].get("owner", "")
+                listed = receipt.get("attested_commits", [])
             except (ValueError, KeyError, TypeError, AttributeError):
                 continue
             if isinstance(owner, str) and owner.startswith("erased-"):
-                out.append(f"{owner}@mdmem.invalid")
-        return out
+                pseudonyms.append(f"{owner}@mdmem.invalid")
+            if isinstance(listed, list):
+                attested += [c for c in listed if isinstance(c, str) and len(c) == 40]
+        return pseudonyms, attested
 
     def _frontmatter_problem(self, path: str, rev: str) -> str:
         data = self.repo.store.read_at(path, rev)
@@ -432,7 +454,7 @@ class Verifier:
             gone = [p for p in moved[2] if p in state["deleted"]]
         else:
             out, paths, gone = {}, list(state["touch"]), list(state["deleted"])
-        judge = _Judge(cfg, self.repo.access, sigs)
+        judge = _Judge(cfg, self.repo.access, sigs, state["attest"])
         for path in paths:
             flag = judge(path, state["touch"][path], state["fm"].get(path, ""))
             if flag is not None:
@@ -499,7 +521,9 @@ class Verifier:
         if state.get("signers") != version:
             cached.clear()
             state["signers"] = version
-        missing = sorted({entry[0] for entry in state["touch"].values()} - set(cached))
+        commits = {entry[0] for entry in state["touch"].values()}
+        commits |= {state["attest"][c][0] for c in commits if c in state["attest"]}  # receipts attesting them
+        missing = sorted(commits - set(cached))
         if missing:
             found = self.repo.store.signatures(missing, signers)
             for c in missing:
@@ -517,8 +541,8 @@ class _Judge:
     """The rule for one note: who last changed it, its frontmatter, its signature. Users
     and writers are looked up once per e-mail and root (a whole pass meets few of each)."""
 
-    def __init__(self, cfg, access, sigs: dict[str, tuple[str, str]]):
-        self.cfg, self.access, self.sigs = cfg, access, sigs
+    def __init__(self, cfg, access, sigs: dict[str, tuple[str, str]], attest: dict[str, list] | None = None):
+        self.cfg, self.access, self.sigs, self.attest = cfg, access, sigs, attest or {}
         self._users: dict[str, str | None] = {}
         self._writers: dict[str, frozenset[str]] = {}
 
@@ -545,6 +569,17 @@ class _Judge:
                 return True, f"{email.split('@', 1)[0]} (erased; vouched for by {by})"
         return False, user or f"unknown identity <{email}>"
 
+    def attested(self, commit: str) -> bool:
+        """Whether an erasure's receipt stands in for ``commit``'s signature: the receipt's commit
+        was made by an eraser and carries a good signature from that eraser's key."""
+        receipt, by = self.attest.get(commit, (None, None))
+        if receipt is None:
+            return False
+        status, principal = self.sigs.get(receipt, ("N", ""))
+        eraser = self.user(by)
+        return status in GOOD_SIGNATURES and eraser is not None and eraser in self.access.erasers \
+            and self.user(principal) == eraser
+
     def deletion(self, path: str, entry: list) -> Flag | None:
         root = root_of(path)
         ok, who = self.permitted(root, entry[1], entry[2] if len(entry) > 2 else None)
@@ -565,6 +600,8 @@ class _Judge:
             return Flag(path, "frontmatter", f"frontmatter disagrees with its path: {problem}", commit)
         if self.cfg.trust.require_signed:
             status, principal = self.sigs.get(commit, ("N", ""))
+            if status not in GOOD_SIGNATURES and self.attested(commit):
+                return None  # rewritten by an erasure; its eraser's signed receipt attests it
             signer = self.user(principal)
             if status not in GOOD_SIGNATURES:
                 return Flag(path, "unsigned", "last commit has no good signature from an allowed signer "
@@ -600,4 +637,5 @@ def _admins(erasers, founder: str | None) -> frozenset[str]:
 
 def _empty() -> dict:
     return {"version": CACHE_VERSION, "head": None, "touch": {}, "fm": {}, "sig": {}, "deleted": {},
-            "config": None, "config_base": None, "founder": None, "signers_change": None, "signers_base": None}
+            "config": None, "config_base": None, "founder": None, "signers_change": None, "signers_base": None,
+            "attest": {}}
