@@ -128,10 +128,12 @@ class Verifier:
                 state, since = _empty(), None
                 log = store.changes_by_commit(head, None, prefixes)
             # What a merge brought in is attributed to its writers (a few git calls per such path).
-            merges = {commit for commit, _, _, merge in log if merge}
+            merged: dict[str, dict[str, tuple[str, str]]] = {
+                commit: self._merge_writers(commit, parents, [p for _, p in files], prefixes)
+                for commit, _, files, parents in log if len(parents) > 1}
 
             def origin(commit: str, email: str, path: str) -> tuple[str, str]:
-                return self._origin(commit, email, path) if commit in merges else (commit, email)
+                return merged[commit].get(path, (commit, email)) if commit in merged else (commit, email)
             # Erasure receipts in this range: the commits before one that carry the pseudonym it
             # made were rewritten by that erasure, which an eraser ran -- it vouches for them. Who
             # added the receipt is who wrote it, not a merge that brought it in.
@@ -202,28 +204,32 @@ class Verifier:
             self._save(state)
         return state
 
-    def _origin(self, commit: str, email: str, path: str) -> tuple[str, str]:
-        """(commit, author e-mail) of whoever wrote the version of ``path`` that ``commit`` made
-        current. For a merge that took another parent's version unchanged, that is the commit on
-        that side which wrote it: alice syncing (a merge commit by her) bob's planted note into her
-        clone must not make it hers. A version the merge itself made (a resolution, or one no
-        parent holds) is the merger's, and so is one its first parent's line had already moved
-        past: a merge whose other parent is an old commit brings back an old version (a note
-        alice since changed, the mdmem.toml that still made bob an eraser) -- written by alice
-        once, restored now by the merger. Called for merge commits only (a few git calls per
-        path a merge brought in)."""
+    def _merge_writers(self, merge: str, parents: list[str], paths: list[str],
+                       prefixes: tuple[str, ...]) -> dict[str, tuple[str, str]]:
+        """path -> (commit, author e-mail) of whoever wrote the version of each of ``paths`` (what
+        ``merge`` changed against its first parent) that the merge took unchanged from another
+        parent: the newest commit on that side, not in the first parent's history, that wrote
+        exactly that version -- alice syncing (a merge commit by her) bob's planted note into her
+        clone must not make it hers. A path missing from the answer is the merger's: a version the
+        merge itself made (a resolution, or one no parent holds), or one the first parent's line
+        had already moved past -- a merge whose other parent is an old commit brings back an old
+        version (a note alice since changed, the mdmem.toml that still made bob an eraser),
+        written by alice once, restored now by the merger. One git call per side."""
         store = self.repo.store
-        for _ in range(64):  # a side's own merges are followed too; 64 deep is far beyond real histories
-            parents = store.parents(commit)
-            if len(parents) < 2:
-                break
-            blob = store.blob_id(path, commit)
-            side = next((p for p in parents[1:] if store.blob_id(path, p) == blob), None)
-            found = store.last_change(side, path) if side is not None else None
-            if found is None or store.is_ancestor(found[0], parents[0]):
-                break
-            commit, email = found
-        return commit, email
+        at_merge = store.blob_ids(paths, merge)
+        out: dict[str, tuple[str, str]] = {}
+        for side in parents[1:]:
+            left = [p for p in paths if p not in out]
+            at_side = store.blob_ids(left, side)
+            took = [p for p in left if at_side[p] == at_merge[p]]
+            if not took:
+                continue
+            wrote = store.writers(parents[0], side, prefixes)
+            for path in took:
+                found = next(((c, e) for c, e, blob in wrote.get(path, ()) if blob == at_merge[path]), None)
+                if found is not None:
+                    out[path] = found
+        return out
 
     def trusted_config(self, current: Config, worktree: bytes | None = None) -> Config:
         """The config every access and gate decision reads: the committed mdmem.toml -- HEAD's

@@ -321,8 +321,27 @@ class GitStore(GitQueries):
         commit, sep, email = out.partition("\x1f")
         return (commit, email) if sep else None
 
-    def parents(self, commit: str) -> list[str]:
-        return [str(p) for p in self.repo[commit].parent_ids]
+    def writers(self, base: str, tip: str, prefixes: tuple[str, ...]) -> dict[str, list[tuple[str, str, str | None]]]:
+        """For the commits in ``tip``'s history that ``base``'s does not hold: path -> [(commit,
+        author e-mail, the blob id it wrote or None for a deletion)], newest first (topological
+        order). A merge counts only for paths whose version differs from every parent's (git's
+        combined diff: what the merge itself made, not what it took). One git call for every path
+        (a git log per path cost ~5-10 ms each: 300 notes a sync merge brought in, 1.3-3.4 s)."""
+        out = self.git("log", "--topo-order", "-c", "--raw", "--no-abbrev", "--no-renames", "--format=%x1e%H%x1f%ae",
+                       f"{base}..{tip}", "--", *prefixes, check=False)
+        found: dict[str, list[tuple[str, str, str | None]]] = {}
+        for record in out.split("\x1e"):
+            lines = record.strip("\n").splitlines()
+            if not lines or "\x1f" not in lines[0]:
+                continue
+            commit, email = lines[0].split("\x1f", 1)
+            for line in lines[1:]:
+                meta, tab, path = line.partition("\t")
+                if not meta.startswith(":") or not tab:
+                    continue
+                blob = meta.split()[-2]  # the version this commit made: the last id before the status
+                found.setdefault(path, []).append((commit, email, None if blob.strip("0") == "" else blob))
+        return found
 
     def git(self, *args: str, input: bytes | None = None, check: bool = True) -> str:
         self.flush_index()  # git may read its index (status, stash, checkout, filter-repo...)
@@ -354,8 +373,8 @@ class GitStore(GitQueries):
         return entries
 
     def changes_by_commit(self, rev: str, since: str | None = None, prefixes: tuple[str, ...] = ("team", "private"),
-                          ) -> list[tuple[str, str, list[tuple[str, str]], bool]]:
-        """(commit, author e-mail, [(status, path)], whether it is a merge) for each commit on
+                          ) -> list[tuple[str, str, list[tuple[str, str]], list[str]]]:
+        """(commit, author e-mail, [(status, path)], its parents) for each commit on
         ``rev``'s first-parent line after ``since`` (all of history without it), oldest first.
         Merges count as changes against their first parent (what the merge made current here;
         verify asks who wrote each such version)."""
@@ -373,7 +392,7 @@ class GitStore(GitQueries):
                 status, _, path = line.partition("\t")
                 if path:
                     files.append((status[:1], path))
-            result.append((commit, email, files, " " in parents.strip()))
+            result.append((commit, email, files, parents.split()))
         return result
 
     def is_ancestor(self, older: str, newer: str) -> bool:
