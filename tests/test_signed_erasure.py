@@ -117,3 +117,50 @@ def test_only_an_erasers_signed_receipt_attests(tmp_path):
         "commit", "-S", "-qm", "receipt", "--no-verify")
     with MemoryRepo.open(root, embedder="none") as fresh:
         assert PLANT not in untrusted(fresh)
+
+
+def test_two_erasures_a_fresh_clone_and_an_erased_persons_team_note(tmp_path):
+    """A second erasure rewrites the first one's receipt commit too (its signature is dropped):
+    the commits the first receipt attested stay trusted through the second receipt. alice's team
+    note, pseudonymised by her erasure, is trusted (voucher + attestation); a fresh clone agrees."""
+    root, keys, as_ = signed_repo(tmp_path)
+    alice, bob = as_("alice"), as_("bob")
+    alice.remember("Alice secret phone 555-0199", as_user="alice", kind="profile", subject="user:alice", key="phone",
+                   now=T0)
+    alices = alice.remember("Refunds need two approvals", as_user="alice", kind="fact", subject="service:billing",
+                            key="refunds", scope="team", team="payments", now=T0)
+    team = bob.remember("Billing deploys any weekday", as_user="bob", kind="fact", subject="service:billing",
+                        key="deploy.window", scope="team", team="payments", new_key=True, now=T0)
+    bob.remember("Bob's locker code 4711", as_user="bob", kind="profile", subject="user:bob", key="locker", now=T0)
+    bob.remember("Billing freezes in December", as_user="bob", kind="fact", subject="service:billing",
+                 key="freeze", scope="team", team="payments", new_key=True, now=T0)
+    as_("dana").forget(as_user="dana", owner="alice", subject="user:alice", now=T1)
+    as_("dana").forget(as_user="dana", subject="user:bob", now=T1)
+    with MemoryRepo.open(root, embedder="none") as fresh:
+        assert untrusted(fresh) == {}
+        startup = fresh.startup(as_user="bob", now=T1)
+        assert "Billing deploys any weekday" in startup and "Refunds need two approvals" in startup
+        assert "Billing freezes in December" in startup
+    author = git(root, "log", "-1", "--format=%ae", "--", alices.path).stdout.strip()
+    assert author.startswith("erased-")
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(root), str(clone))
+    with MemoryRepo.open(clone, embedder="none") as fresh:
+        assert untrusted(fresh) == {}
+        assert "Billing deploys any weekday" in fresh.startup(as_user="bob", now=T1)
+
+
+def test_an_erasure_without_a_signing_key_is_refused_under_require_signed(tmp_path):
+    """Its receipt could not attest the rewritten commits: every note written since the erased
+    one would turn untrusted. Refused before anything is rewritten, naming the setting."""
+    from mdmem.errors import BadInput
+
+    root, keys, as_ = signed_repo(tmp_path)
+    as_("alice").remember("Alice secret phone 555-0199", as_user="alice", kind="profile", subject="user:alice",
+                          key="phone", now=T0)
+    head = git(root, "rev-parse", "HEAD").stdout.strip()
+    with MemoryRepo.open(root, embedder="none") as unsigned:
+        with pytest.raises(BadInput, match="signing"):
+            unsigned.forget(as_user="dana", subject="user:alice", now=T1)
+        assert unsigned.forget(as_user="dana", subject="user:alice", dry_run=True, now=T1)  # a plan still works
+    assert git(root, "rev-parse", "HEAD").stdout.strip() == head

@@ -24,7 +24,7 @@ import datetime as _dt
 import shutil
 from pathlib import Path
 
-from ..errors import Conflict, GitFailed, NotFound, Refused
+from ..errors import BadInput, Conflict, GitFailed, NotFound, Refused
 from ..model.clock import format_time, parse_time
 from ..model.layout import is_note_path
 from ..results import ErasurePlan, ErasureReceipt
@@ -63,6 +63,13 @@ def forget(repo, *, as_user: str, when: _dt.datetime, subject=None, owner=None, 
     if not plan.changes_anything():
         raise NotFound("forget: nothing matches those targets")
     repo.store.branch_ref()  # a detached HEAD is refused before the journal exists
+    if repo.config.trust.require_signed and not repo.store.signing_key:
+        # The rewrite drops every signature; only the eraser's signed receipt can attest the
+        # rewritten commits (policy/verify.py). Unsigned, every note written since the erased one
+        # would turn untrusted and leave the views (attack 5, A25).
+        raise BadInput("forget: this repo requires signed commits ([trust] require_signed) and your config has no "
+                       "[signing] key: the erasure's receipt must be signed to vouch for the commits it rewrites; "
+                       "set [signing] key in your mdmem config (~/.config/mdmem/config.toml); nothing changed")
     if plan.needs_force() and not force:
         raise Refused(f"forget: this would scrub {len(plan.copies)} file(s) and touch {len(plan.local_files)} "
                       "local file(s); check the plan (--dry-run) and pass --force if that is meant")

@@ -193,7 +193,7 @@ class Verifier:
                     if self._unchecked is not None:
                         self._unchecked.add(path)
             live = {entry[0] for entry in state["touch"].values()}
-            live |= {state["attest"][c][0] for c in live if c in state["attest"]}  # the receipts' own
+            live = _receipt_chain(live, state["attest"])  # the receipts attesting them: their signatures too
             state["sig"] = {c: v for c, v in state["sig"].items() if c in live}
             self._note_moved(old_head, head, changed)
         state["head"] = head
@@ -312,15 +312,12 @@ class Verifier:
         if rules.trust.require_signed:
             base = state.get("signers_base")
             keys = self.repo.store.read_at(rules.trust.allowed_signers, base) if base else None
-            receipt, by = state["attest"].get(commit, (None, None))
-            found = self.repo.store.signatures([commit] + ([receipt] if receipt else []), keys)
+            found = self.repo.store.signatures(sorted(_receipt_chain([commit], state["attest"])), keys)
             status, principal = found.get(commit, ("N", ""))
-            if status not in GOOD_SIGNATURES and receipt:
-                # Rewritten by an erasure: its receipt, signed by an admin who is its author, attests it.
-                r_status, r_principal = found.get(receipt, ("N", ""))
-                if r_status in GOOD_SIGNATURES and rules.committer(by) in admins \
-                        and rules.committer(r_principal) == rules.committer(by):
-                    status, principal = r_status, r_principal
+            if status not in GOOD_SIGNATURES:
+                # Rewritten by an erasure: an admin's signed receipt of it stands in (see _attestation).
+                status, principal = _attestation(commit, state["attest"], found, rules.committer, admins) \
+                    or (status, principal)
             if status not in GOOD_SIGNATURES:
                 return [commit, email, user, False, f"unsigned (git says {status})"]
             if rules.committer(principal) not in admins:
@@ -527,8 +524,7 @@ class Verifier:
         if state.get("signers") != version:
             cached.clear()
             state["signers"] = version
-        commits = {entry[0] for entry in state["touch"].values()}
-        commits |= {state["attest"][c][0] for c in commits if c in state["attest"]}  # receipts attesting them
+        commits = _receipt_chain({entry[0] for entry in state["touch"].values()}, state["attest"])
         missing = sorted(commits - set(cached))
         if missing:
             found = self.repo.store.signatures(missing, signers)
@@ -576,15 +572,8 @@ class _Judge:
         return False, user or f"unknown identity <{email}>"
 
     def attested(self, commit: str) -> bool:
-        """Whether an erasure's receipt stands in for ``commit``'s signature: the receipt's commit
-        was made by an eraser and carries a good signature from that eraser's key."""
-        receipt, by = self.attest.get(commit, (None, None))
-        if receipt is None:
-            return False
-        status, principal = self.sigs.get(receipt, ("N", ""))
-        eraser = self.user(by)
-        return status in GOOD_SIGNATURES and eraser is not None and eraser in self.access.erasers \
-            and self.user(principal) == eraser
+        """Whether an eraser's signed erasure receipt stands in for ``commit``'s signature."""
+        return _attestation(commit, self.attest, self.sigs, self.user, self.access.erasers) is not None
 
     def deletion(self, path: str, entry: list) -> Flag | None:
         root = root_of(path)
@@ -616,6 +605,32 @@ class _Judge:
                 return Flag(path, "signer", f"signed by {principal or 'an unknown key'}, who may not "
                             f"write {root}", commit)
         return None
+
+
+def _receipt_chain(commits, attest: dict[str, list]) -> set[str]:
+    """``commits`` and the erasure receipts' commits attesting them, transitively."""
+    out, frontier = set(commits), set(commits)
+    while frontier:
+        frontier = {attest[c][0] for c in frontier if c in attest} - out
+        out |= frontier
+    return out
+
+
+def _attestation(commit: str, attest: dict[str, list], sigs: dict, who, allowed) -> tuple[str, str] | None:
+    """The good signature standing in for ``commit``'s, which an erasure's rewrite dropped
+    (git-filter-repo keeps no signatures): that of the receipt listing it, whose commit a person
+    in ``allowed`` made and signed with their own key. A later erasure may have rewritten that
+    receipt's commit too: then the receipt attesting it stands in, and so on (attack 5, A25)."""
+    for _ in range(64):
+        receipt, by = attest.get(commit, (None, None))
+        person = who(by) if receipt else None
+        if person is None or person not in allowed:
+            return None
+        status, principal = sigs.get(receipt, ("N", ""))
+        if status in GOOD_SIGNATURES:
+            return (status, principal) if who(principal) == person else None
+        commit = receipt
+    return None
 
 
 def _rule_flag(name: str, reason: str, change: list) -> Flag:
