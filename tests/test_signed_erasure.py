@@ -129,8 +129,8 @@ def test_two_erasures_a_fresh_clone_and_an_erased_persons_team_note(tmp_path):
                    now=T0)
     alices = alice.remember("Refunds need two approvals", as_user="alice", kind="fact", subject="service:billing",
                             key="refunds", scope="team", team="payments", now=T0)
-    team = bob.remember("Billing deploys any weekday", as_user="bob", kind="fact", subject="service:billing",
-                        key="deploy.window", scope="team", team="payments", new_key=True, now=T0)
+    bob.remember("Billing deploys any weekday", as_user="bob", kind="fact", subject="service:billing",
+                 key="deploy.window", scope="team", team="payments", new_key=True, now=T0)
     bob.remember("Bob's locker code 4711", as_user="bob", kind="profile", subject="user:bob", key="locker", now=T0)
     bob.remember("Billing freezes in December", as_user="bob", kind="fact", subject="service:billing",
                  key="freeze", scope="team", team="payments", new_key=True, now=T0)
