@@ -127,7 +127,7 @@ class Verifier:
                 # A receipt vouches for commits before it, judged already: judge all again (rare).
                 state, since = _empty(), None
                 log = store.changes_by_commit(head, None, prefixes)
-            # What a merge brought in is attributed to its writers (a few git calls per such path).
+            # What a merge brought in is attributed to its writers (one git log per merge side).
             merged: dict[str, dict[str, tuple[str, str]]] = {
                 commit: self._merge_writers(commit, parents, [p for _, p in files], prefixes)
                 for commit, _, files, parents in log if len(parents) > 1}

@@ -325,8 +325,8 @@ class GitStore(GitQueries):
         """For the commits in ``tip``'s history that ``base``'s does not hold: path -> [(commit,
         author e-mail, the blob id it wrote or None for a deletion)], newest first (topological
         order). A merge counts only for paths whose version differs from every parent's (git's
-        combined diff: what the merge itself made, not what it took). One git call for every path
-        (a git log per path cost ~5-10 ms each: 300 notes a sync merge brought in, 1.3-3.4 s)."""
+        combined diff: what the merge itself made, not what it took). One git call answers for
+        every path (a `git log -1` per path: a merge of 1,000 notes took 18-20 s at load ~17)."""
         out = self.git("log", "--topo-order", "-c", "--raw", "--no-abbrev", "--no-renames", "--format=%x1e%H%x1f%ae",
                        f"{base}..{tip}", "--", *prefixes, check=False)
         found: dict[str, list[tuple[str, str, str | None]]] = {}
