@@ -321,6 +321,9 @@ class GitStore(GitQueries):
         commit, sep, email = out.partition("\x1f")
         return (commit, email) if sep else None
 
+    def parents(self, commit: str) -> list[str]:
+        return [str(p) for p in self.repo[commit].parent_ids]
+
     def writers(self, base: str, tip: str, prefixes: tuple[str, ...]) -> dict[str, list[tuple[str, str, str | None]]]:
         """For the commits in ``tip``'s history that ``base``'s does not hold: path -> [(commit,
         author e-mail, the blob id it wrote or None for a deletion)], newest first (topological
