@@ -215,7 +215,9 @@ def test_the_embedding_cache_keeps_only_what_history_holds(repo):
     cache.put_many(models[0], {cache_key(models[0], "some text no note ever held"): __import__("numpy").ones(3)})
     cache.close()
     report = repo.prove_gone([phone], as_user="ali")
-    assert not report.scope["caches_hold_only_history"]["passed"]
+    # The cache's keys name no root, so a count of its stray entries would tell ali about other
+    # roots: her report says it was not checked for her; an eraser's counts it (test_proof.py).
+    assert report.scope["caches_hold_only_history"]["passed"] and "caches" in report.not_checked
 
 
 # 7. Collateral deletion.
