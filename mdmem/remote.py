@@ -167,11 +167,15 @@ def _sync_holds(repo, remote: str, *, push: bool) -> dict:
     fetched = sync_ops.refs_under(store, scratch)
     theirs = {n: o for n, o in fetched.items() if HOLD_ID.fullmatch(n)}
     closed = closed_ids(store)
-    erased = _erased_here(store)
-    needles = _erased_needles(store, erased_blob_ids(store.show_file("HEAD", AUDIT_PATH)) if erased else set())
+    audit = store.show_file("HEAD", AUDIT_PATH) if store.head() else ""
+    erased = erased_commit_ids(audit) | erased_blob_ids(audit)
+    needles = _erased_needles(store, erased_blob_ids(audit)) if erased else []
+    seen: dict[str, bool] = {}  # one object walk per branch tip, however often it is asked about
 
     def on_erased(oid: str) -> bool:
-        return bool(erased) and bool(sync_ops.object_ids(store, oid, exclude="HEAD") & erased)
+        if oid not in seen:
+            seen[oid] = bool(erased) and bool(sync_ops.object_ids(store, oid, exclude="HEAD") & erased)
+        return seen[oid]
 
     out: dict = {"fetched": [], "closed": [], "remade": [], "dropped_erased": [], "refused": [],
                  "skipped_names": sorted(set(fetched) - set(theirs))}
@@ -239,26 +243,15 @@ def _drop_erased_leftovers(store) -> None:
         sync_ops.drop_unreachable(store)
 
 
-def _erased_here(store) -> set[str]:
-    """Commit and blob ids the receipts on this clone's history name as erased."""
-    audit = store.show_file("HEAD", AUDIT_PATH) if store.head() else ""
-    return erased_commit_ids(audit) | erased_blob_ids(audit)
-
-
 def _erased_needles(store, erased: set[str]) -> list[str]:
     """The distinctive sentences of the erased note versions (blob ids) this clone still holds
     (an old history not dropped yet): what a replayed change or a remade hold must not quote."""
     from .erasure import needles as nd
-    from .errors import NoteInvalid
-    from .model.note import parse_note
+    from .erasure.scan import split_note
 
     found: set[str] = set()
     for blob in sorted(sync_ops.present(store, erased)):
-        try:
-            text = parse_note("x/x/x/x/fact/x.md", store.read_blob(blob)).text
-        except (NoteInvalid, ValueError):
-            text = store.read_blob(blob).decode("utf-8", "replace")
-        found |= set(nd.from_note_text(text))
+        found |= set(nd.from_note_text(split_note(store.read_blob(blob))[1].decode("utf-8", "replace")))
     return nd.ordered(found)
 
 
@@ -269,6 +262,20 @@ def _quotes(data: bytes | str, needles: list[str]) -> bool:
     return any(occurs(text, n) for n in needles)
 
 
+def _erased_change(store, parent: str, changes: dict[str, bytes | None], erased: set[str], needles: list[str],
+                   message: str = "") -> str | None:
+    """Why a change made on history an erasure removed may not be made again on the erased
+    one (a replayed commit, a remade hold), or None: it changes an erased note version, or it
+    quotes erased text (pushed before the erasure, forget would have scrubbed it; made again
+    as it is, it would undo the erasure for that text: attack 6, F6)."""
+    blobs = {store.blob_id(p, parent) for p in changes} | {blob_hash(d) for d in changes.values() if d is not None}
+    if blobs & erased:
+        return "it changes an erased note version"
+    if _quotes(message, needles) or any(_quotes(d, needles) for d in changes.values() if d is not None):
+        return "it quotes erased text"
+    return None
+
+
 def _remake_hold(store, oid: str, erased: set[str], needles: list[str]) -> str | None:
     """A hold made on history erased since: the same held change on the erased history (HEAD),
     or None when it touches an erased version or quotes erased text."""
@@ -276,8 +283,7 @@ def _remake_hold(store, oid: str, erased: set[str], needles: list[str]) -> str |
     if len(parent) != 1:
         return None
     changes = store.tree_changes(parent[0], oid)
-    blobs = {store.blob_id(p, parent[0]) for p in changes} | {blob_hash(d) for d in changes.values() if d is not None}
-    if blobs & erased or any(_quotes(d, needles) for d in changes.values() if d is not None):
+    if _erased_change(store, parent[0], changes, erased, needles):
         return None
     head = store.head()
     return sync_ops.replay(store, head, oid, changes) if head else None
@@ -476,17 +482,12 @@ def _replay_commits(repo, user: str, commits: list[tuple[str, list[str]]], onto:
         if len(parents) != 1:
             raise Conflict(f"sync --replay: {commit[:10]} is a merge; re-apply it by hand; nothing changed")
         changes = {p: d for p, d in store.tree_changes(parents[0], commit).items() if not is_view_path(p)}
+        why = _erased_change(store, parents[0], changes, erased, needles, store.message_of(commit))
+        if why:
+            left_out.append({"commit": commit, "subject": subject, "why": why})
+            continue
         base = {p: store.blob_id(p, parents[0]) for p in changes}
         new = {p: None if d is None else blob_hash(d) for p, d in changes.items()}
-        if (set(base.values()) | set(new.values())) & erased:
-            left_out.append({"commit": commit, "subject": subject, "why": "it changes an erased note version"})
-            continue
-        if _quotes(store.message_of(commit), needles) or any(_quotes(d, needles) for d in changes.values()
-                                                              if d is not None):
-            # Pushed before the erasure, forget would have scrubbed it; replayed as it is, it
-            # would undo the erasure for that text (attack 6, F6).
-            left_out.append({"commit": commit, "subject": subject, "why": "it quotes erased text"})
-            continue
         if all(store.blob_id(path, tip) == new[path] for path in changes):
             continue  # already there (a commit the remote had before its rewrite: attack 6, F18)
         for path in changes:

@@ -21,6 +21,15 @@ def team(tmp_path) -> MemoryRepo:
     return repo
 
 
+def shared(root, tmp_path, who: str):
+    """A bare remote beside the repo, which ``who`` syncs to first."""
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(root, "remote", "add", "origin", str(remote))
+    assert run_cli("sync", "--push", "--as", who, env=ENV, cwd=root).returncode == 0
+    return remote
+
+
 # A26. With CRLF line endings in the work tree (core.autocrlf, or a committed
 # `*.md text eol=crlf`), every note counted as an uncommitted edit and none could be updated,
 # though `git status` was clean.
@@ -124,10 +133,7 @@ def test_every_committed_note_passes_the_readers_checks(team):
 # team hold never saw it. Holds now travel with sync; a hold closed in one clone closes in all.
 def test_holds_travel_with_sync_and_close_everywhere(team, tmp_path):
     root = team.root
-    remote = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(remote))
-    git(root, "remote", "add", "origin", str(remote))
-    assert run_cli("sync", "--push", "--as", "dana", env=ENV, cwd=root).returncode == 0
+    remote = shared(root, tmp_path, "dana")
     bob = tmp_path / "c"
     git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(bob))
 
@@ -252,10 +258,7 @@ def test_sync_does_not_name_conflicts_in_roots_the_user_cannot_read(team, tmp_pa
     import json
 
     root = team.root
-    remote = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(remote))
-    git(root, "remote", "add", "origin", str(remote))
-    assert run_cli("sync", "--push", "--as", "alice", env=ENV, cwd=root).returncode == 0
+    remote = shared(root, tmp_path, "alice")
     other = tmp_path / "c"
     git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(other))
     for where, text in ((root, "Alice phone 555-0100"), (other, "Alice phone 555-0199")):
@@ -426,10 +429,7 @@ def test_sync_replay_carries_unpushed_commits_over_an_erasure(team, tmp_path):
                   key="phone", now=T0)
     team.remember("Alice is on leave until March", as_user="bob", kind="fact", subject="user:alice", key="leave",
                   scope="team", team="payments", now=T0)
-    remote = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(remote))
-    git(root, "remote", "add", "origin", str(remote))
-    assert run_cli("sync", "--push", "--as", "bob", env=ENV, cwd=root).returncode == 0
+    remote = shared(root, tmp_path, "bob")
     bob = tmp_path / "b"
     git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(bob))
     team_fact = ["--kind", "fact", "--scope", "team", "--team", "payments", "--as", "bob"]
@@ -469,10 +469,7 @@ def test_sync_replay_publishes_an_erasure_a_teammates_push_overtook(team, tmp_pa
     root = team.root
     team.remember("Alice secret phone 555-0199 zanzibar quokka", as_user="alice", kind="profile",
                   subject="user:alice", key="phone", now=T0)
-    remote = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(remote))
-    git(root, "remote", "add", "origin", str(remote))
-    assert run_cli("sync", "--push", "--as", "bob", env=ENV, cwd=root).returncode == 0
+    remote = shared(root, tmp_path, "bob")
     bob = tmp_path / "b"
     git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(bob))
     assert run_cli("remember", "On-call rota moved to Tuesdays", "--kind", "fact", "--subject", "service:oncall",

@@ -258,17 +258,13 @@ def test_attributes_that_convert_notes_are_refused_by_the_hook_and_by_sync(clone
     assert converting_attributes("* filter=lfs diff=lfs\n") == ["* filter=lfs diff=lfs"]
 
 
-# F17. Under require_signed a hold's writer was still only its e-mail: an unsigned hold forged
-# as bob was approved as bob's write.
-@pytest.mark.skipif(__import__("shutil").which("ssh-keygen") is None, reason="needs ssh-keygen")
-def test_under_require_signed_a_hold_needs_its_writers_signature(tmp_path):
-    from mdmem.config import UserConfig
-
+def signed_team(root, tmp_path) -> dict:
+    """A team repo at ``root`` under require_signed with bob's and dana's SSH keys (dana, an
+    admin, signs the change); returns the private key paths by name."""
     keys = {}
     for who in ("bob", "dana"):
         keys[who] = tmp_path / f"{who}_key"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", who, "-f", str(keys[who])], check=True)
-    root = tmp_path / "m"
     MemoryRepo.init(root, teams={"payments": ["alice", "bob", "dana"]}, erasers=["dana"], now=T0, as_user="dana",
                     embedder="none").close()
     (root / "allowed_signers").write_text("".join(
@@ -278,6 +274,17 @@ def test_under_require_signed_a_hold_needs_its_writers_signature(tmp_path):
     git(root, "add", "allowed_signers")
     git(root, "-c", "user.name=dana", "-c", "user.email=dana@mdmem.invalid", "-c", "gpg.format=ssh", "-c",
         f"user.signingkey={keys['dana']}", "commit", "-S", "-qam", "signed memory", "--no-verify")
+    return keys
+
+
+# F17. Under require_signed a hold's writer was still only its e-mail: an unsigned hold forged
+# as bob was approved as bob's write.
+@pytest.mark.skipif(__import__("shutil").which("ssh-keygen") is None, reason="needs ssh-keygen")
+def test_under_require_signed_a_hold_needs_its_writers_signature(tmp_path):
+    from mdmem.config import UserConfig
+
+    root = tmp_path / "m"
+    keys = signed_team(root, tmp_path)
     bob = MemoryRepo.open(root, embedder="none", user_config=UserConfig(signing_key=str(keys["bob"])))
     signed = bob.remember("p99 is 180ms", as_user="bob", kind="fact", subject="service:billing", key="latency",
                           scope="team", team="payments", source="tool:grafana", new_key=True, now=T0)
@@ -307,20 +314,8 @@ def test_under_require_signed_a_hold_needs_its_writers_signature(tmp_path):
 def test_replay_signs_again_what_the_person_replaying_wrote(tmp_path):
     from mdmem.config import UserConfig
 
-    keys = {}
-    for who in ("bob", "dana"):
-        keys[who] = tmp_path / f"{who}_key"
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", who, "-f", str(keys[who])], check=True)
     root = tmp_path / "dana"
-    MemoryRepo.init(root, teams={"payments": ["alice", "bob", "dana"]}, erasers=["dana"], now=T0, as_user="dana",
-                    embedder="none").close()
-    (root / "allowed_signers").write_text("".join(
-        f"{who}@mdmem.invalid {' '.join((tmp_path / f'{who}_key.pub').read_text().split()[:2])}\n" for who in keys))
-    cfg = root / "mdmem.toml"
-    cfg.write_text(cfg.read_text().replace("[trust]\n", "[trust]\nrequire_signed = true\n"))
-    git(root, "add", "allowed_signers")
-    git(root, "-c", "user.name=dana", "-c", "user.email=dana@mdmem.invalid", "-c", "gpg.format=ssh", "-c",
-        f"user.signingkey={keys['dana']}", "commit", "-S", "-qam", "signed memory", "--no-verify")
+    keys = signed_team(root, tmp_path)
     remote = tmp_path / "remote.git"
     git(tmp_path, "init", "-q", "--bare", "-b", "main", str(remote))
     git(root, "remote", "add", "origin", str(remote))
