@@ -112,7 +112,10 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
                 sync_ops.set_ref(store, f"refs/remotes/{remote}/{branch}", store.head())
         # Holds are pushed (and closed ones deleted there) only beside a main the remote took:
         # the approval that closes a hold travels on main (attack 6, F19).
-        holds = _sync_holds(repo, remote, push=push and pushed in (None, "pushed"))
+        from .ops.holds import decisions
+
+        decided = decisions(store)  # history's approve/reject commits, read once for both uses below
+        holds = _sync_holds(repo, remote, push=push and pushed in (None, "pushed"), closed=set(decided))
         _drop_erased_leftovers(store)
     repo.reset_caches()
     head = repo.store.head()
@@ -136,18 +139,16 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
     out.update(replayed)
     # A hold approved in one clone and rejected in another (offline) is both, once merged:
     # the approved note is live; a person decides (attack 6, F12).
-    from .ops.holds import decisions
-
-    both = sorted(r for r, ops in decisions(repo.store).items() if {"approve", "reject"} <= ops)
+    both = sorted(r for r, ops in decided.items() if {"approve", "reject"} <= ops)
     if both:
         out["approved_and_rejected"] = both
     return out
 
 
-def _sync_holds(repo, remote: str, *, push: bool) -> dict:
+def _sync_holds(repo, remote: str, *, push: bool, closed: set[str]) -> dict:
     """Held writes travel with sync, so the second person who must review one sees it in their
     own clone (attack 5, A23). What is open is decided by history, not by any clone's branches:
-    a hold an approve or reject commit names (``Memory-Review``) is closed everywhere, its
+    a hold an approve or reject commit names (``closed``: ``ops.holds.decisions``) is closed everywhere, its
     branch dropped here and, with ``push``, on the remote. Otherwise a hold the remote has
     and this clone lacks is taken (only mdmem's id form, one regular note within the size
     limit, nothing erased in its history), and with ``push`` one this clone has and the remote
@@ -155,7 +156,7 @@ def _sync_holds(repo, remote: str, *, push: bool) -> dict:
     After an erasure a local hold on the old history is made again on the erased one (the
     same held change), or dropped and named when it touches an erased version; the remote's
     copy on the old history is replaced (with a lease) or deleted."""
-    from .ops.holds import HOLD_ID, closed_ids
+    from .ops.holds import HOLD_ID
 
     store = repo.store
     local, scratch = f"refs/heads/{REVIEW_PREFIX}", f"refs/mdmem-sync/{remote}/{REVIEW_PREFIX}"
@@ -166,7 +167,6 @@ def _sync_holds(repo, remote: str, *, push: bool) -> dict:
         return {"error": f"holds not fetched: {error[:200]}"}
     fetched = sync_ops.refs_under(store, scratch)
     theirs = {n: o for n, o in fetched.items() if HOLD_ID.fullmatch(n)}
-    closed = closed_ids(store)
     audit = store.show_file("HEAD", AUDIT_PATH) if store.head() else ""
     erased = erased_commit_ids(audit) | erased_blob_ids(audit)
     needles = _erased_needles(store, erased_blob_ids(audit)) if erased else []
