@@ -96,6 +96,33 @@ def test_a_held_write_lock_is_a_lock_timeout(repo, monkeypatch):
         other.release()
 
 
+def test_a_write_lock_held_by_another_thread_is_a_lock_timeout_then_free(repo):
+    """Threads of one process queue on the store's thread lock before the file lock: a wait
+    that runs out is the same LockTimeout naming the lock file; once released it is taken."""
+    import threading
+
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with repo.store.locked():
+            held.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    held.wait(10)
+    try:
+        with pytest.raises(LockTimeout, match="write.lock"):
+            with repo.store.locked(timeout=0.2):
+                pass
+    finally:
+        release.set()
+        thread.join()
+    with repo.store.locked(timeout=5):
+        assert repo.store.holds_lock()
+    assert not repo.store.holds_lock()
+
+
 def test_git_failures_are_git_failed(repo):
     with pytest.raises(GitFailed, match="no-such-rev"):
         repo.store.git("rev-parse", "--verify", "no-such-rev")

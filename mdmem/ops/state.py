@@ -128,7 +128,7 @@ class RepoState:
             self._index.committed(parent, commit, changes)
         if self._root_blobs is not None:
             try:
-                self._root_blobs.committed(commit)
+                self._root_blobs.committed(commit, parent, changes)
             except Exception:  # noqa: BLE001 -- committed already; a cold cache is only slower
                 self._root_blobs = None
         try:

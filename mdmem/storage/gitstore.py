@@ -46,6 +46,7 @@ STALE_LOCK_SECONDS = 2.0
 # Without /proc to ask who holds a lock open, only age can tell.
 STALE_LOCK_SECONDS_BLIND = 30.0
 LOCK_TIMEOUT_SECONDS = 60.0
+LOCK_POLL_SECONDS = 0.005
 # A ref update that finds the ref locked (git pack-refs, gc, a person's git) retries this long.
 REF_LOCK_RETRY_SECONDS = 10.0
 PENDING_NAME = "mdmem-pending.json"
@@ -151,6 +152,7 @@ class GitStore(GitQueries):
         self._index_due: set[str] = set()
         self._index_timer: threading.Timer | None = None
         self._lock_holder: int | None = None  # the thread holding the write lock, if this process
+        self._threads_lock = threading.Lock()
 
     # --- creation -------------------------------------------------------------------
     @classmethod
@@ -179,23 +181,38 @@ class GitStore(GitQueries):
     def locked(self, timeout: float = LOCK_TIMEOUT_SECONDS):
         """The repo's write lock; writers in several processes serialise on it. Taking it
         recovers git locks a dead writer left and replays an unfinished write's journal."""
-        if self._lock_holder == threading.get_ident():
+        if self.holds_lock():
             yield  # this thread holds it already (a flush of git's index inside a write)
             return
-        lock = Lock(str(lock_folder(self.lock_dir) / "write.lock"))
-        lock.acquire(timeout=timeout)  # LockTimeout (a Conflict) names the lock file
-        self._lock_holder = threading.get_ident()
+        path = lock_folder(self.lock_dir) / "write.lock"
+        # This process's threads queue on a thread lock first: one waiting behind another (a
+        # write behind the deferred flush of git's index, two MCP calls) wakes the moment it
+        # is released, not at filelock's next poll (a remember at 100k waited 50 ms that way).
+        if not self._threads_lock.acquire(timeout=timeout):
+            raise LockTimeout(f"{path}: another thread of this process held this lock for {timeout:.0f}s; try again")
         try:
+            lock = Lock(str(path))
+            # Another process's write: polled every LOCK_POLL_SECONDS (a try of flock costs ~us).
+            lock.acquire(timeout=timeout, poll_interval=LOCK_POLL_SECONDS)  # LockTimeout names the file
+            self._lock_holder = threading.get_ident()
             try:
-                self.recover_stale_locks()
-                if self.pending_path.exists() and not self._index_due:
-                    self.repair()  # another process's unfinished write (ours are due, not lost)
-            except Exception as exc:  # noqa: BLE001 -- a live git's lock: the journal stays for next time
-                self.last_repair_error = f"{type(exc).__name__}: {exc}"
-            yield
+                try:
+                    self.recover_stale_locks()
+                    if self.pending_path.exists() and not self._index_due:
+                        self.repair()  # another process's unfinished write (ours are due, not lost)
+                except Exception as exc:  # noqa: BLE001 -- a live git's lock: the journal stays for next time
+                    self.last_repair_error = f"{type(exc).__name__}: {exc}"
+                yield
+            finally:
+                self._lock_holder = None
+                lock.release()
         finally:
-            self._lock_holder = None
-            lock.release()
+            self._threads_lock.release()
+
+    def holds_lock(self) -> bool:
+        """Whether the calling thread holds the repo's write lock (in-process caches may then
+        change what they hold in place: no other writer can run until it is released)."""
+        return self._lock_holder == threading.get_ident()
 
     def _git_lock_files(self) -> list[Path]:
         git_dir = Path(self.repo.path)
