@@ -4,6 +4,7 @@ processes building at once, a missing weights package and a model swap under an 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,11 @@ def graph_dir(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("models")
     MiniLMEmbedder(cache_dir=folder).embed_query("build it")
     return folder
+
+
+def _source() -> tuple[Path, str]:
+    embedder = MiniLMEmbedder()
+    return embedder.source, embedder.source_sha256
 
 
 def cached_file(folder: Path) -> Path:
@@ -116,12 +122,15 @@ def test_a_notes_vector_does_not_depend_on_its_neighbours(graph_dir):
     assert np.allclose(e.embed_query(TEXTS[1]), together[1], atol=1e-6)
 
 
-@pytest.mark.parametrize("damage", ["truncated", "flipped", "empty", "foreign", "folder"])
+@pytest.mark.parametrize("damage", ["truncated", "flipped", "empty", "foreign", "folder", "bad check",
+                                    "check of another graph"])
 def test_damaged_cache_file_is_rebuilt_and_gives_the_same_vectors(graph_dir, tmp_path, damage):
     folder = tmp_path / "models"
     folder.mkdir()
     good = cached_file(graph_dir).read_bytes()
     path = folder / cached_file(graph_dir).name
+    check = minilm_graph.check_path(path)
+    check.write_bytes(minilm_graph.check_path(cached_file(graph_dir)).read_bytes())  # vouches for `good`
     if damage == "truncated":
         path.write_bytes(good[:len(good) // 2])
     elif damage == "flipped":
@@ -130,8 +139,15 @@ def test_damaged_cache_file_is_rebuilt_and_gives_the_same_vectors(graph_dir, tmp
         path.write_bytes(bytes(body))
     elif damage == "empty":
         path.write_bytes(b"")
-    elif damage == "foreign":  # a valid ONNX file, but not ours: no header
-        path.write_bytes(good.partition(b"\n")[2])
+    elif damage == "foreign":  # a valid ONNX file, but not ours: no check
+        path.write_bytes(good)
+        check.unlink()
+    elif damage == "bad check":
+        path.write_bytes(good)
+        check.write_bytes(b"mdmem-onnx-graph 2 nonsense\n")
+    elif damage == "check of another graph":
+        path.write_bytes(good)
+        check.write_bytes(b"mdmem-onnx-graph 2 " + b"0" * 64 + b" 1 2 3\n")
     else:
         path.mkdir()
     e = MiniLMEmbedder(cache_dir=folder)
@@ -141,18 +157,39 @@ def test_damaged_cache_file_is_rebuilt_and_gives_the_same_vectors(graph_dir, tmp
     assert np.allclose(e.embed_documents(TEXTS), MiniLMEmbedder(cache_dir=graph_dir).embed_documents(TEXTS),
                        atol=1e-6)
     assert path.read_bytes() == good  # rewritten whole (the build is deterministic)
-    assert [p.name for p in folder.iterdir()] == [path.name]  # no temporary files left
+    assert sorted(p.name for p in folder.iterdir()) == [path.name, check.name]  # no temporary files left
+    assert minilm_graph.cached_path(path) == path
 
 
-def test_a_good_cache_file_is_used_not_rebuilt(graph_dir, tmp_path):
+def test_a_good_cache_file_is_used_not_rebuilt(graph_dir, tmp_path, monkeypatch):
     folder = tmp_path / "models"
     folder.mkdir()
     path = folder / cached_file(graph_dir).name
-    path.write_bytes(cached_file(graph_dir).read_bytes())
+    path.write_bytes(cached_file(graph_dir).read_bytes())  # a copy: its check is hashed again
+    minilm_graph.check_path(path).write_bytes(minilm_graph.check_path(cached_file(graph_dir)).read_bytes())
     before = path.stat()
     MiniLMEmbedder(cache_dir=folder).embed_query(QUERY)
     after = path.stat()
     assert (before.st_ino, before.st_mtime_ns) == (after.st_ino, after.st_mtime_ns)
+
+    # Checked now: the next process loads it without hashing 30 MB; a touched file is hashed.
+    def no_hashing(*args, **kwargs):
+        raise AssertionError("hashed")
+
+    monkeypatch.setattr(minilm_graph.hashlib, "file_digest", no_hashing)
+    assert minilm_graph.cached_path(path) == path
+    os.utime(path, ns=(after.st_atime_ns, after.st_mtime_ns + 1))
+    with pytest.raises(AssertionError, match="hashed"):
+        minilm_graph.cached_path(path)
+
+
+def test_the_session_is_loaded_from_the_cached_file_not_held_as_bytes(graph_dir):
+    """onnxruntime keeps the bytes it is given for the session's life (a second copy of the
+    graph, ~33 MB); given the file's path it keeps nothing of it."""
+    graph = minilm_graph.load_graph(*_source(), graph_dir)
+    assert graph == cached_file(graph_dir)
+    session = minilm_graph.make_session(graph)
+    assert not any(isinstance(v, bytes) and len(v) > 1_000_000 for v in vars(session).values())
 
 
 def test_unwritable_cache_folder_still_embeds(graph_dir, tmp_path):
@@ -184,7 +221,7 @@ def test_two_processes_building_the_cache_at_once(graph_dir, tmp_path):
     assert all(np.allclose(v, expected, atol=1e-6) for v in vectors)
     path = folder / cached_file(graph_dir).name
     assert minilm_graph.read_cached(path) is not None
-    assert [p.name for p in folder.iterdir()] == [path.name]
+    assert sorted(p.name for p in folder.iterdir()) == [path.name, minilm_graph.check_path(path).name]
 
 
 def test_missing_weights_package_is_a_clear_error():
