@@ -5,7 +5,8 @@
 - cosines on one BLAS thread equal numpy's own and leave the thread limit as it was;
 - trust marks read for a few notes (Verifier.flags_of) equal the whole pass's;
 - the CLI registers only the command it runs, and a BM25 recall imports neither YAML, the
-  ULID package nor onnxruntime.
+  ULID package nor onnxruntime (nor zipfile: the git hooks are compared with their templates
+  through pkgutil, not importlib.resources).
 """
 from __future__ import annotations
 
@@ -113,7 +114,7 @@ def test_a_cli_recall_without_an_embedder_imports_only_what_it_needs(repo):
     code = ("import sys\nfrom mdmem.cli.main import main\n"
             f"rc = main(['recall', 'billing deploy window', '--as', 'dana', '--repo', {str(repo.root)!r}, '--json'])\n"
             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('yaml', 'frontmatter', 'ulid', 'onnxruntime', 'tokenizers', 'rich', 'mcp', 'httpx', 'watchdog'))\n"
+            "('yaml', 'frontmatter', 'ulid', 'onnxruntime', 'tokenizers', 'rich', 'mcp', 'httpx', 'watchdog', 'zipfile'))\n"
             "others = sorted(m for m in sys.modules if m.startswith('mdmem.cli.cmd_'))\n"
             "print(rc, heavy, others, file=sys.stderr)\n")
     env = {"MDMEM_EMBEDDER": "none"}
