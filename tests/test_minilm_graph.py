@@ -123,7 +123,7 @@ def test_a_notes_vector_does_not_depend_on_its_neighbours(graph_dir):
 
 
 @pytest.mark.parametrize("damage", ["truncated", "flipped", "empty", "foreign", "folder", "bad check",
-                                    "check of another graph"])
+                                    "endless check", "check of another graph"])
 def test_damaged_cache_file_is_rebuilt_and_gives_the_same_vectors(graph_dir, tmp_path, damage):
     folder = tmp_path / "models"
     folder.mkdir()
@@ -145,6 +145,10 @@ def test_damaged_cache_file_is_rebuilt_and_gives_the_same_vectors(graph_dir, tmp
     elif damage == "bad check":
         path.write_bytes(good)
         check.write_bytes(b"mdmem-onnx-graph 2 nonsense\n")
+    elif damage == "endless check":
+        path.write_bytes(good)
+        check.unlink()
+        check.symlink_to("/dev/zero")
     elif damage == "check of another graph":
         path.write_bytes(good)
         check.write_bytes(b"mdmem-onnx-graph 2 " + b"0" * 64 + b" 1 2 3\n")

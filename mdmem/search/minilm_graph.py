@@ -72,7 +72,8 @@ def cached_path(path: Path) -> Path | None:
     """``path`` if it holds a whole graph this module wrote (its check file names its sha256);
     None if missing or damaged."""
     try:
-        check = check_path(path).read_bytes()
+        with open(check_path(path), "rb") as f:
+            check = f.read(256)  # a check is ~120 bytes: a huge or endless file is not read whole
         st = path.stat()
     except OSError:
         return None
