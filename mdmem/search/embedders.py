@@ -20,6 +20,9 @@ _ASSETS = Path(__file__).resolve().parent.parent / "assets"
 
 
 class Embedder(Protocol):
+    """``ready`` (optional, default False): embedding now costs no model load, so a write may
+    embed its notes ahead of the recall that follows it (search/embed_ahead.py)."""
+
     model_id: str
 
     def embed_documents(self, texts: list[str]) -> np.ndarray: ...
@@ -85,6 +88,10 @@ class MiniLMEmbedder:
             self._tokenizer = tok
         return self._tokenizer
 
+    @property
+    def ready(self) -> bool:
+        return self._session_obj is not None
+
     def _session(self):
         if self._session_obj is None:
             graph = minilm_graph.load_graph(self.source, self.source_sha256, self.cache_dir)
@@ -137,13 +144,15 @@ class MiniLMEmbedder:
 class _HTTPEmbedder(abc.ABC):
     """Shared plumbing for embedders behind an HTTP API: batching, errors naming the URL."""
 
+
     def __init__(self, url: str, model: str, *, timeout: float, batch_size: int):
         import httpx
 
         self.url = url.rstrip("/")
         self.model = model
         self.batch_size = max(1, batch_size)
-        self.client = httpx.Client(timeout=timeout)
+        self.client = httpx.Client(timeout=timeout)  # thread-safe: embed_ahead's worker shares it
+        self.ready = False  # True once the server answered: this process embeds, so may ahead
 
     def _post(self, endpoint: str, payload: dict, headers: dict | None = None) -> dict:
         import httpx
@@ -162,9 +171,11 @@ class _HTTPEmbedder(abc.ABC):
         if response.status_code >= 400:
             raise EmbedderError(f"{url}: HTTP {response.status_code}: {response.text[:200]}")
         try:
-            return response.json()
+            data = response.json()
         except ValueError:
             raise EmbedderError(f"{url}: the reply is not JSON") from None
+        self.ready = True
+        return data
 
     def _check(self, vectors, expected: int, url: str) -> np.ndarray:
         if (not isinstance(vectors, list) or len(vectors) != expected

@@ -25,6 +25,7 @@ from ..storage.worktree import StoredNote, iter_note_paths, read_note
 from . import fulltext
 from .doctable import VECTOR_FIELD, DocTable, prepare_vectors
 from .bulkwriter import BulkWriter
+from .embed_ahead import EmbedAhead
 from .embedders import Embedder, make_embedder
 from .embedding_cache import EmbeddingCache, cache_key
 from ..storage.gitdir import cache_dir
@@ -67,6 +68,7 @@ class NoteIndex:
         self._table: DocTable | None = None
         self._state_seen: dict | None = None  # the state.json our searcher reflects
         self._cache: EmbeddingCache | None = None
+        self._ahead = EmbedAhead()  # this process's writes, embedded while they commit
         self._last_worktree_check = 0.0
         self._worktree_interval = 0.0
         self.worktree_check_seconds = WORKTREE_CHECK_SECONDS
@@ -119,6 +121,7 @@ class NoteIndex:
         self._state_seen = state
 
     def close(self) -> None:
+        self._ahead.close()
         if self._watch is not None:
             self._watch.close()
         self._watch, self._watch_tried, self._walked = None, False, False
@@ -287,8 +290,13 @@ class NoteIndex:
         present = folder.is_dir() if cheap and self._ix is not None else fulltext.windex.exists_in(str(folder))
         return state.get("schema") != SCHEMA_VERSION or state.get("model") != self.model_id or not present
 
-    def committed(self, parent: str | None, commit: str, paths) -> None:
-        """This process committed ``paths`` on ``parent``, making ``commit``."""
+    def committed(self, parent: str | None, commit: str, changes: dict[str, bytes | None]) -> None:
+        """This process committed ``changes`` on ``parent``, making ``commit``. Its notes are
+        embedded on another thread meanwhile, if this process has an embedder ready (never
+        made here): the next recall's catch-up takes the vectors (search/embed_ahead.py)."""
+        if self._embedder is not False:
+            self._ahead.start(self._embedder, changes)
+        paths = list(changes)
         if parent is None:
             return
         with self.mutex:
@@ -414,8 +422,11 @@ class NoteIndex:
             report.cached = sum(1 for ks in keys if all(k in found for k in ks))
             report.embedded = len(missing)
         if missing:
-            vectors = self._embed_with_progress([t for _, t in missing], progress)
-            fresh = {k: v for (k, _), v in zip(missing, vectors)}
+            fresh = self._ahead.take([k for k, _ in missing])
+            missing = [(k, t) for k, t in missing if k not in fresh]
+            if missing:
+                vectors = self._embed_with_progress([t for _, t in missing], progress)
+                fresh.update({k: v for (k, _), v in zip(missing, vectors)})
             self.cache.put_many(self.model_id, fresh)
             found.update(fresh)
         for doc, ks in zip(docs, keys):

@@ -1,0 +1,103 @@
+"""Embedding a write's notes after it commits, for the recall that follows it.
+
+The recall after a write embedded the new note first (~11 ms of MiniLM on a ~60-word note,
+more under load) before it could search. An agent writes, thinks for seconds, then recalls:
+here the write hands its committed notes' texts to one worker thread as it returns, which
+embeds them (onnxruntime and the HTTP embedders release the GIL) while the
+caller goes on, and the index's catch-up takes the vectors it finds instead of embedding
+again (waiting for one still being made). Started after the commit, not before: the write
+itself is not slowed by a thread competing for the GIL and the cores.
+
+What a worker makes is only ever a guess: it is keyed by the embedding cache's key (model and
+exact text), so a vector is used only for the very text the catch-up embeds; a note edited
+again, a failed embedding -- the catch-up just embeds as before. Nothing is written anywhere
+from the worker thread (the cache's SQLite connection stays on the caller's), and at most
+MAX_KEYS vectors wait in memory.
+
+Only an embedder already made and ready is used: a one-shot CLI write never loads the model
+for a recall that will not come in its process.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+
+from ..errors import NoteInvalid
+from ..model.layout import is_note_path
+from ..model.note import parse_note
+from .embedding_cache import cache_key
+from .fulltext import embedding_texts
+
+# A write of more notes than this is a bulk import: its catch-up embeds in batches with progress.
+MAX_NOTES = 8
+MAX_WRITES = 8  # writes embedded ahead and not yet taken (a process that never recalls)
+MAX_KEYS = 64
+
+
+class EmbedAhead:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._coming: list[Future] = []  # each: a write's notes, cache key -> vector
+        self._ready: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def start(self, embedder, changes: dict[str, bytes | None]) -> None:
+        """Embed the notes among ``changes`` (path -> bytes) on the worker, if ``embedder`` is
+        ready and they are few."""
+        notes = [(p, d) for p, d in changes.items() if d is not None and is_note_path(p)]
+        if not notes or len(notes) > MAX_NOTES or embedder is None or not getattr(embedder, "ready", False):
+            return
+        # Parsed here (~0.5 ms a note): the worker then holds the GIL only for moments, so the
+        # caller never waits a switch interval (5 ms) behind a YAML parse on the worker.
+        texts = _texts(embedder.model_id, notes)
+        if not texts:
+            return
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="mdmem-embed-ahead")
+            self._coming.append(self._pool.submit(_embed, embedder, texts))
+            del self._coming[:-MAX_WRITES]
+
+    def take(self, keys: list[str]) -> dict[str, np.ndarray]:
+        """The vectors made ahead for ``keys`` (waiting for the writes still being embedded)."""
+        with self._lock:
+            coming, self._coming = self._coming, []
+        for batch in coming:
+            try:
+                vectors = batch.result()
+            except Exception:  # noqa: BLE001 -- a guess that failed: the catch-up embeds itself
+                continue
+            with self._lock:
+                self._ready.update(vectors)
+                while len(self._ready) > MAX_KEYS:
+                    self._ready.popitem(last=False)
+        with self._lock:
+            return {k: self._ready.pop(k) for k in keys if k in self._ready}
+
+    def close(self) -> None:
+        """Wait for the worker (a vector half made at interpreter exit is not left running)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+            self._coming, self._ready = [], OrderedDict()
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _texts(model_id: str, notes: list[tuple[str, bytes]]) -> dict[str, str]:
+    """cache key -> text, for every text the catch-up will embed for these notes."""
+    texts: dict[str, str] = {}
+    for path, data in notes:
+        try:
+            note = parse_note(path, data)
+        except NoteInvalid:
+            continue
+        for text in embedding_texts(note.key or "", note.text, note.context or ""):
+            texts[cache_key(model_id, text)] = text
+    return texts
+
+
+def _embed(embedder, texts: dict[str, str]) -> dict[str, np.ndarray]:
+    return dict(zip(texts, embedder.embed_documents(list(texts.values()))))
