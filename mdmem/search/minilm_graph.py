@@ -6,22 +6,34 @@ load (Cast + Mul) and multiplies in float32, the slowest way a CPU with VNNI can
 rewrite (``RECIPE``), measured in benchmarks/bench_embedder.py:
 
 1. each MatMul by a dequantised weight becomes com.microsoft DynamicQuantizeMatMul on the
-   package's int8 weights as shipped, with their per-column scales: an integer GEMM, the
-   activations quantised per call (uint8, per tensor) -- except the feed-forward output
-   projection, which reads GELU's output (outliers) and stays float32 (measured below);
-2. the token and position tables stay int8: a Gather of int8 rows, then their scales (the
+   package's int8 weights as shipped, with their per-column scales and the bias that followed
+   (added in the GEMM's output pass): an integer GEMM, the activations quantised per call
+   (uint8, per tensor);
+2. the feed-forward output projection reads GELU's output, whose outliers per-tensor
+   quantisation handles worst: in the first ``FLOAT_FEED_FORWARD_LAYERS`` layers it stays
+   float32 whole; in the others only the ``FLOAT_CHANNELS`` channels of the hidden 1536 with
+   the largest GELU output on a calibration run stay float32 (_float_outlier_channels);
+3. a layer's Q, K and V products quantise their shared input once (one product on the three
+   weights side by side, then a Split: the same numbers, bit for bit);
+4. the token and position tables stay int8: a Gather of int8 rows, then their scales (the
    float32 table of 30,522 x 384 is never built: ~45 MB less memory per session);
-3. the NaN guard after each attention softmax goes (Where(IsNaN(p), 0, p): a row is NaN only
+5. the NaN guard after each attention softmax goes (Where(IsNaN(p), 0, p): a row is NaN only
    when every key is masked, and [CLS] is never masked);
-4. the erf form of GELU becomes one com.microsoft Gelu node.
+6. the erf form of GELU becomes one com.microsoft Gelu node.
 
-Steps 2-4 change no number; step 1 quantizes activations, so vectors differ slightly from the
-package's graph: the graph has its own ``MODEL_ID``, and the index and embedding cache, keyed
-by model id, never mix its vectors with the old ones. Measured (LoCoMo development half,
-hit@1/5/10, 760 questions): package graph .442/.732/.830; every MatMul integer .434/.726/.830
-(cosine to the package's vectors mean .994, min .988; 11.6 ms CPU a note); with the
-feed-forward output in float32 (this recipe) .445/.732/.826 (cosine mean .997, min .995;
-16.2 ms CPU a note). Building it is a protobuf rewrite (the ``onnx`` package), ~0.5 s.
+Steps 3-6 change no number; steps 1-2 quantize activations, so vectors differ slightly from
+the package's graph: the graph has its own ``MODEL_ID``, and the index and embedding cache,
+keyed by model id, never mix its vectors with the old ones. Measured (LoCoMo development half,
+hit@1/5/10, 760 questions, the ranking of the time): package graph .442/.732/.830; every
+MatMul integer .434/.726/.830 (cosine to the package's vectors mean .994, min .988; 11.6 ms
+CPU a note); with the feed-forward output in float32 (recipe 1) .445/.732/.826 (cosine mean
+.997, min .995; 16.2 ms CPU a note). Recipe 3 (session 7; the ranking of then): recipe 2
+.480/.762/.828, recipe 3 .478/.763/.826 (cosine to the package's graph mean .9970, min
+.9950, against .9971/.9946 for recipe 2); CPU a ~60-word note 10.7 -> 8.4 ms (median of 7
+interleaved rounds, one thread, load ~3.5). Integer feed-forward output in more layers was
+cheaper still but lost hit@10: every layer but the first .483/.770/.822 (7.7 ms), the last
+four .478/.764/.825. Building the graph is a protobuf rewrite (the ``onnx`` package) and one
+calibration run, ~0.2 s.
 
 The cache is the graph as a plain ONNX file, which onnxruntime loads itself, and a check file
 beside it: the graph's sha256 and the size, mtime and inode it had when last checked. A process
@@ -55,16 +67,18 @@ RECIPE = 3
 # per-call quantisation of the next product can carry into a vector (hence a new recipe).
 DISABLED_OPTIMIZERS = ["SkipLayerNormFusion", "BiasGeluFusion"]
 MODEL_ID = f"all-MiniLM-L6-v2-int8-igemm-r{RECIPE}"
-# Recipe 3: GELU's output has a few channels far larger than the rest (layers 1-4: one
-# channel ~20 on the [CLS] row, every other channel <= ~5), which is what made the per-tensor
-# quantisation of the feed-forward output projection lose quality. Those channels, found by
-# one calibration run, stay float32 and the rest of the projection is integer (see
-# _float_outlier_channels). The channels are the same whatever the text: the top one of each of
-# layers 1-4 was the same for 100 real notes, for random token ids and for [CLS] [SEP] alone.
+# Recipe 3: the feed-forward output projection in integers where that costs no recall (module
+# docstring). GELU's output has a few channels far larger than the rest (layers 1-4: one
+# channel ~14-24 on the [CLS] row, every other channel <= ~6), which per-tensor quantisation
+# of the whole projection pays for with a coarse step on every channel. Those channels, found
+# by one calibration run, stay float32 and the rest of the projection is integer. They are the
+# same whatever the text: the top one of each of layers 1-4 was the same for 100 real notes,
+# for random token ids and for [CLS] [SEP] alone. 16, not 2: 1520 = 16 x 95 columns keep the
+# integer GEMM on its fast path (1534 columns: ~35% slower, measured alone).
 FLOAT_CHANNELS = 16
-# The first layer's feed-forward output stays float32 whole: an error there is carried through
-# every later layer (its projection alone in integers moved vectors as much as the five later
-# ones together: cosine to recipe 2 mean .9972, against .9978 for layers 2-6).
+# The first layers' feed-forward output stays float32 whole: an error there is carried through
+# every later layer (layer 1's projection alone in integers moved vectors most: cosine to recipe
+# 2 mean .9972, layer 6's .99999), and integers in layers 1-3 cost LoCoMo hit@10 (above).
 FLOAT_FEED_FORWARD_LAYERS = 3
 # The calibration text: [CLS], the 64 commonest words of the vocabulary, [SEP].
 CALIBRATION_IDS = [101, *range(1996, 2060), 102]
@@ -305,11 +319,14 @@ def _outlier_channels(model) -> list[list[int]]:
 
 
 def _float_outlier_channels(model, channels: list[list[int]]) -> None:
-    """Each feed-forward block, DynamicQuantizeMatMul -> Gelu -> DynamicQuantizeMatMul, split
-    by channel of the hidden 1536: ``channels`` (GELU's outliers) run in float32, the rest
-    stays integer. The integer products then quantise an input without the outliers (a
-    finer step for every other channel); the float32 part is 2 of 1536 channels. The two
-    parts are summed: the same function, exactly, up to rounding."""
+    """Each feed-forward block, DynamicQuantizeMatMul -> Gelu -> DynamicQuantizeMatMul: in the
+    first FLOAT_FEED_FORWARD_LAYERS its output projection becomes a float32 MatMul (the
+    package's int8 values times their scales) + bias; in the others it is split by channel of
+    the hidden 1536: ``channels`` (GELU's outliers, per layer) run in float32, the rest stays
+    integer, and the two parts are summed (the same function up to rounding). The integer
+    product then quantises an input without the outliers: a finer step for every other channel.
+    Splitting before GELU (the input projection's columns) rather than after it costs no copy
+    of GELU's output."""
     import numpy as np
     from onnx import helper
     from onnx import numpy_helper as nh
@@ -345,7 +362,8 @@ def _float_outlier_channels(model, channels: list[list[int]]) -> None:
         g.initializer.extend(nh.from_array(np.ascontiguousarray(v), name) for name, v in new.items())
         dq = "com.microsoft"
         replace[id(up)] = [
-            helper.make_node("DynamicQuantizeMatMul", [up.input[0], f"{p}w1q", f"{p}s1", "", f"{p}b1"], [f"{p}h"], domain=dq),
+            helper.make_node("DynamicQuantizeMatMul", [up.input[0], f"{p}w1q", f"{p}s1", "", f"{p}b1"], [f"{p}h"],
+                             domain=dq),
             helper.make_node("Gelu", [f"{p}h"], [f"{p}g"], domain=dq),
             helper.make_node("DynamicQuantizeMatMul", [f"{p}g", f"{p}w2q", down.input[2], "", down.input[4]],
                              [f"{p}y"], domain=dq),
