@@ -21,6 +21,7 @@ from ..policy import gate
 from ..policy.access import require_user
 from ..policy.gate import AGENT, HUMAN, Provenance, check_key_reuse, judge_source
 from ..results import BatchResult, ProgressCallback, WriteResult
+from ..search.index_worker import IndexWorker
 from ..storage.gitstore import Trailers
 from ..storage.queries import blob_hash
 from ..storage.worktree import StoredNote, live_in_dir
@@ -32,6 +33,9 @@ ITEM_FIELDS = {"text", "kind", "subject", "key", "scope", "team", "owner", "sour
                "new_key", "expect_version", "derived_from", "context", "extra"}
 EXTRA_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 WRITE_RETRIES = 3
+# An import of at least this many items (BM25 only) indexes in a second process while it
+# writes (search/index_worker.py): starting it costs ~0.3 s of the other core.
+INDEX_WORKER_MIN = 1000
 
 LiveKeys = Callable[[str], set[str]]  # a kind folder -> the keys live in it
 
@@ -141,16 +145,34 @@ BatchItem = tuple[Any, str, Note, Contract, Provenance, bool, "str | None"]
 
 def remember_many(repo: RepoState, items: Iterable[Mapping[str, Any]], *, as_user: str, now: TimeLike = None,
                   new_key: bool = False, batch_size: int = 1000,
-                  progress: ProgressCallback | None = None) -> BatchResult:
+                  progress: ProgressCallback | None = None, index_worker: bool | None = None) -> BatchResult:
     """Write many notes through the gate and make them searchable: each item is a dict of
     :func:`remember`'s arguments (``text``, ``kind``, ``subject``, ...; ``line`` names it in
     reports). One commit per batch with the views rendered once; held items go to review
     one by one, refused ones are reported with their line and reason, nothing else stops.
     A path written twice starts a new batch, so every version stays in history.
-    ``progress(done, total, what)`` is called as batches commit and vectors are made."""
+    ``progress(done, total, what)`` is called as batches commit and vectors are made.
+    ``index_worker``: index the committed notes in a second process while writing (default:
+    for INDEX_WORKER_MIN items or more without an embedder; never with one)."""
     user = require_user(as_user)
     when = resolve_write_time(now)
     items = list(items)
+    if index_worker is None:
+        index_worker = len(items) >= INDEX_WORKER_MIN
+    worker = (IndexWorker.start(repo.index.base, repo.contracts, repo.config.note_max_bytes)
+              if index_worker and repo.index.embedder is None else None)
+    try:
+        return _remember_many(repo, user, when, items, new_key=new_key, batch_size=batch_size,
+                              progress=progress, worker=worker)
+    finally:
+        if worker is not None:
+            worker.discard()
+
+
+def _remember_many(repo: RepoState, user: str, when: _dt.datetime, items: list[Mapping[str, Any]], *,
+                   new_key: bool, batch_size: int, progress: ProgressCallback | None,
+                   worker: IndexWorker | None) -> BatchResult:
+    sent = worker.send if worker is not None else None
     result = BatchResult()
     batch: list[BatchItem] = []
     in_batch: set[str] = set()  # the batch's paths
@@ -175,25 +197,28 @@ def remember_many(repo: RepoState, items: Iterable[Mapping[str, Any]], *, as_use
             result.refused.append({"line": line, "reason": str(exc), "exit_code": exc.exit_code})
             continue
         if drafted[0] in in_batch:
-            write_batch(repo, user, batch, when, result)  # the earlier version gets its own commit
+            write_batch(repo, user, batch, when, result, sent=sent)  # the earlier version gets its own commit
             batch, in_batch = [], set()
         batch.append((line, *drafted, item_new_key, expect))
         in_batch.add(drafted[0])
         if len(batch) >= batch_size:
-            write_batch(repo, user, batch, when, result)
+            write_batch(repo, user, batch, when, result, sent=sent)
             batch, in_batch = [], set()
             if progress:
                 progress(n, len(items), "writing notes")
-    write_batch(repo, user, batch, when, result)
+    write_batch(repo, user, batch, when, result, sent=sent)
     if progress:
         progress(len(items), len(items), "writing notes")
-    result.index = repo.index.sync(progress=progress).to_dict()
+    prebuilt = worker.finish() if worker is not None else None
+    report = repo.index.sync(progress=progress, prebuilt=prebuilt)
+    result.index = {**report.to_dict(), "by_worker": report.joined}
     return result
 
 
-def write_batch(repo: RepoState, user: str, batch: list[BatchItem], when: _dt.datetime, result: BatchResult) -> None:
+def write_batch(repo: RepoState, user: str, batch: list[BatchItem], when: _dt.datetime, result: BatchResult, *,
+                sent: Callable[[dict[str, bytes]], None] | None = None) -> None:
     """One commit for the batch's accepted items (under the lock, CAS retried); holds and
-    refusals recorded in ``result``."""
+    refusals recorded in ``result``. ``sent`` is given the note files committed."""
     if not batch:
         return
     for attempt in range(WRITE_RETRIES):
@@ -236,9 +261,9 @@ def write_batch(repo: RepoState, user: str, batch: list[BatchItem], when: _dt.da
                 sources = sorted({p.note.source for _, p, _ in accepted})
                 message = (f"import {len(accepted)} note(s)\n\n"
                            + Trailers("import", user, sources[0] if len(sources) == 1 else "mixed").render())
+                files = {p.path: p.note.dumps().encode() for _, p, _ in accepted}
                 try:
-                    commit = commit_changes(repo, {p.path: p.note.dumps().encode() for _, p, _ in accepted},
-                                            message, actor=user, when=when)
+                    commit = commit_changes(repo, dict(files), message, actor=user, when=when)
                 except BranchMoved:
                     if attempt == WRITE_RETRIES - 1:
                         raise
@@ -250,6 +275,8 @@ def write_batch(repo: RepoState, user: str, batch: list[BatchItem], when: _dt.da
     after_write(repo)
     if commit:
         result.commits.append(commit)
+        if sent is not None:
+            sent(files)
     result.committed += [{"line": line, "path": p.path, "op": p.op, "commit": commit} for line, p, _ in accepted]
     result.held += [{"line": line, "path": r.path, "review_id": r.review_id, "reason": r.reason}
                     for line, r in held_now]

@@ -7,6 +7,7 @@ tree; ``versions`` holds every committed version with the span of time it was cu
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import re
 import shutil
 from collections.abc import Set as AbstractSet
@@ -194,12 +195,36 @@ def add_documents(writer, docs: list[dict], *, fresh: AbstractSet[str] | None = 
             progress(n, len(docs), INDEXING)
 
 
-def build_beside(folder: Path, docs: list[dict], *, limitmb: int, progress: ProgressCallback | None = None) -> None:
-    """A new index of ``docs`` written beside ``folder`` (see cache.fresh_folder). The caller
+def build_beside(folder: Path, docs: list[dict], *, limitmb: int, progress: ProgressCallback | None = None,
+                 segment=None, segment_folder: Path | None = None) -> None:
+    """A new index of ``docs`` written beside ``folder`` (see cache.fresh_folder), with
+    ``segment`` (built in ``segment_folder``, see :func:`adopt_segment`) if given. The caller
     closes the old index and calls ``cache.swap_in(folder)``: a kill before the swap leaves the
     old index, never an empty one that recall would trust."""
-    new_ix = windex.create_in(str(cachefiles.fresh_folder(folder)), make_schema())
+    new_folder = cachefiles.fresh_folder(folder)
+    new_ix = windex.create_in(str(new_folder), make_schema())
     writer = BulkWriter(new_ix, limitmb=limitmb)
     prepare_vectors(writer, docs)
     add_documents(writer, docs, progress=progress)
-    writer.commit()
+    if segment is None:
+        writer.commit()
+    else:
+        assert segment_folder is not None
+        writer.commit(mergetype=adopt_segment(new_folder, segment_folder, segment))
+
+
+def adopt_segment(folder: Path, segment_folder: Path, segment, mergetype=None):
+    """A Whoosh merge function (``writer.commit(mergetype=...)``) that keeps what
+    ``mergetype`` (default: no merge) keeps and adds ``segment``, a finished segment of an
+    index with this schema built in ``segment_folder`` (search/index_worker.py). Its files
+    are moved into ``folder`` (the writer's) when the commit runs: under the writer's lock,
+    just before the table of contents naming them is written (Whoosh's commit removes
+    segment files no table of contents names)."""
+    def merge(writer, segments):
+        kept = list(mergetype(writer, segments) if mergetype is not None else segments)
+        prefix = segment.segment_id() + "."
+        for name in os.listdir(segment_folder):
+            if name.startswith(prefix):
+                os.replace(segment_folder / name, folder / name)
+        return kept + [segment]
+    return merge

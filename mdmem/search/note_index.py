@@ -9,6 +9,7 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,6 +30,7 @@ from .embed_ahead import EmbedAhead
 from .embedders import Embedder, make_embedder
 from .embedding_cache import EmbeddingCache, cache_key
 from ..storage.gitdir import cache_dir
+from .index_worker import Prebuilt
 from .recent import RecentNotes
 
 SCHEMA_VERSION = 12  # 10: context; 11: tags; 12: B 0.3, a context's mean vector
@@ -49,6 +51,7 @@ class SyncReport:
     rebuilt: bool = False
     embedded: int = 0
     cached: int = 0
+    joined: int = 0  # notes indexed by a bulk import's worker (search/index_worker.py), not read again
 
     def to_dict(self) -> dict:
         return {"indexed": len(self.indexed), "removed": len(self.removed), "broken": self.broken,
@@ -138,12 +141,17 @@ class NoteIndex:
         self._ix = None
 
     # --- catching up ------------------------------------------------------------------
-    def sync(self, *, worktree: bool | None = None, progress: ProgressCallback | None = None) -> SyncReport:
-        """Catch up with HEAD (diff from the recorded commit) and with the work tree."""
+    def sync(self, *, worktree: bool | None = None, progress: ProgressCallback | None = None,
+             prebuilt: Prebuilt | None = None) -> SyncReport:
+        """Catch up with HEAD (diff from the recorded commit) and with the work tree.
+        ``prebuilt``: a segment a bulk import's worker built (search/index_worker.py), joined
+        instead of reading and indexing its notes again when it holds exactly the versions
+        HEAD and the work tree hold for its paths; else ignored."""
         with self.mutex:
-            return self._sync(worktree=worktree, progress=progress)
+            return self._sync(worktree=worktree, progress=progress, prebuilt=prebuilt)
 
-    def _sync(self, *, worktree: bool | None, progress: ProgressCallback | None) -> SyncReport:
+    def _sync(self, *, worktree: bool | None, progress: ProgressCallback | None,
+              prebuilt: Prebuilt | None = None) -> SyncReport:
         state = self._load_state()
         if state != self._state_seen:
             # Another process moved the index on (its writes, its catch-up): a searcher opened
@@ -180,10 +188,10 @@ class NoteIndex:
             state = self._load_state()
             if self._needs_rebuild(state) or (state.get("commit") and not self.repo.store.has_object(state["commit"])):
                 self._touched.clear()
-                return self._rebuild(progress=progress or self.progress)
+                return self._rebuild(progress=progress or self.progress, prebuilt=prebuilt)
             changed, fresh, dirty = self._changes(state, head, scan=scan)
             report = self._apply(sorted(changed), state.get("broken", {}), progress=progress or self.progress,
-                                 fresh=fresh)
+                                 fresh=fresh, prebuilt=self._usable(prebuilt, set(changed), dirty))
             self._save_state({"schema": SCHEMA_VERSION, "model": self.model_id, "commit": head,
                               "dirty": dirty, "broken": report.broken})
             self._touched.clear()
@@ -327,29 +335,54 @@ class NoteIndex:
         return self.repo.store.dirty_note_paths()
 
     def _apply(self, paths: list[str], broken: dict, *, progress: ProgressCallback | None,
-               fresh: set[str] = frozenset()) -> SyncReport:
+               fresh: AbstractSet[str] = frozenset(), prebuilt: Prebuilt | None = None) -> SyncReport:
         report = SyncReport(broken={p: r for p, r in broken.items() if p not in paths})
         ix = self._open()
-        upserts = self._read_notes(paths, report, progress=progress)
-        found = {s.path for s in upserts}
+        if prebuilt is not None and set(ix.schema.names()) != set(fulltext.make_schema().names()):
+            prebuilt = None  # an index with other fields (vectors): not the worker's schema
+        joined = {p for p, _ in prebuilt.docs} if prebuilt is not None else set()
+        upserts = self._read_notes([p for p in paths if p not in joined], report, progress=progress)
+        found = {s.path for s in upserts} | joined
         removals = [p for p in paths if p not in found]  # deleted, or broken: out of the index
-        if upserts or removals:
+        if upserts or removals or joined:
             # Embed first: an unreachable embedder fails before anything is written.
             docs = self._documents(upserts, report, progress=progress)
             writer = BulkWriter(ix)
             try:
                 prepare_vectors(writer, docs)
-                for path in removals:
+                # A joined note's older version goes, as update_document would remove it.
+                for path in removals + sorted(joined - set(fresh)):
                     writer.delete_by_term("doc_id", path)
                 fulltext.add_documents(writer, docs, fresh=fresh, progress=progress)
-                writer.commit(mergetype=_merge_when_many)
+                if prebuilt is None:
+                    writer.commit(mergetype=_merge_when_many)
+                else:
+                    writer.commit(mergetype=fulltext.adopt_segment(self.base / "fulltext", prebuilt.folder,
+                                                                   prebuilt.segment, _merge_when_many))
             except BaseException:
                 writer.cancel()
                 raise
             self._refresh()
-        report.indexed = [s.path for s in upserts]
+        report.indexed = [p for p in paths if p in found]
         report.removed = removals
+        report.joined = len(joined)
         return report
+
+    def _usable(self, prebuilt: Prebuilt | None, wanted: AbstractSet[str], dirty: dict) -> Prebuilt | None:
+        """``prebuilt`` if every document in it is the version to index now: one per path,
+        each path among ``wanted`` (to be indexed again), unchanged in the work tree (not in
+        ``dirty``) and holding HEAD's blob; and no embedder (its documents have no vectors).
+        Anything else (a path written twice, a hand edit, another process's commit): None,
+        and the notes are read from disk as before."""
+        if prebuilt is None or self.embedder is not None:
+            return None
+        paths = [p for p, _ in prebuilt.docs]
+        if len(set(paths)) != len(paths) or not set(paths) <= wanted or set(paths) & set(dirty):
+            return None
+        head = self.repo.store.blob_ids(paths)
+        if any(head.get(p) != v for p, v in prebuilt.docs):
+            return None
+        return prebuilt
 
     def _apply_recent(self, paths: list[str], broken: dict) -> SyncReport:
         """Index ``paths`` into the in-memory segment; their versions on disk are hidden."""
@@ -447,7 +480,7 @@ class NoteIndex:
         with self.mutex, self.lock():
             return self._rebuild(progress=progress)
 
-    def _rebuild(self, *, progress: ProgressCallback | None) -> SyncReport:
+    def _rebuild(self, *, progress: ProgressCallback | None, prebuilt: Prebuilt | None = None) -> SyncReport:
         """From scratch: the notes in the work tree. Vectors found in the cache cost nothing.
         Everything is read and embedded before the old index is removed: an embedder that
         fails leaves the index as it was."""
@@ -457,19 +490,25 @@ class NoteIndex:
         dirty = self._worktree_dirty()
         paths = iter_note_paths(self.repo.root)
         report = SyncReport(rebuilt=True)
-        notes = self._read_notes(paths, report, progress=progress)
+        prebuilt = self._usable(prebuilt, set(paths), dirty)
+        joined = {p for p, _ in prebuilt.docs} if prebuilt is not None else set()
+        notes = self._read_notes([p for p in paths if p not in joined], report, progress=progress)
         docs = self._documents(notes, report, progress=progress)
         # Built beside the old index and swapped in: a kill leaves the old one (or the
         # finished new one) in place, never an empty index that recall would trust.
         folder = self.base / "fulltext"
-        fulltext.build_beside(folder, docs, limitmb=256, progress=progress)
+        fulltext.build_beside(folder, docs, limitmb=256, progress=progress,
+                              segment=prebuilt.segment if prebuilt is not None else None,
+                              segment_folder=prebuilt.folder if prebuilt is not None else None)
         self._close_index()
         cachefiles.swap_in(folder)
         shutil.rmtree(self.base / "versions", ignore_errors=True)
         (self.base / "vectors.sqlite").unlink(missing_ok=True)  # where vectors lived before schema 8
         self._open()
         self._refresh()
-        report.indexed = [s.path for s in notes]
+        read = {s.path for s in notes} | joined
+        report.indexed = [p for p in paths if p in read]
+        report.joined = len(joined)
         self._save_state({"schema": SCHEMA_VERSION, "model": self.model_id, "commit": head,
                           "dirty": dirty, "broken": report.broken})
         self._last_worktree_check = time.monotonic()
