@@ -89,12 +89,21 @@ def cold_rebuild(root: Path) -> dict:
     return fingerprint(root)
 
 
-def test_an_import_indexed_by_the_worker_equals_a_cold_rebuild(bm25):
-    result = import_(bm25, items(130, new_key=True), batch_size=40, index_worker=True)
+@pytest.mark.parametrize("segment_docs", [1000, 30])
+def test_an_import_indexed_by_the_worker_equals_a_cold_rebuild(bm25, monkeypatch, segment_docs):
+    # 30: the worker writes a segment whenever it has 30 documents and waits for the next batch.
+    monkeypatch.setattr(IndexWorker, "segment_docs", segment_docs)
+
+    def progress(done, total, what):
+        time.sleep(0.3)  # the worker catches up and waits: a segment for each batch (with 30)
+
+    result = import_(bm25, items(130, new_key=True), batch_size=40, index_worker=True, progress=progress)
     assert len(result.committed) == 130
     assert result.index["by_worker"] == 130 and result.index["indexed"] == 130  # not read back from disk
     hits = bm25.recall("after 100 failed health checks", as_user="dana", now=T0, k=3)
     assert any(h.path.endswith("pager.97.md") for h in hits)
+    segments = windex.open_dir(str(cache_dir(bm25.root) / "fulltext"))._segments()
+    assert len(segments) == 1 if segment_docs == 1000 else len(segments) > 1
     built = fingerprint(bm25.root)
     bm25.close()
     assert built == cold_rebuild(bm25.root)
@@ -102,7 +111,8 @@ def test_an_import_indexed_by_the_worker_equals_a_cold_rebuild(bm25):
     assert not (cache_dir(bm25.root) / "bulk").exists() or not any((cache_dir(bm25.root) / "bulk").iterdir())
 
 
-def test_an_import_into_an_indexed_repo_joins_the_segment_and_replaces_older_versions(bm25):
+def test_an_import_into_an_indexed_repo_joins_the_segment_and_replaces_older_versions(bm25, monkeypatch):
+    monkeypatch.setattr(IndexWorker, "segment_docs", 50)
     import_(bm25, items(30, new_key=True), index_worker=False)
     bm25.recall("health checks", as_user="dana", now=T0)  # an index on disk to be caught up
     # 20 of the 30 again (a new version each: the old one must leave the index) and 190 new:

@@ -196,9 +196,9 @@ def add_documents(writer, docs: list[dict], *, fresh: AbstractSet[str] | None = 
 
 
 def build_beside(folder: Path, docs: list[dict], *, limitmb: int, progress: ProgressCallback | None = None,
-                 segment=None, segment_folder: Path | None = None) -> None:
+                 segments: list | None = None, segment_folder: Path | None = None) -> None:
     """A new index of ``docs`` written beside ``folder`` (see cache.fresh_folder), with
-    ``segment`` (built in ``segment_folder``, see :func:`adopt_segment`) if given. The caller
+    ``segments`` (built in ``segment_folder``, see :func:`adopt_segments`) if given. The caller
     closes the old index and calls ``cache.swap_in(folder)``: a kill before the swap leaves the
     old index, never an empty one that recall would trust."""
     new_folder = cachefiles.fresh_folder(folder)
@@ -206,25 +206,25 @@ def build_beside(folder: Path, docs: list[dict], *, limitmb: int, progress: Prog
     writer = BulkWriter(new_ix, limitmb=limitmb)
     prepare_vectors(writer, docs)
     add_documents(writer, docs, progress=progress)
-    if segment is None:
+    if not segments:
         writer.commit()
     else:
         assert segment_folder is not None
-        writer.commit(mergetype=adopt_segment(new_folder, segment_folder, segment))
+        writer.commit(mergetype=adopt_segments(new_folder, segment_folder, segments))
 
 
-def adopt_segment(folder: Path, segment_folder: Path, segment, mergetype=None):
+def adopt_segments(folder: Path, segment_folder: Path, segments: list, mergetype=None):
     """A Whoosh merge function (``writer.commit(mergetype=...)``) that keeps what
-    ``mergetype`` (default: no merge) keeps and adds ``segment``, a finished segment of an
-    index with this schema built in ``segment_folder`` (search/index_worker.py). Its files
+    ``mergetype`` (default: no merge) keeps and adds ``segments``, finished segments of an
+    index with this schema built in ``segment_folder`` (search/index_worker.py). Their files
     are moved into ``folder`` (the writer's) when the commit runs: under the writer's lock,
     just before the table of contents naming them is written (Whoosh's commit removes
     segment files no table of contents names)."""
-    def merge(writer, segments):
-        kept = list(mergetype(writer, segments) if mergetype is not None else segments)
-        prefix = segment.segment_id() + "."
+    def merge(writer, current):
+        kept = list(mergetype(writer, current) if mergetype is not None else current)
+        prefixes = tuple(s.segment_id() + "." for s in segments)
         for name in os.listdir(segment_folder):
-            if name.startswith(prefix):
+            if name.startswith(prefixes):
                 os.replace(segment_folder / name, folder / name)
-        return kept + [segment]
+        return kept + list(segments)
     return merge

@@ -357,8 +357,8 @@ class NoteIndex:
                 if prebuilt is None:
                     writer.commit(mergetype=_merge_when_many)
                 else:
-                    writer.commit(mergetype=fulltext.adopt_segment(self.base / "fulltext", prebuilt.folder,
-                                                                   prebuilt.segment, _merge_when_many))
+                    writer.commit(mergetype=fulltext.adopt_segments(self.base / "fulltext", prebuilt.folder,
+                                                                    prebuilt.segments, _merge_when_many))
             except BaseException:
                 writer.cancel()
                 raise
@@ -498,7 +498,7 @@ class NoteIndex:
         # finished new one) in place, never an empty index that recall would trust.
         folder = self.base / "fulltext"
         fulltext.build_beside(folder, docs, limitmb=256, progress=progress,
-                              segment=prebuilt.segment if prebuilt is not None else None,
+                              segments=prebuilt.segments if prebuilt is not None else None,
                               segment_folder=prebuilt.folder if prebuilt is not None else None)
         self._close_index()
         cachefiles.swap_in(folder)
