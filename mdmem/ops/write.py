@@ -21,7 +21,7 @@ from ..policy import gate
 from ..policy.access import require_user
 from ..policy.gate import AGENT, HUMAN, Provenance, check_key_reuse, judge_source
 from ..results import BatchResult, ProgressCallback, WriteResult
-from ..search.index_worker import IndexWorker
+from ..search.index_worker import IndexWorker, spare_core
 from ..storage.gitstore import Trailers
 from ..storage.queries import blob_hash
 from ..storage.worktree import StoredNote, live_in_dir
@@ -153,12 +153,12 @@ def remember_many(repo: RepoState, items: Iterable[Mapping[str, Any]], *, as_use
     A path written twice starts a new batch, so every version stays in history.
     ``progress(done, total, what)`` is called as batches commit and vectors are made.
     ``index_worker``: index the committed notes in a second process while writing (default:
-    for INDEX_WORKER_MIN items or more without an embedder; never with one)."""
+    for INDEX_WORKER_MIN items or more when a core is idle; never with an embedder)."""
     user = require_user(as_user)
     when = resolve_write_time(now)
     items = list(items)
     if index_worker is None:
-        index_worker = len(items) >= INDEX_WORKER_MIN
+        index_worker = len(items) >= INDEX_WORKER_MIN and spare_core()
     worker = (IndexWorker.start(repo.index.base, repo.contracts, repo.config.note_max_bytes)
               if index_worker and repo.index.embedder is None else None)
     try:
