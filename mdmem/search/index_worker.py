@@ -161,31 +161,36 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def spare_core(samples: int = 10, interval: float = 0.005) -> bool:
-    """Whether another core sits idle now, so a worker would run beside the importer rather
-    than take turns with it. Measured at 10,000 notes with two other busy processes on the
-    two cores (load ~3.6): the worker made the import slower (wall 18-23 s against 15-21 s
-    without; its pickling, start and second copy of the work cost CPU that waits for a
-    core), so it is used only with a core to spare. Counted from the kernel's number of
-    runnable tasks (Linux /proc/loadavg, sampled ~50 ms: the load average lags a minute);
-    elsewhere never."""
+def spare_core(interval: float = 0.1) -> bool:
+    """Whether about one core more than the importer needs sits free now, so a worker runs
+    beside the importer rather than taking turns with it. Measured at 10,000 notes with two
+    other busy processes on the two cores (load ~3.6): the worker made the import slower
+    (wall 18-23 s against 15-21 s without; its start, the pipe and the CPU both processes
+    lose sharing cores add ~15% CPU), so it is used only with a core to spare. Counted from
+    the kernel's CPU time over ``interval`` (Linux /proc/stat): idle time, and time spent in
+    niced processes (a nice 15 test run yields its core to us); elsewhere never."""
     try:
         cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
+        if cpus < 2:
+            return False
+        before = _cpu_times()
+        time.sleep(interval)
+        after = _cpu_times()
+    except (AttributeError, OSError, ValueError, IndexError):
         return False
-    if cpus < 2:
-        return False
-    others = 0
-    try:
-        for n in range(samples):
-            with open("/proc/loadavg") as f:
-                running = int(f.read().split()[3].split("/")[0])
-            others += max(running - 1, 0)  # this process is one of them
-            if n + 1 < samples:
-                time.sleep(interval)
-    except (OSError, ValueError, IndexError):
-        return False
-    return cpus - others / samples >= 1.5
+    spent = [b - a for a, b in zip(before, after)]
+    total = sum(spent)
+    # user nice system idle iowait irq softirq steal ...: free = nice + idle + iowait
+    free = (spent[1] + spent[3] + spent[4]) / total * cpus if total else 0.0
+    return free >= 1.5
+
+
+def _cpu_times() -> list[int]:
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    if fields[0] != "cpu":
+        raise ValueError("no cpu line")
+    return [int(x) for x in fields[1:9]]
 
 
 # --- the worker process ---------------------------------------------------------------
