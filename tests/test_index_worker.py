@@ -256,3 +256,25 @@ def test_a_kill_of_the_importer_leaves_no_worker_and_an_index_that_finds_every_c
         assert [f.name for f in bulk.iterdir()] == [worker.folder.name]
     finally:
         worker.discard()
+
+
+@pytest.mark.parametrize("attack", ["kill the worker", "remove its folder"])
+def test_a_worker_killed_or_robbed_of_its_folder_mid_import_costs_only_speed(bm25, attack):
+    bulk = cache_dir(bm25.root) / "bulk"
+
+    def progress(done, total, what):
+        if what == "writing notes" and done == 20:
+            if attack == "kill the worker":
+                for pid in worker_processes(bulk):
+                    os.kill(pid, signal.SIGKILL)
+            else:
+                for folder in bulk.iterdir():
+                    subprocess.run(["rm", "-rf", str(folder)], check=True)
+
+    result = import_(bm25, items(60, new_key=True), batch_size=20, index_worker=True, progress=progress)
+    assert len(result.committed) == 60 and result.index["by_worker"] == 0 and result.index["indexed"] == 60
+    assert worker_processes(bulk) == []
+    built = fingerprint(bm25.root)
+    bm25.close()
+    assert built == cold_rebuild(bm25.root)
+    assert git_status(bm25.root) == ""
