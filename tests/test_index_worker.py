@@ -102,7 +102,8 @@ def test_an_import_indexed_by_the_worker_equals_a_cold_rebuild(bm25, monkeypatch
     assert result.index["by_worker"] == 130 and result.index["indexed"] == 130  # not read back from disk
     hits = bm25.recall("after 100 failed health checks", as_user="dana", now=T0, k=3)
     assert any(h.path.endswith("pager.97.md") for h in hits)
-    segments = windex.open_dir(str(cache_dir(bm25.root) / "fulltext"))._segments()
+    with windex.open_dir(str(cache_dir(bm25.root) / "fulltext")).reader() as reader:
+        segments = [leaf.segment() for leaf, _ in reader.leaf_readers()]
     assert len(segments) == 1 if segment_docs == 1000 else len(segments) > 1
     built = fingerprint(bm25.root)
     bm25.close()

@@ -121,7 +121,8 @@ class IndexWorker:
             docs = [(p, v) for p, v in json.loads((self.folder / RESULT_FILE).read_text())]
             from whoosh import index as windex
 
-            segments = windex.open_dir(str(self.folder))._segments()
+            with windex.open_dir(str(self.folder)).reader() as reader:
+                segments = [leaf.segment() for leaf, _ in reader.leaf_readers()]
         except Exception:  # noqa: BLE001 -- anything amiss: the catch-up reads the notes from disk
             return None
         if sum(s.doc_count_all() for s in segments) != len(docs) or any(s.has_deletions() for s in segments):
