@@ -330,7 +330,7 @@ def bulk(n: int, mode: str, *, rebuild: bool = True) -> dict:
         repo.recall(question(1), as_user="dana")
         secs = (time.perf_counter() - t0) * n / sample
         cpu = (time.process_time() - c0) * n / sample
-        worker_cpu = (children_cpu() - k0) * n / sample  # the index worker (search/index_worker.py)
+        worker_cpu = (children_cpu() - k0) * n / sample  # child processes: the index worker, git
         hits = repo.recall(items[-1]["text"] if "text" in items[-1] else question(2), as_user="dana", k=3)
         out = {"notes": n, "embedder": mode, "how": how, "seconds": secs, "cpu_seconds": cpu,
                "worker_cpu_seconds": worker_cpu, "load": load,
@@ -366,13 +366,13 @@ def children_cpu() -> float:
 
 def bulk_table(n: int, modes: list[str], rebuild: bool) -> None:
     """Import and cold-rebuild rows, one pair per embedder (CPU: this process's user+sys;
-    onnxruntime's threads count too; "+ worker": the import's index worker process)."""
+    onnxruntime's threads count too; "+ children": its child processes: the index worker, git)."""
     rows = []
     for mode in modes:
         b = bulk(n, mode, rebuild=rebuild)
         target = 60 if mode == "minilm" else 10
         rows.append([f"{b['notes']:,}", mode, f"import ({b['how']})", f"{b['seconds']:.1f}",
-                     f"{b['cpu_seconds']:.1f} + worker {b.get('worker_cpu_seconds', 0):.1f}",
+                     f"{b['cpu_seconds']:.1f} + children {b.get('worker_cpu_seconds', 0):.1f}",
                      f"{b['load']:.1f} -> {b['load_end']:.1f}", b["found_last"], f"<= {target}"])
         if "rebuild_seconds" in b:
             rows.append([f"{b['notes']:,}", mode, "cold rebuild", f"{b['rebuild_seconds']:.1f}",
