@@ -157,8 +157,8 @@ def remember_many(repo: RepoState, items: Iterable[Mapping[str, Any]], *, as_use
     user = require_user(as_user)
     when = resolve_write_time(now)
     items = list(items)
-    if index_worker is None:
-        index_worker = len(items) >= INDEX_WORKER_MIN and spare_core()
+    if index_worker is None:  # the embedder first: spare_core waits 100 ms
+        index_worker = len(items) >= INDEX_WORKER_MIN and repo.index.embedder is None and spare_core()
     worker = (IndexWorker.start(repo.index.base, repo.contracts, repo.config.note_max_bytes)
               if index_worker and repo.index.embedder is None else None)
     try:
