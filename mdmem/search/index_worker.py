@@ -163,13 +163,14 @@ def _alive(pid: int) -> bool:
 
 
 def spare_core(interval: float = 0.1) -> bool:
-    """Whether about one core more than the importer needs sits free now, so a worker runs
-    beside the importer rather than taking turns with it. Measured at 10,000 notes with two
-    other busy processes on the two cores (load ~3.6): the worker made the import slower
-    (wall 18-23 s against 15-21 s without; its start, the pipe and the CPU both processes
-    lose sharing cores add ~15% CPU), so it is used only with a core to spare. Counted from
-    the kernel's CPU time over ``interval`` (Linux /proc/stat): idle time, and time spent in
-    niced processes (a nice 15 test run yields its core to us); elsewhere never."""
+    """Whether about one core more than the importer needs sits idle now, so a worker runs
+    beside the importer rather than taking turns with it. Measured at 10,000 notes with
+    other processes busy (load 3.6-6, niced test suites included): the worker made the
+    import slower (wall 18-39 s against 15-31 s without; its start, the pipe and the CPU
+    both processes lose sharing cores add ~15% CPU), so it is used only with a core to
+    spare. Counted from the kernel's idle time over ``interval`` (Linux /proc/stat; niced
+    work counts as busy: beside niced suites the worker was no faster either); elsewhere
+    never."""
     try:
         cpus = len(os.sched_getaffinity(0))
         if cpus < 2:
@@ -181,8 +182,8 @@ def spare_core(interval: float = 0.1) -> bool:
         return False
     spent = [b - a for a, b in zip(before, after)]
     total = sum(spent)
-    # user nice system idle iowait irq softirq steal ...: free = nice + idle + iowait
-    free = (spent[1] + spent[3] + spent[4]) / total * cpus if total else 0.0
+    # user nice system idle iowait irq softirq steal: free = idle + iowait
+    free = (spent[3] + spent[4]) / total * cpus if total else 0.0
     return free >= 1.5
 
 
