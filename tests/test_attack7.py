@@ -1,0 +1,156 @@
+"""Attack 7 (session 7 changes): RootEntries' in-place patch/undo, GitStore.locked's thread
+lock, the MiniLM graph cache check file, refresh_stat_if_moved, templates via pkgutil.
+
+Every test here was written to FAIL on main@ad6f80f; notes/attack7.md says why each matters.
+Real git repos in tmp_path and real subprocesses; where a race needs one exact moment, a real
+`git commit` (with mdmem's own pre-commit hook) is run at that moment by wrapping the call
+that marks it -- the work still goes through the real store."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import T0, git, git_status, team_fact
+
+from mdmem import MemoryRepo
+
+ROOT = "team/payments"
+BIN = str(Path(sys.executable).parent)
+
+
+def hand_commit(repo_root: Path, key: str, text: str, *, ident: str = "01M8QDE4Q4HC4RW10BA82MM999") -> None:
+    """A person adds a team note with plain git (mdmem's pre-commit hook regenerates the view),
+    as bob, a permitted writer: the note belongs in the team view."""
+    src = repo_root / ROOT / "service/billing/fact/deploy.window.md"
+    data = src.read_text()
+    first_id = data.split("id: ", 1)[1].split("\n", 1)[0]
+    data = data.replace("key: deploy.window", f"key: {key}").replace(first_id, ident)
+    data = data.rsplit("---\n", 1)[0] + f"---\n\n{text}\n"
+    dst = repo_root / ROOT / f"service/billing/fact/{key}.md"
+    dst.write_text(data)
+    env = {**os.environ, "PATH": BIN + os.pathsep + os.environ.get("PATH", "")}
+    for args in (["add", str(dst.relative_to(repo_root))],
+                 ["-c", "user.name=bob", "-c", "user.email=bob@mdmem.invalid", "commit", "-q", "-m", f"hand {key}"]):
+        r = subprocess.run(["git", "-C", str(repo_root), *args], capture_output=True, text=True, env=env)
+        assert r.returncode == 0, (args, r.stdout, r.stderr)
+
+
+def fresh_stale(root: Path) -> list[str]:
+    """stale_views as a new process sees it (no kept per-root state)."""
+    other = MemoryRepo.open(root)
+    try:
+        return other.stale_views()
+    finally:
+        other.close()
+
+
+# --- 1. RootEntries / commit_changes: a person's git commit landing during an mdmem write --------
+
+def test_a_hand_commit_landing_during_a_write_does_not_leave_a_stale_view(repo):
+    """A person commits a team note with git (the pre-commit hook does not take mdmem's write
+    lock) while an agent's remember is between rendering its views and moving the branch.
+    store.commit reads the branch tip again and commits on the person's commit, but with the
+    team view rendered from the tip before it: the committed view lacks the person's note.
+    Expected: BranchMoved-and-retry (commit_changes passing expect_tip=the head it rendered
+    from), so the committed view lists both notes."""
+    team_fact(repo, "Deploys before 3pm", now=T0)
+    store = repo.store
+    original = store.commit
+    fired = []
+
+    def commit_after_a_person(*args, **kwargs):
+        if not fired:
+            fired.append(1)
+            hand_commit(repo.root, "hand.key", "Hand written fact")
+        return original(*args, **kwargs)
+
+    store.commit = commit_after_a_person
+    try:
+        team_fact(repo, "Rollbacks need a second reviewer", key="rollback.review", new_key=True, now=T0)
+    finally:
+        del store.commit
+    assert fired
+    view = (repo.root / ROOT / "MEMORY.md").read_text()
+    assert "hand.key" in view and "rollback.review" in view, view
+    assert fresh_stale(repo.root) == []
+
+
+def test_the_kept_state_is_not_promoted_for_a_commit_made_on_another_parent(repo):
+    """Same race; then the SAME process keeps writing. committed(rev, parent, ...) is told the
+    head read before store.commit, not the commit's real parent, so the patched state (no
+    person's note) is promoted as the new commit's state: every later view this process
+    commits for the root omits the person's note, and this process's own stale_views() (which
+    renders from the same kept state) says [] while a fresh process says the view is stale."""
+    team_fact(repo, "Deploys before 3pm", now=T0)
+    store = repo.store
+    original = store.commit
+    fired = []
+
+    def commit_after_a_person(*args, **kwargs):
+        if not fired:
+            fired.append(1)
+            hand_commit(repo.root, "hand.key", "Hand written fact")
+        return original(*args, **kwargs)
+
+    store.commit = commit_after_a_person
+    try:
+        team_fact(repo, "Rollbacks need a second reviewer", key="rollback.review", new_key=True, now=T0)
+    finally:
+        del store.commit
+    # Later writes of this long-lived process (an MCP server) to the same root.
+    team_fact(repo, "Freeze on Fridays", key="freeze", new_key=True, now=T0)
+    view = (repo.root / ROOT / "MEMORY.md").read_text()
+    assert "hand.key" in view, view
+    assert repo.stale_views() == fresh_stale(repo.root) == []
+
+
+# --- 5. templates through pkgutil.get_data: line endings --------------------------------------
+
+def test_templates_from_a_crlf_checkout_still_give_lf_hooks(tmp_path):
+    """mdmem installed from a checkout with CRLF line endings (git's core.autocrlf=true on
+    Windows, a zip of it): the source repo has no .gitattributes pinning eol. Before b2e609a
+    read_template used read_text (universal newlines: LF); pkgutil.get_data(...).decode() keeps
+    the CR, so `mdmem init` installs a pre-commit hook whose shebang is "#!/bin/sh\\r" and every
+    git commit in the memory repo fails to run it. Expected: the same text as before (LF)."""
+    import shutil
+
+    import mdmem_template
+
+    pkg = tmp_path / "site" / "mdmem_template"
+    shutil.copytree(Path(mdmem_template.__file__).parent, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    for f in pkg.rglob("*"):
+        if f.is_file() and f.suffix != ".py":
+            f.write_bytes(f.read_bytes().replace(b"\r\n", b"\n").replace(b"\n", b"\r\n"))
+    mem = tmp_path / "mem"
+    code = (f"import sys; sys.path.insert(0, {str(pkg.parent)!r})\n"
+            "import mdmem_template; assert mdmem_template.__file__.startswith(sys.path[0]), mdmem_template.__file__\n"
+            "from mdmem import MemoryRepo\n"
+            f"MemoryRepo.init({str(mem)!r}, teams={{'payments': ['bob']}}, now='2026-10-01T09:00:00Z', as_user='mdmem')\n")
+    r = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    hook = (mem / ".git" / "hooks" / "pre-commit").read_bytes()
+    assert hook.startswith(b"#!/bin/sh\n") and b"\r" not in hook, hook[:40]
+    assert b"\r" not in (mem / ".gitattributes").read_bytes()
+
+
+# --- 3. the MiniLM graph cache's check file ----------------------------------------------------
+
+def test_a_fifo_as_the_graph_check_file_does_not_hang_the_embedder(tmp_path):
+    """ad6f80f capped the check read at 256 bytes (a check linked to an endless file hung the
+    load), but open() of a FIFO blocks until a writer appears: a FIFO (or a symlink to one)
+    where `<graph>.check` belongs hangs every process that embeds, forever. Expected: the
+    check is opened without blocking (or its type checked first) and the graph rebuilt."""
+    folder = tmp_path / "models"
+    folder.mkdir()
+    graph = folder / "minilm-0123456789abcdef-r2.onnx"
+    graph.write_bytes(b"not a graph")
+    os.mkfifo(folder / (graph.name + ".check"))
+    code = ("from pathlib import Path\nfrom mdmem.search.minilm_graph import cached_path\n"
+            f"print(cached_path(Path({str(graph)!r})))\n")
+    try:
+        r = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("cached_path blocked on a FIFO check file for 10 s") from None
+    assert r.returncode == 0 and r.stdout.strip() == "None", (r.stdout, r.stderr)
