@@ -194,3 +194,52 @@ def test_a_build_killed_mid_write_leaves_no_33mb_temporary_behind(tmp_path):
 
     MiniLMEmbedder(cache_dir=folder).embed_query("build it again")
     assert [p.name for p in folder.glob(".*.tmp")] == [], "a killed build's temporary graph stays forever"
+
+
+# --- 2. GitStore.locked's thread lock -----------------------------------------------------------
+
+def test_a_process_forked_while_another_thread_writes_can_still_write(repo):
+    """A program using the Python API forks (multiprocessing's default start method on Linux
+    before 3.14, a preloading server) while one of its threads is inside a write. The child
+    inherits GitStore._threads_lock LOCKED, held by a thread that does not exist in the child:
+    every write of the child waits LOCK_TIMEOUT_SECONDS and fails with "another thread of this
+    process held this lock", forever. Before 178aa41 (file lock only) the child waited for the
+    parent's write and went on. Expected: the child can take the lock once the parent let go
+    (e.g. os.register_at_fork(after_in_child=...) giving the store a fresh thread lock)."""
+    import threading
+
+    team_fact(repo, "Deploys before 3pm", now=T0)
+    inside, release = threading.Event(), threading.Event()
+
+    def long_write():
+        with repo.store.locked():
+            inside.set()
+            release.wait(10)
+
+    t = threading.Thread(target=long_write)
+    t.start()
+    assert inside.wait(10)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: only this thread exists
+        os.close(r)
+        status = b"?"
+        try:
+            with repo.store.locked(timeout=3):
+                team_fact(repo, "Written by the forked child", key="child", new_key=True, now=T0)
+            status = b"ok"
+        except BaseException as exc:  # noqa: BLE001 -- reported to the parent
+            status = f"{type(exc).__name__}: {exc}".encode()
+        finally:
+            os.write(w, status)
+            os._exit(0)
+    os.close(w)
+    release.set()  # the parent's write ends right after the fork
+    t.join()
+    out = b""
+    while chunk := os.read(r, 4096):
+        out += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert out == b"ok", out.decode()
+    assert git_status(repo.root) == ""
