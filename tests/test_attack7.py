@@ -106,6 +106,42 @@ def test_the_kept_state_is_not_promoted_for_a_commit_made_on_another_parent(repo
     assert repo.stale_views() == fresh_stale(repo.root) == []
 
 
+def test_a_hand_commit_landing_during_a_write_is_still_found_by_recall(repo):
+    """Same race, seen by the search index: repo.committed() tells NoteIndex that the new
+    commit is its parent (the head read BEFORE store.commit) plus the write's own paths, so
+    the index catches up along that hint and records the new commit as indexed without the
+    person's note. The note is then missing from recall in this process and in every later
+    one (state.json claims a commit the index lacks) until something rewrites that note.
+    (A new process that catches up first diffs trees and finds it: the lie is the hint's.)"""
+    team_fact(repo, "Deploys before 3pm", now=T0)
+    assert repo.recall("deploys", as_user="bob")  # the index is at HEAD
+    store = repo.store
+    original = store.commit
+    fired = []
+
+    def commit_after_a_person(*args, **kwargs):
+        if not fired:
+            fired.append(1)
+            hand_commit(repo.root, "hand.key", "Zebra giraffe hand written fact")
+        return original(*args, **kwargs)
+
+    store.commit = commit_after_a_person
+    try:
+        team_fact(repo, "Rollbacks need a second reviewer", key="rollback.review", new_key=True, now=T0)
+    finally:
+        del store.commit
+    wanted = f"{ROOT}/service/billing/fact/hand.key.md"
+    # The same long-lived process (an MCP server) recalls next: it catches up along the hint.
+    same = [h.path for h in repo.recall("zebra giraffe", as_user="bob")]
+    repo.close()
+    later = MemoryRepo.open(repo.root)
+    try:
+        hits = [h.path for h in later.recall("zebra giraffe", as_user="bob")]
+    finally:
+        later.close()
+    assert wanted in same and wanted in hits, (same, hits)
+
+
 # --- 5. templates through pkgutil.get_data: line endings --------------------------------------
 
 def test_templates_from_a_crlf_checkout_still_give_lf_hooks(tmp_path):
