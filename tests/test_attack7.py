@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import T0, git, git_status, team_fact
+from conftest import T0, git_status, team_fact
 
 from mdmem import MemoryRepo
 
