@@ -11,4 +11,6 @@ def read_template(name: str) -> str:
     data = pkgutil.get_data("mdmem_template", name)
     if data is None:  # a loader that cannot read data files
         raise FileNotFoundError(f"mdmem_template/{name}")
-    return data.decode("utf-8")
+    # Newlines as text mode gave them: a CRLF checkout of mdmem's source (core.autocrlf) must
+    # not install a `#!/bin/sh\r` hook (attack 7, F3).
+    return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")

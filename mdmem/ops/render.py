@@ -21,12 +21,13 @@ def scope_view(repo: RepoState, root: str, now: TimeLike = None, *, overlay: dic
                                  max_lines=max_lines, max_bytes=max_bytes)
 
 
-def views_for(repo: RepoState, changes: dict[str, bytes | None],
-              when: _dt.datetime | None = None) -> dict[str, bytes | None]:
-    """The scope views a change alters, regenerated to go into the same commit."""
+def views_for(repo: RepoState, changes: dict[str, bytes | None], when: _dt.datetime | None = None, *,
+              head: str | None = None) -> dict[str, bytes | None]:
+    """The scope views a change alters on ``head`` (default HEAD), regenerated to go into the
+    same commit."""
     from ..views.fresh import changed, touched_roots
 
-    head = repo.store.head()
+    head = head or repo.store.head()
     return changed(repo.store, head, repo.views.for_roots(touched_roots(changes), head, changes))
 
 

@@ -401,10 +401,15 @@ def after_write(repo: RepoState) -> None:
 
 def commit_changes(repo: RepoState, changes: dict[str, bytes | None], message: str, *, actor: str,
                    when: _dt.datetime, author: tuple[str, str] | None = None) -> str:
-    """Commit note changes with the views they alter (call under the lock)."""
-    altered = render.views_for(repo, changes, when)
+    """Commit note changes with the views they alter (call under the lock). The views are
+    rendered on the tip read here and the commit is made only on that tip (BranchMoved
+    otherwise: the writers' retry renders again): a person's `git commit` takes no mdmem lock,
+    and a commit on a newer tip carried views without its notes, and told every cache (the
+    views' kept state, the index's hints) a parent it did not have (attack 7, F1)."""
     parent = repo.store.head()
+    altered = render.views_for(repo, changes, when, head=parent)
     email = (author or repo.config.identity(actor))[1]
-    commit = repo.store.commit({**changes, **altered}, message, actor=actor, when=when, author=author)
+    commit = repo.store.commit({**changes, **altered}, message, actor=actor, when=when, author=author,
+                               expect_tip=parent)
     repo.committed(commit, parent, changes, email)
     return commit

@@ -28,6 +28,7 @@ import numpy as np
 from ..errors import NoteInvalid
 from ..model.layout import is_note_path
 from ..model.note import parse_note
+from ..storage.locks import renew_after_fork
 from .embedding_cache import cache_key
 from .fulltext import embedding_texts
 
@@ -43,6 +44,12 @@ class EmbedAhead:
         self._coming: list[Future] = []  # each: a write's notes, cache key -> vector
         self._ready: OrderedDict[str, np.ndarray] = OrderedDict()
         self._pool: ThreadPoolExecutor | None = None
+        renew_after_fork(self)
+
+    def renew_after_fork(self) -> None:
+        """In a forked child the worker thread is not there: what it was making is dropped."""
+        self._lock = threading.Lock()
+        self._coming, self._ready, self._pool = [], OrderedDict(), None
 
     def start(self, embedder, changes: dict[str, bytes | None]) -> None:
         """Embed the notes among ``changes`` (path -> bytes) on the worker, if ``embedder`` is

@@ -55,9 +55,11 @@ import hashlib
 import os
 import stat
 import tempfile
+import time
 from pathlib import Path
 
 from ..errors import EmbedderError
+from ..storage.locks import open_files
 
 # A new recipe gives new vectors: a new model id (so the index is rebuilt) and a new cache file.
 # Recipe 2: the same graph, run without the two fusions below (vectors differ from recipe 1 by
@@ -91,6 +93,7 @@ CALIBRATION_IDS = [101, *range(1996, 2060), 102]
 # all-MiniLM-L6-v2's attention: 12 heads of 32 (the weights are pinned by their sha256).
 ATTENTION_HEADS = 12
 _CHECK = b"mdmem-onnx-graph 2 "
+STALE_TEMPORARY_SECONDS = 60.0
 
 
 def cache_name(source_sha256: str) -> str:
@@ -107,8 +110,15 @@ def cached_path(path: Path) -> Path | None:
     """``path`` if it holds a whole graph this module wrote (its check file names its sha256);
     None if missing or damaged."""
     try:
-        with open(check_path(path), "rb") as f:
-            check = f.read(256)  # a check is ~120 bytes: a huge or endless file is not read whole
+        # Non-blocking: a FIFO (or a link to one) would block open() until a writer came; it
+        # is not a regular file, so it is no check (attack 7, F4).
+        fd = os.open(check_path(path), os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            check = os.read(fd, 256)  # a check is ~120 bytes: a huge or endless file is not read whole
+        finally:
+            os.close(fd)
         st = path.stat()
     except OSError:
         return None
@@ -146,6 +156,25 @@ def write_cached(path: Path, graph: bytes) -> None:
     never a part."""
     _replace(path, graph)
     _write_check(path, hashlib.sha256(graph).hexdigest())
+
+
+def remove_stale_temporaries(path: Path) -> None:
+    """Temporary files of ``path`` and its check that a build killed mid-write left (33 MB
+    each, forever; attack 7, F5): those no process has open (a build writing one keeps it
+    open), or, where /proc cannot tell, older than STALE_TEMPORARY_SECONDS."""
+    found = [tmp for name in (path.name, check_path(path).name) for tmp in path.parent.glob(f".{name}.*.tmp")]
+    if not found:
+        return
+    held = open_files()
+    now = time.time()
+    for tmp in found:
+        try:
+            stale = (os.path.realpath(tmp) not in held) if held is not None \
+                else now - tmp.lstat().st_mtime > STALE_TEMPORARY_SECONDS
+            if stale:
+                tmp.unlink()
+        except OSError:
+            pass
 
 
 def _stamp(st: os.stat_result) -> list[bytes]:
@@ -531,6 +560,7 @@ def load_graph(source: Path, source_sha256: str, cache_dir: Path | None) -> Path
     graph = build(raw)
     if path is not None:
         try:
+            remove_stale_temporaries(path)
             write_cached(path, graph)
             return path
         except OSError:

@@ -19,7 +19,7 @@ from ..errors import NoteInvalid
 from ..model.layout import is_note_path
 from ..model.validate import validate_note
 from ..results import ProgressCallback
-from ..storage.locks import Lock, lock_folder
+from ..storage.locks import Lock, lock_folder, renew_after_fork
 from ..storage.queries import blob_hash
 from ..storage.tree_watch import TreeWatch
 from ..storage.worktree import StoredNote, iter_note_paths, read_note
@@ -89,9 +89,14 @@ class NoteIndex:
         # One thread at a time in this process (the MCP server's watcher and its tool calls
         # share one index); other processes are kept out by the index file lock.
         self.mutex = threading.RLock()
+        renew_after_fork(self)
         # Progress for work the caller did not ask for: the first recall on a fresh clone
         # builds the whole index (11.5 s at 1,980 notes, silent before). The CLI sets it.
         self.progress: ProgressCallback | None = None
+
+    def renew_after_fork(self) -> None:
+        """A forked child's mutex anew (storage.locks.renew_after_fork)."""
+        self.mutex = threading.RLock()
 
     # --- parts ----------------------------------------------------------------------
     @property

@@ -36,7 +36,7 @@ import shutil
 import pygit2
 
 from ..errors import BranchMoved, Conflict, GitFailed, LockTimeout
-from .locks import Lock, lock_folder
+from .locks import Lock, lock_folder, open_files, renew_after_fork
 from .queries import GitQueries, worktree_version
 from .gitdir import cache_dir
 
@@ -153,6 +153,7 @@ class GitStore(GitQueries):
         self._index_timer: threading.Timer | None = None
         self._lock_holder: int | None = None  # the thread holding the write lock, if this process
         self._threads_lock = threading.Lock()
+        renew_after_fork(self)
 
     # --- creation -------------------------------------------------------------------
     @classmethod
@@ -209,6 +210,17 @@ class GitStore(GitQueries):
         finally:
             self._threads_lock.release()
 
+    def renew_after_fork(self) -> None:
+        """In a forked child: this process's thread lock and timer anew (locks.renew_after_fork).
+        The write lock stays held only by the thread that forked, if it held it (the child
+        shares its open lock file)."""
+        self._threads_lock = threading.Lock()
+        if self._lock_holder == threading.get_ident():
+            self._threads_lock.acquire()  # the forking thread is inside locked(): it releases this one
+        else:
+            self._lock_holder = None
+        self._index_timer = None
+
     def holds_lock(self) -> bool:
         """Whether the calling thread holds the repo's write lock (in-process caches may then
         change what they hold in place: no other writer can run until it is released)."""
@@ -234,7 +246,7 @@ class GitStore(GitQueries):
         locks = self._git_lock_files()
         if not locks:
             return removed
-        held = _open_files()
+        held = open_files()
         for path in locks:
             path = Path(os.path.realpath(path))
             try:
@@ -938,23 +950,3 @@ def _flush_at_exit() -> None:
         store.flush_index()
 
 
-def _open_files() -> set[str] | None:
-    """Every file some process on this machine has open (from /proc), or None where /proc
-    cannot tell. Only called when a git lock file is found, which is rare."""
-    proc = Path("/proc")
-    if not (proc / "self" / "fd").is_dir():
-        return None
-    out: set[str] = set()
-    for pid in os.listdir(proc):
-        if not pid.isdigit():
-            continue
-        fd_dir = proc / pid / "fd"
-        try:
-            for fd in os.listdir(fd_dir):
-                try:
-                    out.add(os.readlink(fd_dir / fd))
-                except OSError:
-                    continue
-        except OSError:
-            continue  # gone, or not ours to look at
-    return out

@@ -28,6 +28,7 @@ from ..model.text import escape_controls
 from ..errors import NoteInvalid
 from ..model.layout import is_note_path
 from ..model.note import is_person_source, parse_note
+from ..storage.locks import renew_after_fork
 from ..storage.queries import blob_hash
 
 VIEW_NAME = "MEMORY.md"
@@ -440,6 +441,11 @@ class RootEntries:
         # root -> (the rev the write started from, that state patched in place, the undo, the patch)
         self._pending: dict[str, tuple[str | None, _State, dict[str, str | None], dict[str, str | None]]] = {}
         self._contents: dict[str, bytes] = {}  # pending blobs not yet in the object store
+        self._lock = threading.RLock()
+        renew_after_fork(self)
+
+    def renew_after_fork(self) -> None:
+        """A forked child's lock anew (storage.locks.renew_after_fork)."""
         self._lock = threading.RLock()
 
     def get(self, root: str, rev: str | None, overlay: dict[str, bytes | None]) -> tuple[list[Entry], Totals]:
