@@ -202,6 +202,17 @@ def _replace(path: Path, data: bytes) -> None:
         raise
 
 
+def _wiring(g) -> tuple[dict, dict, dict[str, list]]:
+    """A graph's initializers by name, the node producing each value, the nodes reading it."""
+    inits = {i.name: i for i in g.initializer}
+    producer = {o: n for n in g.node for o in n.output}
+    consumers: dict[str, list] = {}
+    for n in g.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    return inits, producer, consumers
+
+
 def build(source: bytes) -> bytes:
     """The rewritten graph (RECIPE above) from the package's ONNX bytes."""
     try:
@@ -214,12 +225,7 @@ def build(source: bytes) -> bytes:
 
     model = onnx.load_from_string(source)
     g = model.graph
-    inits = {i.name: i for i in g.initializer}
-    producer = {o: n for n in g.node for o in n.output}
-    consumers: dict[str, list] = {}
-    for n in g.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
+    inits, producer, consumers = _wiring(g)
 
     graph_outputs = {o.name for o in g.output}
     drop: set[int] = set()
@@ -370,12 +376,7 @@ def _float_outlier_channels(model, channels: list[list[int]]) -> None:
     from onnx import numpy_helper as nh
 
     g = model.graph
-    inits = {i.name: i for i in g.initializer}
-    producer = {o: n for n in g.node for o in n.output}
-    consumers: dict[str, list] = {}
-    for n in g.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
+    inits, producer, consumers = _wiring(g)
     gelus = [n for n in g.node if n.op_type == "Gelu"]
     replace: dict[int, list] = {}
     for k, (gelu, picked) in enumerate(zip(gelus, channels)):
@@ -455,11 +456,7 @@ def _fused_attention(model) -> None:
     from onnx import numpy_helper as nh
 
     g = model.graph
-    inits = {i.name: i for i in g.initializer}
-    consumers: dict[str, list] = {}
-    for n in g.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
+    inits, _, consumers = _wiring(g)
 
     def follow(name: str, until) -> tuple | None:
         """The first node on the single-consumer chain from ``name`` (Shape reads aside) that
