@@ -3,6 +3,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -56,3 +58,23 @@ def run_cli(*args, env=None, cwd=None, input=None):
 def team_fact(repo, text, key="deploy.window", user="bob", subject="service:billing", now=T0, **kw):
     return repo.remember(text, as_user=user, kind="fact", subject=subject, key=key, scope="team",
                          team="payments", now=now, **kw)
+
+
+@contextmanager
+def lock_held_by_another_thread(repo):
+    """The repo's write lock, held by another thread of this process until the block ends."""
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with repo.store.locked():
+            held.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    assert held.wait(10)
+    try:
+        yield
+    finally:
+        release.set()
+        thread.join()

@@ -4,7 +4,7 @@ import dataclasses
 import json
 
 import pytest
-from conftest import T0, run_cli, team_fact
+from conftest import T0, lock_held_by_another_thread, run_cli, team_fact
 
 import mdmem
 from mdmem import MemoryRepo
@@ -99,25 +99,10 @@ def test_a_held_write_lock_is_a_lock_timeout(repo, monkeypatch):
 def test_a_write_lock_held_by_another_thread_is_a_lock_timeout_then_free(repo):
     """Threads of one process queue on the store's thread lock before the file lock: a wait
     that runs out is the same LockTimeout naming the lock file; once released it is taken."""
-    import threading
-
-    held, release = threading.Event(), threading.Event()
-
-    def holder():
-        with repo.store.locked():
-            held.set()
-            release.wait(10)
-
-    thread = threading.Thread(target=holder)
-    thread.start()
-    held.wait(10)
-    try:
+    with lock_held_by_another_thread(repo):
         with pytest.raises(LockTimeout, match="write.lock"):
             with repo.store.locked(timeout=0.2):
                 pass
-    finally:
-        release.set()
-        thread.join()
     with repo.store.locked(timeout=5):
         assert repo.store.holds_lock()
     assert not repo.store.holds_lock()

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import T0, git_status, team_fact
+from conftest import T0, git_status, lock_held_by_another_thread, team_fact
 
 from mdmem import MemoryRepo
 
@@ -48,6 +48,27 @@ def fresh_stale(root: Path) -> list[str]:
 
 # --- 1. RootEntries / commit_changes: a person's git commit landing during an mdmem write --------
 
+def write_while_a_person_commits(repo, text: str) -> bool:
+    """A remember during which a person's `git commit` of ``text`` (key hand.key) lands right
+    before mdmem's own commit; whether the person's commit was made."""
+    store = repo.store
+    original = store.commit
+    fired = []
+
+    def commit_after_a_person(*args, **kwargs):
+        if not fired:
+            fired.append(1)
+            hand_commit(repo.root, "hand.key", text)
+        return original(*args, **kwargs)
+
+    store.commit = commit_after_a_person
+    try:
+        team_fact(repo, "Rollbacks need a second reviewer", key="rollback.review", new_key=True, now=T0)
+    finally:
+        del store.commit
+    return bool(fired)
+
+
 def test_a_hand_commit_landing_during_a_write_does_not_leave_a_stale_view(repo):
     """A person commits a team note with git (the pre-commit hook does not take mdmem's write
     lock) while an agent's remember is between rendering its views and moving the branch.
@@ -56,22 +77,7 @@ def test_a_hand_commit_landing_during_a_write_does_not_leave_a_stale_view(repo):
     Expected: BranchMoved-and-retry (commit_changes passing expect_tip=the head it rendered
     from), so the committed view lists both notes."""
     team_fact(repo, "Deploys before 3pm", now=T0)
-    store = repo.store
-    original = store.commit
-    fired = []
-
-    def commit_after_a_person(*args, **kwargs):
-        if not fired:
-            fired.append(1)
-            hand_commit(repo.root, "hand.key", "Hand written fact")
-        return original(*args, **kwargs)
-
-    store.commit = commit_after_a_person
-    try:
-        team_fact(repo, "Rollbacks need a second reviewer", key="rollback.review", new_key=True, now=T0)
-    finally:
-        del store.commit
-    assert fired
+    assert write_while_a_person_commits(repo, "Hand written fact")
     view = (repo.root / ROOT / "MEMORY.md").read_text()
     assert "hand.key" in view and "rollback.review" in view, view
     assert fresh_stale(repo.root) == []
@@ -84,21 +90,7 @@ def test_the_kept_state_is_not_promoted_for_a_commit_made_on_another_parent(repo
     commits for the root omits the person's note, and this process's own stale_views() (which
     renders from the same kept state) says [] while a fresh process says the view is stale."""
     team_fact(repo, "Deploys before 3pm", now=T0)
-    store = repo.store
-    original = store.commit
-    fired = []
-
-    def commit_after_a_person(*args, **kwargs):
-        if not fired:
-            fired.append(1)
-            hand_commit(repo.root, "hand.key", "Hand written fact")
-        return original(*args, **kwargs)
-
-    store.commit = commit_after_a_person
-    try:
-        team_fact(repo, "Rollbacks need a second reviewer", key="rollback.review", new_key=True, now=T0)
-    finally:
-        del store.commit
+    write_while_a_person_commits(repo, "Hand written fact")
     # Later writes of this long-lived process (an MCP server) to the same root.
     team_fact(repo, "Freeze on Fridays", key="freeze", new_key=True, now=T0)
     view = (repo.root / ROOT / "MEMORY.md").read_text()
@@ -115,21 +107,7 @@ def test_a_hand_commit_landing_during_a_write_is_still_found_by_recall(repo):
     (A new process that catches up first diffs trees and finds it: the lie is the hint's.)"""
     team_fact(repo, "Deploys before 3pm", now=T0)
     assert repo.recall("deploys", as_user="bob")  # the index is at HEAD
-    store = repo.store
-    original = store.commit
-    fired = []
-
-    def commit_after_a_person(*args, **kwargs):
-        if not fired:
-            fired.append(1)
-            hand_commit(repo.root, "hand.key", "Zebra giraffe hand written fact")
-        return original(*args, **kwargs)
-
-    store.commit = commit_after_a_person
-    try:
-        team_fact(repo, "Rollbacks need a second reviewer", key="rollback.review", new_key=True, now=T0)
-    finally:
-        del store.commit
+    write_while_a_person_commits(repo, "Zebra giraffe hand written fact")
     wanted = f"{ROOT}/service/billing/fact/hand.key.md"
     # The same long-lived process (an MCP server) recalls next: it catches up along the hint.
     same = [h.path for h in repo.recall("zebra giraffe", as_user="bob")]
@@ -242,36 +220,23 @@ def test_a_process_forked_while_another_thread_writes_can_still_write(repo):
     process held this lock", forever. Before 178aa41 (file lock only) the child waited for the
     parent's write and went on. Expected: the child can take the lock once the parent let go
     (e.g. os.register_at_fork(after_in_child=...) giving the store a fresh thread lock)."""
-    import threading
-
     team_fact(repo, "Deploys before 3pm", now=T0)
-    inside, release = threading.Event(), threading.Event()
-
-    def long_write():
-        with repo.store.locked():
-            inside.set()
-            release.wait(10)
-
-    t = threading.Thread(target=long_write)
-    t.start()
-    assert inside.wait(10)
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: only this thread exists
-        os.close(r)
-        status = b"?"
-        try:
-            with repo.store.locked(timeout=3):
-                team_fact(repo, "Written by the forked child", key="child", new_key=True, now=T0)
-            status = b"ok"
-        except BaseException as exc:  # noqa: BLE001 -- reported to the parent
-            status = f"{type(exc).__name__}: {exc}".encode()
-        finally:
-            os.write(w, status)
-            os._exit(0)
-    os.close(w)
-    release.set()  # the parent's write ends right after the fork
-    t.join()
+    with lock_held_by_another_thread(repo):  # the parent's write ends right after the fork
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: only this thread exists
+            os.close(r)
+            status = b"?"
+            try:
+                with repo.store.locked(timeout=3):
+                    team_fact(repo, "Written by the forked child", key="child", new_key=True, now=T0)
+                status = b"ok"
+            except BaseException as exc:  # noqa: BLE001 -- reported to the parent
+                status = f"{type(exc).__name__}: {exc}".encode()
+            finally:
+                os.write(w, status)
+                os._exit(0)
+        os.close(w)
     out = b""
     while chunk := os.read(r, 4096):
         out += chunk
