@@ -71,7 +71,7 @@ class NoteIndex:
         self._table: DocTable | None = None
         self._state_seen: dict | None = None  # the state.json our searcher reflects
         self._cache: EmbeddingCache | None = None
-        self._ahead = EmbedAhead()  # this process's writes, embedded while they commit
+        self._ahead = EmbedAhead()  # this process's writes, embedded after they commit
         self._last_worktree_check = 0.0
         self._worktree_interval = 0.0
         self.worktree_check_seconds = WORKTREE_CHECK_SECONDS
