@@ -111,11 +111,16 @@ class MemoryRepo(RepoState):
              fusion: str | None = None, user_config: UserConfig | None = None,
              finish_erasure: bool = True) -> MemoryRepo:
         """The memory repo at or above ``start`` (the current folder by default)."""
+        return cls.open(cls.locate(start), embedder=embedder, fusion=fusion, user_config=user_config,
+                        finish_erasure=finish_erasure)
+
+    @staticmethod
+    def locate(start: str | Path | None = None) -> Path:
+        """The folder of the memory repo at or above ``start``, without opening it."""
         here = Path(start or Path.cwd()).resolve()
         for folder in (here, *here.parents):
             if (folder / CONFIG_NAME).exists():
-                return cls.open(folder, embedder=embedder, fusion=fusion, user_config=user_config,
-                                finish_erasure=finish_erasure)
+                return folder
         raise BadInput(f"{here}: not inside a memory repo (no {CONFIG_NAME} here or above); "
                        "pass --repo PATH or set MDMEM_REPO")
 

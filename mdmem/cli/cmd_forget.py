@@ -2,13 +2,12 @@
 mdmem forget --resume"""
 from __future__ import annotations
 
-import os
 import sys
 
 from ..errors import BadInput, NotFound
 from ..model.text import escape_controls
 from ..repo import MemoryRepo
-from .context import add_common
+from .context import add_common, open_repo
 
 
 def register(sub) -> None:
@@ -29,9 +28,9 @@ def register(sub) -> None:
 
 def _open(ctx) -> MemoryRepo:
     """The repo without finishing the interrupted erasure on open: --resume does it and says so."""
-    path = getattr(ctx.args, "repo", None) or os.environ.get("MDMEM_REPO")
+    path = getattr(ctx.args, "repo", None) or ctx.env.get("MDMEM_REPO")
     settings = {**ctx.settings(), "user_config": ctx.user_config(), "finish_erasure": False}
-    return MemoryRepo.open(path, **settings) if path else MemoryRepo.find(**settings)
+    return open_repo(path, ctx.cwd, settings)[0]
 
 
 def run(ctx) -> int:

@@ -2,7 +2,8 @@
 
 The environment is read here (and in mcp/, which gets its settings from here) and nowhere
 else: MDMEM_USER, MDMEM_NOW, MDMEM_REPO, MDMEM_EMBEDDER and MDMEM_FUSION become
-arguments of the library."""
+arguments of the library. A call the daemon serves (cli/daemon.py) brings its own
+environment and folder: ``Ctx.env`` and ``Ctx.cwd`` are the caller's, never the daemon's."""
 from __future__ import annotations
 
 import argparse
@@ -10,9 +11,10 @@ import dataclasses
 import json
 import os
 import sys
-from typing import Any
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..config import UserConfig
 from ..policy.access import require_user
@@ -20,12 +22,25 @@ from ..repo import MemoryRepo
 from ..results import ProgressCallback
 
 
-def user_config_path() -> Path:
-    explicit = os.environ.get("MDMEM_CONFIG")
+def user_config_path(env: Mapping[str, str] = os.environ) -> Path:
+    explicit = env.get("MDMEM_CONFIG")
     if explicit:
         return Path(explicit)
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    home = env.get("HOME") or str(Path.home())
+    base = env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
     return Path(base) / "mdmem" / "config.toml"
+
+
+# Opens a memory repo the way a command would: (folder or None to find it from cwd, cwd,
+# MemoryRepo keyword arguments) -> the repo and whether the command closes it. The daemon's
+# opener hands out repos it keeps open between calls.
+Opener = Callable[[str | None, str, dict[str, Any]], tuple[MemoryRepo, bool]]
+
+
+def open_repo(path: str | None, cwd: str, settings: dict[str, Any]) -> tuple[MemoryRepo, bool]:
+    if path:
+        return MemoryRepo.open(os.path.join(cwd, path), **settings), True
+    return MemoryRepo.find(cwd, **settings), True
 
 
 def add_common(parser: argparse.ArgumentParser, *, identity: bool = True, repo: bool = True) -> None:
@@ -94,7 +109,11 @@ class RichProgress:
 @dataclass
 class Ctx:
     args: argparse.Namespace
+    env: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    cwd: str = field(default_factory=os.getcwd)
+    opener: Opener = open_repo
     _repo: MemoryRepo | None = None
+    _owns_repo: bool = True
     _progress: RichProgress | None = None
 
     @property
@@ -105,16 +124,16 @@ class Ctx:
     def user(self) -> str:
         """``--as`` when given, even empty (``--as ''`` is refused, never replaced by MDMEM_USER)."""
         explicit = getattr(self.args, "as_user", None)
-        return require_user(explicit if explicit is not None else os.environ.get("MDMEM_USER"))
+        return require_user(explicit if explicit is not None else self.env.get("MDMEM_USER"))
 
     @property
     def now(self) -> str | None:
-        return getattr(self.args, "now", None) or os.environ.get("MDMEM_NOW") or None
+        return getattr(self.args, "now", None) or self.env.get("MDMEM_NOW") or None
 
     def settings(self) -> dict[str, str | None]:
         """What the environment overrides in mdmem.toml, as MemoryRepo keyword arguments."""
-        return {"embedder": os.environ.get("MDMEM_EMBEDDER") or None,
-                "fusion": os.environ.get("MDMEM_FUSION") or None}
+        return {"embedder": self.env.get("MDMEM_EMBEDDER") or None,
+                "fusion": self.env.get("MDMEM_FUSION") or None}
 
     def note_path(self, given: str, root: Path | None = None) -> str:
         """A note path as a person types it -- relative to the repo root (as mdmem prints them),
@@ -124,7 +143,7 @@ class Ctx:
         if not given.startswith(("./", "../", "/")) and given.split("/", 1)[0] in ("team", "private"):
             return given
         top = str((root or self.repo().root).resolve())
-        full = os.path.normpath(given if os.path.isabs(given) else os.path.join(os.getcwd(), given))
+        full = os.path.normpath(os.path.join(self.cwd, given))
         if full != top and full.startswith(top + os.sep):
             return Path(os.path.relpath(full, top)).as_posix()
         return given
@@ -132,12 +151,12 @@ class Ctx:
     def repo(self) -> MemoryRepo:
         """The memory repo this command acts on, opened once and closed when the command ends."""
         if self._repo is None:
-            path = getattr(self.args, "repo", None) or os.environ.get("MDMEM_REPO")
+            path = getattr(self.args, "repo", None) or self.env.get("MDMEM_REPO")
             # The person's own config says where note text may go and with which secret;
             # a committed mdmem.toml never names the secret that is sent (issue 14).
             settings = {**self.settings(), "user_config": self.user_config()}
-            repo = MemoryRepo.open(path, **settings) if path else MemoryRepo.find(**settings)
-            if hasattr(self.args, "as_user") and (self.args.as_user is not None or os.environ.get("MDMEM_USER")):
+            repo, self._owns_repo = self.opener(path, self.cwd, settings)
+            if hasattr(self.args, "as_user") and (self.args.as_user is not None or self.env.get("MDMEM_USER")):
                 repo.access.check_user(self.user)  # an undeclared name is refused before anything runs
             # An index build the command did not ask for (a first recall) shows progress too,
             # on stderr, so it also shows beside --json output.
@@ -154,9 +173,9 @@ class Ctx:
     def close(self) -> None:
         if self._progress is not None:
             self._progress.stop()
-        if self._repo is not None:
+        if self._repo is not None and self._owns_repo:
             self._repo.close()
-            self._repo = None
+        self._repo = None
 
     def _progress_always(self) -> ProgressCallback:
         if self._progress is None:
@@ -175,9 +194,12 @@ class Ctx:
         """The person's own config file (never the repo's): MDMEM_CONFIG, else
         $XDG_CONFIG_HOME/mdmem/config.toml, else ~/.config/mdmem/config.toml. Secrets it names
         are read from this process's environment."""
-        cfg = UserConfig.load(user_config_path(), secret=os.environ.get)
+        cfg = UserConfig.load(user_config_path(self.env), secret=self.env.get)
         if cfg.signing_key:
-            cfg = dataclasses.replace(cfg, signing_key=os.path.expanduser(cfg.signing_key))
+            key = cfg.signing_key
+            if key == "~" or key.startswith("~/"):  # the caller's home, as their shell would say
+                key = (self.env.get("HOME") or str(Path.home())) + key[1:]
+            cfg = dataclasses.replace(cfg, signing_key=os.path.expanduser(key))
         return cfg
 
     def emit(self, data, text: str | None = None) -> None:

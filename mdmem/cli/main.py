@@ -9,15 +9,16 @@ import logging
 import os
 import sys
 import traceback
+from collections.abc import Mapping
 
 from ..errors import BadInput, Internal, as_mdmem_error
 from ..model.text import escape_controls
-from .context import Ctx
+from .context import Ctx, Opener, open_repo
 
 # One module per command; each defines register(subparsers) and run(ctx) -> int.
 COMMANDS = ["init", "remember", "import", "get", "keys", "history", "retire", "sweep", "consolidate",
             "review", "check", "recall", "index", "watch", "render", "startup", "serve", "forget",
-            "prove-gone", "sync", "guard", "verify", "demo", "hooks", "new", "ls", "show"]
+            "prove-gone", "sync", "guard", "verify", "demo", "hooks", "new", "ls", "show", "daemon"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,11 +41,21 @@ def _build(only: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, 
     return parser, dict(sub.choices)
 
 
+class _ToStderr(logging.Handler):
+    """Writes to whatever ``sys.stderr`` is when a record comes: in the daemon each call has its own."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:  # noqa: BLE001 -- a warning that cannot be shown must not fail the command
+            self.handleError(record)
+
+
 def _show_warnings() -> None:
     """The library reports what it repaired on the ``mdmem`` logger: one line each on stderr."""
     logger = logging.getLogger("mdmem")
     if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _ToStderr()
         handler.setFormatter(logging.Formatter("mdmem: warning: %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.WARNING)
@@ -81,7 +92,10 @@ class _EscapingStream(io.TextIOBase):
         return self._stream.fileno()
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None, cwd: str | None = None,
+         opener: Opener | None = None) -> int:
+    """Run one command. The daemon (cli/daemon.py) passes the caller's environment and folder
+    and an ``opener`` that lends it repos it keeps open; a plain call uses this process's."""
     # stderr carries warnings and problems that name committed files: escaped like stdout (rich's
     # progress bar writes to the real stderr, its own escapes intact).
     real_stdout, real_stderr = sys.stdout, sys.stderr
@@ -97,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(args, "command", None):
             parser.print_help()
             return 2
-        ctx = Ctx(args)
+        ctx = Ctx(args, env=os.environ if env is None else env, cwd=cwd or os.getcwd(), opener=opener or open_repo)
         if not ctx.json and args.command != "serve":  # serve speaks JSON-RPC on stdout
             sys.stdout = _EscapingStream(real_stdout)
         code = args.run(ctx)

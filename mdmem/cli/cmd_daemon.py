@@ -1,0 +1,103 @@
+"""mdmem daemon start|stop|status|run [--idle SECONDS]: a process that answers this repo's
+read-only calls (recall, get, keys, history, ls, show) with everything kept warm (cli/daemon.py)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..errors import BadInput, Internal, NotFound
+from ..storage.gitdir import cache_dir
+from . import daemon
+from .context import add_common
+
+START_SECONDS = 600.0  # a first start may build the search index (with a model: minutes)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("daemon", help="keep a process that answers read-only calls fast (start/stop/status)")
+    p.add_argument("action", choices=["start", "stop", "status", "run"],
+                   help="start in the background, stop, show it; run: in the foreground")
+    p.add_argument("--idle", type=float, default=daemon.IDLE_SECONDS, metavar="SECONDS",
+                   help=f"exit after this long without a call (default {daemon.IDLE_SECONDS:.0f})")
+    add_common(p, identity=False)
+    p.set_defaults(run=run)
+
+
+def run(ctx) -> int:
+    if ctx.args.idle <= 0:
+        raise BadInput(f"daemon --idle {ctx.args.idle}: give a number of seconds above 0")
+    root = ctx.repo().root.resolve()
+    daemon.listen_path(root)  # a path too long for a socket: said before anything starts
+    action = ctx.args.action
+    if action == "run":
+        settings = {**ctx.settings(), "user_config": ctx.user_config()}
+        ctx.close()  # the daemon opens its own
+
+        def warm(d: daemon.Daemon) -> None:
+            repo, _ = d.opener(str(root), str(root), settings)
+            repo.reindex()
+            if repo.index.embedder is not None:
+                repo.index.embedder.embed_query("warm up")
+
+        return daemon.run(root, idle_seconds=ctx.args.idle, warm=warm)
+    if action == "status":
+        info = daemon.ask(root, "ping")
+        if info is None or "pid" not in info:
+            raise NotFound(f"{root}: no mdmem daemon runs for this repo (`mdmem daemon start`)")
+        ctx.emit(info, f"daemon of {root}: pid {info['pid']}, {info['served']} calls answered, "
+                       f"up {time.time() - info['started']:.0f} s, exits after {info['idle_seconds']:.0f} s idle")
+        return 0
+    if action == "stop":
+        info = daemon.ask(root, "stop")
+        if info is None:
+            ctx.emit({"stopped": False, "root": str(root)}, f"no daemon was running for {root}")
+            return 0
+        _wait_gone(root)
+        ctx.emit({"stopped": True, "root": str(root), "pid": info.get("pid")},
+                 f"stopped the daemon of {root} (pid {info.get('pid')})")
+        return 0
+    return _start(ctx, root)
+
+
+def _start(ctx, root: Path) -> int:
+    info = daemon.ask(root, "ping")
+    if info is not None and "pid" in info:
+        ctx.emit({**info, "already": True}, f"the daemon of {root} already runs (pid {info['pid']})")
+        return 0
+    log = cache_dir(root) / "daemon.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "mdmem.cli.main", "daemon", "run", "--repo", str(root), "--idle", str(ctx.args.idle)]
+    with open(log, "ab") as out:
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=root,
+                                 env=dict(ctx.env), start_new_session=True)
+    deadline = time.monotonic() + START_SECONDS
+    while time.monotonic() < deadline:
+        info = daemon.ask(root, "ping", timeout=1.0)
+        if info is not None and "pid" in info:
+            ctx.emit({**info, "already": False, "log": str(log)},
+                     f"started the daemon of {root} (pid {info['pid']}); read-only calls now go to it")
+            return 0
+        if child.poll() is not None:
+            raise Internal(f"the daemon exited with status {child.returncode} before it listened: "
+                           f"{_tail(log)} (log: {log})")
+        time.sleep(0.05)
+    child.terminate()
+    raise Internal(f"the daemon did not listen within {START_SECONDS:.0f} s (log: {log})")
+
+
+def _wait_gone(root: Path, seconds: float = 15.0) -> None:
+    path = daemon.listen_path(root)
+    deadline = time.monotonic() + seconds
+    while path.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _tail(log: Path) -> str:
+    try:
+        lines = log.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+

@@ -1,0 +1,269 @@
+"""The daemon: one process per repo, started by `mdmem daemon start`, that answers read-only
+CLI calls with the repo kept open between them (cli/launch.py is its client).
+
+What it keeps is what a fresh process pays for on every call: the imports, the open search
+index and embedder, and -- instead of a look at every note for hand edits -- the index's
+inotify watch (storage/tree_watch.py). Each call runs the ordinary command code (cli/main.py)
+with the caller's arguments, environment and folder, so its answer is the one the caller's
+own process would have given:
+
+- Who may see what is decided per call from the call's own identity, exactly as in-process:
+  the daemon holds no identity of its own. Its socket sits in the repo's git directory with
+  mode 0600 and each connection's peer must be the daemon's own user (SO_PEERCRED).
+- Only READ_ONLY commands (launch.py) run here; anything else is answered "run it yourself".
+- A call for another repo (a --repo the client's guess missed) is answered the same way.
+- The repo is reopened when it may have changed under the open state: mdmem.toml changed
+  (committed or in the work tree: teams, trust, kinds decide visibility) or history was
+  rewritten (an erasure, a sync that reset). A rewrite is also looked for every second
+  while idle, and then everything held is dropped: erased text does not wait in this
+  process's memory for the next call.
+- Code: a call from a client whose mdmem files differ (an upgrade) is answered "run it
+  yourself" and the daemon exits.
+- It exits after ``idle_seconds`` without a call, on `mdmem daemon stop`, or SIGTERM.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import BadInput, Conflict, LockTimeout
+from ..repo import MemoryRepo
+from ..storage.gitdir import cache_dir
+from ..storage.locks import Lock
+from .launch import (PROTOCOL, READ_ONLY, SOCKET_NAME, code_stamp, exchange, peer_uid, read_message, send_message,
+                     socket_path)
+
+MAX_REQUEST = 16 << 20  # argv + environment
+REQUEST_SECONDS = 5.0  # a client that connects and sends nothing is dropped after this
+POOL_SIZE = 3  # repos kept open (one per embedder/fusion/user-config combination asked for)
+IDLE_SECONDS = 30 * 60
+CHECK_SECONDS = 1.0  # how often the held repos are looked at for a rewrite (an erasure)
+
+
+class _OtherRepo(Exception):
+    """A call for a repo other than the daemon's."""
+
+
+@dataclass
+class _Held:
+    settings: dict[str, Any]
+    repo: MemoryRepo
+    state: tuple
+
+
+@dataclass
+class Daemon:
+    root: Path
+    idle_seconds: float = IDLE_SECONDS
+    code: str = field(default_factory=code_stamp)
+    served: int = 0
+    started: float = field(default_factory=time.time)
+    _held: list[_Held] = field(default_factory=list)
+    _stop: bool = False
+    _other_repo: bool = False
+
+    # --- the repos it keeps open ------------------------------------------------------
+    def opener(self, path: str | None, cwd: str, settings: dict[str, Any]) -> tuple[MemoryRepo, bool]:
+        """Ctx's opener (cli/context.py): this daemon's repo, kept open, never closed by the call."""
+        here = Path(cwd, path) if path else MemoryRepo.locate(cwd)
+        if here.resolve() != self.root:
+            self._other_repo = True
+            raise _OtherRepo(str(here))
+        for held in self._held:
+            if held.settings == settings:
+                if self._changed(held):
+                    self._drop(held)
+                    break
+                return held.repo, False
+        repo = MemoryRepo.open(self.root, **settings)
+        self._held.insert(0, _Held(settings, repo, self._state(repo)))
+        while len(self._held) > POOL_SIZE:
+            self._drop(self._held[-1])
+        return repo, False
+
+    def _state(self, repo: MemoryRepo) -> tuple:
+        """What, when it changes, makes the open repo's state possibly wrong."""
+        try:
+            st = os.stat(self.root / "mdmem.toml")
+            on_disk: tuple | None = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        except OSError:
+            on_disk = None
+        return repo.store.head(), repo.store.blob_id("mdmem.toml", "HEAD"), on_disk
+
+    def _changed(self, held: _Held) -> bool:
+        now = self._state(held.repo)
+        if now == held.state:
+            return False
+        head_before, head_now = held.state[0], now[0]
+        if now[1:] != held.state[1:]:
+            return True  # mdmem.toml: teams, roles, trust, kinds
+        if head_before and head_now and head_before != head_now:
+            try:
+                if not held.repo.store.is_ancestor(head_before, head_now):
+                    return True  # rewritten (forget, a sync that reset)
+            except Exception:  # noqa: BLE001 -- the old tip is gone: rewritten
+                return True
+        held.state = now
+        return False
+
+    def _drop(self, held: _Held) -> None:
+        self._held.remove(held)
+        with contextlib.suppress(Exception):
+            held.repo.close()
+
+    def drop_rewritten(self) -> None:
+        for held in list(self._held):
+            with contextlib.suppress(Exception):
+                if self._changed(held):
+                    self._drop(held)
+
+    def close(self) -> None:
+        for held in list(self._held):
+            self._drop(held)
+
+    # --- calls --------------------------------------------------------------------------
+    def answer(self, request: object) -> dict:
+        if not isinstance(request, dict):
+            return {"error": "a request is a JSON object"}
+        op = request.get("op")
+        if op == "ping":
+            return self.status()
+        if op == "stop":
+            self._stop = True
+            return {"stopped": True, "pid": os.getpid()}
+        if op != "run":
+            return {"error": f"unknown op {op!r}"}
+        if request.get("protocol") != PROTOCOL or request.get("code") != self.code:
+            self._stop = True
+            return {"notice": "the daemon ran other mdmem code (an upgrade?) and has stopped; "
+                              "`mdmem daemon start` starts it again"}
+        argv, env, cwd = request.get("argv"), request.get("env"), request.get("cwd")
+        if (not isinstance(argv, list) or not all(isinstance(a, str) for a in argv) or not isinstance(env, dict)
+                or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+                or not isinstance(cwd, str)):
+            return {"error": "run: argv (list of strings), env (object of strings), cwd (string)"}
+        if not argv or argv[0] not in READ_ONLY:
+            return {}  # run it yourself
+        return self.run(argv, env, cwd)
+
+    def run(self, argv: list[str], env: dict[str, str], cwd: str) -> dict:
+        from .main import main
+
+        out, err = io.StringIO(), io.StringIO()
+        self._other_repo = False
+        saved = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = out, err
+        try:
+            try:
+                rc = main(argv, env=env, cwd=cwd, opener=self.opener)
+            except SystemExit as exc:  # argparse on bad arguments (usage is on err)
+                rc = exc.code if isinstance(exc.code, int) else 2
+        finally:
+            sys.stdout, sys.stderr = saved
+        if self._other_repo:
+            return {}  # another repo's call: the client runs it itself
+        self.served += 1
+        return {"rc": rc, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+    def status(self) -> dict:
+        return {"pid": os.getpid(), "root": str(self.root), "code": self.code, "served": self.served,
+                "started": self.started, "idle_seconds": self.idle_seconds,
+                "open": [{k: v for k, v in h.settings.items() if k != "user_config"} for h in self._held]}
+
+    # --- the loop -----------------------------------------------------------------------
+    def serve(self, listener: socket.socket) -> None:
+        listener.settimeout(CHECK_SECONDS)
+        last_call = checked = time.monotonic()
+        while not self._stop:
+            try:
+                conn, _ = listener.accept()
+            except socket.timeout:
+                conn = None
+            if conn is not None:
+                with conn:
+                    if self._serve_one(conn):
+                        last_call = time.monotonic()  # a status ping does not keep it alive
+            now = time.monotonic()
+            if now - checked >= CHECK_SECONDS:
+                self.drop_rewritten()
+                checked = now
+            if now - last_call > self.idle_seconds:
+                return
+
+    def _serve_one(self, conn: socket.socket) -> bool:
+        """Answer one connection; True when it asked to run a command."""
+        request: object = None
+        try:
+            if peer_uid(conn) not in (None, os.getuid()):
+                return False
+            conn.settimeout(REQUEST_SECONDS)
+            request = read_message(conn, MAX_REQUEST)
+            conn.settimeout(None)
+            reply = self.answer(request)
+        except (OSError, ValueError) as exc:
+            reply = {"error": f"bad request: {exc}"}
+        with contextlib.suppress(OSError):
+            send_message(conn, reply)
+        return isinstance(request, dict) and request.get("op") == "run"
+
+
+def listen_path(root: Path) -> Path:
+    path = socket_path(str(root))
+    if path is None:
+        raise BadInput(f"{root}: the daemon's socket path would be longer than a Unix socket allows "
+                       "(108 bytes); move the repo to a shorter path")
+    return Path(path)
+
+
+def run(root: Path, *, idle_seconds: float = IDLE_SECONDS, warm: Any = None) -> int:
+    """Be the daemon of ``root`` until stopped. One per repo: a lock held for its whole life;
+    a second start finds it taken (Conflict). ``warm(daemon)`` runs once before listening."""
+    root = root.resolve()
+    path = listen_path(root)
+    (cache_dir(root) / "locks").mkdir(parents=True, exist_ok=True)
+    lock = Lock(cache_dir(root) / "locks" / "daemon.lock")
+    try:
+        lock.acquire(timeout=0)
+    except LockTimeout as exc:
+        raise Conflict(f"{root}: a daemon already runs for this repo (`mdmem daemon status`)") from exc
+    daemon = Daemon(root, idle_seconds=idle_seconds)
+    signal.signal(signal.SIGTERM, lambda *_: setattr(daemon, "_stop", True))
+    try:
+        if warm is not None:
+            warm(daemon)
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # a socket left by a daemon killed before: the lock says it is gone
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            listener.bind(str(path))  # mode 0600: only this user may connect
+        finally:
+            os.umask(old)
+        listener.listen(16)
+        try:
+            daemon.serve(listener)
+        finally:
+            listener.close()
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+    finally:
+        daemon.close()
+        lock.release()
+    return 0
+
+
+def ask(root: Path, op: str, *, timeout: float = 5.0) -> dict | None:
+    """``ping`` or ``stop`` the daemon of ``root`` (None: none answers)."""
+    path = socket_path(str(root.resolve()))
+    return None if path is None else exchange(path, {"op": op}, timeout=timeout)
+
+
+__all__ = ["Daemon", "run", "ask", "listen_path", "SOCKET_NAME"]

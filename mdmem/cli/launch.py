@@ -1,0 +1,183 @@
+"""The `mdmem` command's entry point: hand a read-only call to the repo's daemon when one runs,
+else run the command in this process.
+
+A CLI call in a fresh process pays ~250 ms for imports (git, Whoosh, numpy, onnxruntime) and
+~50-200 ms to look at every note for hand edits before it can answer; `mdmem daemon start`
+keeps a process beside the repo with all of that warm (and an inotify watch in place of
+the scan). This module is what every call imports first, so it imports only the standard
+library's cheapest parts: a call the daemon answers never loads mdmem's library at all.
+
+Only the commands in READ_ONLY go to the daemon, and any doubt -- no socket, a refused or
+dropped connection, a daemon of another user or of other code, a call it finds is for
+another repo -- runs the command here instead: the daemon only ever saves time. Asking
+again is always safe because these commands change nothing.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import sys
+
+# Commands that only read: what the daemon may answer (cli/daemon.py checks it again).
+READ_ONLY = frozenset({"recall", "get", "keys", "history", "ls", "show"})
+SOCKET_NAME = "daemon.sock"
+PROTOCOL = 1
+CONNECT_SECONDS = 0.5
+MAX_REPLY = 256 << 20  # a reply is a command's whole output
+
+
+def entry() -> None:
+    sys.exit(main(sys.argv[1:]))
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] in READ_ONLY and not os.environ.get("MDMEM_NO_DAEMON"):
+        reply = ask_daemon(argv, os.environ, os.getcwd())
+        if reply is not None:
+            if reply.get("notice"):
+                sys.stderr.write(f"mdmem: {reply['notice']}\n")
+            if "rc" in reply:
+                return _relay(reply)
+    from .main import main as run_here
+
+    return run_here(argv)
+
+
+def _relay(reply: dict) -> int:
+    try:
+        sys.stdout.write(reply.get("stdout", ""))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `mdmem recall ... | head`, as cli/main.py
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+        return 141
+    sys.stderr.write(reply.get("stderr", ""))
+    sys.stderr.flush()
+    return int(reply["rc"])
+
+
+def ask_daemon(argv: list[str], env, cwd: str) -> dict | None:
+    """The daemon's answer to this call, or None when it should run here."""
+    path = socket_path_for_call(argv, env, cwd)
+    if path is None:
+        return None
+    request = {"op": "run", "protocol": PROTOCOL, "code": code_stamp(), "argv": argv, "env": dict(env), "cwd": cwd}
+    return exchange(path, request)
+
+
+def exchange(path: str, request: dict, *, timeout: float | None = None) -> dict | None:
+    """Send one request to the daemon at ``path`` and read its reply (None: no usable daemon)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if st.st_uid != os.getuid():
+        return None  # a socket someone else put there: never hand them our environment
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(CONNECT_SECONDS)
+            sock.connect(path)
+            if peer_uid(sock) != os.getuid():
+                return None
+            sock.settimeout(timeout)
+            send_message(sock, request)
+            reply = read_message(sock, MAX_REPLY)
+    except (OSError, ValueError):
+        return None
+    return reply if isinstance(reply, dict) else None
+
+
+def socket_path_for_call(argv: list[str], env, cwd: str) -> str | None:
+    """Where the daemon of the repo this call names would listen: --repo, MDMEM_REPO, else
+    the folder with mdmem.toml at or above ``cwd``. A guess only -- the daemon resolves the
+    call's repo exactly as the command would and refuses calls for another one."""
+    given = _repo_argument(argv) or env.get("MDMEM_REPO")
+    if given:
+        return socket_path(os.path.join(cwd, given))
+    folder = os.path.abspath(cwd)
+    while True:
+        if os.path.exists(os.path.join(folder, "mdmem.toml")):
+            return socket_path(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
+def _repo_argument(argv: list[str]) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            return None
+        if arg == "--repo" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--repo="):
+            return arg[len("--repo="):]
+    return None
+
+
+def socket_path(root: str) -> str | None:
+    """The daemon's socket of the repo at ``root``: in its git directory's cache folder
+    (storage/gitdir.py), so it is as private as the repo. None for a folder without one."""
+    from ..storage.gitdir import cache_dir  # pathlib only
+
+    path = str(cache_dir(root) / SOCKET_NAME)  # type: ignore[arg-type]
+    return path if len(os.fsencode(path)) < 108 else None  # AF_UNIX's limit (sun_path)
+
+
+def code_stamp() -> str:
+    """Which mdmem code and Python this is: a daemon started before an upgrade (or an edit of
+    an editable install) would answer with old code. Sizes and change times of the package's
+    files, hashed; ~1 ms."""
+    import zlib
+
+    parts = [sys.executable, sys.version]
+    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for folder, dirs, files in os.walk(top):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            if name.endswith((".py", ".json", ".md", ".toml")):
+                st = os.stat(os.path.join(folder, name))
+                parts.append(f"{os.path.relpath(os.path.join(folder, name), top)}:{st.st_size}:{st.st_mtime_ns}")
+    text = "\n".join(parts).encode("utf-8", "surrogateescape")
+    return f"{zlib.crc32(text):08x}{zlib.adler32(text):08x}{len(text):x}"
+
+
+def peer_uid(sock: socket.socket) -> int | None:
+    """The user id of the process at the other end (Linux SO_PEERCRED; None elsewhere)."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return None
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", raw)[1]
+
+
+def send_message(sock: socket.socket, message: dict) -> None:
+    data = json.dumps(message, ensure_ascii=False).encode("utf-8", "surrogateescape")
+    sock.sendall(struct.pack(">Q", len(data)) + data)
+
+
+def read_message(sock: socket.socket, limit: int) -> object:
+    """One length-prefixed JSON message; ValueError when it is cut short or over ``limit``."""
+    head = _read_exactly(sock, 8)
+    (size,) = struct.unpack(">Q", head)
+    if size > limit:
+        raise ValueError(f"message of {size} bytes (at most {limit})")
+    return json.loads(_read_exactly(sock, size).decode("utf-8", "surrogateescape"))
+
+
+def _read_exactly(sock: socket.socket, size: int) -> bytes:
+    chunks, got = [], 0
+    while got < size:
+        chunk = sock.recv(min(size - got, 1 << 20))
+        if not chunk:
+            raise ValueError("connection closed mid-message")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,276 @@
+"""`mdmem daemon`: read-only calls answered by a resident process, exactly as the caller's own
+process would answer them -- real processes, a real Unix socket, real repos."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mdmem import Conflict, MemoryRepo, NotFound
+from mdmem.cli import daemon, launch
+from mdmem.storage.gitdir import cache_dir
+
+from conftest import PEOPLE, T0, TEAMS, git, team_fact
+
+ENV = {"MDMEM_EMBEDDER": "none"}
+
+
+def cli(*args, cwd, via="launch", env=None):
+    """A CLI call as a person makes it (`mdmem` = mdmem.cli.launch) or forced in-process."""
+    full = {k: v for k, v in os.environ.items() if k not in ("MDMEM_USER", "MDMEM_NO_DAEMON")}
+    full.update({**ENV, **(env or {})})
+    if via == "here":
+        full["MDMEM_NO_DAEMON"] = "1"
+    return subprocess.run([sys.executable, "-m", "mdmem.cli.launch", *args], capture_output=True, text=True,
+                          env=full, cwd=cwd, timeout=120)
+
+
+def served(root: Path) -> int:
+    info = daemon.ask(root, "ping")
+    assert info is not None and "served" in info, info
+    return info["served"]
+
+
+@pytest.fixture
+def mem(tmp_path):
+    repo = MemoryRepo.init(tmp_path / "mem", teams=TEAMS, now=T0, as_user="mdmem", people=PEOPLE)
+    team_fact(repo, "Billing deploys on Tuesdays after the bluebird review")
+    repo.remember("My own reminder: renew the walrus certificate", as_user="bob", kind="fact",
+                  subject="user:bob", key="cert", now=T0)
+    repo.close()
+    return repo.root
+
+
+@pytest.fixture
+def running(mem):
+    r = cli("daemon", "start", "--json", cwd=mem)
+    assert r.returncode == 0, r.stderr
+    pid = json.loads(r.stdout)["pid"]
+    yield mem
+    cli("daemon", "stop", cwd=mem)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+CALLS = [
+    ["recall", "when does billing deploy", "--as", "bob", "--json"],
+    ["recall", "walrus certificate", "--as", "dana", "--json"],  # bob's private note: not dana's
+    ["recall", "walrus certificate", "--as", "bob"],
+    ["get", "--subject", "service:billing", "--kind", "fact", "--key", "deploy.window", "--scope", "team",
+     "--team", "payments", "--as", "carol", "--json"],  # carol is not in payments
+    ["keys", "--subject", "service:billing", "--kind", "fact", "--as", "bob", "--json"],
+    ["history", "--subject", "service:billing", "--kind", "fact", "--key", "deploy.window", "--scope", "team",
+     "--team", "payments", "--as", "dana"],
+    ["ls", "--as", "bob", "--json"],
+    ["show", "team/payments/service/billing/fact/deploy.window.md", "--as", "dana", "--json"],
+    ["recall", "x", "--as", "nobody"],  # an undeclared user: refused
+    ["recall", "x"],  # no identity: refused
+    ["recall", "--bogus"],  # argparse's usage error
+]
+
+
+def test_the_daemon_answers_every_read_only_call_as_the_callers_own_process_would(running):
+    for n, call in enumerate(CALLS, 1):
+        here = cli(*call, cwd=running, via="here")
+        there = cli(*call, cwd=running)
+        assert (there.returncode, there.stdout, there.stderr) == (here.returncode, here.stdout, here.stderr), call
+        assert served(running) == n, call  # answered by the daemon, not run by the client
+    assert "walrus" not in cli(*CALLS[1], cwd=running).stdout
+    assert "walrus" in cli(*CALLS[2], cwd=running).stdout
+
+
+def test_identity_comes_from_each_calls_environment(running):
+    bob = cli("recall", "walrus certificate", cwd=running, env={"MDMEM_USER": "bob"})
+    dana = cli("recall", "walrus certificate", cwd=running, env={"MDMEM_USER": "dana"})
+    assert "walrus" in bob.stdout and "walrus" not in dana.stdout
+    assert served(running) == 2
+
+
+def test_a_relative_path_is_the_callers_folder_not_the_daemons(running):
+    inside = running / "team" / "payments" / "service" / "billing" / "fact"
+    r = cli("show", "./deploy.window.md", "--as", "bob", "--json", cwd=inside)
+    assert r.returncode == 0, r.stderr
+    assert "bluebird" in r.stdout and served(running) == 1
+
+
+def test_a_hand_edit_counts_at_once(running):
+    cli("recall", "billing", "--as", "bob", cwd=running)
+    note = running / "team/payments/service/billing/fact/deploy.window.md"
+    note.write_text(note.read_text().replace("bluebird", "zeppelin"))
+    r = cli("recall", "zeppelin review", "--as", "bob", "--json", cwd=running)
+    assert "zeppelin" in r.stdout
+    assert served(running) == 2
+
+
+def test_a_team_change_committed_elsewhere_takes_effect_on_the_next_call(running):
+    before = cli("recall", "bluebird review", "--as", "dana", "--json", cwd=running)
+    assert "bluebird" in before.stdout
+    config = running / "mdmem.toml"
+    config.write_text(config.read_text().replace('payments = ["alice", "bob", "dana"]', 'payments = ["alice", "bob"]'))
+    # committed with plain git by its admin (the founder): it takes effect for everyone
+    git(running, "-c", "user.name=admin", "-c", "user.email=mdmem@mdmem.invalid", "commit", "-qam",
+        "dana leaves payments", "--no-verify")
+    here = cli("recall", "bluebird review", "--as", "dana", "--json", cwd=running, via="here")
+    there = cli("recall", "bluebird review", "--as", "dana", "--json", cwd=running)
+    assert (there.returncode, there.stdout) == (here.returncode, here.stdout)
+    assert "bluebird" not in here.stdout  # the change does count in a fresh process
+    assert served(running) == 2
+
+
+def test_an_erasure_elsewhere_drops_what_the_daemon_held(running):
+    assert "walrus" in cli("recall", "walrus certificate", "--as", "bob", cwd=running).stdout
+    info = daemon.ask(running, "ping")
+    assert info["open"], info
+    gone = cli("forget", "--subject", "user:bob", "--as", "bob", "--json", cwd=running)
+    assert gone.returncode == 0, gone.stderr
+    deadline = time.monotonic() + 10
+    while daemon.ask(running, "ping")["open"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert daemon.ask(running, "ping")["open"] == []  # dropped while idle, not at the next call
+    r = cli("recall", "walrus certificate", "--as", "bob", "--json", cwd=running)
+    assert r.returncode == 0 and "walrus" not in r.stdout
+
+
+def test_writes_never_run_in_the_daemon(running):
+    head = git(running, "rev-parse", "HEAD").stdout
+    path = launch.socket_path(str(running))
+    reply = launch.exchange(path, {"op": "run", "protocol": launch.PROTOCOL, "code": launch.code_stamp(),
+                                   "argv": ["remember", "planted", "--as", "bob", "--kind", "fact", "--subject",
+                                            "user:bob", "--key", "planted"],
+                                   "env": dict(os.environ), "cwd": str(running)})
+    assert reply == {}  # "run it yourself"
+    assert git(running, "rev-parse", "HEAD").stdout == head
+    # through the command line the write runs in the caller's process, as before
+    r = cli("remember", "planted", "--as", "bob", "--kind", "fact", "--subject", "user:bob", "--key", "p2", "--new-key", cwd=running)
+    assert r.returncode == 0, r.stderr
+    assert served(running) == 0
+
+
+def test_a_call_for_another_repo_runs_in_the_callers_process(running, tmp_path):
+    other = MemoryRepo.init(tmp_path / "other", teams={"ops": ["bob"]}, now=T0, as_user="mdmem")
+    other.remember("The other repo keeps the narwhal runbook", as_user="bob", kind="fact", subject="service:x",
+                   key="runbook", scope="team", team="ops", now=T0)
+    other.close()
+    # --rep: argparse takes the abbreviation, the client's guess does not: it asks this daemon
+    r = cli("recall", "narwhal runbook", "--rep", str(other.root), "--as", "bob", cwd=running)
+    assert r.returncode == 0 and "narwhal" in r.stdout, r.stderr
+    assert served(running) == 0
+
+
+def test_a_daemon_of_other_code_stops_and_the_call_runs_here(running):
+    path = launch.socket_path(str(running))
+    reply = launch.exchange(path, {"op": "run", "protocol": launch.PROTOCOL, "code": "older",
+                                   "argv": ["recall", "x", "--as", "bob"], "env": dict(os.environ),
+                                   "cwd": str(running)})
+    assert "rc" not in reply and "stopped" in reply["notice"]
+    deadline = time.monotonic() + 10
+    while os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(path)
+    r = cli("recall", "bluebird", "--as", "bob", cwd=running)
+    assert r.returncode == 0 and "bluebird" in r.stdout
+
+
+def test_garbage_on_the_socket_does_not_stop_the_daemon(running):
+    import socket
+    import struct
+
+    path = launch.socket_path(str(running))
+    for payload in (b"", b"\x00" * 3, struct.pack(">Q", 1 << 40), struct.pack(">Q", 5) + b"{nope",
+                    struct.pack(">Q", 4) + b"[1] ", struct.pack(">Q", 2) + b"{}"):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(path)
+            s.sendall(payload)
+            s.shutdown(socket.SHUT_WR)
+            s.settimeout(10)
+            s.recv(1 << 16)
+    bad = launch.exchange(path, {"op": "run", "protocol": launch.PROTOCOL, "code": launch.code_stamp(),
+                                 "argv": "recall x", "env": {}, "cwd": "."})
+    assert "error" in bad
+    assert "bluebird" in cli("recall", "bluebird", "--as", "bob", cwd=running).stdout
+    assert served(running) == 1
+
+
+def test_someone_elses_socket_is_never_used(mem, tmp_path):
+    if os.getuid() != 0:
+        pytest.skip("needs root to make a socket owned by another user")
+    import socket
+
+    path = launch.socket_path(str(mem))
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path)
+    listener.listen(1)
+    os.chown(path, 4242, 4242)
+    try:
+        r = cli("recall", "bluebird", "--as", "bob", cwd=mem)  # would hang or leak the env if it connected
+        assert r.returncode == 0 and "bluebird" in r.stdout
+        listener.settimeout(0.2)
+        with pytest.raises(socket.timeout):
+            listener.accept()
+    finally:
+        listener.close()
+
+
+def test_a_killed_daemon_leaves_nothing_that_breaks_a_call_or_a_restart(running):
+    pid = daemon.ask(running, "ping")["pid"]
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while daemon.ask(running, "ping") is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert os.path.exists(launch.socket_path(str(running)))  # left behind
+    r = cli("recall", "bluebird", "--as", "bob", cwd=running)
+    assert r.returncode == 0 and "bluebird" in r.stdout
+    again = cli("daemon", "start", "--json", cwd=running)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["pid"] != pid
+    assert "bluebird" in cli("recall", "bluebird", "--as", "bob", cwd=running).stdout
+    assert served(running) == 1
+
+
+def test_start_stop_and_status_are_plain_to_script(mem):
+    none = cli("daemon", "status", cwd=mem)
+    assert none.returncode == NotFound.exit_code and "no mdmem daemon" in none.stderr
+    assert cli("daemon", "stop", cwd=mem).returncode == 0  # nothing to stop: not an error
+    first = json.loads(cli("daemon", "start", "--json", cwd=mem).stdout)
+    try:
+        second = json.loads(cli("daemon", "start", "--json", cwd=mem).stdout)
+        assert second["pid"] == first["pid"] and second["already"] is True
+        assert json.loads(cli("daemon", "status", "--json", cwd=mem).stdout)["pid"] == first["pid"]
+        # a second daemon of the same repo started by hand is refused (the lock), the first keeps running
+        extra = cli("daemon", "run", cwd=mem)
+        assert extra.returncode == Conflict.exit_code and "already runs" in extra.stderr, (extra.returncode, extra.stderr)
+        assert cli("daemon", "start", "--idle", "0", cwd=mem).returncode == 2
+    finally:
+        stop = cli("daemon", "stop", "--json", cwd=mem)
+    assert json.loads(stop.stdout)["stopped"] is True
+    assert not os.path.exists(launch.socket_path(str(mem)))
+
+
+def test_it_exits_when_idle(mem):
+    r = cli("daemon", "start", "--idle", "1", "--json", cwd=mem)
+    assert r.returncode == 0, r.stderr
+    deadline = time.monotonic() + 15
+    while daemon.ask(mem, "ping") is not None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert daemon.ask(mem, "ping") is None
+    assert not os.path.exists(launch.socket_path(str(mem)))
+
+
+def test_a_repo_too_deep_for_a_socket_is_said_and_calls_still_work(tmp_path):
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    repo = MemoryRepo.init(deep / "mem", teams=TEAMS, now=T0, as_user="mdmem", people=PEOPLE)
+    team_fact(repo, "Billing deploys on Tuesdays after the bluebird review")
+    repo.close()
+    r = cli("daemon", "start", cwd=repo.root)
+    assert r.returncode == 2 and "108 bytes" in r.stderr
+    assert "bluebird" in cli("recall", "bluebird", "--as", "bob", cwd=repo.root).stdout
+    assert not cache_dir(repo.root).joinpath("daemon.log").exists()
