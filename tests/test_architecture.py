@@ -24,7 +24,8 @@ KNOWN_PRIVATE_USE: set[str] = set()
 # Not debt: the boundary mapping names libgit2's exception class to map it; it runs no git.
 MAY_NAME_PYGIT2 = {"errors.py"}
 # Not debt: starts the bulk import's index worker (a Python child, search/index_worker.py); no git.
-MAY_START_PROCESSES = {"search/index_worker.py"}
+MAY_START_PROCESSES = {"search/index_worker.py",
+                       "cli/cmd_daemon.py"}  # starts `mdmem daemon run` (cli/daemon.py); no git
 
 
 def modules() -> dict[str, ast.Module]:

@@ -274,3 +274,20 @@ def test_a_repo_too_deep_for_a_socket_is_said_and_calls_still_work(tmp_path):
     assert r.returncode == 2 and "108 bytes" in r.stderr
     assert "bluebird" in cli("recall", "bluebird", "--as", "bob", cwd=repo.root).stdout
     assert not cache_dir(repo.root).joinpath("daemon.log").exists()
+
+
+def test_a_committed_mdmem_package_in_the_repo_is_not_what_the_daemon_runs(mem):
+    planted = mem / "mdmem" / "cli"
+    planted.mkdir(parents=True)
+    (mem / "mdmem" / "__init__.py").write_text("")
+    (planted / "__init__.py").write_text("")
+    (planted / "main.py").write_text("import pathlib; pathlib.Path(__file__).with_name('RAN').write_text('x')\n")
+    git(mem, "add", "mdmem")
+    git(mem, "-c", "user.name=bob", "-c", "user.email=bob@mdmem.invalid", "commit", "-qm", "planted", "--no-verify")
+    # (this test's own `python -m` runs from outside: in the repo's folder it would import the plant)
+    r = cli("daemon", "start", "--repo", str(mem), cwd=mem.parent)
+    try:
+        assert r.returncode == 0, r.stderr
+        assert not (planted / "RAN").exists()
+    finally:
+        cli("daemon", "stop", "--repo", str(mem), cwd=mem.parent)
