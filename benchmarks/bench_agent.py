@@ -280,26 +280,38 @@ print(json.dumps({"rc": os.waitstatus_to_exitcode(status), "wall_ms": wall, "pea
 
 
 def cli(root: Path, mode: str) -> dict:
-    """`mdmem recall` as a fresh process: wall time and peak RSS (median of 5)."""
+    """`mdmem recall` as a fresh process: wall time and peak RSS (median of 5); then the same
+    call through `mdmem daemon` (the `mdmem` script, the daemon started first)."""
     # Bytecode written as on a person's machine (this sandbox sets PYTHONDONTWRITEBYTECODE,
     # which makes an editable install compile every module on every call).
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "MDMEM_NO_DAEMON")}
     env["MDMEM_EMBEDDER"] = mode
-    walls, peaks, cpus = [], [], []
-    for i in range(6):
-        out = subprocess.run([sys.executable, "-S", "-c", _LAUNCH, sys.executable, "-m", "mdmem.cli.main", "recall",
-                              question(200 + i), "--as", "dana", "--repo", str(root), "--json"],
-                             capture_output=True, text=True, env=env, check=True)
-        got = json.loads(out.stdout)
-        if got["rc"] != 0:
-            raise SystemExit(f"mdmem recall failed: {got['stderr']}")
-        if i:  # the first call may pay for building state another call reuses
-            walls.append(got["wall_ms"])
-            peaks.append(got["peak_mb"])
-            # CPU time (user + system) as well: on this shared machine the wall time is mostly
-            # waiting for a core; the CPU a call uses is what a quiet machine's wall would be.
-            cpus.append(got["cpu_ms"])
-    return {"cli_wall_ms": pct(walls, 50), "cli_peak_mb": pct(peaks, 50), "cli_cpu_ms": pct(cpus, 50)}
+    script = str(Path(sys.executable).with_name("mdmem"))
+    out = {}
+    for label, command in (("cli", [sys.executable, "-m", "mdmem.cli.main"]), ("cli_daemon", [script])):
+        if label == "cli_daemon":
+            subprocess.run([script, "daemon", "start", "--repo", str(root)], env=env, check=True,
+                           capture_output=True)
+        walls, peaks, cpus = [], [], []
+        try:
+            for i in range(6):
+                got = json.loads(subprocess.run(
+                    [sys.executable, "-S", "-c", _LAUNCH, *command, "recall", question(200 + i), "--as", "dana",
+                     "--repo", str(root), "--json"], capture_output=True, text=True, env=env, check=True).stdout)
+                if got["rc"] != 0:
+                    raise SystemExit(f"mdmem recall failed: {got['stderr']}")
+                if i:  # the first call may pay for building state another call reuses
+                    walls.append(got["wall_ms"])
+                    peaks.append(got["peak_mb"])
+                    # CPU time (user + system) as well: on this shared machine the wall time is mostly
+                    # waiting for a core; the CPU a call uses is what a quiet machine's wall would be.
+                    cpus.append(got["cpu_ms"])
+        finally:
+            if label == "cli_daemon":
+                subprocess.run([script, "daemon", "stop", "--repo", str(root)], env=env, capture_output=True)
+        out.update({f"{label}_wall_ms": pct(walls, 50), f"{label}_peak_mb": pct(peaks, 50),
+                    f"{label}_cpu_ms": pct(cpus, 50)})
+    return out
 
 
 def bulk(n: int, mode: str, *, rebuild: bool = True) -> dict:
@@ -386,6 +398,12 @@ def bulk_table(n: int, modes: list[str], rebuild: bool) -> None:
 
 if __name__ == "__main__":
     argv = sys.argv[1:]
+    known = {"--sizes", "--modes", "--pause", "--skip", "--embed-100k", "--cache", "--bulk", "--fixtures",
+             "--bulk-only", "--json"}
+    flags = [a for a in argv if a.startswith("-")]
+    if "-h" in flags or "--help" in flags or not set(flags) <= known:
+        print(__doc__, file=sys.stderr)
+        raise SystemExit(0 if {"-h", "--help"} & set(flags) else f"unknown option(s): {set(flags) - known}")
 
     def opt(name, default):
         return argv[argv.index(name) + 1] if name in argv else default
@@ -421,13 +439,16 @@ if __name__ == "__main__":
                          (f"{r['cli_wall_ms']:.0f}" + (f" ({r['cli_cpu_ms']:.0f} CPU)" if "cli_cpu_ms" in r else ""))
                          if "cli_wall_ms" in r else "-",
                          f"{r['cli_peak_mb']:.0f}" if "cli_peak_mb" in r else "-",
+                         f"{r['cli_daemon_wall_ms']:.0f} ({r['cli_daemon_cpu_ms']:.0f} CPU), {r['cli_daemon_peak_mb']:.0f} MB"
+                         if "cli_daemon_wall_ms" in r else "-",
                          f"{r['load_start']:.1f} -> {r['load_end']:.1f}",
                          f"{r['until_cpu_p50']:.1f}" + (f" ({r['deferred_until_cpu_p50']:.1f})"
                                                        if "deferred_until_cpu_p50" in r else "")])
             print(json.dumps(r), file=sys.stderr)
     cols = ["notes", "embedder", "recall p50/p95 ms (CPU per recall)", f"after {pause}s idle p50/p95",
             "remember p50 (git index deferred)", "until searchable p50/p95 (deferred p50, found)", "found", "hand edit recall p50", "hand edit found", "git status",
-            "cold rebuild s", "CLI recall wall (CPU) ms", "CLI peak MB", "load avg (1 min)",
+            "cold rebuild s", "CLI recall wall (CPU) ms", "CLI peak MB", "CLI via mdmem daemon ms, MB",
+            "load avg (1 min)",
             "until searchable CPU p50 ms (deferred)"]
     if sizes:
         table(f"mdmem as an agent sees it (load avg at start {load[0]:.1f}, {os.cpu_count()} cores)", cols,

@@ -3,6 +3,7 @@ process would answer them -- real processes, a real Unix socket, real repos."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -291,3 +292,9 @@ def test_a_committed_mdmem_package_in_the_repo_is_not_what_the_daemon_runs(mem):
         assert not (planted / "RAN").exists()
     finally:
         cli("daemon", "stop", "--repo", str(mem), cwd=mem.parent)
+
+
+def test_the_readme_names_exactly_the_commands_the_daemon_answers():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    said = readme.split("answers the read-only commands", 1)[1].split(")", 1)[0]
+    assert set(re.findall(r"`(\w+)`", said)) == launch.READ_ONLY

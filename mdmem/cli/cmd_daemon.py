@@ -70,7 +70,8 @@ def _start(ctx, root: Path) -> int:
     log.parent.mkdir(parents=True, exist_ok=True)
     # -I: the child starts in the repo's folder, and a `mdmem/` folder committed there must not
     # be what `-m` imports (the current folder would come first on sys.path).
-    argv = [sys.executable, "-I", "-m", "mdmem.cli.main", "daemon", "run", "--repo", str(root), "--idle", str(ctx.args.idle)]
+    argv = [sys.executable, "-I", "-m", "mdmem.cli.main", "daemon", "run", "--repo", str(root),
+            "--idle", str(ctx.args.idle)]
     with open(log, "ab") as out:
         child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=root,
                                  env=dict(ctx.env), start_new_session=True)
