@@ -298,3 +298,26 @@ def test_the_readme_names_exactly_the_commands_the_daemon_answers():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     said = readme.split("answers the read-only commands", 1)[1].split(")", 1)[0]
     assert set(re.findall(r"`(\w+)`", said)) == launch.READ_ONLY
+
+
+def test_callers_with_different_secrets_never_share_an_open_repo(mem):
+    from mdmem.config import UserConfig
+
+    d = daemon.Daemon(mem.resolve())
+    try:
+        def settings(value):
+            return {"embedder": "none", "fusion": None,
+                    "user_config": UserConfig(api_key_env="EMBED_KEY", secret={"EMBED_KEY": value}.get)}
+
+        first = d.opener(None, str(mem), settings("key-a"))[0]
+        assert d.opener(None, str(mem), settings("key-a"))[0] is first
+        assert d.opener(None, str(mem), settings("key-b"))[0] is not first
+    finally:
+        d.close()
+
+
+def test_a_daemon_can_be_stopped_when_the_repo_no_longer_opens(running):
+    (running / "mdmem.toml").write_text("[teams\\nbroken")
+    assert cli("recall", "x", "--as", "bob", cwd=running).returncode == 2  # the broken file is named
+    stop = cli("daemon", "stop", "--json", cwd=running)
+    assert stop.returncode == 0 and json.loads(stop.stdout)["stopped"] is True, stop.stderr

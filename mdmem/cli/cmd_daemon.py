@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from ..errors import BadInput, Internal, NotFound
+from ..repo import MemoryRepo
 from ..storage.gitdir import cache_dir
 from . import daemon
 from .context import add_common
@@ -28,9 +29,14 @@ def register(sub) -> None:
 def run(ctx) -> int:
     if ctx.args.idle <= 0:
         raise BadInput(f"daemon --idle {ctx.args.idle}: give a number of seconds above 0")
-    root = ctx.repo().root.resolve()
-    daemon.listen_path(root)  # a path too long for a socket: said before anything starts
     action = ctx.args.action
+    if action in ("stop", "status"):
+        # Found, not opened: a daemon can be stopped even when the repo no longer opens.
+        given = getattr(ctx.args, "repo", None) or ctx.env.get("MDMEM_REPO")
+        root = MemoryRepo.locate(Path(ctx.cwd, given) if given else ctx.cwd)
+    else:
+        root = ctx.repo().root.resolve()
+    daemon.listen_path(root)  # a path too long for a socket: said before anything starts
     if action == "run":
         settings = {**ctx.settings(), "user_config": ctx.user_config()}
         ctx.close()  # the daemon opens its own

@@ -55,8 +55,15 @@ class _OtherRepo(Exception):
 @dataclass
 class _Held:
     settings: dict[str, Any]
+    secret: str | None  # what the caller's environment gives the embedder (UserConfig ignores it in ==)
     repo: MemoryRepo
     state: tuple
+
+
+def _secret(settings: dict[str, Any]) -> str | None:
+    config = settings.get("user_config")
+    name = getattr(config, "api_key_env", None)
+    return config.secret(name) if config is not None and name else None
 
 
 @dataclass
@@ -77,14 +84,15 @@ class Daemon:
         if here.resolve() != self.root:
             self._other_repo = True
             raise _OtherRepo(str(here))
+        secret = _secret(settings)
         for held in self._held:
-            if held.settings == settings:
+            if held.settings == settings and held.secret == secret:
                 if self._changed(held):
                     self._drop(held)
                     break
                 return held.repo, False
         repo = MemoryRepo.open(self.root, **settings)
-        self._held.insert(0, _Held(settings, repo, self._state(repo)))
+        self._held.insert(0, _Held(settings, secret, repo, self._state(repo)))
         while len(self._held) > POOL_SIZE:
             self._drop(self._held[-1])
         return repo, False
