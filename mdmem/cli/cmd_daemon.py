@@ -43,7 +43,9 @@ def run(ctx) -> int:
 
         def warm(d: daemon.Daemon) -> None:
             repo, _ = d.opener(str(root), str(root), settings)
-            repo.reindex()
+            repo.reindex()  # the index's first walk of the work tree
+            repo.index.sync()  # the second starts the inotify watch (note_index.py): calls then walk nothing
+            assert repo.recaller is not None and repo.trust is not None  # made now, not by the first call
             if repo.index.embedder is not None:
                 repo.index.embedder.embed_query("warm up")
 

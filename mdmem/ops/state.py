@@ -7,6 +7,7 @@ is this state plus one thin method per operation.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,31 +39,16 @@ class RepoState:
     def __init__(self, path: str | Path, *, embedder: str | None = None, fusion: str | None = None,
                  user_config: UserConfig | None = None) -> None:
         root = Path(path).absolute()  # subprocesses (forget's rewrite, hooks) run elsewhere
-        try:
-            config, broken = Config.load(root), None
-        except BadInput as exc:
-            if not (root / CONFIG_NAME).is_file():
-                raise
-            config, broken = Config(), exc  # an untrusted change cannot break everyone's mdmem: see below
-        raw = (root / CONFIG_NAME).read_bytes()
+        if not (root / CONFIG_NAME).exists():
+            raise BadInput(f"{root / CONFIG_NAME}: missing; is this a memory repo? (mdmem init PATH makes one)")
         if not (root / ".git").exists():
             raise BadInput(f"{root}: not a git repository")
         self.root = root
-        self.config = config
         self.user_config = user_config or UserConfig()
+        self._overrides = (embedder, fusion)
         self._trust: Verifier | None = None
-        self.contracts = config.contracts
-        self.store = GitStore(root, config.identity)
-        # A change to mdmem.toml by a non-admin does not take effect (policy/verify.py).
-        trusted = self.trust.trusted_config(config, raw)
-        if broken is not None and (trusted is config or raw != self.store.read_at(CONFIG_NAME, "HEAD")):
-            raise broken  # the broken file is the trusted one, or the person's own uncommitted edit
-        self.config = config = trusted
-        self.store.identity = config.identity
-        if embedder is not None:
-            config.embedder.backend = check_backend(embedder, where="embedder")
-        if fusion is not None:
-            config.fusion = check_fusion(fusion, where="fusion")
+        self.store = GitStore(root, Config().identity)
+        self._load_config()
         self.store.signing_key = self.user_config.signing_key
         if self.store.pending_path.exists():
             # A write was cut short after its commit (a kill, a stale index.lock): bring the
@@ -72,12 +58,64 @@ class RepoState:
                     pass
             except Conflict:
                 pass
-        self.access = Access.of(config)
-        self.contracts = config.contracts
         self._index: NoteIndex | None = None
         self._recall: Recall | None = None
         self._meta_cache: MetaCache | None = None
         self._root_blobs: RootEntries | None = None
+
+    def _load_config(self) -> None:
+        """mdmem.toml as it takes effect: the trusted version (a change by a non-admin does not,
+        policy/verify.py), with this process's embedder/fusion overrides."""
+        root = self.root
+        try:
+            config, broken = Config.load(root), None
+        except BadInput as exc:
+            if not (root / CONFIG_NAME).is_file():
+                raise
+            config, broken = Config(), exc  # an untrusted change cannot break everyone's mdmem: see below
+        raw = (root / CONFIG_NAME).read_bytes()
+        stamp = self._config_stamp()
+        self.config = config
+        self.contracts = config.contracts
+        trusted = self.trust.trusted_config(config, raw)
+        if broken is not None and (trusted is config or raw != self.store.read_at(CONFIG_NAME, "HEAD")):
+            raise broken  # the broken file is the trusted one, or the person's own uncommitted edit
+        self.config = config = trusted
+        self.store.identity = config.identity
+        embedder, fusion = self._overrides
+        if embedder is not None:
+            config.embedder.backend = check_backend(embedder, where="embedder")
+        if fusion is not None:
+            config.fusion = check_fusion(fusion, where="fusion")
+        self.access = Access.of(config)
+        self.contracts = config.contracts
+        self._loaded_stamp = stamp
+
+    def _config_stamp(self) -> tuple[str | None, tuple[int, ...] | None]:
+        """What changes when mdmem.toml may take effect differently: its committed blob and the
+        work-tree file (~30 us)."""
+        try:
+            st = os.stat(self.root / CONFIG_NAME)
+            on_disk: tuple[int, ...] | None = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        except OSError:
+            on_disk = None
+        return self.store.blob_id(CONFIG_NAME, "HEAD"), on_disk
+
+    def follow_config(self) -> None:
+        """Take up a change of mdmem.toml made since it was read -- an admin's commit removing
+        someone from a team, a pull, a hand edit -- as a fresh process would: a repo kept open
+        (the MCP server, the daemon, a program using the API) must not go on answering by the
+        teams and roles it opened with. Called before every operation that names who acts."""
+        if self._config_stamp() == self._loaded_stamp:
+            return
+        before = self.config
+        self._trust = None  # its verdicts were made under the old admins
+        self._load_config()
+        self._recall = None
+        self._root_blobs = None  # views follow config (kinds, views settings)
+        if self._index is not None and self.config.embedder != before.embedder:
+            self._index.close()
+            self._index = None
 
     # --- the caches -------------------------------------------------------------------
     @property
