@@ -12,11 +12,11 @@ own process would have given:
   mode 0600 and each connection's peer must be the daemon's own user (SO_PEERCRED).
 - Only READ_ONLY commands (launch.py) run here; anything else is answered "run it yourself".
 - A call for another repo (a --repo the client's guess missed) is answered the same way.
-- The repo is reopened when it may have changed under the open state: mdmem.toml changed
-  (committed or in the work tree: teams, trust, kinds decide visibility) or history was
-  rewritten (an erasure, a sync that reset). A rewrite is also looked for every second
-  while idle, and then everything held is dropped: erased text does not wait in this
-  process's memory for the next call.
+- A change of mdmem.toml (teams, trust, kinds) counts at the next call: the repo follows it
+  (RepoState.follow_config), as any repo kept open does.
+- When history was rewritten (an erasure, a sync that reset) the repo is reopened; a rewrite
+  is also looked for every second while idle, and then everything held is dropped: erased
+  text does not wait in this process's memory for the next call.
 - Code: a call from a client whose mdmem files differ (an upgrade) is answered "run it
   yourself" and the daemon exits.
 - It exits after ``idle_seconds`` without a call, on `mdmem daemon stop`, or SIGTERM.
@@ -57,7 +57,7 @@ class _Held:
     settings: dict[str, Any]
     secret: str | None  # what the caller's environment gives the embedder (UserConfig ignores it in ==)
     repo: MemoryRepo
-    state: tuple
+    state: str | None  # the branch tip last seen
 
 
 def _secret(settings: dict[str, Any]) -> str | None:
@@ -97,26 +97,17 @@ class Daemon:
             self._drop(self._held[-1])
         return repo, False
 
-    def _state(self, repo: MemoryRepo) -> tuple:
-        """What, when it changes, makes the open repo's state possibly wrong."""
-        try:
-            st = os.stat(self.root / "mdmem.toml")
-            on_disk: tuple | None = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        except OSError:
-            on_disk = None
-        return repo.store.head(), repo.store.blob_id("mdmem.toml", "HEAD"), on_disk
+    def _state(self, repo: MemoryRepo) -> str | None:
+        return repo.store.head()
 
     def _changed(self, held: _Held) -> bool:
-        now = self._state(held.repo)
-        if now == held.state:
-            return False
-        head_before, head_now = held.state[0], now[0]
-        if now[1:] != held.state[1:]:
-            return True  # mdmem.toml: teams, roles, trust, kinds
-        if head_before and head_now and head_before != head_now:
+        """History was rewritten under the held repo (an erasure, a sync that reset): its caches
+        may hold erased text. (A change of mdmem.toml the repo follows itself: follow_config.)"""
+        before, now = held.state, self._state(held.repo)
+        if before and now and before != now:
             try:
-                if not held.repo.store.is_ancestor(head_before, head_now):
-                    return True  # rewritten (forget, a sync that reset)
+                if not held.repo.store.is_ancestor(before, now):
+                    return True
             except Exception:  # noqa: BLE001 -- the old tip is gone: rewritten
                 return True
         held.state = now
