@@ -321,3 +321,13 @@ def test_a_daemon_can_be_stopped_when_the_repo_no_longer_opens(running):
     assert cli("recall", "x", "--as", "bob", cwd=running).returncode == 2  # the broken file is named
     stop = cli("daemon", "stop", "--json", cwd=running)
     assert stop.returncode == 0 and json.loads(stop.stdout)["stopped"] is True, stop.stderr
+
+
+def test_a_repo_reached_through_a_symlink_is_named_as_the_caller_named_it(running, tmp_path):
+    link = tmp_path / "link"
+    link.symlink_to(running)
+    call = ["show", "team/payments/service/billing/fact/nope.md", "--as", "bob", "--repo", str(link)]
+    here = cli(*call, cwd=tmp_path, via="here")
+    there = cli(*call, cwd=tmp_path)
+    assert (there.returncode, there.stdout, there.stderr) == (here.returncode, here.stdout, here.stderr)
+    assert served(running) == 1

@@ -42,7 +42,7 @@ from .launch import (PROTOCOL, READ_ONLY, SOCKET_NAME, code_stamp, exchange, pee
                      socket_path)
 
 MAX_REQUEST = 16 << 20  # argv + environment
-REQUEST_SECONDS = 5.0  # a client that connects and sends nothing is dropped after this
+REQUEST_SECONDS = 1.0  # a client sends at once; one that connects and sends nothing is dropped
 POOL_SIZE = 3  # repos kept open (one per embedder/fusion/user-config combination asked for)
 IDLE_SECONDS = 30 * 60
 CHECK_SECONDS = 1.0  # how often the held repos are looked at for a rewrite (an erasure)
@@ -54,6 +54,7 @@ class _OtherRepo(Exception):
 
 @dataclass
 class _Held:
+    root: Path  # as the caller spelled it
     settings: dict[str, Any]
     secret: str | None  # what the caller's environment gives the embedder (UserConfig ignores it in ==)
     repo: MemoryRepo
@@ -80,19 +81,21 @@ class Daemon:
     # --- the repos it keeps open ------------------------------------------------------
     def opener(self, path: str | None, cwd: str, settings: dict[str, Any]) -> tuple[MemoryRepo, bool]:
         """Ctx's opener (cli/context.py): this daemon's repo, kept open, never closed by the call."""
-        here = Path(cwd, path) if path else MemoryRepo.locate(cwd)
+        # Spelled as the caller's own process would open it (a path through a symlink stays so
+        # in what the command prints), but only this daemon's repo.
+        here = Path(cwd, path).absolute() if path else MemoryRepo.locate(cwd)
         if here.resolve() != self.root:
             self._other_repo = True
             raise _OtherRepo(str(here))
         secret = _secret(settings)
         for held in self._held:
-            if held.settings == settings and held.secret == secret:
+            if held.root == here and held.settings == settings and held.secret == secret:
                 if self._changed(held):
                     self._drop(held)
                     break
                 return held.repo, False
-        repo = MemoryRepo.open(self.root, **settings)
-        self._held.insert(0, _Held(settings, secret, repo, self._state(repo)))
+        repo = MemoryRepo.open(here, **settings)
+        self._held.insert(0, _Held(here, settings, secret, repo, self._state(repo)))
         while len(self._held) > POOL_SIZE:
             self._drop(self._held[-1])
         return repo, False
