@@ -99,7 +99,11 @@ class RepoState:
             on_disk: tuple[int, ...] | None = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         except OSError:
             on_disk = None
-        return self.store.blob_id(CONFIG_NAME, "HEAD"), on_disk
+        try:
+            committed = self.store.blob_id(CONFIG_NAME, "HEAD")
+        except Exception:  # noqa: BLE001 -- a damaged HEAD: the operation itself reports it, by path
+            committed = "unreadable"
+        return committed, on_disk
 
     def follow_config(self) -> None:
         """Take up a change of mdmem.toml made since it was read -- an admin's commit removing
