@@ -1,9 +1,8 @@
 """A repo kept open -- the MCP server, the daemon, a program on the API -- takes up a change of
 mdmem.toml as a fresh process would: removing someone from a team ends their reading at once."""
 import asyncio
-import subprocess
 
-from conftest import T0, git, team_fact
+from conftest import git, team_fact
 from mcp.client import Client
 from test_mcp import data, params
 
