@@ -38,6 +38,7 @@ WRITE_RETRIES = 3
 INDEX_WORKER_MIN = 1000
 
 LiveKeys = Callable[[str], set[str]]  # a kind folder -> the keys live in it
+Sent = Callable[[dict[str, bytes], list[Note]], None]  # a batch's committed files (path -> bytes), its notes
 
 
 @dataclass
@@ -161,9 +162,20 @@ def remember_many(repo: RepoState, items: Iterable[Mapping[str, Any]], *, as_use
         index_worker = len(items) >= INDEX_WORKER_MIN and repo.index.embedder is None and spare_core()
     worker = (IndexWorker.start(repo.index.base, repo.contracts, repo.config.note_max_bytes)
               if index_worker and repo.index.embedder is None else None)
+
+    def sent(files: dict[str, bytes], notes: list[Note]) -> None:
+        # Each committed batch goes on being indexed while the next is written: its files to
+        # the index worker (BM25 only), its texts to the embedder's thread (with an embedder).
+        if worker is not None:
+            worker.send(files)
+        repo.index.embed_bulk(notes)
+
     try:
         return _remember_many(repo, user, when, items, new_key=new_key, batch_size=batch_size,
-                              progress=progress, worker=worker)
+                              progress=progress, worker=worker, sent=sent)
+    except BaseException:
+        repo.index.drop_bulk()
+        raise
     finally:
         if worker is not None:
             worker.discard()
@@ -171,8 +183,7 @@ def remember_many(repo: RepoState, items: Iterable[Mapping[str, Any]], *, as_use
 
 def _remember_many(repo: RepoState, user: str, when: _dt.datetime, items: list[Mapping[str, Any]], *,
                    new_key: bool, batch_size: int, progress: ProgressCallback | None,
-                   worker: IndexWorker | None) -> BatchResult:
-    sent = worker.send if worker is not None else None
+                   worker: IndexWorker | None, sent: Sent) -> BatchResult:
     result = BatchResult()
     batch: list[BatchItem] = []
     in_batch: set[str] = set()  # the batch's paths
@@ -216,9 +227,9 @@ def _remember_many(repo: RepoState, user: str, when: _dt.datetime, items: list[M
 
 
 def write_batch(repo: RepoState, user: str, batch: list[BatchItem], when: _dt.datetime, result: BatchResult, *,
-                sent: Callable[[dict[str, bytes]], None] | None = None) -> None:
+                sent: Sent | None = None) -> None:
     """One commit for the batch's accepted items (under the lock, CAS retried); holds and
-    refusals recorded in ``result``. ``sent`` is given the note files committed."""
+    refusals recorded in ``result``. ``sent`` is given the note files committed and their notes."""
     if not batch:
         return
     for attempt in range(WRITE_RETRIES):
@@ -276,7 +287,7 @@ def write_batch(repo: RepoState, user: str, batch: list[BatchItem], when: _dt.da
     if commit:
         result.commits.append(commit)
         if sent is not None:
-            sent(files)
+            sent(files, [p.note for _, p, _ in accepted])
     result.committed += [{"line": line, "path": p.path, "op": p.op, "commit": commit} for line, p, _ in accepted]
     result.held += [{"line": line, "path": r.path, "review_id": r.review_id, "reason": r.reason}
                     for line, r in held_now]

@@ -9,7 +9,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Set as AbstractSet
+from collections.abc import Iterable, Set as AbstractSet
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,6 +17,7 @@ import numpy as np
 from .. import cache as cachefiles
 from ..errors import NoteInvalid
 from ..model.layout import is_note_path
+from ..model.note import Note
 from ..model.validate import validate_note
 from ..results import ProgressCallback
 from ..storage.locks import Lock, lock_folder, renew_after_fork
@@ -317,6 +318,23 @@ class NoteIndex:
                 self._hints.pop(next(iter(self._hints)))
             self._hints[parent] = (commit, frozenset(p for p in paths if is_note_path(p)))
 
+    def embed_bulk(self, notes: Iterable[Note]) -> None:
+        """A bulk import committed ``notes``: embedded on the embed-ahead worker while the
+        import goes on (its catch-up takes the vectors); the embedder is made for it, and the
+        texts the cache already holds are left out. BM25 only: nothing to do."""
+        with self.mutex:
+            embedder = self.embedder
+            if embedder is None:
+                return
+            texts = {cache_key(self.model_id, t): t for n in notes
+                     for t in fulltext.embedding_texts(n.key or "", n.text, n.context or "")}
+            found = self.cache.get_many(sorted(texts))
+            self._ahead.start_bulk(embedder, {k: t for k, t in texts.items() if k not in found})
+
+    def drop_bulk(self) -> None:
+        """A bulk import ended without its catch-up: what was embedded ahead for it is let go."""
+        self._ahead.drop_bulk()
+
     def _committed_changes(self, old: str | None, new: str | None) -> tuple[set[str], set[str]]:
         """Note paths changed between two commits, and those among them that ``old`` lacked
         (only known from a tree diff; the writes told along the way say only what changed)."""
@@ -460,7 +478,7 @@ class NoteIndex:
             report.cached = sum(1 for ks in keys if all(k in found for k in ks))
             report.embedded = len(missing)
         if missing:
-            fresh = self._ahead.take([k for k, _ in missing])
+            fresh = self._ahead.take([k for k, _ in missing], progress, f"embedding with {self.model_id}")
             missing = [(k, t) for k, t in missing if k not in fresh]
             if missing:
                 vectors = self._embed_with_progress([t for _, t in missing], progress)
