@@ -178,6 +178,28 @@ def test_a_write_over_a_symlinked_folder_replaces_the_link_not_its_target(repo, 
     assert not link.is_symlink() and (link / "fact/deploy.window.md").is_file()
 
 
+def test_an_import_over_symlinked_folders_writes_every_note_into_real_folders(repo, tmp_path):
+    """One commit's files share their folders' checks (gitstore: each folder made sure of once
+    per commit): a link met on the first note's way is replaced before any note goes there,
+    and the rest of the batch follows into the real folder, never the link's target."""
+    outside = tmp_path / "outside"
+    (outside / "fact").mkdir(parents=True)
+    links = [repo.root / "team/payments/service/billing", repo.root / "team/payments/service/ledger/fact"]
+    for link in links:
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(outside if link.name == "billing" else outside / "fact", link)
+    commit_as_attacker(repo.root)
+    items = [dict(text=f"Note {i} about {subject}", kind="fact", subject=f"service:{subject}", key=f"k.{i}",
+                  scope="team", team="payments", new_key=True)
+             for i in range(6) for subject in ("billing", "ledger")]
+    result = repo.remember_many(items, as_user="bob", now=T0)
+    assert len(result.committed) == 12 and len(result.commits) == 1
+    assert list(outside.rglob("*.md")) == []
+    for link in links:
+        assert not link.is_symlink() and len(list(link.rglob("*.md"))) == 6
+    assert git(repo.root, "status", "--porcelain").stdout == ""
+
+
 def test_a_write_over_the_cap_is_refused_with_the_setting_named(repo):
     with pytest.raises(BadInput, match=r"max_bytes"):
         team_fact(repo, "z" * (DEFAULT_MAX_BYTES + 10))

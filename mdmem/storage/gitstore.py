@@ -563,8 +563,9 @@ class GitStore(GitQueries):
 
     def _write_files(self, changes: dict[str, bytes | None]) -> None:
         """The work tree now; git's index entries later (flush_index), the journal keeping them."""
+        folders: set[str] = set()
         for path, data in changes.items():
-            self._write_file(path, data)
+            self._write_file(path, data, folders)
             self._index_due.add(path)
         if self._index_timer is None:
             self._index_timer = threading.Timer(self.index_delay or 0.0, _flush_later, (weakref.ref(self),))
@@ -821,8 +822,9 @@ class GitStore(GitQueries):
     def _sync_worktree(self, changes: dict[str, bytes | None]) -> None:
         self.flush_index()  # this process's earlier entries first: the index is written once
         index = self._git_index()
+        folders: set[str] = set()
         for path, data in changes.items():
-            self._write_file(path, data)
+            self._write_file(path, data, folders)
             if data is None:
                 if path in index:
                     index.remove(path)
@@ -830,27 +832,38 @@ class GitStore(GitQueries):
                 index.add(path)
         index.write()
 
-    def _write_file(self, path: str, data: bytes | None) -> None:
+    def _write_file(self, path: str, data: bytes | None, folders: set[str] | None = None) -> None:
         """Put ``data`` at ``path`` in the work tree (None: remove it), atomically. A folder on
         the way that is a symlink or a file is replaced by a real folder, as git checkout
-        does: a committed symlink must never send our write outside the work tree."""
+        does: a committed symlink must never send our write outside the work tree.
+        ``folders``: the folders (relative paths) this commit's writes have made sure of so far,
+        not checked again (a 10k import lstat'ed ~5 folders a note, ~0.1 ms each); a path
+        written as a file or link leaves it, a removal empties it (empty folders are pruned)."""
         full = self.root / path
+        if folders is not None and path in folders:
+            folders.difference_update([f for f in folders if f == path or f.startswith(path + "/")])
         if data is None:
+            if folders is not None:
+                folders.clear()
             if not full.is_dir() or full.is_symlink():
                 full.unlink(missing_ok=True)
             self._prune_empty_dirs(full.parent)
             return
-        folder = self.root
+        folder, at = str(self.root), ""
         for part in path.split("/")[:-1]:
-            folder = folder / part
-            try:
-                mode = folder.lstat().st_mode
-            except FileNotFoundError:
-                folder.mkdir()
+            folder, at = os.path.join(folder, part), f"{at}/{part}" if at else part
+            if folders is not None and at in folders:
                 continue
+            try:
+                mode = os.lstat(folder).st_mode
+            except FileNotFoundError:
+                os.mkdir(folder)
+                mode = stat.S_IFDIR
             if not stat.S_ISDIR(mode):
-                folder.unlink()
-                folder.mkdir()
+                os.unlink(folder)
+                os.mkdir(folder)
+            if folders is not None:
+                folders.add(at)
         tmp = full.with_name(f".{full.name}.mdmem-tmp")
         tmp.unlink(missing_ok=True)
         mode = mode_of(data)
