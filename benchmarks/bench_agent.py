@@ -25,7 +25,8 @@ Usage: bench_agent.py [--sizes 1000,10000,100000] [--modes minilm,none] [--pause
 says "cached vectors": it measures reading, indexing and cache lookups, not the embedder).
 --bulk-only prints only the bulk table: import of --bulk N (default 10,000) ~60-word notes through
 remember_many, written and searchable, then a cold rebuild of that repo (index and embedding
-cache removed), per --modes; wall and CPU seconds with the load average (--skip rebuild: import only).
+cache removed), per --modes; wall and CPU seconds with the load average (--skip rebuild: import only);
+"(writes N)": when the last batch was committed (the rest is the catch-up that makes them searchable).
 --fixtures DIR keeps each size's filled repo there (built once, reused; with --skip rebuild the
 index is only caught up), so a 100k run need not fill 100,000 notes every time.
 """
@@ -331,8 +332,14 @@ def bulk(n: int, mode: str, *, rebuild: bool = True) -> dict:
         how = "remember_many"
         load = os.getloadavg()[0]
         t0, c0, k0 = time.perf_counter(), time.process_time(), children_cpu()
+        written: list[float] = []  # when the last batch was committed: the rest is the catch-up
+
+        def progress(done, total, what):
+            if what == "writing notes" and done == total and not written:
+                written.append(time.perf_counter() - t0)
+
         if hasattr(repo, "remember_many"):
-            repo.remember_many(items, as_user="bob")
+            repo.remember_many(items, as_user="bob", progress=progress)
             sample = n
         else:
             how = "remember loop (sampled)"
@@ -345,7 +352,7 @@ def bulk(n: int, mode: str, *, rebuild: bool = True) -> dict:
         worker_cpu = (children_cpu() - k0) * n / sample  # child processes: the index worker, git
         hits = repo.recall(items[-1]["text"] if "text" in items[-1] else question(2), as_user="dana", k=3)
         out = {"notes": n, "embedder": mode, "how": how, "seconds": secs, "cpu_seconds": cpu,
-               "worker_cpu_seconds": worker_cpu, "load": load,
+               "worker_cpu_seconds": worker_cpu, "load": load, "writes_seconds": written[0] if written else None,
                "load_end": os.getloadavg()[0], "found_last": bool(hits)}
         repo.close()
         if rebuild:
@@ -383,7 +390,8 @@ def bulk_table(n: int, modes: list[str], rebuild: bool) -> None:
     for mode in modes:
         b = bulk(n, mode, rebuild=rebuild)
         target = 60 if mode == "minilm" else 10
-        rows.append([f"{b['notes']:,}", mode, f"import ({b['how']})", f"{b['seconds']:.1f}",
+        writes = f" (writes {b['writes_seconds']:.1f})" if b.get("writes_seconds") else ""
+        rows.append([f"{b['notes']:,}", mode, f"import ({b['how']})", f"{b['seconds']:.1f}{writes}",
                      f"{b['cpu_seconds']:.1f} + children {b.get('worker_cpu_seconds', 0):.1f}",
                      f"{b['load']:.1f} -> {b['load_end']:.1f}", b["found_last"], f"<= {target}"])
         if "rebuild_seconds" in b:
