@@ -4,7 +4,7 @@ from __future__ import annotations
 import datetime as _dt
 import re
 from dataclasses import dataclass, field, replace
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 from .clock import format_time, parse_time
@@ -292,7 +292,12 @@ def _resolver() -> Any:
 def _flat_scalar(value: Any) -> str | None:
     if value is None:
         return "null"
-    if isinstance(value, str) and len(value) <= 80 and _FLAT_SCALAR.fullmatch(value):
+    return _flat_str(value) if isinstance(value, str) else None
+
+
+@lru_cache(maxsize=4096)  # a note's kind, scope, team, owner, source and times repeat across an import
+def _flat_str(value: str) -> str | None:
+    if len(value) <= 80 and _FLAT_SCALAR.fullmatch(value):
         yaml = _yaml()
         if _resolver().resolve(yaml.ScalarNode, value, (True, False)) == "tag:yaml.org,2002:str":
             return value
