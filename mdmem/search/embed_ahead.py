@@ -50,6 +50,7 @@ class EmbedAhead:
         self._lock = threading.Lock()
         self._coming: list[tuple[frozenset[str], Future]] = []  # a write's keys; its future: key -> vector
         self._bulk: list[tuple[int, Future]] = []  # a bulk import's batches: (texts, its future)
+        self._bulk_failed = threading.Event()  # a batch of this import failed: the rest are not tried
         self._ready: OrderedDict[str, np.ndarray] = OrderedDict()
         self._pool: ThreadPoolExecutor | None = None
         renew_after_fork(self)
@@ -58,7 +59,7 @@ class EmbedAhead:
         """In a forked child the worker thread is not there: what it was making is dropped."""
         self._lock = threading.Lock()
         self._coming, self._ready, self._pool = [], OrderedDict(), None
-        self._bulk = []
+        self._bulk, self._bulk_failed = [], threading.Event()
 
     def start(self, embedder, changes: dict[str, bytes | None]) -> None:
         """Embed the notes among ``changes`` (path -> bytes) on the worker, if ``embedder`` is
@@ -89,7 +90,9 @@ class EmbedAhead:
                 return
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(1, thread_name_prefix="mdmem-embed-ahead")
-            self._bulk.append((len(texts), self._pool.submit(_embed, embedder, texts)))
+            if not self._bulk:
+                self._bulk_failed = threading.Event()
+            self._bulk.append((len(texts), self._pool.submit(_embed_bulk, embedder, texts, self._bulk_failed)))
 
     def drop_bulk(self) -> None:
         """The import stopped before its catch-up: batches not started are cancelled, the
@@ -154,6 +157,18 @@ def _texts(model_id: str, notes: list[tuple[str, bytes]]) -> dict[str, str]:
         for text in embedding_texts(note.key or "", note.text, note.context or ""):
             texts[cache_key(model_id, text)] = text
     return texts
+
+
+def _embed_bulk(embedder, texts: dict[str, str], failed: threading.Event) -> dict[str, np.ndarray]:
+    """A bulk batch; after one failed (an embedding server down: each try may wait out its
+    timeout) the rest are not tried, and the catch-up, embedding itself, reports the error."""
+    if failed.is_set():
+        return {}
+    try:
+        return _embed(embedder, texts)
+    except BaseException:
+        failed.set()
+        raise
 
 
 def _embed(embedder, texts: dict[str, str]) -> dict[str, np.ndarray]:
