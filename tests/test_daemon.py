@@ -331,3 +331,13 @@ def test_a_repo_reached_through_a_symlink_is_named_as_the_caller_named_it(runnin
     there = cli(*call, cwd=tmp_path)
     assert (there.returncode, there.stdout, there.stderr) == (here.returncode, here.stdout, here.stderr)
     assert served(running) == 1
+
+
+def test_a_started_daemon_watches_the_tree_instead_of_walking_it(running):
+    for _ in range(3):
+        assert "bluebird" in cli("recall", "bluebird", "--as", "bob", cwd=running).stdout
+    # the warm-up walked (twice, as any process does before its watch); calls walk nothing
+    log = (cache_dir(running) / "daemon.log").read_text()
+    assert "Traceback" not in log
+    info = daemon.ask(running, "ping")
+    assert info["served"] == 3 and info["walks"] == 2, info

@@ -43,8 +43,10 @@ def run(ctx) -> int:
 
         def warm(d: daemon.Daemon) -> None:
             repo, _ = d.opener(str(root), str(root), settings)
-            repo.reindex()  # the index's first walk of the work tree
-            repo.index.sync()  # the second starts the inotify watch (note_index.py): calls then walk nothing
+            # A process's first catch-up walks the work tree, the second starts the inotify
+            # watch (note_index.py): calls then walk nothing.
+            repo.index.sync()
+            repo.index.sync()  # (no inotify here: the spaced walk, as in any process)
             assert repo.recaller is not None and repo.trust is not None  # made now, not by the first call
             if repo.index.embedder is not None:
                 repo.index.embedder.embed_query("warm up")

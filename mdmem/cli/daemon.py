@@ -178,6 +178,7 @@ class Daemon:
     def status(self) -> dict:
         return {"pid": os.getpid(), "root": str(self.root), "code": self.code, "served": self.served,
                 "started": self.started, "idle_seconds": self.idle_seconds,
+                "walks": sum(h.repo.index.tree_walks for h in self._held),  # whole work-tree walks made
                 "open": [{k: v for k, v in h.settings.items() if k != "user_config"} for h in self._held]}
 
     # --- the loop -----------------------------------------------------------------------
