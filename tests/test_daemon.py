@@ -341,3 +341,167 @@ def test_a_started_daemon_watches_the_tree_instead_of_walking_it(running):
     assert "Traceback" not in log
     info = daemon.ask(running, "ping")
     assert info["served"] == 3 and info["walks"] == 2, info
+
+
+# --- attack 8 (notes/attack8.md): each finding a test ---------------------------------------
+
+def test_an_erasure_cut_short_is_finished_before_the_daemon_answers(running):
+    """F16: the daemon kept answering with text an interrupted (or running) forget was erasing."""
+    import mdmem.erasure.forget as fm
+    from mdmem.erasure.forget import forget
+    from mdmem.erasure.journal import Journal
+    from mdmem.model.clock import parse_time
+
+    assert "walrus" in cli("recall", "walrus certificate", "--as", "bob", cwd=running).stdout
+    repo = MemoryRepo.open(running)
+    original = fm._run
+    fm._run = lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt())
+    try:
+        with repo.store.locked(), pytest.raises(KeyboardInterrupt):
+            forget(repo, as_user="bob", when=parse_time("2026-10-15T09:00:00Z"), texts=["renew the walrus certificate"])
+    finally:
+        fm._run = original
+    assert Journal(running).exists()
+    r = cli("recall", "walrus certificate", "--as", "bob", "--json", cwd=running)
+    assert r.returncode == 0 and "walrus" not in r.stdout, r.stdout
+    assert not Journal(running).exists()  # finished, as a fresh process finishes it
+
+
+def test_a_stuck_client_or_a_frozen_daemon_does_not_hold_up_anyones_calls(running):
+    """F1: one connection that sent half a request, or never read its answer, hung every call."""
+    import socket
+    import struct
+
+    path = launch.socket_path(str(running))
+    half = socket.socket(socket.AF_UNIX)
+    half.connect(path)
+    half.sendall(struct.pack(">Q", 100) + b"{")  # and then nothing
+    started = time.monotonic()
+    r = cli("recall", "bluebird", "--as", "bob", cwd=running)
+    assert r.returncode == 0 and "bluebird" in r.stdout
+    assert time.monotonic() - started < 20
+    half.close()
+    pid = daemon.ask(running, "ping")["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        r = cli("recall", "bluebird", "--as", "bob", cwd=running)  # runs in its own process instead
+        assert r.returncode == 0 and "bluebird" in r.stdout
+        assert time.monotonic() - started < 30
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert served(running) == 1
+
+
+def test_a_relative_user_config_is_read_from_the_callers_folder(running, tmp_path):
+    """F2: a relative MDMEM_CONFIG was read from the repo (where anyone may commit a file)."""
+    (running / "mine.toml").write_text("[embedder\nbroken")  # planted in the repo: not the caller's
+    caller = tmp_path / "home"
+    caller.mkdir()
+    (caller / "mine.toml").write_text("[agent]\nlabel = \"claude\"\n")
+    call = ["recall", "bluebird", "--as", "bob", "--repo", str(running)]
+    here = cli(*call, cwd=caller, via="here", env={"MDMEM_CONFIG": "mine.toml"})
+    there = cli(*call, cwd=caller, env={"MDMEM_CONFIG": "mine.toml"})
+    assert here.returncode == 0, here.stderr
+    assert (there.returncode, there.stdout, there.stderr) == (here.returncode, here.stdout, here.stderr)
+
+
+def test_a_user_an_admin_just_added_is_known_to_the_daemon(running):
+    """F9: the identity check ran before the held repo took up the new mdmem.toml."""
+    cli("ls", "--as", "bob", cwd=running)
+    config = running / "mdmem.toml"
+    config.write_text(config.read_text().replace('search = ["carol"]', 'search = ["carol"]\nops = ["erin"]'))
+    git(running, "-c", "user.name=admin", "-c", "user.email=mdmem@mdmem.invalid", "commit", "-qam", "erin",
+        "--no-verify")
+    here = cli("ls", "--as", "erin", cwd=running, via="here")
+    there = cli("ls", "--as", "erin", cwd=running)
+    assert here.returncode == 0, here.stderr
+    assert (there.returncode, there.stdout, there.stderr) == (here.returncode, here.stdout, here.stderr)
+
+
+def test_a_call_whose_environment_git_or_httpx_would_read_differently_runs_in_its_own_process(running):
+    """F10, F15, F5: git, proxies and help wrapping read the process's environment."""
+    for extra in ({"PATH": "/nonexistent"}, {"HTTPS_PROXY": "http://127.0.0.1:9"}, {"GIT_DIR": "/nowhere"},
+                  {"COLUMNS": "200"}):
+        call = ["ls", "--as", "bob"] if "COLUMNS" not in extra else ["recall", "--help"]
+        env = {**extra, "PATH": extra.get("PATH", os.environ["PATH"])}
+        if extra.get("PATH") == "/nonexistent":
+            full = [sys.executable, "-m", "mdmem.cli.launch", *call]  # the interpreter by its full path
+            base = {k: v for k, v in os.environ.items() if k != "MDMEM_USER"}
+            here = subprocess.run(full, capture_output=True, text=True, cwd=running,
+                                  env={**base, **ENV, **env, "MDMEM_NO_DAEMON": "1"})
+            there = subprocess.run(full, capture_output=True, text=True, cwd=running, env={**base, **ENV, **env})
+        else:
+            here = cli(*call, cwd=running, via="here", env=env)
+            there = cli(*call, cwd=running, env=env)
+        assert (there.returncode, there.stdout) == (here.returncode, here.stdout), extra
+    assert served(running) == 0
+    assert cli("ls", "--as", "bob", cwd=running, env={"MDMEM_NO_DAEMON": "0"}).returncode == 0
+    assert served(running) == 1  # F19: "0" does not mean "bypass"
+
+
+def test_a_daemon_whose_socket_is_gone_exits(running, tmp_path):
+    """F13, F21: .git/mdmem removed, or the repo moved: the daemon nobody can reach exits."""
+    pid = daemon.ask(running, "ping")["pid"]
+    moved = tmp_path / "moved"
+    running.rename(moved)
+    deadline = time.monotonic() + 15
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid)
+    moved.rename(running)
+    r = cli("daemon", "start", "--json", cwd=running)
+    assert r.returncode == 0 and json.loads(r.stdout)["already"] is False
+    pid = json.loads(r.stdout)["pid"]
+    import shutil
+
+    shutil.rmtree(cache_dir(running))
+    deadline = time.monotonic() + 15
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_two_starts_at_once_both_succeed_with_one_daemon(mem):
+    """F12: the start that lost the race failed with a traceback (exit 70)."""
+    full = {k: v for k, v in os.environ.items() if k != "MDMEM_USER"}
+    procs = [subprocess.Popen([sys.executable, "-m", "mdmem.cli.launch", "daemon", "start", "--json"], cwd=mem,
+                              env={**full, **ENV}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    try:
+        assert [p.returncode for p in procs] == [0, 0], outs
+        assert len({json.loads(o)["pid"] for o, _ in outs}) == 1
+    finally:
+        cli("daemon", "stop", cwd=mem)
+
+
+def test_idle_must_be_a_finite_number_of_seconds(mem):
+    for bad in ("nan", "inf", "-1"):
+        r = cli("daemon", "start", "--idle", bad, cwd=mem)
+        assert r.returncode == 2 and "--idle" in r.stderr, (bad, r.stderr)
+    assert daemon.ask(mem, "ping") is None
+
+
+def test_the_client_says_what_the_command_says_without_a_traceback(running, tmp_path):
+    """F3, F4, F14: a closed stdout, a full disk, a deleted folder."""
+    full = {**{k: v for k, v in os.environ.items() if k != "MDMEM_USER"}, **ENV}
+    script = f"{sys.executable} -m mdmem.cli.launch recall bluebird --as bob --repo {running}"
+    for shell in (f"{script} >&-", f"{script} >/dev/full"):
+        here = subprocess.run(shell, shell=True, capture_output=True, text=True, env={**full, "MDMEM_NO_DAEMON": "1"})
+        there = subprocess.run(shell, shell=True, capture_output=True, text=True, env=full)
+        assert "Traceback" not in there.stderr, (shell, there.stderr)
+        assert there.returncode == here.returncode, (shell, there.stderr, here.stderr)
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    shell = f"cd {gone} && rmdir {gone} && {script}"
+    there = subprocess.run(shell, shell=True, capture_output=True, text=True, env=full)
+    assert there.returncode == 2 and "current folder no longer exists" in there.stderr, there.stderr

@@ -2,6 +2,7 @@
 read-only calls (recall, get, keys, history, ls, show) with everything kept warm (cli/daemon.py)."""
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import time
@@ -27,7 +28,7 @@ def register(sub) -> None:
 
 
 def run(ctx) -> int:
-    if ctx.args.idle <= 0:
+    if not math.isfinite(ctx.args.idle) or ctx.args.idle <= 0:
         raise BadInput(f"daemon --idle {ctx.args.idle}: give a number of seconds above 0")
     action = ctx.args.action
     if action in ("stop", "status"):
@@ -89,10 +90,11 @@ def _start(ctx, root: Path) -> int:
     while time.monotonic() < deadline:
         info = daemon.ask(root, "ping", timeout=1.0)
         if info is not None and "pid" in info:
-            ctx.emit({**info, "already": False, "log": str(log)},
+            ctx.emit({**info, "already": info["pid"] != child.pid, "log": str(log)},
                      f"started the daemon of {root} (pid {info['pid']}); read-only calls now go to it")
             return 0
-        if child.poll() is not None:
+        if child.poll() is not None and not daemon.starting(root):
+            # (a start beside this one won the race: its daemon holds the lock, warming up; wait for it)
             raise Internal(f"the daemon exited with status {child.returncode} before it listened: "
                            f"{_tail(log)} (log: {log})")
         time.sleep(0.05)

@@ -157,6 +157,7 @@ class Ctx:
             settings = {**self.settings(), "user_config": self.user_config()}
             repo, self._owns_repo = self.opener(path, self.cwd, settings)
             if hasattr(self.args, "as_user") and (self.args.as_user is not None or self.env.get("MDMEM_USER")):
+                repo.follow_config()  # a repo the daemon kept open: users added since count
                 repo.access.check_user(self.user)  # an undeclared name is refused before anything runs
             # An index build the command did not ask for (a first recall) shows progress too,
             # on stderr, so it also shows beside --json output.
@@ -194,7 +195,8 @@ class Ctx:
         """The person's own config file (never the repo's): MDMEM_CONFIG, else
         $XDG_CONFIG_HOME/mdmem/config.toml, else ~/.config/mdmem/config.toml. Secrets it names
         are read from this process's environment."""
-        cfg = UserConfig.load(user_config_path(self.env), secret=self.env.get)
+        # A relative MDMEM_CONFIG / XDG_CONFIG_HOME is the caller's folder's, not the daemon's.
+        cfg = UserConfig.load(Path(self.cwd, user_config_path(self.env)), secret=self.env.get)
         if cfg.signing_key:
             key = cfg.signing_key
             if key == "~" or key.startswith("~/"):  # the caller's home, as their shell would say

@@ -19,7 +19,18 @@ own process would have given:
   text does not wait in this process's memory for the next call.
 - Code: a call from a client whose mdmem files differ (an upgrade) is answered "run it
   yourself" and the daemon exits.
-- It exits after ``idle_seconds`` without a call, on `mdmem daemon stop`, or SIGTERM.
+- An erasure under way or cut short (its journal, erasure/journal.py): everything held is
+  dropped and the call opens the repo as a fresh process does -- finishing the erasure, or
+  waiting for the one running -- so no text being erased is answered.
+- The caller's environment must match the daemon's wherever the library or git read the
+  process's own (PATH, HOME, GIT_*, locale, proxies, TLS settings, COLUMNS: MUST_MATCH);
+  else the call runs in the caller's process.
+- Connections are handled on threads (a stuck or slow client holds only its own); the calls
+  themselves run one at a time (stdout/stderr are swapped per call). A call that cannot start
+  within RUN_WAIT_SECONDS is answered "run it yourself"; the client gives up on a daemon that
+  does not acknowledge its call (stopped, frozen) the same way.
+- It exits after ``idle_seconds`` without a call, on `mdmem daemon stop`, SIGTERM, or when its
+  socket is no longer where it bound it (the repo moved, .git/mdmem removed).
 """
 from __future__ import annotations
 
@@ -29,20 +40,25 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..erasure.journal import pending as erasure_pending
 from ..errors import BadInput, Conflict, LockTimeout
 from ..repo import MemoryRepo
 from ..storage.gitdir import cache_dir
 from ..storage.locks import Lock
-from .launch import (PROTOCOL, READ_ONLY, SOCKET_NAME, code_stamp, exchange, peer_uid, read_message, send_message,
-                     socket_path)
+from .launch import (ACK, PROTOCOL, READ_ONLY, SOCKET_NAME, code_stamp, exchange, peer_uid, read_message,
+                     send_message, socket_path)
 
 MAX_REQUEST = 16 << 20  # argv + environment
-REQUEST_SECONDS = 1.0  # a client sends at once; one that connects and sends nothing is dropped
+REQUEST_SECONDS = 1.0  # a client sends at once: the whole request within this, or it is dropped
+RUN_WAIT_SECONDS = 2.0  # a call waits this long for the one before it, then runs in its own process
+SEND_SECONDS = 10.0  # a client that does not read its answer (stopped, Ctrl-Z) is dropped after this
+MAX_CONNECTIONS = 64  # connections handled at once; more are closed (their clients run the call)
 POOL_SIZE = 3  # repos kept open (one per embedder/fusion/user-config combination asked for)
 IDLE_SECONDS = 30 * 60
 CHECK_SECONDS = 1.0  # how often the held repos are looked at for a rewrite (an erasure)
@@ -61,6 +77,18 @@ class _Held:
     state: str | None  # the branch tip last seen
 
 
+def must_match(name: str) -> bool:
+    """Environment variables the library, git or httpx read from the process itself: a call
+    whose values differ from the daemon's would not get its own process's answer."""
+    return (name in ("PATH", "HOME", "TZ", "LANG", "LANGUAGE", "TMPDIR", "COLUMNS", "LINES", "XDG_CONFIG_HOME",
+                     "PYTHONIOENCODING", "PYTHONUTF8", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE")
+            or name.startswith(("LC_", "GIT_", "SSL_")) or name.lower().endswith("_proxy"))
+
+
+def _relevant(env: dict[str, str] | os._Environ) -> dict[str, str]:
+    return {k: v for k, v in env.items() if must_match(k)}
+
+
 def _secret(settings: dict[str, Any]) -> str | None:
     config = settings.get("user_config")
     name = getattr(config, "api_key_env", None)
@@ -77,6 +105,9 @@ class Daemon:
     _held: list[_Held] = field(default_factory=list)
     _stop: bool = False
     _other_repo: bool = False
+    _env: dict[str, str] = field(default_factory=lambda: _relevant(os.environ))
+    _run_lock: threading.Lock = field(default_factory=threading.Lock)
+    _last_call: float = field(default_factory=time.monotonic)
 
     # --- the repos it keeps open ------------------------------------------------------
     def opener(self, path: str | None, cwd: str, settings: dict[str, Any]) -> tuple[MemoryRepo, bool]:
@@ -87,6 +118,8 @@ class Daemon:
         if here.resolve() != self.root:
             self._other_repo = True
             raise _OtherRepo(str(here))
+        if erasure_pending(self.root):
+            self.close()  # held caches may hold what is being erased; the open below finishes or waits
         secret = _secret(settings)
         for held in self._held:
             if held.root == here and held.settings == settings and held.secret == secret:
@@ -122,6 +155,9 @@ class Daemon:
             held.repo.close()
 
     def drop_rewritten(self) -> None:
+        if self._held and erasure_pending(self.root):
+            self.close()
+            return
         for held in list(self._held):
             with contextlib.suppress(Exception):
                 if self._changed(held):
@@ -152,7 +188,7 @@ class Daemon:
                 or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
                 or not isinstance(cwd, str)):
             return {"error": "run: argv (list of strings), env (object of strings), cwd (string)"}
-        if not argv or argv[0] not in READ_ONLY:
+        if not argv or argv[0] not in READ_ONLY or _relevant(env) != self._env:
             return {}  # run it yourself
         return self.run(argv, env, cwd)
 
@@ -182,40 +218,88 @@ class Daemon:
                 "open": [{k: v for k, v in h.settings.items() if k != "user_config"} for h in self._held]}
 
     # --- the loop -----------------------------------------------------------------------
-    def serve(self, listener: socket.socket) -> None:
+    def serve(self, listener: socket.socket, bound: tuple[int, int] | None = None) -> None:
+        """Accept until stopped, idle, or the socket at its path is no longer ours (``bound``:
+        its device and inode)."""
         listener.settimeout(CHECK_SECONDS)
-        last_call = checked = time.monotonic()
+        checked = time.monotonic()
+        path = listener.getsockname()
         while not self._stop:
             try:
                 conn, _ = listener.accept()
             except socket.timeout:
                 conn = None
             if conn is not None:
-                with conn:
-                    if self._serve_one(conn):
-                        last_call = time.monotonic()  # a status ping does not keep it alive
+                if threading.active_count() > MAX_CONNECTIONS:
+                    conn.close()  # its client runs the call itself
+                else:
+                    threading.Thread(target=self._connection, args=(conn,), daemon=True,
+                                     name="mdmem-daemon-call").start()
             now = time.monotonic()
             if now - checked >= CHECK_SECONDS:
-                self.drop_rewritten()
                 checked = now
-            if now - last_call > self.idle_seconds:
+                if bound is not None and _identity(path) != bound:
+                    return  # moved with its repo, or .git/mdmem removed: nobody can reach it
+                if self._run_lock.acquire(blocking=False):
+                    try:
+                        self.drop_rewritten()
+                    finally:
+                        self._run_lock.release()
+            if now - self._last_call > self.idle_seconds:
                 return
 
-    def _serve_one(self, conn: socket.socket) -> bool:
-        """Answer one connection; True when it asked to run a command."""
-        request: object = None
+    def _connection(self, conn: socket.socket) -> None:
+        with conn:
+            self._serve_one(conn)
+
+    def _serve_one(self, conn: socket.socket) -> None:
         try:
             if peer_uid(conn) not in (None, os.getuid()):
-                return False
-            conn.settimeout(REQUEST_SECONDS)
-            request = read_message(conn, MAX_REQUEST)
-            conn.settimeout(None)
-            reply = self.answer(request)
+                return
+            request = read_message(conn, MAX_REQUEST, deadline=time.monotonic() + REQUEST_SECONDS)
         except (OSError, ValueError) as exc:
-            reply = {"error": f"bad request: {exc}"}
-        with contextlib.suppress(OSError):
-            send_message(conn, reply)
-        return isinstance(request, dict) and request.get("op") == "run"
+            self._send(conn, {"error": f"bad request: {exc}"})
+            return
+        if not (isinstance(request, dict) and request.get("op") == "run"):
+            self._send(conn, self.answer(request))
+            return
+        # One call at a time; the answer is sent after the next may start (a client that does not
+        # read holds only its own thread).
+        if not self._run_lock.acquire(timeout=RUN_WAIT_SECONDS):
+            self._send(conn, {})  # busy: run it yourself
+            return
+        try:
+            if not self._send(conn, ACK):
+                return  # the client gave up waiting
+            reply = self.answer(request)
+            if "rc" in reply:
+                self._last_call = time.monotonic()  # only calls it answered keep it alive
+        except Exception as exc:  # noqa: BLE001 -- a bug in one call must not end the daemon
+            reply = {"error": f"internal: {exc!r}"}
+        finally:
+            self._run_lock.release()
+        self._send(conn, reply)
+
+    def _send(self, conn: socket.socket, message: dict) -> bool:
+        try:
+            conn.settimeout(SEND_SECONDS)
+            send_message(conn, message)
+            return True
+        except (OSError, ValueError):
+            return False
+
+    def shutdown(self) -> None:
+        """Drop the held repos once a call in progress has ended."""
+        self._run_lock.acquire(timeout=60)
+        self.close()
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def listen_path(root: Path) -> Path:
@@ -226,15 +310,30 @@ def listen_path(root: Path) -> Path:
     return Path(path)
 
 
+def _lock(root: Path) -> Lock:
+    (cache_dir(root) / "locks").mkdir(parents=True, exist_ok=True)
+    return Lock(cache_dir(root) / "locks" / "daemon.lock")
+
+
+def starting(root: Path) -> bool:
+    """Whether a daemon of ``root`` holds its lock (running, or still warming up)."""
+    lock = _lock(root)
+    try:
+        lock.acquire(timeout=0.5)  # (not 0: `starting` may be probing it this moment)
+    except LockTimeout:
+        return True
+    lock.release()
+    return False
+
+
 def run(root: Path, *, idle_seconds: float = IDLE_SECONDS, warm: Any = None) -> int:
     """Be the daemon of ``root`` until stopped. One per repo: a lock held for its whole life;
     a second start finds it taken (Conflict). ``warm(daemon)`` runs once before listening."""
     root = root.resolve()
     path = listen_path(root)
-    (cache_dir(root) / "locks").mkdir(parents=True, exist_ok=True)
-    lock = Lock(cache_dir(root) / "locks" / "daemon.lock")
+    lock = _lock(root)
     try:
-        lock.acquire(timeout=0)
+        lock.acquire(timeout=0.5)  # (not 0: `starting` may be probing it this moment)
     except LockTimeout as exc:
         raise Conflict(f"{root}: a daemon already runs for this repo (`mdmem daemon status`)") from exc
     daemon = Daemon(root, idle_seconds=idle_seconds)
@@ -250,15 +349,17 @@ def run(root: Path, *, idle_seconds: float = IDLE_SECONDS, warm: Any = None) -> 
             listener.bind(str(path))  # mode 0600: only this user may connect
         finally:
             os.umask(old)
-        listener.listen(16)
+        listener.listen(64)
+        bound = _identity(str(path))
         try:
-            daemon.serve(listener)
+            daemon.serve(listener, bound)
         finally:
             listener.close()
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+            if _identity(str(path)) == bound:  # still ours (not a socket another daemon bound since)
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
     finally:
-        daemon.close()
+        daemon.shutdown()
         lock.release()
     return 0
 
@@ -269,4 +370,4 @@ def ask(root: Path, op: str, *, timeout: float = 5.0) -> dict | None:
     return None if path is None else exchange(path, {"op": op}, timeout=timeout)
 
 
-__all__ = ["Daemon", "run", "ask", "listen_path", "SOCKET_NAME"]
+__all__ = ["Daemon", "run", "ask", "starting", "listen_path", "must_match", "SOCKET_NAME"]

@@ -19,12 +19,15 @@ import os
 import socket
 import struct
 import sys
+import time
 
 # Commands that only read: what the daemon may answer (cli/daemon.py checks it again).
 READ_ONLY = frozenset({"recall", "get", "keys", "history", "ls", "show"})
 SOCKET_NAME = "daemon.sock"
 PROTOCOL = 1
 CONNECT_SECONDS = 0.5
+ACK_SECONDS = 3.0  # a daemon that has not started the call by then (frozen, busy) is not waited for
+ACK = {"running": True}  # the daemon's word that the call has started
 MAX_REPLY = 256 << 20  # a reply is a command's whole output
 
 
@@ -33,13 +36,21 @@ def entry() -> None:
 
 
 def main(argv: list[str]) -> int:
-    if argv and argv[0] in READ_ONLY and not os.environ.get("MDMEM_NO_DAEMON"):
-        reply = ask_daemon(argv, os.environ, os.getcwd())
-        if reply is not None:
-            if reply.get("notice"):
-                sys.stderr.write(f"mdmem: {reply['notice']}\n")
-            if "rc" in reply:
-                return _relay(reply)
+    if argv and argv[0] in READ_ONLY and os.environ.get("MDMEM_NO_DAEMON", "0") in ("", "0") \
+            and sys.stdout is not None and sys.stderr is not None:
+        try:
+            try:
+                cwd = os.getcwd()
+            except OSError:  # the folder was deleted under the shell: as the command says it
+                cwd = None
+            reply = ask_daemon(argv, os.environ, cwd) if cwd is not None else None
+            if reply is not None:
+                if reply.get("notice"):
+                    sys.stderr.write(f"mdmem: {reply['notice']}\n")
+                if "rc" in reply:
+                    return _relay(reply)
+        except KeyboardInterrupt:  # as cli/main.py
+            return 130
     from .main import main as run_here
 
     return run_here(argv)
@@ -55,6 +66,12 @@ def _relay(reply: dict) -> int:
         except OSError:
             pass
         return 141
+    except (OSError, ValueError) as exc:  # a full disk, a closed stdout: said as cli/main.py says it
+        from ..errors import as_mdmem_error
+
+        error = as_mdmem_error(exc)
+        sys.stderr.write(f"mdmem: {error}\n")
+        return error.exit_code
     sys.stderr.write(reply.get("stderr", ""))
     sys.stderr.flush()
     return int(reply["rc"])
@@ -83,9 +100,12 @@ def exchange(path: str, request: dict, *, timeout: float | None = None) -> dict 
             sock.connect(path)
             if peer_uid(sock) != os.getuid():
                 return None
-            sock.settimeout(timeout)
+            sock.settimeout(ACK_SECONDS if request.get("op") == "run" else timeout)
             send_message(sock, request)
             reply = read_message(sock, MAX_REPLY)
+            if reply == ACK:  # started: its answer takes as long as the command does
+                sock.settimeout(timeout)
+                reply = read_message(sock, MAX_REPLY)
     except (OSError, ValueError):
         return None
     return reply if isinstance(reply, dict) else None
@@ -159,18 +179,24 @@ def send_message(sock: socket.socket, message: dict) -> None:
     sock.sendall(struct.pack(">Q", len(data)) + data)
 
 
-def read_message(sock: socket.socket, limit: int) -> object:
-    """One length-prefixed JSON message; ValueError when it is cut short or over ``limit``."""
-    head = _read_exactly(sock, 8)
+def read_message(sock: socket.socket, limit: int, *, deadline: float | None = None) -> object:
+    """One length-prefixed JSON message; ValueError when it is cut short or over ``limit``,
+    OSError (a timeout) when it has not all come by ``deadline`` (time.monotonic())."""
+    head = _read_exactly(sock, 8, deadline)
     (size,) = struct.unpack(">Q", head)
     if size > limit:
         raise ValueError(f"message of {size} bytes (at most {limit})")
-    return json.loads(_read_exactly(sock, size).decode("utf-8", "surrogateescape"))
+    return json.loads(_read_exactly(sock, size, deadline).decode("utf-8", "surrogateescape"))
 
 
-def _read_exactly(sock: socket.socket, size: int) -> bytes:
+def _read_exactly(sock: socket.socket, size: int, deadline: float | None = None) -> bytes:
     chunks, got = [], 0
     while got < size:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the message did not come in time")
+            sock.settimeout(left)  # a byte at a time must not stretch the wait
         chunk = sock.recv(min(size - got, 1 << 20))
         if not chunk:
             raise ValueError("connection closed mid-message")

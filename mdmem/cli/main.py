@@ -98,6 +98,11 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
     and an ``opener`` that lends it repos it keeps open; a plain call uses this process's."""
     # stderr carries warnings and problems that name committed files: escaped like stdout (rich's
     # progress bar writes to the real stderr, its own escapes intact).
+    # Started with stdout or stderr closed (`mdmem recall ... >&-`): Python has None there; what
+    # would be written goes nowhere, as the shell asked.
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 -- for the process's life
     real_stdout, real_stderr = sys.stdout, sys.stderr
     if not isinstance(sys.stderr, _EscapingStream):
         sys.stderr = _EscapingStream(sys.stderr)
@@ -111,7 +116,8 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
         if not getattr(args, "command", None):
             parser.print_help()
             return 2
-        ctx = Ctx(args, env=os.environ if env is None else env, cwd=cwd or os.getcwd(), opener=opener or open_repo)
+        ctx = Ctx(args, env=os.environ if env is None else env, cwd=cwd or _current_folder(),
+                  opener=opener or open_repo)
         if not ctx.json and args.command != "serve":  # serve speaks JSON-RPC on stdout
             sys.stdout = _EscapingStream(real_stdout)
         code = args.run(ctx)
@@ -137,6 +143,14 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
             ctx.close()
         sys.stderr = real_stderr
     return int(code or 0)
+
+
+def _current_folder() -> str:
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        raise BadInput("the current folder no longer exists (deleted under the shell); cd to a folder "
+                       "that does") from None
 
 
 def _silence_stdout() -> None:
