@@ -72,6 +72,8 @@ CALLS = [
      "--team", "payments", "--as", "dana"],
     ["ls", "--as", "bob", "--json"],
     ["show", "team/payments/service/billing/fact/deploy.window.md", "--as", "dana", "--json"],
+    ["startup", "--as", "dana"],
+    ["startup", "--as", "bob", "--json"],
     ["recall", "x", "--as", "nobody"],  # an undeclared user: refused
     ["recall", "x"],  # no identity: refused
     ["recall", "--bogus"],  # argparse's usage error

@@ -1,5 +1,5 @@
 """mdmem daemon start|stop|status|run [--idle SECONDS]: a process that answers this repo's
-read-only calls (recall, get, keys, history, ls, show) with everything kept warm (cli/daemon.py)."""
+read-only calls (recall, get, keys, history, ls, show, startup) with everything kept warm (cli/daemon.py)."""
 from __future__ import annotations
 
 import math

@@ -22,7 +22,7 @@ import sys
 import time
 
 # Commands that only read: what the daemon may answer (cli/daemon.py checks it again).
-READ_ONLY = frozenset({"recall", "get", "keys", "history", "ls", "show"})
+READ_ONLY = frozenset({"recall", "get", "keys", "history", "ls", "show", "startup"})
 SOCKET_NAME = "daemon.sock"
 PROTOCOL = 1
 CONNECT_SECONDS = 0.5
