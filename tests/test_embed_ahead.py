@@ -10,6 +10,7 @@ from conftest import team_fact
 from embed_server import EmbedServer, vector
 
 from mdmem.config import EmbedderConfig, UserConfig
+from mdmem.ops import write
 
 CODE = "zebra-forty-two"
 
@@ -84,7 +85,8 @@ def test_a_bulk_import_embeds_each_committed_batch_while_it_writes_the_next(repo
                     time.sleep(0.01)
                 embedded_while_writing.append(len(documents_with(server, "health checks")))
 
-        result = repo.remember_many(items, as_user="bob", batch_size=10, progress=progress, now=T0)
+        result = write.remember_many(repo, items, as_user="bob", batch_size=10, progress=progress, now=T0,
+                                     embed_ahead=True)
         assert [h["line"] for h in result.held] == [4] and [r["line"] for r in result.refused] == [5]
         assert len(result.committed) == 23
         # The first batch (items 1-11 but 4, held, and 5, refused): its 9 committed notes
@@ -130,9 +132,32 @@ def test_a_bulk_import_whose_embedder_fails_ahead_embeds_in_its_catch_up(repo):
                 tried_ahead.append(len(server.requests))
                 server.models.add("nomic-embed-text")  # back before the catch-up
 
-        result = repo.remember_many(items, as_user="bob", batch_size=5, progress=progress, now=T0)
+        result = write.remember_many(repo, items, as_user="bob", batch_size=5, progress=progress, now=T0,
+                                     embed_ahead=True)
         assert tried_ahead == [1]  # three batches committed; the first failed, the others were not tried
         assert len(result.committed) == 12 and result.index["embedded"] == 12
         hits = repo.recall("how fast does queue 7 drain after a deploy?", as_user="dana", k=12, now=T0)
         assert "drain.7" in {h.key for h in hits} and all(h.cosine is not None for h in hits)
+        repo.close()
+
+
+def test_a_small_import_embeds_nothing_ahead_by_default(repo):
+    """Embedding while writing is for big imports with a core to spare (on a busy machine it
+    made them slower): a small one embeds in its catch-up only, as before."""
+    from conftest import T0
+
+    with EmbedServer() as server:
+        use_server(repo, server)
+        items = [dict(text=f"Cache {i} expires after {i + 5} minutes", kind="fact", subject="service:cache",
+                      key=f"ttl.{i}", scope="team", team="payments", new_key=True) for i in range(12)]
+        during = []
+
+        def progress(done, total, what):
+            if what == "writing notes" and done == len(items):
+                time.sleep(0.5)
+                during.append(len(documents_with(server, "expires after")))
+
+        result = repo.remember_many(items, as_user="bob", batch_size=5, progress=progress, now=T0)
+        assert during == [0] and len(result.committed) == 12
+        assert len(documents_with(server, "expires after")) == 12  # then, by the catch-up
         repo.close()

@@ -146,7 +146,8 @@ BatchItem = tuple[Any, str, Note, Contract, Provenance, bool, "str | None"]
 
 def remember_many(repo: RepoState, items: Iterable[Mapping[str, Any]], *, as_user: str, now: TimeLike = None,
                   new_key: bool = False, batch_size: int = 1000,
-                  progress: ProgressCallback | None = None, index_worker: bool | None = None) -> BatchResult:
+                  progress: ProgressCallback | None = None, index_worker: bool | None = None,
+                  embed_ahead: bool | None = None) -> BatchResult:
     """Write many notes through the gate and make them searchable: each item is a dict of
     :func:`remember`'s arguments (``text``, ``kind``, ``subject``, ...; ``line`` names it in
     reports). One commit per batch with the views rendered once; held items go to review
@@ -154,12 +155,18 @@ def remember_many(repo: RepoState, items: Iterable[Mapping[str, Any]], *, as_use
     A path written twice starts a new batch, so every version stays in history.
     ``progress(done, total, what)`` is called as batches commit and vectors are made.
     ``index_worker``: index the committed notes in a second process while writing (default:
-    for INDEX_WORKER_MIN items or more when a core is idle; never with an embedder)."""
+    for INDEX_WORKER_MIN items or more when a core is idle; never with an embedder).
+    ``embed_ahead``: with an embedder, embed each committed batch while writing the next
+    (default: for INDEX_WORKER_MIN items or more when a core is idle)."""
     user = require_user(as_user)
     when = resolve_write_time(now)
     items = list(items)
     if index_worker is None:  # the embedder first: spare_core waits 100 ms
         index_worker = len(items) >= INDEX_WORKER_MIN and repo.index.embedder is None and spare_core()
+    if embed_ahead is None:
+        # Embedding while writing helps only with a core to spare: on a busy machine it made
+        # the import slower (3k MiniLM, same code, load 3-4: 49.9-56.6 s on against 39.8-48.9 off).
+        embed_ahead = len(items) >= INDEX_WORKER_MIN and repo.index.embedder is not None and spare_core()
     worker = (IndexWorker.start(repo.index.base, repo.contracts, repo.config.note_max_bytes)
               if index_worker and repo.index.embedder is None else None)
 
@@ -168,7 +175,8 @@ def remember_many(repo: RepoState, items: Iterable[Mapping[str, Any]], *, as_use
         # the index worker (BM25 only), its texts to the embedder's thread (with an embedder).
         if worker is not None:
             worker.send(files)
-        repo.index.embed_bulk(notes)
+        if embed_ahead:
+            repo.index.embed_bulk(notes)
 
     try:
         return _remember_many(repo, user, when, items, new_key=new_key, batch_size=batch_size,
