@@ -41,9 +41,11 @@ def _declared_actor(op: _Op) -> _Op:
     @functools.wraps(op)
     def checked(self: MemoryRepo, *args: Any, **kwargs: Any) -> Any:
         user = kwargs.get(name)
-        self.follow_config()  # who may do what: by mdmem.toml as it is now, not as it was at open
-        if not (optional and user is None):
-            self.access.check_user(user)
+        # who may do what: by mdmem.toml as it is now, not as it was at open
+        if optional and user is None:
+            self.follow_config()
+        else:
+            self.check_user(user)
         return op(self, *args, **kwargs)
     return checked  # type: ignore[return-value]
 

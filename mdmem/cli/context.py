@@ -157,8 +157,7 @@ class Ctx:
             settings = {**self.settings(), "user_config": self.user_config()}
             repo, self._owns_repo = self.opener(path, self.cwd, settings)
             if hasattr(self.args, "as_user") and (self.args.as_user is not None or self.env.get("MDMEM_USER")):
-                repo.follow_config()  # a repo the daemon kept open: users added since count
-                repo.access.check_user(self.user)  # an undeclared name is refused before anything runs
+                repo.check_user(self.user)  # an undeclared name is refused before anything runs
             # An index build the command did not ask for (a first recall) shows progress too,
             # on stderr, so it also shows beside --json output.
             repo.index.progress = self._progress_always()

@@ -118,28 +118,21 @@ class Daemon:
         if here.resolve() != self.root:
             self._other_repo = True
             raise _OtherRepo(str(here))
-        if erasure_pending(self.root):
-            self.close()  # held caches may hold what is being erased; the open below finishes or waits
+        self.drop_rewritten()  # an erasure: the open below finishes it or waits, as a fresh process
         secret = _secret(settings)
         for held in self._held:
             if held.root == here and held.settings == settings and held.secret == secret:
-                if self._changed(held):
-                    self._drop(held)
-                    break
                 return held.repo, False
         repo = MemoryRepo.open(here, **settings)
-        self._held.insert(0, _Held(here, settings, secret, repo, self._state(repo)))
+        self._held.insert(0, _Held(here, settings, secret, repo, repo.store.head()))
         while len(self._held) > POOL_SIZE:
             self._drop(self._held[-1])
         return repo, False
 
-    def _state(self, repo: MemoryRepo) -> str | None:
-        return repo.store.head()
-
     def _changed(self, held: _Held) -> bool:
         """History was rewritten under the held repo (an erasure, a sync that reset): its caches
         may hold erased text. (A change of mdmem.toml the repo follows itself: follow_config.)"""
-        before, now = held.state, self._state(held.repo)
+        before, now = held.state, held.repo.store.head()
         if before and now and before != now:
             try:
                 if not held.repo.store.is_ancestor(before, now):
@@ -155,6 +148,8 @@ class Daemon:
             held.repo.close()
 
     def drop_rewritten(self) -> None:
+        """Drop what may hold text an erasure removes: everything while one is under way or was
+        cut short (its journal), a repo whose history was rewritten."""
         if self._held and erasure_pending(self.root):
             self.close()
             return

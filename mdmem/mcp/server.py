@@ -139,7 +139,7 @@ def tool_errors(fn):
 
 def build_server(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | None = None,
                  index_ready: threading.Event | None = None) -> MCPServer:
-    ctx = ServerContext(repo, repo.access.check_user(user), allowed,
+    ctx = ServerContext(repo, repo.check_user(user), allowed,
                         label=check_name(label, "--agent") if label is not None else None)
     if index_ready is not None:
         ctx.index_ready = index_ready

@@ -105,6 +105,11 @@ class RepoState:
             committed = "unreadable"
         return committed, on_disk
 
+    def check_user(self, user: str | None) -> str:
+        """``user`` as declared in mdmem.toml as it is now (follow_config first), else refused."""
+        self.follow_config()
+        return self.access.check_user(user)
+
     def follow_config(self) -> None:
         """Take up a change of mdmem.toml made since it was read -- an admin's commit removing
         someone from a team, a pull, a hand edit -- as a fresh process would: a repo kept open
