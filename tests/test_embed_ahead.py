@@ -52,6 +52,31 @@ def test_a_written_note_is_embedded_ahead_and_the_recall_takes_that_vector(repo)
         assert workers() == []
 
 
+def test_the_note_is_embedded_while_its_commit_is_made(repo, monkeypatch):
+    """The worker starts before the commit (on the other core while git writes), not after it:
+    the commit here waits for the server to have been asked for the note's vector."""
+    with EmbedServer() as server:
+        use_server(repo, server)
+        team_fact(repo, "Billing deploys on Tuesdays", key="deploy.window")
+        repo.recall("when does billing deploy", as_user="bob")  # this process now embeds
+        commit, asked_before_commit = repo.store.commit, []
+
+        def waiting_commit(*args, **kwargs):
+            deadline = time.monotonic() + 5
+            while not documents_with(server, CODE) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            asked_before_commit.append(bool(documents_with(server, CODE)))
+            return commit(*args, **kwargs)
+
+        monkeypatch.setattr(repo.store, "commit", waiting_commit)
+        team_fact(repo, f"The ledger codename is {CODE} since March", key="ledger.codename", new_key=True)
+        assert asked_before_commit == [True]
+        hits = repo.recall(f"which note names {CODE}?", as_user="bob", k=3)
+        assert hits and CODE in hits[0].text
+        assert len(documents_with(server, CODE)) == 1  # not again once committed, nor by the catch-up
+        repo.close()
+
+
 def test_a_process_that_has_not_embedded_starts_no_worker(repo):
     before = workers()
     with EmbedServer() as server:

@@ -168,6 +168,15 @@ class RepoState:
             self._root_blobs = RootEntries(self.store, self._meta_cache)
         return Views(self.store, self._root_blobs, self.config, flags=lambda rev: set(self.trust.flags(rev)))
 
+    def committing(self, changes: dict[str, bytes | None]) -> None:
+        """A commit of ``changes`` is being made: the search index starts embedding its notes
+        (beside the commit, on the other core) for the recall that follows; never raises."""
+        if self._index is not None:
+            try:
+                self._index.committing(changes)
+            except Exception:  # noqa: BLE001 -- only a head start; the catch-up embeds itself
+                pass
+
     def committed(self, commit: str, parent: str | None, changes: dict[str, bytes | None], email: str) -> None:
         """Tell the caches about a commit just made (views' entries, trust, the search index:
         what the next catch-up would diff trees for); never raises."""

@@ -425,6 +425,7 @@ def commit_changes(repo: RepoState, changes: dict[str, bytes | None], message: s
     otherwise: the writers' retry renders again): a person's `git commit` takes no mdmem lock,
     and a commit on a newer tip carried views without its notes, and told every cache (the
     views' kept state, the index's hints) a parent it did not have (attack 7, F1)."""
+    repo.committing(changes)  # their embedding, if any, runs beside the commit
     parent = repo.store.head()
     altered = render.views_for(repo, changes, when, head=parent)
     email = (author or repo.config.identity(actor))[1]

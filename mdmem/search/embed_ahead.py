@@ -1,12 +1,14 @@
-"""Embedding a write's notes after it commits, for the recall that follows it.
+"""Embedding a write's notes while it commits, for the recall that follows it.
 
 The recall after a write embedded the new note first (~11 ms of MiniLM on a ~60-word note,
 more under load) before it could search. An agent writes, thinks for seconds, then recalls:
-here the write hands its committed notes' texts to one worker thread as it returns, which
-embeds them (onnxruntime and the HTTP embedders release the GIL) while the
-caller goes on, and the index's catch-up takes the vectors it finds instead of embedding
-again (waiting for one still being made). Started after the commit, not before: the write
-itself is not slowed by a thread competing for the GIL and the cores.
+here the write hands its notes' texts to one worker thread before it commits (render of the
+views, tree edit, git's index: 10-25 ms at 10k notes), which embeds them on the other core
+(onnxruntime and the HTTP embedders release the GIL) while the commit is made and the caller
+goes on; the index's catch-up takes the vectors it finds instead of embedding again (waiting
+for one still being made). Started after the commit instead (sessions 7-8), the catch-up
+waited 9-17 ms for it: write until searchable at 10k MiniLM notes, p50 of 20, quiet machine,
+53-59 -> 38 ms (session 9, /work/prof/s9_wus_stages.py); remember itself unchanged (25-28 ms).
 
 What a worker makes is only ever a guess: it is keyed by the embedding cache's key (model and
 exact text), so a vector is used only for the very text the catch-up embeds; a note edited
@@ -70,9 +72,13 @@ class EmbedAhead:
         # Parsed here (~0.5 ms a note): the worker then holds the GIL only for moments, so the
         # caller never waits a switch interval (5 ms) behind a YAML parse on the worker.
         texts = _texts(embedder.model_id, notes)
-        if not texts:
-            return
         with self._lock:
+            # Not again what is being made or was made (the write handed its notes over
+            # before committing, then again once committed).
+            made = set(self._ready).union(*(keys for keys, _ in self._coming))
+            texts = {k: t for k, t in texts.items() if k not in made}
+            if not texts:
+                return
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(1, thread_name_prefix="mdmem-embed-ahead")
             self._coming.append((frozenset(texts), self._pool.submit(_embed, embedder, texts)))

@@ -304,12 +304,19 @@ class NoteIndex:
         present = folder.is_dir() if cheap and self._ix is not None else fulltext.windex.exists_in(str(folder))
         return state.get("schema") != SCHEMA_VERSION or state.get("model") != self.model_id or not present
 
-    def committed(self, parent: str | None, commit: str, changes: dict[str, bytes | None]) -> None:
-        """This process committed ``changes`` on ``parent``, making ``commit``. Its notes are
-        embedded on another thread meanwhile, if this process has an embedder ready (never
-        made here): the next recall's catch-up takes the vectors (search/embed_ahead.py)."""
+    def committing(self, changes: dict[str, bytes | None]) -> None:
+        """This process is about to commit ``changes``: their notes are embedded on another
+        thread while the commit is made, if this process has an embedder ready (never made
+        here); the next recall's catch-up takes the vectors (search/embed_ahead.py). A commit
+        that does not happen leaves only a guess no catch-up asks for."""
         if self._embedder is not False:
             self._ahead.start(self._embedder, changes)
+
+    def committed(self, parent: str | None, commit: str, changes: dict[str, bytes | None]) -> None:
+        """This process committed ``changes`` on ``parent``, making ``commit``: the next
+        catch-up diffs only these paths. Their notes are embedded ahead as in
+        :meth:`committing` (a caller that did not announce them; nothing is embedded twice)."""
+        self.committing(changes)
         paths = list(changes)
         if parent is None:
             return
