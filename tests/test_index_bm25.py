@@ -7,7 +7,7 @@ import pytest
 from whoosh import query as Q
 from whoosh.filedb.filestore import RamStorage
 
-from mdmem.search import bm25, fulltext
+from mdmem.search import bm25, fulltext, postings
 
 # Already analysed (stems), as fulltext.query_terms would hand them over.
 WORDS = "bill deploy refund window stage postgr search rank invoic currenc webhook retri".split()
@@ -74,10 +74,10 @@ def test_the_public_matcher_walk_gives_the_same_postings(monkeypatch):
     with ix.searcher(weighting=fulltext.weighting()) as s:
         allowed = np.ones(s.doc_count_all(), dtype=bool)
         blocks = []
-        monkeypatch.setattr(bm25, "_w3_blocks", lambda m, real=bm25._w3_blocks: blocks.append(1) or real(m))
+        monkeypatch.setattr(postings, "_w3_blocks", lambda m, real=postings._w3_blocks: blocks.append(1) or real(m))
         assert bm25._length_bytes(s.leaf_searchers()[0][0].reader(), "body") is not None
         fast = bm25.search(s, ["bill", "deploy"], fulltext.FIELD_BOOSTS, allowed, limit=50)
-        monkeypatch.setattr(bm25, "W3LeafMatcher", None)
+        monkeypatch.setattr(postings, "W3LeafMatcher", None)
         monkeypatch.setattr(bm25, "_length_bytes", lambda reader, field: None)
         assert blocks  # the fast path was taken
         slow = bm25.search(s, ["bill", "deploy"], fulltext.FIELD_BOOSTS, allowed, limit=50)

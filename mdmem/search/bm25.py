@@ -17,15 +17,15 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
-from whoosh.matching.wrappers import FilterMatcher
 from whoosh.util.numeric import byte_to_length
 
+from . import postings
 from .doctable import read_column
 
-try:  # the fast path reads whoosh3 posting blocks directly
-    from whoosh.codec.whoosh3 import LENGTHS_COLUMN, W3LeafMatcher, _lenfield
+try:  # the length column is read from whoosh3 segments directly
+    from whoosh.codec.whoosh3 import LENGTHS_COLUMN, _lenfield
 except ImportError:  # pragma: no cover - another Whoosh: the public path below
-    W3LeafMatcher = None
+    LENGTHS_COLUMN = _lenfield = None
 
 _BYTE_TO_LENGTH = np.array([byte_to_length(b) for b in range(256)], dtype=np.float64)
 
@@ -135,12 +135,28 @@ def _segment_postings(reader, field: str, text: str) -> tuple[np.ndarray, np.nda
         return cache.lists[key]
     btext = reader.schema[field].to_bytes(text)
     found = None
-    if (field, btext) in reader:
-        ids, tf = _postings(reader.postings(field, btext))
-        if len(ids):
-            found = (ids, tf, _field_lengths(reader, field, ids))
+    long = reader.__dict__.get("_mdmem_long")  # a big segment's file of long lists (postings.py)
+    listed = _long_postings(long, reader, field, btext) if long is not None else None
+    if listed is not None:
+        ids, tf = postings.without(*listed, reader.deleted_docs_set)
+    elif (field, btext) in reader:
+        ids, tf = postings.without(*postings.decode(reader.postings(field, btext)))
+    else:
+        ids = None
+    if ids is not None and len(ids):
+        found = (ids, tf, _field_lengths(reader, field, ids))
     cache.keep(key, found)
     return found
+
+
+def _long_postings(long, reader, field: str, btext: bytes):
+    """A long list from the segment's file; None if it is not there (then decoded). A file
+    found damaged here is not read again by this reader."""
+    try:
+        return long.get(field, btext)
+    except (ValueError, IndexError):
+        reader.__dict__["_mdmem_long"] = None
+        return None
 
 
 class _Postings:
@@ -159,44 +175,6 @@ class _Postings:
         while self.size > POSTINGS_CACHE_MAX:
             _, dropped = self.lists.popitem(last=False)
             self.size -= len(dropped[0]) if dropped is not None else 0
-
-
-def _postings(matcher) -> tuple[np.ndarray, np.ndarray]:
-    deleted = None
-    if isinstance(matcher, FilterMatcher) and getattr(matcher, "_exclude", False):
-        deleted, matcher = matcher._ids, matcher.child
-    if W3LeafMatcher is not None and type(matcher) is W3LeafMatcher and not matcher._byteids:
-        ids, tf = _w3_blocks(matcher)
-    else:
-        ids, tf = _walk(matcher)
-    if deleted:
-        keep = ~np.isin(ids, np.fromiter(deleted, dtype=np.int64, count=len(deleted)))
-        ids, tf = ids[keep], tf[keep]
-    return ids, tf
-
-
-def _w3_blocks(m) -> tuple[np.ndarray, np.ndarray]:
-    """A whoosh3 posting list, block by block: ids are delta-coded tuples, weights arrays."""
-    id_parts, tf_parts = [], []
-    while m.is_active():
-        m._read_data()
-        id_parts.append(np.cumsum(np.asarray(m._data[0], dtype=np.int64)))
-        m._read_weights()
-        tf_parts.append(np.asarray(m._weights, dtype=np.float64))
-        m._next_block()
-    if not id_parts:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
-    return np.concatenate(id_parts), np.concatenate(tf_parts)
-
-
-def _walk(m) -> tuple[np.ndarray, np.ndarray]:
-    """Any matcher, one posting at a time (the public API)."""
-    ids, tf = [], []
-    while m.is_active():
-        ids.append(m.id())
-        tf.append(m.weight())
-        m.next()
-    return np.asarray(ids, dtype=np.int64), np.asarray(tf, dtype=np.float64)
 
 
 def _field_lengths(reader, field: str, ids: np.ndarray) -> np.ndarray:
@@ -218,6 +196,8 @@ def _length_bytes(reader, field: str) -> np.ndarray | None:
         return cache[field]
     column = None
     try:
+        if _lenfield is None:
+            raise AttributeError
         col = reader._perdoc._cached_reader(_lenfield(field), LENGTHS_COLUMN)
         if col is not None and col._fixedlen == 1:
             column = read_column(col, reader.doc_count_all(), "u1")

@@ -24,7 +24,7 @@ from ..storage.locks import Lock, lock_folder, renew_after_fork
 from ..storage.queries import blob_hash
 from ..storage.tree_watch import TreeWatch
 from ..storage.worktree import StoredNote, iter_note_paths, read_note
-from . import fulltext
+from . import fulltext, postings
 from .doctable import VECTOR_FIELD, DocTable, prepare_vectors
 from .bulkwriter import BulkWriter
 from .embed_ahead import EmbedAhead
@@ -67,6 +67,8 @@ class NoteIndex:
         self._embedder: Embedder | None | bool = False  # False: not yet made
         self._ix = None
         self._searcher = None  # the index on disk
+        # Big segments' long posting lists, decoded once into files beside them (postings.py).
+        self._long = postings.Attacher(self.base / "fulltext", fulltext.FIELD_BOOSTS)
         self._recent: RecentNotes | None = None  # changes since the index on disk, in memory
         self._combined = None  # the searcher over both
         self._table: DocTable | None = None
@@ -145,6 +147,7 @@ class NoteIndex:
             self._cache.close()
         self._cache = None
         self._ix = None
+        self._long.close()
 
     # --- catching up ------------------------------------------------------------------
     def sync(self, *, worktree: bool | None = None, progress: ProgressCallback | None = None,
@@ -536,6 +539,8 @@ class NoteIndex:
         (self.base / "vectors.sqlite").unlink(missing_ok=True)  # where vectors lived before schema 8
         self._open()
         self._refresh()
+        with self._ix.searcher() as searcher:
+            self._long.attach(searcher)  # the big segments' files of long lists, written now
         read = {s.path for s in notes} | joined
         report.indexed = [p for p in paths if p in read]
         report.joined = len(joined)
@@ -583,6 +588,7 @@ class NoteIndex:
                         self._quarantine(f"{type(exc).__name__}: {exc}")
                         self._rebuild(progress=None)
                         self._searcher = self._open().searcher(weighting=fulltext.weighting())
+            self._long.attach(self._searcher)
         return self._searcher
 
     def _recover_folders(self) -> None:

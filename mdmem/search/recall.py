@@ -165,9 +165,13 @@ class Recall:
                 raise BadInput("key: an exact key lookup is of the current note; for past versions use "
                                "`mdmem history --subject S --kind K --key KEY [--at TIME]`")
             return self._exact(user, kind_names, subject, key, when)
+        # The query is embedded before the catch-up: a write just made may still be embedding
+        # its note on the worker (search/embed_ahead.py), and both then run at once, one core
+        # each, instead of the query waiting behind the note.
+        qv = self.index.embed_query(query)
         self.index.sync()
         if at is not None or include_history:
-            return self._search_versions(query, self.index.embed_query(query), roots, kind_names, subject, k,
+            return self._search_versions(query, qv, roots, kind_names, subject, k,
                                          when, at=parse_time(at, field="at") if at is not None else None,
                                          tags=tags)
         searcher, table = self.index.searcher(), self.index.table()
@@ -183,9 +187,8 @@ class Recall:
         if kind_names is None and working_intent(query):
             # The working contract is recency: its live notes skip the word-overlap floor.
             exempt = set(np.flatnonzero(allowed & table.of_kind("working")).tolist())
-        # Embedding the query in a thread beside the BM25 search was measured: onnxruntime
-        # releases the GIL, but on these 2 cores both halves slowed down as much as they overlapped.
-        qv = self.index.embed_query(query)
+        # (Embedding the query in a thread beside the BM25 search was measured: onnxruntime
+        # releases the GIL, but on these 2 cores both halves slowed down as much as they overlapped.)
         ranked, scores, cos = self._rank(searcher, table, query, qv, allowed, candidates(k), exempt=exempt,
                                          favour=_in_spans(table, query), fill=k)
         weighted = self._weigh(ranked, table, explicit=kind_names is not None, events=event_intent(query),
