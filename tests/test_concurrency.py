@@ -36,3 +36,20 @@ def test_a_stale_index_lock_does_not_block_the_repo_for_ever(repo):
     os.utime(lock, (old, old))
     assert team_fact(repo, "still writable").status == "committed"
     assert not lock.exists()
+
+
+def test_a_store_made_while_its_thread_holds_the_lock_does_not_wait_for_it(repo):
+    """The write lock is held by a thread, whichever GitStore took it: an erasure reloads its
+    repo (a new store) while holding the lock, and that store's deferred flush of git's index
+    waited for the lock its own thread held (found making the deferred index the default)."""
+    from mdmem.storage.gitstore import GitStore
+
+    with repo.store.locked():
+        other = GitStore(repo.root)
+        assert other.holds_lock()
+        with other.locked(timeout=2):  # LockTimeout after 2 s before
+            pass
+        assert repo.store.holds_lock() and other.holds_lock()
+    assert not repo.store.holds_lock() and not other.holds_lock()
+    with other.locked(timeout=2):
+        assert repo.store.holds_lock()  # taken through the other store: held all the same
