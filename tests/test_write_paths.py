@@ -262,3 +262,20 @@ def test_a_person_committing_while_entries_are_due_does_not_revert_mdmems_notes(
     assert git_status(repo.root) == "" and not repo.store.pending_path.exists()
     fresh = MemoryRepo.open(repo.root)
     assert "45 days" in fresh.get(as_user="bob", subject="service:billing", kind="fact", key="refund.window").note.text
+
+
+def test_a_forget_keeps_the_deferral_and_does_not_wait_for_itself(repo):
+    """A forget remakes the repo's GitStore while holding the write lock: the MCP server's
+    index_delay was dropped there (carrying it over stalled the forget: the new store's flush
+    waited for the lock its own thread held through the old store)."""
+    repo.store.index_delay = 60  # entries stay due: the new store must flush them itself
+    repo.remember("My locker code is 4711", as_user="bob", kind="fact", subject="person:bob", key="locker",
+                  scope="private")
+    team_fact(repo, "Billing deploys on Tuesdays", key="deploy.window", new_key=True)
+    started = time.monotonic()
+    repo.forget(as_user="bob", texts=["My locker code is 4711"], force=True)
+    assert time.monotonic() - started < 30
+    assert repo.store.index_delay == 60
+    team_fact(repo, "Billing deploys on Wednesdays", key="deploy.window")
+    repo.close()
+    assert git_status(repo.root) == "" and not repo.store.pending_path.exists()

@@ -205,8 +205,10 @@ class RepoState:
         """After a history rewrite every in-process cache describes commits that are gone."""
         self.close()
         self._index = self._recall = self._meta_cache = self._root_blobs = None
+        delay = self.store.index_delay  # the MCP server's deferral, kept across a forget or sync
         self.store = GitStore(self.root, self.config.identity)
         self.store.signing_key = self.user_config.signing_key
+        self.store.index_delay = delay
 
     def reload(self) -> None:
         """Forget every in-process cache (history was rewritten under us)."""
