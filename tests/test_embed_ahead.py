@@ -77,6 +77,46 @@ def test_the_note_is_embedded_while_its_commit_is_made(repo, monkeypatch):
         repo.close()
 
 
+def test_a_remembered_note_is_embedding_before_the_write_takes_the_lock(repo, monkeypatch):
+    """remember hands the note over as soon as it passed its checks (RepoState.writing), before
+    the lock, the gate's reads and the views; the commit then hands nothing again."""
+    with EmbedServer() as server:
+        use_server(repo, server)
+        team_fact(repo, "Billing deploys on Tuesdays", key="deploy.window")
+        repo.recall("when does billing deploy", as_user="bob")  # this process now embeds
+        locked, asked_before_lock = repo.store.locked, []
+
+        def waiting_lock(*args, **kwargs):
+            deadline = time.monotonic() + 5
+            while not documents_with(server, CODE) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            asked_before_lock.append(bool(documents_with(server, CODE)))
+            return locked(*args, **kwargs)
+
+        monkeypatch.setattr(repo.store, "locked", waiting_lock)
+        team_fact(repo, f"The ledger codename is {CODE} since March", key="ledger.codename", new_key=True)
+        monkeypatch.setattr(repo.store, "locked", locked)
+        assert asked_before_lock and asked_before_lock[0]
+        assert CODE in repo.recall(f"which note names {CODE}?", as_user="bob", k=3)[0].text
+        assert len(documents_with(server, CODE)) == 1
+        repo.close()
+
+
+def test_a_held_write_is_not_embedded_ahead(repo):
+    """A write held for review is not searchable: nothing of it is embedded ahead either."""
+    with EmbedServer() as server:
+        use_server(repo, server)
+        team_fact(repo, "Billing deploys on Tuesdays", key="deploy.window")
+        repo.recall("when does billing deploy", as_user="bob")  # this process now embeds
+        r = team_fact(repo, f"The ledger codename is {CODE} since March", key="ledger.codename", new_key=True,
+                      source="tool:scraper")
+        assert r.status == "held"
+        time.sleep(0.3)
+        assert documents_with(server, CODE) == []
+        assert not any(CODE in h.text for h in repo.recall(f"which note names {CODE}?", as_user="bob", k=3))
+        repo.close()
+
+
 def test_a_process_that_has_not_embedded_starts_no_worker(repo):
     before = workers()
     with EmbedServer() as server:

@@ -168,6 +168,15 @@ class RepoState:
             self._root_blobs = RootEntries(self.store, self._meta_cache)
         return Views(self.store, self._root_blobs, self.config, flags=lambda rev: set(self.trust.flags(rev)))
 
+    def writing(self, notes: list) -> None:
+        """A write of ``notes`` (Note objects) has passed its checks: the search index starts
+        embedding them for the recall that follows; never raises."""
+        if self._index is not None:
+            try:
+                self._index.writing(notes)
+            except Exception:  # noqa: BLE001 -- only a head start; the catch-up embeds itself
+                pass
+
     def committing(self, changes: dict[str, bytes | None]) -> None:
         """A commit of ``changes`` is being made: the search index starts embedding its notes
         (beside the commit, on the other core) for the recall that follows; never raises."""

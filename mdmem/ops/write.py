@@ -77,6 +77,7 @@ def remember(repo: RepoState, text: str, *, as_user: str, kind: str, subject: st
                               expect_version=expect_version, now=when)
             return holds.hold(repo, user, path, pending.note, provenance.reason, when, channel=channel,
                               new_key=new_key, expect_version=expect_version, claimed_source=claimed_source)
+    repo.writing([note])  # its embedding starts now, beside the lock, the gate and the commit
     extra = (("Memory-Claimed-Source", claimed_source),) if claimed_source else ()
 
     def prepare_now() -> Pending:

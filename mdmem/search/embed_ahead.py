@@ -71,7 +71,13 @@ class EmbedAhead:
             return
         # Parsed here (~0.5 ms a note): the worker then holds the GIL only for moments, so the
         # caller never waits a switch interval (5 ms) behind a YAML parse on the worker.
-        texts = _texts(embedder.model_id, notes)
+        self.start_texts(embedder, _texts(embedder.model_id, notes))
+
+    def start_texts(self, embedder, texts: dict[str, str]) -> None:
+        """Embed ``texts`` (cache key -> text, see :func:`note_texts`) on the worker, if
+        ``embedder`` is ready."""
+        if embedder is None or not getattr(embedder, "ready", False):
+            return
         with self._lock:
             # Not again what is being made or was made (the write handed its notes over
             # before committing, then again once committed).
@@ -152,17 +158,20 @@ class EmbedAhead:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _texts(model_id: str, notes: list[tuple[str, bytes]]) -> dict[str, str]:
+def note_texts(model_id: str, notes) -> dict[str, str]:
     """cache key -> text, for every text the catch-up will embed for these notes."""
-    texts: dict[str, str] = {}
+    return {cache_key(model_id, text): text for note in notes
+            for text in embedding_texts(note.key or "", note.text, note.context or "")}
+
+
+def _texts(model_id: str, notes: list[tuple[str, bytes]]) -> dict[str, str]:
+    parsed = []
     for path, data in notes:
         try:
-            note = parse_note(path, data)
+            parsed.append(parse_note(path, data))
         except NoteInvalid:
             continue
-        for text in embedding_texts(note.key or "", note.text, note.context or ""):
-            texts[cache_key(model_id, text)] = text
-    return texts
+    return note_texts(model_id, parsed)
 
 
 def _embed_bulk(embedder, texts: dict[str, str], failed: threading.Event) -> dict[str, np.ndarray]:

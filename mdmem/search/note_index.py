@@ -27,7 +27,7 @@ from ..storage.worktree import StoredNote, iter_note_paths, read_note
 from . import fulltext, postings
 from .doctable import VECTOR_FIELD, DocTable, prepare_vectors
 from .bulkwriter import BulkWriter
-from .embed_ahead import EmbedAhead
+from .embed_ahead import EmbedAhead, note_texts
 from .embedders import Embedder, make_embedder
 from .embedding_cache import EmbeddingCache, cache_key
 from ..storage.gitdir import cache_dir
@@ -307,6 +307,12 @@ class NoteIndex:
         present = folder.is_dir() if cheap and self._ix is not None else fulltext.windex.exists_in(str(folder))
         return state.get("schema") != SCHEMA_VERSION or state.get("model") != self.model_id or not present
 
+    def writing(self, notes: Iterable[Note]) -> None:
+        """A write of ``notes`` has begun (checked, not yet committed): their texts are
+        embedded from now, as in :meth:`committing`, a few milliseconds earlier."""
+        if self._embedder:
+            self._ahead.start_texts(self._embedder, note_texts(self.model_id, notes))
+
     def committing(self, changes: dict[str, bytes | None]) -> None:
         """This process is about to commit ``changes``: their notes are embedded on another
         thread while the commit is made, if this process has an embedder ready (never made
@@ -336,8 +342,7 @@ class NoteIndex:
             embedder = self.embedder
             if embedder is None:
                 return
-            texts = {cache_key(self.model_id, t): t for n in notes
-                     for t in fulltext.embedding_texts(n.key or "", n.text, n.context or "")}
+            texts = note_texts(self.model_id, notes)
             found = self.cache.get_many(sorted(texts))
             self._ahead.start_bulk(embedder, {k: t for k, t in texts.items() if k not in found})
 
