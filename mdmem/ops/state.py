@@ -19,6 +19,7 @@ from ..storage.gitdir import cache_dir
 
 if TYPE_CHECKING:
     from ..model.kinds import Contracts
+    from ..model.note import Note
     from ..policy.verify import Verifier
     from ..search.note_index import NoteIndex
     from ..search.recall import Recall
@@ -168,8 +169,8 @@ class RepoState:
             self._root_blobs = RootEntries(self.store, self._meta_cache)
         return Views(self.store, self._root_blobs, self.config, flags=lambda rev: set(self.trust.flags(rev)))
 
-    def writing(self, notes: list) -> None:
-        """A write of ``notes`` (Note objects) has passed its checks: the search index starts
+    def writing(self, notes: list[Note]) -> None:
+        """A write of ``notes`` has passed its checks: the search index starts
         embedding them for the recall that follows; never raises."""
         if self._index is not None:
             try:
