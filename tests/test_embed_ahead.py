@@ -52,25 +52,31 @@ def test_a_written_note_is_embedded_ahead_and_the_recall_takes_that_vector(repo)
         assert workers() == []
 
 
-def test_the_note_is_embedded_while_its_commit_is_made(repo, monkeypatch):
-    """The worker starts before the commit (on the other core while git writes), not after it:
-    the commit here waits for the server to have been asked for the note's vector."""
+def asked_first(server, real, asked: list):
+    """``real`` (a store method) run only once the server was asked for CODE's vector (at most
+    5 s later); ``asked`` gets whether it had been by then."""
+    def waiting(*args, **kwargs):
+        deadline = time.monotonic() + 5
+        while not documents_with(server, CODE) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        asked.append(bool(documents_with(server, CODE)))
+        return real(*args, **kwargs)
+    return waiting
+
+
+def test_an_approved_note_is_embedded_while_its_commit_is_made(repo, monkeypatch):
+    """Every commit of notes hands them over before it is made (RepoState.committing): the
+    worker embeds on the other core while git writes, not after."""
     with EmbedServer() as server:
         use_server(repo, server)
         team_fact(repo, "Billing deploys on Tuesdays", key="deploy.window")
+        held = team_fact(repo, f"The ledger codename is {CODE} since March", key="ledger.codename", new_key=True,
+                         source="tool:scraper")
         repo.recall("when does billing deploy", as_user="bob")  # this process now embeds
-        commit, asked_before_commit = repo.store.commit, []
-
-        def waiting_commit(*args, **kwargs):
-            deadline = time.monotonic() + 5
-            while not documents_with(server, CODE) and time.monotonic() < deadline:
-                time.sleep(0.01)
-            asked_before_commit.append(bool(documents_with(server, CODE)))
-            return commit(*args, **kwargs)
-
-        monkeypatch.setattr(repo.store, "commit", waiting_commit)
-        team_fact(repo, f"The ledger codename is {CODE} since March", key="ledger.codename", new_key=True)
-        assert asked_before_commit == [True]
+        asked: list = []
+        monkeypatch.setattr(repo.store, "commit", asked_first(server, repo.store.commit, asked))
+        repo.approve(held.review_id, as_user="dana", new_key=True)
+        assert asked == [True]
         hits = repo.recall(f"which note names {CODE}?", as_user="bob", k=3)
         assert hits and CODE in hits[0].text
         assert len(documents_with(server, CODE)) == 1  # not again once committed, nor by the catch-up
@@ -84,19 +90,11 @@ def test_a_remembered_note_is_embedding_before_the_write_takes_the_lock(repo, mo
         use_server(repo, server)
         team_fact(repo, "Billing deploys on Tuesdays", key="deploy.window")
         repo.recall("when does billing deploy", as_user="bob")  # this process now embeds
-        locked, asked_before_lock = repo.store.locked, []
-
-        def waiting_lock(*args, **kwargs):
-            deadline = time.monotonic() + 5
-            while not documents_with(server, CODE) and time.monotonic() < deadline:
-                time.sleep(0.01)
-            asked_before_lock.append(bool(documents_with(server, CODE)))
-            return locked(*args, **kwargs)
-
-        monkeypatch.setattr(repo.store, "locked", waiting_lock)
+        locked, asked = repo.store.locked, []
+        monkeypatch.setattr(repo.store, "locked", asked_first(server, locked, asked))
         team_fact(repo, f"The ledger codename is {CODE} since March", key="ledger.codename", new_key=True)
         monkeypatch.setattr(repo.store, "locked", locked)
-        assert asked_before_lock and asked_before_lock[0]
+        assert asked and asked[0]
         assert CODE in repo.recall(f"which note names {CODE}?", as_user="bob", k=3)[0].text
         assert len(documents_with(server, CODE)) == 1
         repo.close()

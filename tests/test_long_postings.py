@@ -11,10 +11,10 @@ import time
 import numpy as np
 import pytest
 from conftest import T0, T1, team_fact
-from test_index_bm25 import WORDS, corpus_index, whoosh_ranking
+from test_index_bm25 import corpus_index, rank_as_whoosh
 
 from mdmem import MemoryRepo
-from mdmem.search import bm25, fulltext, postings
+from mdmem.search import fulltext, postings
 from mdmem.storage.gitdir import cache_dir
 
 
@@ -45,14 +45,7 @@ def test_lists_from_the_file_score_and_rank_as_whoosh_does(seed, tmp_path, small
                     listed += 1
             assert long.get("body", b"no-such-term") is None
             reader.__dict__["_mdmem_long"] = long
-        assert listed
-        for _ in range(6):
-            terms = rng.sample(WORDS, rng.randint(1, 4))
-            allowed = np.array([rng.random() < 0.7 for _ in range(s.doc_count_all())])
-            ours = bm25.search(s, terms, fulltext.FIELD_BOOSTS, allowed, limit=15, B=fulltext.B, K1=fulltext.K1)
-            theirs = whoosh_ranking(s, terms, allowed, 15)
-            assert [h.docnum for h in ours] == [d for d, _ in theirs]
-            assert [h.score for h in ours] == pytest.approx([sc for _, sc in theirs], rel=1e-9)
+        assert listed and rank_as_whoosh(s, rng, 6)
 
 
 QUESTIONS = ["when does billing deploy", "refunds for marketplace orders", "ledger codename", "postgres failover",
