@@ -28,6 +28,7 @@ core was idle (a 10k MiniLM import took ~15 s longer than a cold rebuild of the 
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -55,13 +56,28 @@ class EmbedAhead:
         self._bulk_failed = threading.Event()  # a batch of this import failed: the rest are not tried
         self._ready: OrderedDict[str, np.ndarray] = OrderedDict()
         self._pool: ThreadPoolExecutor | None = None
+        self._query_pool: ThreadPoolExecutor | None = None
         renew_after_fork(self)
 
     def renew_after_fork(self) -> None:
-        """In a forked child the worker thread is not there: what it was making is dropped."""
+        """In a forked child the worker threads are not there: what they were making is dropped."""
         self._lock = threading.Lock()
-        self._coming, self._ready, self._pool = [], OrderedDict(), None
+        self._coming, self._ready, self._pool, self._query_pool = [], OrderedDict(), None, None
         self._bulk, self._bulk_failed = [], threading.Event()
+
+    def query(self, embedder, text: str) -> Future:
+        """A recall's question embedded on a thread of its own (never behind a note being
+        embedded ahead) while the caller catches the index up and runs the BM25F half: the
+        future's result is ``embedder.embed_query(text)``."""
+        with self._lock:
+            if self._query_pool is None:
+                self._query_pool = ThreadPoolExecutor(1, thread_name_prefix="mdmem-embed-query")
+            future = self._query_pool.submit(embedder.embed_query, text)
+        # Hand the GIL over now: the worker takes it to tokenise and enter onnxruntime (which
+        # releases it) at once, instead of waiting out a switch interval (5 ms) behind the
+        # caller's Python. Its result needs the GIL only when the caller waits for it.
+        time.sleep(0)
+        return future
 
     def start(self, embedder, changes: dict[str, bytes | None]) -> None:
         """Embed the notes among ``changes`` (path -> bytes) on the worker, if ``embedder`` is
@@ -152,10 +168,11 @@ class EmbedAhead:
     def close(self) -> None:
         """Wait for the worker (a vector half made at interpreter exit is not left running)."""
         with self._lock:
-            pool, self._pool = self._pool, None
+            pools, self._pool, self._query_pool = (self._pool, self._query_pool), None, None
             self._coming, self._ready, self._bulk = [], OrderedDict(), []
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        for pool in pools:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
 
 
 def note_texts(model_id: str, notes) -> dict[str, str]:

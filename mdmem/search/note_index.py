@@ -9,7 +9,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterable, Set as AbstractSet
+from collections.abc import Callable, Iterable, Set as AbstractSet
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -626,6 +626,14 @@ class NoteIndex:
 
     def embed_query(self, text: str) -> np.ndarray | None:
         return self.embedder.embed_query(text) if self.embedder is not None else None
+
+    def embed_query_soon(self, text: str) -> Callable[[], np.ndarray | None]:
+        """:meth:`embed_query` started on another thread; call the result for the vector
+        (raising what embedding raised)."""
+        embedder = self.embedder
+        if embedder is None:
+            return lambda: None
+        return self._ahead.query(embedder, text).result
 
     def _reflected(self) -> dict:
         return self._recent.state if self._recent is not None else self._load_state()

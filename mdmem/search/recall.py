@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 import numpy as np
@@ -165,13 +165,13 @@ class Recall:
                 raise BadInput("key: an exact key lookup is of the current note; for past versions use "
                                "`mdmem history --subject S --kind K --key KEY [--at TIME]`")
             return self._exact(user, kind_names, subject, key, when)
-        # The query is embedded before the catch-up: a write just made may still be embedding
-        # its note on the worker (search/embed_ahead.py), and both then run at once, one core
-        # each, instead of the query waiting behind the note.
-        qv = self.index.embed_query(query)
+        # The query is embedded on another thread while this one catches the index up and runs
+        # the BM25F half (search/embed_ahead.py): a note a write just handed over may still be
+        # embedding too, and all of it runs at once instead of one after the other.
+        query_vector = self.index.embed_query_soon(query)
         self.index.sync()
         if at is not None or include_history:
-            return self._search_versions(query, qv, roots, kind_names, subject, k,
+            return self._search_versions(query, query_vector, roots, kind_names, subject, k,
                                          when, at=parse_time(at, field="at") if at is not None else None,
                                          tags=tags)
         searcher, table = self.index.searcher(), self.index.table()
@@ -187,16 +187,14 @@ class Recall:
         if kind_names is None and working_intent(query):
             # The working contract is recency: its live notes skip the word-overlap floor.
             exempt = set(np.flatnonzero(allowed & table.of_kind("working")).tolist())
-        # (Embedding the query in a thread beside the BM25 search was measured: onnxruntime
-        # releases the GIL, but on these 2 cores both halves slowed down as much as they overlapped.)
-        ranked, scores, cos = self._rank(searcher, table, query, qv, allowed, candidates(k), exempt=exempt,
-                                         favour=_in_spans(table, query), fill=k)
+        ranked, scores, cos, have_vectors = self._rank(searcher, table, query, query_vector, allowed, candidates(k),
+                                                       exempt=exempt, favour=_in_spans(table, query), fill=k)
         weighted = self._weigh(ranked, table, explicit=kind_names is not None, events=event_intent(query),
                                working=bool(exempt))
         weights = dict(weighted)
         # Twice k are read so that questions demoted below the k-th can give way (~30 us each).
         loaded = load.first([d for d, _ in weighted], 2 * k)
-        when_boost = (WHEN_BOOST if table.has_vectors(qv) else WHEN_BOOST * BM25_WEIGHT) if asks_when(query) else 0.0
+        when_boost = (WHEN_BOOST if have_vectors else WHEN_BOOST * BM25_WEIGHT) if asks_when(query) else 0.0
         for d, f in loaded:
             if asks(f["body"]):
                 weights[d] = round(weights[d] * QUESTION_WEIGHT, 6)
@@ -216,18 +214,25 @@ class Recall:
             hits.append(_hit(fulltext.note_doc(stored), 1.0, current=True, bm25=None, cosine=None))
         return hits
 
-    def _rank(self, searcher, table, query: str, qv, allowed: np.ndarray, limit: int,
-              exempt: set[int] = frozenset(), favour: np.ndarray | None = None, fill: int = 0,
-              ) -> tuple[list[tuple[int, float]], dict[int, float], dict[int, float]]:
+    def _rank(self, searcher, table, query: str, query_vector: Callable[[], np.ndarray | None],
+              allowed: np.ndarray, limit: int, exempt: set[int] = frozenset(), favour: np.ndarray | None = None,
+              fill: int = 0) -> tuple[list[tuple[int, float]], dict[int, float], dict[int, float], bool]:
         """BM25F and cosine over the same allowed docnums, fused: (ranked docnums with fused
-        scores, BM25F scores, cosines). ``exempt`` docnums skip the floor and get a cosine.
-        ``favour`` (the notes in a span of time the question names) proposes its own best
-        candidates too, and they rank TIME_BOOST higher."""
-        have_vectors = table.has_vectors(qv)
+        scores, BM25F scores, cosines, whether vectors were compared). ``query_vector`` gives
+        the question's vector (being embedded meanwhile: it is asked for after the BM25F
+        half). ``exempt`` docnums skip the floor and get a cosine. ``favour`` (the notes in a
+        span of time the question names) proposes its own best candidates too, and they rank
+        TIME_BOOST higher."""
         # Without vectors, a common word is still evidence, and the list is filled to k
         # whenever notes match (see fulltext.search).
-        bm25 = fulltext.search(searcher, query, allowed, limit=limit, bm25_only=not have_vectors,
-                               fill=0 if have_vectors else fill)
+        expected = table.dim is not None and self.index.embedder is not None
+        bm25 = fulltext.search(searcher, query, allowed, limit=limit, bm25_only=not expected,
+                               fill=0 if expected else fill)
+        qv = query_vector()
+        have_vectors = table.has_vectors(qv)
+        if have_vectors != expected:  # a vector of another width than the index holds
+            bm25 = fulltext.search(searcher, query, allowed, limit=limit, bm25_only=not have_vectors,
+                                   fill=0 if have_vectors else fill)
         vec = table.nearest(qv, allowed, limit) if have_vectors else []
         inside = allowed & favour if favour is not None else None
         if inside is not None and inside.any():
@@ -245,7 +250,7 @@ class Recall:
         if inside is not None and inside.any():
             ranked = sorted(((d, s + TIME_BOOST if inside[d] else s) for d, s in ranked),
                             key=lambda kv: (-kv[1], kv[0]))
-        return ranked, {h.docnum: h.score for h in bm25}, cos
+        return ranked, {h.docnum: h.score for h in bm25}, cos, have_vectors
 
     def _fuse(self, bm25: list[tuple[Hashable, float, float]], vec: list[Hashable], cos: dict[Hashable, float],
               have_vectors: bool, exempt: set = frozenset()) -> list[tuple[Hashable, float]]:
@@ -313,7 +318,8 @@ class Recall:
             out.append((docnum, round(score, 6)))
         return sorted(out, key=lambda x: (-x[1], x[0]))
 
-    def _search_versions(self, query, qv, roots, kind_names, subject, k, when, *, at, tags=None) -> list[Hit]:
+    def _search_versions(self, query, query_vector, roots, kind_names, subject, k, when, *, at,
+                         tags=None) -> list[Hit]:
         """The versions index, read like the current one: filter, BM25F and cosine over the
         same docnums, fusion. History recall puts a note's past versions before its current one."""
         if self._versions is None:
@@ -324,7 +330,7 @@ class Recall:
                                               until=fulltext.ts(when), kinds=kind_names, subject=subject)
         if tags:
             allowed = allowed & fulltext.tag_mask(s, tags, len(allowed))
-        ranked, scores, cos = self._rank(s, table, query, qv, allowed, CANDIDATES, fill=k)
+        ranked, scores, cos, _ = self._rank(s, table, query, query_vector, allowed, CANDIDATES, fill=k)
         fused = dict(ranked)
         now_ts = fulltext.ts(when)
         out = []
