@@ -2,6 +2,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from conftest import git_status
 
 WRITER = textwrap.dedent("""
@@ -53,3 +55,50 @@ def test_a_store_made_while_its_thread_holds_the_lock_does_not_wait_for_it(repo)
     assert not repo.store.holds_lock() and not other.holds_lock()
     with other.locked(timeout=2):
         assert repo.store.holds_lock()  # taken through the other store: held all the same
+
+
+FORK_CHILD = textwrap.dedent("""
+    import os, sys
+    from mdmem.errors import LockTimeout
+    from mdmem.storage.gitstore import GitStore
+    s1, s2 = GitStore(sys.argv[1]), GitStore(sys.argv[1])
+    with s1.locked():
+        pid = os.fork()
+        if pid == 0 and GitStore(sys.argv[1]).holds_lock():
+            os._exit(4)  # a store made in the child believed it held the parent's write lock
+    if pid == 0:  # the child, out of the write it was forked in
+        try:
+            with s2.locked(timeout=2):
+                pass
+        except LockTimeout:
+            os._exit(3)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    sys.exit(os.waitstatus_to_exitcode(status))
+""")
+
+
+def test_a_child_forked_under_the_lock_neither_inherits_nor_stalls_other_stores(repo):
+    """Forked inside a write: a store made in the child does not think it holds the parent's
+    lock (exit 4), and another store of the child takes the lock once the write is left,
+    instead of waiting out its timeout on a thread lock nobody holds (exit 3) (attack 9, F3/F4)."""
+    proc = subprocess.run([sys.executable, "-c", FORK_CHILD, str(repo.root)], timeout=60)
+    assert proc.returncode == 0
+
+
+@pytest.mark.parametrize("how", ["symlink", "dotdot"])
+def test_a_store_reaching_the_repo_another_way_sees_the_lock_its_thread_holds(repo, tmp_path, how):
+    """The lock is recorded by the lock folder's real path (attack 9, F5)."""
+    from mdmem.storage.gitstore import GitStore
+
+    if how == "symlink":
+        other_path = tmp_path / "link"
+        other_path.symlink_to(repo.root)
+    else:
+        (tmp_path / "sub").mkdir()
+        other_path = tmp_path / "sub" / ".." / repo.root.name
+    with repo.store.locked():
+        other = GitStore(other_path)
+        assert other.holds_lock()
+        with other.locked(timeout=2):
+            pass

@@ -6,10 +6,12 @@ import threading
 import time
 
 import numpy as np
+import pytest
 from conftest import team_fact
 from embed_server import EmbedServer, vector
 
 from mdmem.config import EmbedderConfig, UserConfig
+from mdmem.errors import GitFailed
 from mdmem.ops import write
 
 CODE = "zebra-forty-two"
@@ -76,6 +78,7 @@ def test_an_approved_note_is_embedded_while_its_commit_is_made(repo, monkeypatch
         held = team_fact(repo, f"The ledger codename is {CODE} since March", key="ledger.codename", new_key=True,
                          source="tool:scraper")
         repo.recall("when does billing deploy", as_user="bob")  # this process now embeds
+        repo.index.embedder.local = True  # as MiniLM is: texts never leave the machine
         asked: list = []
         monkeypatch.setattr(repo.store, "commit", asked_first(server, repo.store.commit, asked))
         repo.approve(held.review_id, as_user="dana", new_key=True)
@@ -93,6 +96,7 @@ def test_a_remembered_note_is_embedding_before_the_write_takes_the_lock(repo, mo
         use_server(repo, server)
         team_fact(repo, "Billing deploys on Tuesdays", key="deploy.window")
         repo.recall("when does billing deploy", as_user="bob")  # this process now embeds
+        repo.index.embedder.local = True  # as MiniLM is: texts never leave the machine
         locked, asked = repo.store.locked, []
         monkeypatch.setattr(repo.store, "locked", asked_first(server, locked, asked))
         team_fact(repo, f"The ledger codename is {CODE} since March", key="ledger.codename", new_key=True)
@@ -100,6 +104,34 @@ def test_a_remembered_note_is_embedding_before_the_write_takes_the_lock(repo, mo
         assert asked and asked[0]
         assert CODE in repo.recall(f"which note names {CODE}?", as_user="bob", k=3)[0].text
         assert len(documents_with(server, CODE)) == 1
+        repo.close()
+
+
+def test_a_servers_embedder_gets_a_text_only_once_it_is_committed(repo, monkeypatch):
+    """Texts for an embedding server (Ollama, OpenAI) are handed over after the commit, not
+    before: a write that fails to commit sends nothing to a third party (attack 9, F8)."""
+    secret = "zebra-forty-two-secret"
+    with EmbedServer() as server:
+        use_server(repo, server)
+        team_fact(repo, "Billing deploys on Tuesdays", key="deploy.window")
+        repo.recall("when does billing deploy", as_user="bob")  # this process now embeds
+        assert repo.index.embedder.local is False
+
+        def failing_commit(*args, **kwargs):
+            time.sleep(0.2)  # git writing; the worker would have sent the text by now
+            raise GitFailed("commit failed (a full disk, a bad signing key)")
+
+        monkeypatch.setattr(repo.store, "commit", failing_commit)
+        with pytest.raises(GitFailed):
+            team_fact(repo, f"The ledger codename is {secret}", key="ledger.codename", new_key=True)
+        time.sleep(0.3)
+        assert documents_with(server, secret) == []
+        monkeypatch.undo()
+        team_fact(repo, f"The ledger codename is {secret}", key="ledger.codename", new_key=True)
+        deadline = time.monotonic() + 10
+        while not documents_with(server, secret) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(documents_with(server, secret)) == 1  # once committed: embedded ahead as before
         repo.close()
 
 

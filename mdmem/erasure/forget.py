@@ -284,6 +284,7 @@ def purge_caches(repo) -> int:
     """The embedding cache keeps only texts current history holds (then VACUUM); the
     full-text and versions indexes and the view metadata are deleted and rebuilt."""
     from ..search.embedding_cache import EmbeddingCache, cache_key
+    from ..search.note_index import index_lock
 
     base = cache_dir(repo.root)
     cache_path = base / "embeddings.sqlite"
@@ -296,9 +297,13 @@ def purge_caches(repo) -> int:
             dropped = cache.retain(keep)
         finally:
             cache.close()
-    # With the half-built (.new), swapped-out (.old) and moved-aside (broken/) copies.
-    for name in ("fulltext", "versions", "fulltext.new", "fulltext.old", "versions.new", "versions.old", "broken"):
-        shutil.rmtree(base / name, ignore_errors=True)
+    # With the half-built (.new), swapped-out (.old) and moved-aside (broken/) copies; under the
+    # index lock, so no process that opened the old index still writes a file into the folder
+    # (search/postings.py writes a segment's file under it, and only while the segment is current).
+    with index_lock(repo.root):
+        for name in ("fulltext", "versions", "fulltext.new", "fulltext.old", "versions.new", "versions.old",
+                     "broken"):
+            shutil.rmtree(base / name, ignore_errors=True)
     for name in ("vectors.sqlite", "viewmeta.sqlite", "state.json", "versions.json"):
         (base / name).unlink(missing_ok=True)
     return dropped

@@ -151,10 +151,11 @@ def _segment_postings(reader, field: str, text: str) -> tuple[np.ndarray, np.nda
 
 def _long_postings(long, reader, field: str, btext: bytes):
     """A long list from the segment's file; None if it is not there (then decoded). A file
-    found damaged here is not read again by this reader."""
+    found damaged here is not read again, and removed (the next process writes it anew)."""
     try:
         return long.get(field, btext)
-    except (ValueError, IndexError):
+    except (ValueError, OSError):
+        long.discard()
         reader.__dict__["_mdmem_long"] = None
         return None
 

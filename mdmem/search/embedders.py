@@ -21,7 +21,10 @@ _ASSETS = Path(__file__).resolve().parent.parent / "assets"
 
 class Embedder(Protocol):
     """``ready`` (optional, default False): embedding now costs no model load, so a write may
-    embed its notes ahead of the recall that follows it (search/embed_ahead.py)."""
+    embed its notes ahead of the recall that follows it (search/embed_ahead.py). ``local``
+    (optional, default False): texts never leave this machine, so a write may hand its notes
+    over before its commit is made; a text sent to a server is sent only once committed (a
+    write that fails never reaches a third party)."""
 
     model_id: str
 
@@ -56,6 +59,7 @@ class MiniLMEmbedder:
     # Alone it is the same vector every time, and no slower: one note is already a ~90-row
     # matrix (batch 1 / 4 / 32: 26.6 / 31.2 / 25.9 notes/s, same run, noisy machine).
     batch_size = 1
+    local = True  # onnxruntime in this process
 
     def __init__(self, *, threads: int | None = None, cache_dir: Path | None = None):
         try:
@@ -143,6 +147,8 @@ class MiniLMEmbedder:
 
 class _HTTPEmbedder(abc.ABC):
     """Shared plumbing for embedders behind an HTTP API: batching, errors naming the URL."""
+
+    local = False  # texts go to a server: handed over only once committed
 
 
     def __init__(self, url: str, model: str, *, timeout: float, batch_size: int):

@@ -9,6 +9,7 @@ import os
 import shutil
 import threading
 import time
+from pathlib import Path
 from collections.abc import Callable, Iterable, Set as AbstractSet
 from dataclasses import dataclass, field
 
@@ -68,7 +69,7 @@ class NoteIndex:
         self._ix = None
         self._searcher = None  # the index on disk
         # Big segments' long posting lists, decoded once into files beside them (postings.py).
-        self._long = postings.Attacher(self.base / "fulltext", fulltext.FIELD_BOOSTS)
+        self._long = postings.Attacher(self.base / "fulltext", fulltext.FIELD_BOOSTS, self.lock)
         self._recent: RecentNotes | None = None  # changes since the index on disk, in memory
         self._combined = None  # the searcher over both
         self._table: DocTable | None = None
@@ -122,7 +123,7 @@ class NoteIndex:
 
     def lock(self) -> Lock:
         """The index's cross-process lock (LockTimeout after two minutes)."""
-        return Lock(str(lock_folder(self.base / "locks") / "index.lock"), timeout=120)
+        return index_lock(self.repo.root)
 
     def _load_state(self) -> dict:
         return cachefiles.read_state(self.state_path, _valid_state)
@@ -310,22 +311,24 @@ class NoteIndex:
     def writing(self, notes: Iterable[Note]) -> None:
         """A write of ``notes`` has begun (checked, not yet committed): their texts are
         embedded from now, as in :meth:`committing`, a few milliseconds earlier."""
-        if self._embedder:
+        if self._embedder and getattr(self._embedder, "local", False):
             self._ahead.start_texts(self._embedder, note_texts(self.model_id, notes))
 
     def committing(self, changes: dict[str, bytes | None]) -> None:
         """This process is about to commit ``changes``: their notes are embedded on another
-        thread while the commit is made, if this process has an embedder ready (never made
-        here); the next recall's catch-up takes the vectors (search/embed_ahead.py). A commit
-        that does not happen leaves only a guess no catch-up asks for."""
-        if self._embedder is not False:
+        thread while the commit is made, if this process has a local embedder ready (never
+        made here); the next recall's catch-up takes the vectors (search/embed_ahead.py). A
+        commit that does not happen leaves only a guess no catch-up asks for. A server's
+        embedder gets them only once committed (:meth:`committed`)."""
+        if self._embedder and getattr(self._embedder, "local", False):
             self._ahead.start(self._embedder, changes)
 
     def committed(self, parent: str | None, commit: str, changes: dict[str, bytes | None]) -> None:
         """This process committed ``changes`` on ``parent``, making ``commit``: the next
-        catch-up diffs only these paths. Their notes are embedded ahead as in
-        :meth:`committing` (a caller that did not announce them; nothing is embedded twice)."""
-        self.committing(changes)
+        catch-up diffs only these paths. Their notes are embedded ahead (those not handed
+        over already by :meth:`writing` or :meth:`committing`: nothing is embedded twice)."""
+        if self._embedder:
+            self._ahead.start(self._embedder, changes)
         paths = list(changes)
         if parent is None:
             return
@@ -544,8 +547,8 @@ class NoteIndex:
         (self.base / "vectors.sqlite").unlink(missing_ok=True)  # where vectors lived before schema 8
         self._open()
         self._refresh()
-        with self._ix.searcher() as searcher:
-            self._long.attach(searcher)  # the big segments' files of long lists, written now
+        with self._ix.searcher() as searcher:  # the big segments' files of long lists, written now
+            self._long.attach(searcher, holding_lock=True)
         read = {s.path for s in notes} | joined
         report.indexed = [p for p in paths if p in read]
         report.joined = len(joined)
@@ -645,6 +648,12 @@ class NoteIndex:
 
     def broken(self) -> dict[str, str]:
         return self._reflected().get("broken", {})
+
+
+def index_lock(root: Path) -> Lock:
+    """The search indexes' cross-process lock of the repo at ``root`` (LockTimeout after two
+    minutes): held while an index folder is built, swapped, deleted (erasure) or given files."""
+    return Lock(str(lock_folder(cache_dir(root) / "locks") / "index.lock"), timeout=120)
 
 
 def _valid_state(state: dict) -> bool:

@@ -11,45 +11,59 @@ for the first time.
 So a segment of LONG_SEGMENT_DOCS documents or more gets a file beside it, ``<segment>.longpost``,
 with every posting list of LONG_POSTINGS postings or more (at least two blocks) in the given
 fields, decoded once when the segment appears (a rebuild, an import, a merge) or when a process
-first opens an index without it (an index made before session 9: ~0.2 s at 10k notes, ~2-3 s at
-100k, once). A lookup is a binary search over the file's sorted keys (no table built when the
-file is opened: the file is memory-mapped) and two array slices.
+first opens an index without it (an index made before session 9: ~0.1 s at 10k notes, ~2.4 s at
+100k, once). It is written under the index lock, only while its segment is still in the index's
+table of contents (an erasure rebuilding the folder holds that lock: a reader that opened the old
+index never writes the old segment's words into the new folder).
+
+Reading it: the small part (keys and offsets, with a checksum) is read and checked when the
+file is opened, into a dict; each list is read with pread on a kept descriptor (no memory map:
+a file cut short under a long-lived process must not kill it with SIGBUS) and checked against its
+own crc32, its ids rising and inside the segment, its weights finite and positive. A file that
+fails any check is not used (the lists are decoded as before) and is removed; the next process
+writes it again. A file larger than twice its segment cannot be one of ours and is not read.
 
 What the file holds is exactly what decoding gives (ids as Whoosh numbers them, term
 frequencies as its float32 weights), deleted documents included: the reader's deletions are
 applied when it is read, as for decoded lists. The file is named like the segment's own files, so
-Whoosh deletes it with its segment; erasure deletes the whole index folder. A file that is
-missing, short, of another segment or otherwise unreadable is not used (the lists are decoded
-as before) and is written again by the next process that opens the index.
+Whoosh deletes it with its segment; erasure deletes the whole index folder. Each key ends with a
+NUL byte, so a raw scan for a word (prove-gone) sees it bounded as in the segment's own files.
 
-File layout (little-endian): a 64-byte header (MAGIC, then the number of keys, the key bytes'
-length, the number of postings, the segment's document count, the segment id in 24 bytes),
-key offsets (uint64, keys + 1), the keys ("field\\0term" as bytes, sorted; padded to 8),
-posting offsets (uint64, keys + 1), document numbers (uint32, padded to 8), weights (float32).
+File layout (little-endian): an 80-byte header (MAGIC; the number of keys, the key bytes' length,
+the number of postings, the segment's document count, the fewest postings a list has; crc32 of
+the small part; the segment id in 24 bytes), then the small part: key offsets (uint64, keys + 1),
+the keys ("field\\0term\\0"; padded to 8), posting offsets (uint64, keys + 1), each list's crc32
+(uint32, padded to 8); then document numbers (uint32, padded to 8) and weights (float32).
 """
 from __future__ import annotations
 
-import mmap
 import os
 import shutil
 import stat
 import struct
+import threading
 import time
+import zlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from whoosh.matching.wrappers import FilterMatcher
+
+from ..errors import LockTimeout
 
 try:  # the fast path reads whoosh3 posting blocks directly
     from whoosh.codec.whoosh3 import W3LeafMatcher
 except ImportError:  # pragma: no cover - another Whoosh: the public path below
     W3LeafMatcher = None
 
-MAGIC = b"MDMPOST1"
+MAGIC = b"MDMPOST2"
 SUFFIX = ".longpost"
-_HEADER = struct.Struct("<8sQQQQ24s")  # 64 bytes
+_HEADER = struct.Struct("<8sQQQQQI24s4x")  # 80 bytes
 LONG_SEGMENT_DOCS = 2_000
 LONG_POSTINGS = 129  # more than one block of 128
+KEY_MAX = 1024  # bytes of a key ("field\0term\0"): longer terms' lists are decoded
 _STALE_TEMPORARY_SECONDS = 600.0
 
 
@@ -101,74 +115,103 @@ def _walk(m) -> tuple[np.ndarray, np.ndarray]:
 
 # --- the file of long lists ----------------------------------------------------------------
 class LongPostings:
-    """A segment's long posting lists, memory-mapped from its file."""
+    """A segment's long posting lists, read from its file (see the module docstring)."""
 
-    def __init__(self, path: Path, doc_count_all: int, segment_id: str):
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))  # a link is not our file
+    def __init__(self, path: Path, doc_count_all: int, segment_id: str, max_size: int):
+        self.path = path
+        # O_NONBLOCK: a FIFO put where the file belongs would block the open for ever.
+        self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            st = os.fstat(self._fd)
+            if not stat.S_ISREG(st.st_mode):
                 raise ValueError("not a regular file")
-            self._map = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-        finally:
-            os.close(fd)
-        try:
-            self._parse(doc_count_all, segment_id)
+            if st.st_size > max_size:
+                raise ValueError("larger than its segment could make it")
+            self._inode = (st.st_dev, st.st_ino)
+            self._parse(st.st_size, doc_count_all, segment_id)
         except Exception:
-            self._map.close()
+            os.close(self._fd)
             raise
 
-    def _parse(self, doc_count_all: int, segment_id: str) -> None:
-        buf = self._map
-        if len(buf) < _HEADER.size:
-            raise ValueError("shorter than its header")
-        magic, n_keys, key_bytes, n_post, docs, segid = _HEADER.unpack_from(buf, 0)
-        if magic != MAGIC or docs != doc_count_all or segid.rstrip(b"\0") != segment_id.encode():
+    def _parse(self, size: int, docs: int, segment_id: str) -> None:
+        magic, n_keys, key_bytes, n_post, file_docs, fewest, small_crc, segid = \
+            _HEADER.unpack(self._read(0, _HEADER.size))
+        if magic != MAGIC or file_docs != docs or segid.rstrip(b"\0") != segment_id.encode():
             raise ValueError("not this segment's file")
-        offset = _HEADER.size
-        self._key_at = np.frombuffer(buf, dtype="<u8", count=n_keys + 1, offset=offset)
-        offset += 8 * (n_keys + 1)
-        self._keys_from = offset
-        offset += _pad8(key_bytes)
-        self._post_at = np.frombuffer(buf, dtype="<u8", count=n_keys + 1, offset=offset)
-        offset += 8 * (n_keys + 1)
-        self._ids = np.frombuffer(buf, dtype="<u4", count=n_post, offset=offset)
-        offset += _pad8(4 * n_post)
-        self._tf = np.frombuffer(buf, dtype="<f4", count=n_post, offset=offset)
-        offset += 4 * n_post
-        if offset != len(buf):
+        # Counts a file of ours can have, checked before anything is read by them.
+        if not (fewest >= 2 and n_post >= n_keys * fewest and n_post <= n_keys * docs
+                and 4 * n_keys <= key_bytes <= KEY_MAX * n_keys):
+            raise ValueError("counts no file of long lists has")
+        small = 8 * (n_keys + 1) + _pad8(key_bytes) + 8 * (n_keys + 1) + _pad8(4 * n_keys)
+        if _HEADER.size + small + _pad8(4 * n_post) + 4 * n_post != size:
             raise ValueError("its size does not match its header")
-        for at, end in ((self._key_at, key_bytes), (self._post_at, n_post)):
-            if at[0] != 0 or at[-1] != end or (len(at) > 1 and bool((np.diff(at.astype(np.int64)) < 0).any())):
-                raise ValueError("its offsets are not in order")
+        data = self._read(_HEADER.size, small)
+        if zlib.crc32(data) != small_crc:
+            raise ValueError("its keys fail their checksum")
+        key_at = np.frombuffer(data, dtype="<u8", count=n_keys + 1).astype(np.int64)
+        keys_from = 8 * (n_keys + 1)
+        post_from = keys_from + _pad8(key_bytes)
+        post_at = np.frombuffer(data, dtype="<u8", count=n_keys + 1, offset=post_from).astype(np.int64)
+        self._crcs = np.frombuffer(data, dtype="<u4", count=n_keys, offset=post_from + 8 * (n_keys + 1))
+        key_len, list_len = np.diff(key_at), np.diff(post_at)
+        if (key_at[0] != 0 or key_at[-1] != key_bytes or post_at[0] != 0 or post_at[-1] != n_post
+                or (key_len < 4).any() or (key_len > KEY_MAX).any() or (list_len < fewest).any()
+                or (list_len > docs).any()):
+            raise ValueError("its offsets are not those of its lists")
+        keys = data[keys_from:keys_from + key_bytes]
+        self._index = {}
+        for i, (a, b) in enumerate(zip(key_at[:-1].tolist(), key_at[1:].tolist())):
+            if keys[b - 1] != 0:
+                raise ValueError("a key without its end")
+            self._index[keys[a:b - 1]] = i
+        self._post_at = post_at
+        self._ids_from = _HEADER.size + small
+        self._tf_from = self._ids_from + _pad8(4 * n_post)
         self.n_keys, self.docs = n_keys, docs
 
-    def _key(self, i: int) -> bytes:
-        return self._map[self._keys_from + int(self._key_at[i]):self._keys_from + int(self._key_at[i + 1])]
+    def _read(self, offset: int, size: int) -> bytes:
+        if self._fd < 0:
+            raise ValueError("closed")
+        data = os.pread(self._fd, size, offset)
+        if len(data) != size:
+            raise ValueError("shorter than it says")
+        return data
 
     def get(self, field: str, btext: bytes) -> tuple[np.ndarray, np.ndarray] | None:
-        """(document numbers, term frequencies) of a long list, None for any other term."""
-        want = field.encode() + b"\0" + btext
-        lo, hi = 0, self.n_keys
-        while lo < hi:  # the first key >= want
-            mid = (lo + hi) // 2
-            if self._key(mid) < want:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo == self.n_keys or self._key(lo) != want:
+        """(document numbers, term frequencies) of a long list, None for any other term.
+        ValueError if the list read is not the one written (then :meth:`discard` the file)."""
+        i = self._index.get(field.encode() + b"\0" + btext)
+        if i is None:
             return None
-        start, end = int(self._post_at[lo]), int(self._post_at[lo + 1])
-        ids = self._ids[start:end].astype(np.int64)
-        if len(ids) and int(ids.max()) >= self.docs:
-            raise ValueError("a document number beyond its segment")
-        return ids, self._tf[start:end].astype(np.float64)
+        start, end = int(self._post_at[i]), int(self._post_at[i + 1])
+        id_bytes = self._read(self._ids_from + 4 * start, 4 * (end - start))
+        tf_bytes = self._read(self._tf_from + 4 * start, 4 * (end - start))
+        if zlib.crc32(tf_bytes, zlib.crc32(id_bytes)) != int(self._crcs[i]):
+            raise ValueError("a list fails its checksum")
+        ids = np.frombuffer(id_bytes, dtype="<u4").astype(np.int64)
+        tf = np.frombuffer(tf_bytes, dtype="<f4").astype(np.float64)
+        if (np.diff(ids) <= 0).any() or int(ids[-1]) >= self.docs or not (np.isfinite(tf) & (tf > 0)).all():
+            raise ValueError("a list no segment has")
+        return ids, tf
+
+    def discard(self) -> None:
+        """This file failed a check: closed, and removed if it is still the one read."""
+        try:
+            st = os.lstat(self.path)
+            if (st.st_dev, st.st_ino) == self._inode:
+                self.path.unlink()
+        except OSError:
+            pass
+        self.close()
 
     def close(self) -> None:
-        self._key_at = self._post_at = self._ids = self._tf = None  # the map's views first
-        try:
-            self._map.close()
-        except BufferError:  # a view still held somewhere: the map goes with it
-            pass
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
+def _pad8(n: int) -> int:
+    return (n + 7) // 8 * 8
 
 
 def _remove(path: Path) -> None:
@@ -182,63 +225,92 @@ def _remove(path: Path) -> None:
         pass
 
 
-def _pad8(n: int) -> int:
-    return (n + 7) // 8 * 8
-
-
 def path_for(folder: Path, segment_id: str) -> Path:
     return folder / f"{segment_id}{SUFFIX}"
 
 
 def write(folder: Path, reader, fields) -> Path:
     """Decode ``reader``'s (one segment's) long lists in ``fields`` into its file (written
-    whole beside it, then renamed into place)."""
+    whole beside it, then renamed into place). The caller holds the index lock."""
     entries: list[tuple[bytes, np.ndarray, np.ndarray]] = []
     for field in fields:
         if field not in reader.schema:
             continue
         for btext, info in reader.iter_field(field):
-            if info.doc_frequency() < LONG_POSTINGS:
+            key = field.encode() + b"\0" + btext + b"\0"
+            if info.doc_frequency() < LONG_POSTINGS or len(key) > KEY_MAX:
                 continue
             ids, tf, _ = decode(reader.postings(field, btext))
-            entries.append((field.encode() + b"\0" + btext, ids, tf))
-    entries.sort(key=lambda e: e[0])
+            entries.append((key, ids.astype("<u4"), tf.astype("<f4")))
     keys = b"".join(k for k, _, _ in entries)
     key_at = np.zeros(len(entries) + 1, dtype="<u8")
     key_at[1:] = np.cumsum([len(k) for k, _, _ in entries])
     post_at = np.zeros(len(entries) + 1, dtype="<u8")
     post_at[1:] = np.cumsum([len(ids) for _, ids, _ in entries])
+    crcs = np.array([zlib.crc32(tf.tobytes(), zlib.crc32(ids.tobytes())) for _, ids, tf in entries], dtype="<u4")
     n_post = int(post_at[-1])
-    ids = np.concatenate([i for _, i, _ in entries]).astype("<u4") if entries else np.zeros(0, "<u4")
-    tf = np.concatenate([t for _, _, t in entries]).astype("<f4") if entries else np.zeros(0, "<f4")
+    ids = np.concatenate([i for _, i, _ in entries]) if entries else np.zeros(0, "<u4")
+    tf = np.concatenate([t for _, _, t in entries]) if entries else np.zeros(0, "<f4")
+    small = (key_at.tobytes() + keys.ljust(_pad8(len(keys)), b"\0") + post_at.tobytes()
+             + crcs.tobytes().ljust(_pad8(4 * len(entries)), b"\0"))
     segment_id = reader.segment().segment_id()
-    header = _HEADER.pack(MAGIC, len(entries), len(keys), n_post, reader.doc_count_all(), segment_id.encode())
+    fewest = min((len(i) for _, i, _ in entries), default=LONG_POSTINGS)
+    header = _HEADER.pack(MAGIC, len(entries), len(keys), n_post, reader.doc_count_all(), fewest,
+                          zlib.crc32(small), segment_id.encode())
     path = path_for(folder, segment_id)
     # A name Whoosh's clean-up leaves alone (it skips names starting with a dot).
-    tmp = folder / f".{path.name}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(header)
-        f.write(key_at.tobytes())
-        f.write(keys.ljust(_pad8(len(keys)), b"\0"))
-        f.write(post_at.tobytes())
-        f.write(ids.tobytes().ljust(_pad8(4 * n_post), b"\0"))
-        f.write(tf.tobytes())
-    os.replace(tmp, path)
+    tmp = folder / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(header)
+            f.write(small)
+            f.write(ids.tobytes().ljust(_pad8(4 * n_post), b"\0"))
+            f.write(tf.tobytes())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
+
+
+def _segment_size(folder: Path, segment_id: str) -> int:
+    """Bytes of the segment's own files (a compound .seg, or its parts)."""
+    total = 0
+    for entry in os.scandir(folder):
+        if entry.name.startswith(segment_id + ".") and not entry.name.endswith(SUFFIX):
+            try:
+                total += entry.stat(follow_symlinks=False).st_size
+            except OSError:
+                pass
+    return total
+
+
+def _is_current(folder: Path, segment_id: str) -> bool:
+    """Whether the index in ``folder`` still has the segment (a rebuild or an erasure replaced it)."""
+    from whoosh import index as windex
+
+    try:
+        with windex.open_dir(str(folder)).reader() as reader:
+            return segment_id in {leaf.segment().segment_id() for leaf, _ in reader.leaf_readers()}
+    except Exception:  # noqa: BLE001 -- an index being replaced or damaged: not now
+        return False
 
 
 class Attacher:
     """Gives each big segment reader of a searcher its LongPostings (bm25.py reads them),
-    writing a missing file first. Opened files are kept while unchanged on disk; a file that
-    cannot be read or written is not tried again by this process."""
+    writing a missing file first (under ``lock``, the index lock). Opened files are kept while
+    unchanged on disk; a file that cannot be read or written is not tried again by this
+    process (a damaged one is removed, for the next process to write again)."""
 
-    def __init__(self, folder: Path, fields):
+    def __init__(self, folder: Path, fields, lock: Callable[[], Any]):
         self.folder = folder
         self.fields = tuple(fields)
+        self.lock = lock
         self._open: dict[str, tuple[tuple, LongPostings]] = {}
         self._failed: set[str] = set()
 
-    def attach(self, searcher) -> None:
+    def attach(self, searcher, *, holding_lock: bool = False) -> None:
+        """``holding_lock``: the caller holds the index lock (a rebuild) and writes files now;
+        otherwise a file is written only if the lock is free at once (else by a later call)."""
         current = set()
         for leaf, _ in searcher.leaf_searchers():
             reader = leaf.reader()
@@ -246,48 +318,69 @@ class Attacher:
                 continue
             current.add(reader.segment().segment_id())
             if "_mdmem_long" not in reader.__dict__:
-                reader.__dict__["_mdmem_long"] = self._for(reader)
+                found = self._for(reader, holding_lock)
+                if found is not False:
+                    reader.__dict__["_mdmem_long"] = found
         for gone in set(self._open) - current:  # merged away or rebuilt
             self._open.pop(gone)[1].close()
 
-    def _for(self, reader) -> LongPostings | None:
+    def _for(self, reader, holding_lock: bool) -> LongPostings | None | bool:
+        """The segment's LongPostings; None if it has none for good; False: not yet."""
         segment_id = reader.segment().segment_id()
         if segment_id in self._failed:
             return None
         path = path_for(self.folder, segment_id)
         try:
-            try:
-                st = path.stat()
-            except FileNotFoundError:
-                self._remove_stale_temporaries()
-                write(self.folder, reader, self.fields)
-                st = path.stat()
+            if not os.path.lexists(path) and not self._write(reader, segment_id, holding_lock):
+                return False
+            st = os.lstat(path)
             stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
             kept = self._open.get(segment_id)
             if kept is not None and kept[0] == stamp:
                 return kept[1]
-            found = LongPostings(path, reader.doc_count_all(), segment_id)
+            max_size = 2 * _segment_size(self.folder, segment_id) + (1 << 20)
+            found = LongPostings(path, reader.doc_count_all(), segment_id, max_size)
         except Exception:  # noqa: BLE001 -- OSError, ValueError, struct.error, a Whoosh error
             # Unreadable or unwritable: decoded as before (only slower). A damaged file is
             # written again by the next process that finds it missing.
             self._failed.add(segment_id)
             _remove(path)
             return None
+        if kept is not None:
+            kept[1].close()
         self._open[segment_id] = (stamp, found)
         return found
+
+    def _write(self, reader, segment_id: str, holding_lock: bool) -> bool:
+        """Write the segment's file if it is still in the index and the lock is ours."""
+        lock = None if holding_lock else self.lock()
+        if lock is not None:
+            try:
+                lock.acquire(timeout=0)
+            except LockTimeout:
+                return False
+        try:
+            if not _is_current(self.folder, segment_id):
+                return False
+            if not os.path.lexists(path_for(self.folder, segment_id)):  # another process's, meanwhile
+                self._remove_stale_temporaries()
+                write(self.folder, reader, self.fields)
+            return True
+        finally:
+            if lock is not None:
+                lock.release()
 
     def _remove_stale_temporaries(self) -> None:
         """A writer killed mid-file leaves its temporary: gone after a while."""
         now = time.time()
         try:
             for p in self.folder.glob(f".*{SUFFIX}.*.tmp"):
-                if now - p.stat().st_mtime > _STALE_TEMPORARY_SECONDS:
+                if now - p.lstat().st_mtime > _STALE_TEMPORARY_SECONDS:
                     p.unlink(missing_ok=True)
         except OSError:
             pass
 
     def close(self) -> None:
-        # The arrays handed out are copies (astype): closing the maps is safe.
         for _, found in self._open.values():
             found.close()
         self._open.clear()

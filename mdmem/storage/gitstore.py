@@ -151,7 +151,10 @@ class GitStore(GitQueries):
         self.index_delay: float | None = None
         self._index_due: set[str] = set()
         self._index_timer: threading.Timer | None = None
-        self._lock_key = str(self.lock_dir.absolute())  # this repo's entry in _HOLDERS
+        # This repo's entry in _HOLDERS: the lock folder's real path (a symlink or `..` in the
+        # way the repo was reached names the same lock).
+        self._lock_key = os.path.realpath(self.lock_dir)
+        self._holder: int | None = None  # the thread holding the lock through this store
         self._threads_lock = threading.Lock()
         renew_after_fork(self)
 
@@ -195,7 +198,7 @@ class GitStore(GitQueries):
             lock = Lock(str(path))
             # Another process's write: polled every LOCK_POLL_SECONDS (a try of flock costs ~us).
             lock.acquire(timeout=timeout, poll_interval=LOCK_POLL_SECONDS)  # LockTimeout names the file
-            _HOLDERS[self._lock_key] = threading.get_ident()
+            self._holder = _HOLDERS[self._lock_key] = threading.get_ident()
             try:
                 try:
                     self.recover_stale_locks()
@@ -205,6 +208,7 @@ class GitStore(GitQueries):
                     self.last_repair_error = f"{type(exc).__name__}: {exc}"
                 yield
             finally:
+                self._holder = None
                 _HOLDERS.pop(self._lock_key, None)
                 lock.release()
         finally:
@@ -215,14 +219,18 @@ class GitStore(GitQueries):
         The write lock stays held only by the thread that forked, if it held it (the child
         shares its open lock file)."""
         self._threads_lock = threading.Lock()
-        if self.holds_lock():
+        _HOLDERS.clear()  # in the child only a store's own record counts (attack 9, F3/F4)
+        if self._holder == threading.get_ident():
             self._threads_lock.acquire()  # the forking thread is inside locked(): it releases this one
+        else:
+            self._holder = None
         self._index_timer = None
 
     def holds_lock(self) -> bool:
         """Whether the calling thread holds the repo's write lock (in-process caches may then
         change what they hold in place: no other writer can run until it is released)."""
-        return _HOLDERS.get(self._lock_key) == threading.get_ident()
+        me = threading.get_ident()
+        return self._holder == me or _HOLDERS.get(self._lock_key) == me
 
     def _git_lock_files(self) -> list[Path]:
         git_dir = Path(self.repo.path)
@@ -928,19 +936,10 @@ _OPEN_STORES: "weakref.WeakSet[GitStore]" = weakref.WeakSet()
 
 # Which thread of this process holds each repo's write lock (by lock folder), whatever GitStore
 # took it: a store made while the lock is held (an erasure reloads its repo mid-way) would
-# otherwise wait for the lock its own thread holds.
+# otherwise wait for the lock its own thread holds. Cleared in a forked child (renew_after_fork),
+# where only the store the forking thread locked through still holds it.
 _HOLDERS: dict[str, int] = {}
 
-
-def _keep_forking_thread() -> None:
-    """In a forked child only the forking thread exists: other threads' holds are void."""
-    me = threading.get_ident()
-    for key, holder in list(_HOLDERS.items()):
-        if holder != me:
-            del _HOLDERS[key]
-
-
-os.register_at_fork(after_in_child=_keep_forking_thread)
 
 
 def _tree_blob_ids(tree: pygit2.Tree, paths, *, blobs_only: bool = True) -> dict[str, str | None]:
