@@ -307,10 +307,14 @@ class Attacher:
         self.lock = lock
         self._open: dict[str, tuple[tuple, LongPostings]] = {}
         self._failed: set[str] = set()
+        self._swept = False  # stale temporaries looked for once per process (and at each write)
 
     def attach(self, searcher, *, holding_lock: bool = False) -> None:
         """``holding_lock``: the caller holds the index lock (a rebuild) and writes files now;
         otherwise a file is written only if the lock is free at once (else by a later call)."""
+        if not self._swept:
+            self._swept = True
+            self._remove_stale_temporaries()
         current = set()
         for leaf, _ in searcher.leaf_searchers():
             reader = leaf.reader()
