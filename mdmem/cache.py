@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import sqlite3
 import time
@@ -33,18 +34,39 @@ def move_aside(path: Path, reason: str) -> Path | None:
     try:
         os.replace(path, target)
     except OSError:
-        _remove(path)
+        remove(path)
         target = None
     log.warning("%s: unreadable cache (%s); moved aside%s and rebuilt from the notes", path,
                 reason, f" to {target}" if target else "")
     olds = sorted(aside_dir.iterdir(), key=lambda p: p.name.rsplit(".", 1)[-1])
     for old in olds[:-KEEP_ASIDE]:
-        _remove(old)
+        remove(old)
     return target
 
 
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
+# The files of an index folder: Whoosh's segments, table of contents and lock, and
+# search/postings.py's files of long lists and their temporaries.
+_INDEX_FILE = re.compile(r"^(_?MAIN_|\.MAIN_)")
+
+
+def remove(path: Path) -> None:
+    """A cache file or folder, gone (whatever it is). A folder that is a link to one elsewhere
+    (an index moved to another disk) loses its index files there too: removing only the link
+    left an erased note's words in the target (attack 9b, G4). Nothing else there is touched."""
+    if path.is_symlink():
+        target = Path(os.path.realpath(path))
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        if target.is_dir():
+            for entry in target.iterdir():
+                if _INDEX_FILE.match(entry.name) and entry.is_file() and not entry.is_symlink():
+                    try:
+                        entry.unlink()
+                    except OSError:
+                        pass
+    elif path.is_dir():
         shutil.rmtree(path, ignore_errors=True)
     else:
         try:
@@ -112,7 +134,7 @@ def open_sqlite(path: Path, setup: Callable[[sqlite3.Connection], None]) -> sqli
 def fresh_folder(folder: Path) -> Path:
     """An empty ``<folder>.new`` to build a replacement index in."""
     new = folder.with_name(folder.name + ".new")
-    _remove(new)
+    remove(new)
     new.mkdir(parents=True)
     return new
 
@@ -122,11 +144,11 @@ def swap_in(folder: Path) -> None:
     the old or the new index in place, or both beside it for :func:`recover_folder`."""
     new = folder.with_name(folder.name + ".new")
     old = folder.with_name(folder.name + ".old")
-    _remove(old)
+    remove(old)
     if os.path.lexists(folder):
         os.replace(folder, old)
     os.replace(new, folder)  # only a finished .new is ever renamed in
-    _remove(old)
+    remove(old)
 
 
 def recover_folder(folder: Path) -> None:
@@ -140,5 +162,5 @@ def recover_folder(folder: Path) -> None:
             os.replace(new, folder)
         elif old.is_dir():
             os.replace(old, folder)
-    _remove(new)
-    _remove(old)
+    remove(new)
+    remove(old)

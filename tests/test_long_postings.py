@@ -5,8 +5,11 @@ built and answers as without it; a damaged file is not used and is written again
 with its segment; a killed writer's temporary is removed."""
 from __future__ import annotations
 
+import gc
 import json
 import os
+import shutil
+import zlib
 import subprocess
 import sys
 import time
@@ -17,7 +20,7 @@ from conftest import T0, T1, team_fact
 from test_index_bm25 import corpus_index, rank_as_whoosh
 
 from mdmem import MemoryRepo
-from mdmem.search import fulltext, postings
+from mdmem.search import bm25, fulltext, postings
 from mdmem.storage.gitdir import cache_dir
 
 
@@ -273,3 +276,151 @@ def test_prove_gone_sees_a_word_left_in_a_file_of_long_lists(tmp_path, small_lis
     checker = MemoryRepo.open(repo.root)
     assert not checker.prove_gone([WORD], as_user="dana").passed
     checker.close()
+
+
+# --- attack 9b: checksummed files that still lie, descriptors, a linked folder ------------
+def read_entries(path):
+    """(docs, segment id, [(key without its NUL, ids, tf)]) of a v2 file."""
+    data = path.read_bytes()
+    _, n_keys, key_bytes, n_post, docs, fewest, _, segid = postings._HEADER.unpack_from(data, 0)
+    at = postings._HEADER.size
+    key_at = np.frombuffer(data, "<u8", n_keys + 1, at).astype(int)
+    keys_from = at + 8 * (n_keys + 1)
+    post_from = keys_from + postings._pad8(key_bytes)
+    post_at = np.frombuffer(data, "<u8", n_keys + 1, post_from).astype(int)
+    ids_from = post_from + 8 * (n_keys + 1) + postings._pad8(4 * n_keys)
+    tf_from = ids_from + postings._pad8(4 * n_post)
+    ids = np.frombuffer(data, "<u4", n_post, ids_from)
+    tf = np.frombuffer(data, "<f4", n_post, tf_from)
+    out = []
+    for i in range(n_keys):
+        key = data[keys_from + key_at[i]:keys_from + key_at[i + 1] - 1]
+        out.append((key, ids[post_at[i]:post_at[i + 1]].copy(), tf[post_at[i]:post_at[i + 1]].copy()))
+    return docs, segid, out
+
+
+def write_entries(path, docs, segid, entries):
+    """A v2 file with valid checksums, as postings.write makes it, from any entries."""
+    keys = b"".join(k + b"\0" for k, _, _ in entries)
+    key_at = np.zeros(len(entries) + 1, "<u8")
+    key_at[1:] = np.cumsum([len(k) + 1 for k, _, _ in entries])
+    post_at = np.zeros(len(entries) + 1, "<u8")
+    post_at[1:] = np.cumsum([len(i) for _, i, _ in entries])
+    crcs = np.array([zlib.crc32(t.astype("<f4").tobytes(), zlib.crc32(i.astype("<u4").tobytes()))
+                     for _, i, t in entries], "<u4")
+    n_post = int(post_at[-1])
+    ids = np.concatenate([i for _, i, _ in entries]).astype("<u4")
+    tf = np.concatenate([t for _, _, t in entries]).astype("<f4")
+    small = (key_at.tobytes() + keys.ljust(postings._pad8(len(keys)), b"\0") + post_at.tobytes()
+             + crcs.tobytes().ljust(postings._pad8(4 * len(entries)), b"\0"))
+    fewest = min(len(i) for _, i, _ in entries)
+    header = postings._HEADER.pack(postings.MAGIC, len(entries), len(keys), n_post, docs, fewest,
+                                   zlib.crc32(small), segid)
+    path.write_bytes(header + small + ids.tobytes().ljust(postings._pad8(4 * n_post), b"\0") + tf.tobytes())
+
+
+
+
+def _term(word: str) -> bytes:
+    return [t.text for t in fulltext.ANALYZER(word)][0].encode()
+
+
+def test_a_checksummed_list_shorter_than_the_segments_is_not_used(tmp_path, small_lists):
+    """A list of 3 where Whoosh has 6, rising, inside, positive, with a good checksum: its
+    length is checked against the term's document frequency (attack 9b, G1). A file crafted
+    with good checksums and lists of the right length but other documents would still be used,
+    as Whoosh's own segment files would be."""
+    repo = filled(tmp_path)
+    repo.reindex(rebuild=True)
+    expected = [[h.path for h in repo.recall("billing deploys", as_user="dana", k=6, now=T1)]]
+    repo.close()
+    [path] = long_files(repo.root)
+    docs, segid, entries = read_entries(path)
+    cut = {b"body\0" + _term("billing"), b"body\0" + _term("deploys")}
+    write_entries(path, docs, segid, [(k, ids[:3], tf[:3]) if k in cut else (k, ids, tf) for k, ids, tf in entries])
+    again = MemoryRepo.open(repo.root)
+    got = [[h.path for h in again.recall("billing deploys", as_user="dana", k=6, now=T1)]]
+    again.close()
+    assert got == expected
+
+
+def test_a_touched_file_is_not_removed_by_a_reader_that_still_holds_it(tmp_path, small_lists):
+    repo = filled(tmp_path)
+    repo.reindex(rebuild=True)
+    repo.close()
+    [path] = long_files(repo.root)
+    good = path.read_bytes()
+    again = MemoryRepo.open(repo.root)
+    first = again.index._disk_searcher()  # a recall in flight on one thread (MCP server, daemon)
+    [reader] = [leaf.reader() for leaf, _ in first.leaf_searchers()
+                if leaf.reader().__dict__.get("_mdmem_long") is not None]
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # a backup tool, touch, rsync -t
+    second = again.index._ix.searcher(weighting=fulltext.weighting())  # another thread's refreshed searcher
+    again.index._long.attach(second)  # the same file, new stamp: the kept LongPostings is closed
+    found = bm25._segment_postings(reader, "body", _term("billing").decode())  # the first recall reads on
+    assert found is not None
+    second.close()
+    again.close()
+    assert path.exists() and path.read_bytes() == good, "the good file was removed (discard on 'closed')"
+
+
+def test_repos_dropped_unclosed_leak_no_descriptors(tmp_path, small_lists):
+    repo = filled(tmp_path)
+    repo.reindex(rebuild=True)
+    repo.close()
+    assert long_files(repo.root)
+
+    def fds():
+        gc.collect()
+        return len(os.listdir("/proc/self/fd"))
+
+    def one():  # a script, a notebook, a web handler: open, ask, drop
+        MemoryRepo.open(repo.root).recall("billing deploys", as_user="dana", k=3, now=T1)
+
+    one()
+    before = fds()
+    for _ in range(30):
+        one()
+    after = fds()
+    leaked = []
+    for n in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{n}")
+        except OSError:
+            continue
+        if target.endswith(postings.SUFFIX):
+            leaked.append(target)
+    assert after - before < 5 and len(leaked) < 5, f"{after - before} descriptors leaked over 30 dropped repos; {len(leaked)} on {leaked[:1]}"
+
+
+def test_an_erasure_clears_an_index_folder_moved_behind_a_link(tmp_path):
+    repo = word_repo(tmp_path)
+    repo.close()
+    folder = cache_dir(repo.root) / "fulltext"
+    elsewhere = tmp_path / "bigdisk" / "fulltext"  # the index moved to another disk, linked back
+    elsewhere.parent.mkdir()
+    shutil.move(str(folder), str(elsewhere))
+    folder.symlink_to(elsewhere)
+    again = MemoryRepo.open(repo.root)
+    assert again.recall(WORD, as_user="dana", now=T1)
+    again.forget(as_user="dana", texts=[WORD], now=T1)
+    hits = again.recall(WORD, as_user="dana", now=T1)
+    proof = again.prove_gone([WORD], as_user="dana")
+    again.close()
+    left = [str(p) for p in [*folder.parent.rglob("*"), *elsewhere.rglob("*")]
+            if p.is_file() and not p.is_symlink() and WORD.encode() in p.read_bytes()]
+    assert not hits, "recall still finds the erased word"
+    assert left == [] or not proof.passed, f"prove-gone passed with the word still in {left}"
+
+
+def test_a_file_of_lists_shorter_than_any_long_list_is_not_read(tmp_path, small_lists):
+    """Lists of 2 postings (a real file's have LONG_POSTINGS or more): a million such keys fit
+    the size cap and cost every process 0.8 s and 136 MB at open (attack 9b, G6)."""
+    path = tmp_path / "MAIN_x.longpost"
+    entries = [(f"body\0w{i}".encode(), np.array([0, 1 + i % 5]), np.array([1.0, 1.0])) for i in range(1000)]
+    write_entries(path, 3000, b"MAIN_x", entries)
+    with pytest.raises(ValueError):
+        postings.LongPostings(path, 3000, "MAIN_x", 1 << 30).close()
+
+

@@ -21,9 +21,9 @@ git's packs live in .git).
 from __future__ import annotations
 
 import datetime as _dt
-import shutil
 from pathlib import Path
 
+from .. import cache as cachefiles
 from ..errors import BadInput, Conflict, GitFailed, NotFound, Refused
 from ..model.clock import format_time, parse_time
 from ..model.layout import is_note_path
@@ -303,7 +303,7 @@ def purge_caches(repo) -> int:
     with index_lock(repo.root):
         for name in ("fulltext", "versions", "fulltext.new", "fulltext.old", "versions.new", "versions.old",
                      "broken"):
-            shutil.rmtree(base / name, ignore_errors=True)
+            cachefiles.remove(base / name)
     for name in ("vectors.sqlite", "viewmeta.sqlite", "state.json", "versions.json"):
         (base / name).unlink(missing_ok=True)
     return dropped

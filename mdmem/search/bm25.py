@@ -136,7 +136,7 @@ def _segment_postings(reader, field: str, text: str) -> tuple[np.ndarray, np.nda
     btext = reader.schema[field].to_bytes(text)
     found = None
     long = reader.__dict__.get("_mdmem_long")  # a big segment's file of long lists (postings.py)
-    listed = _long_postings(long, reader, field, btext) if long is not None else None
+    listed = _long_postings(long, reader, field, text, btext) if long is not None else None
     if listed is not None:
         ids, tf = postings.without(*listed, reader.deleted_docs_set)
     elif (field, btext) in reader:
@@ -149,11 +149,16 @@ def _segment_postings(reader, field: str, text: str) -> tuple[np.ndarray, np.nda
     return found
 
 
-def _long_postings(long, reader, field: str, btext: bytes):
+def _long_postings(long, reader, field: str, text: str, btext: bytes):
     """A long list from the segment's file; None if it is not there (then decoded). A file
-    found damaged here is not read again, and removed (the next process writes it anew)."""
+    found damaged here is not read again, and removed (the next process writes it anew): a list
+    must also be as long as the segment says the term's is (a shorter one with a good checksum
+    was used, attack 9b G1)."""
     try:
-        return long.get(field, btext)
+        listed = long.get(field, btext)
+        if listed is not None and len(listed[0]) != reader.doc_frequency(field, text):
+            raise ValueError("a list of another length than its term's")
+        return listed
     except (ValueError, OSError):
         long.discard()
         reader.__dict__["_mdmem_long"] = None
