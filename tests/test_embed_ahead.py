@@ -2,6 +2,7 @@
 the next recall's catch-up takes that vector instead of embedding the note again; the vector
 is the one the catch-up would have made; a process that has not embedded anything (a CLI
 write) starts no worker; closing the repo leaves no worker thread."""
+import json
 import threading
 import time
 
@@ -259,4 +260,20 @@ def test_a_small_import_embeds_nothing_ahead_by_default(repo):
         result = repo.remember_many(items, as_user="bob", batch_size=5, progress=progress, now=T0)
         assert during == [0] and len(result.committed) == 12
         assert len(documents_with(server, "expires after")) == 12  # then, by the catch-up
+        repo.close()
+
+
+def test_a_recall_refused_for_bad_input_sends_no_question(repo):
+    """The question goes to a server embedder only once the recall's input is known good (it is
+    embedded on a thread beside the catch-up; attack 9b)."""
+    from mdmem.errors import BadInput
+
+    with EmbedServer() as server:
+        use_server(repo, server)
+        team_fact(repo, "Billing deploys on Tuesdays", key="deploy.window")
+        repo.recall("when does billing deploy", as_user="bob")
+        with pytest.raises(BadInput):
+            repo.recall("zqxv private question", as_user="bob", at="not a time")
+        time.sleep(0.2)
+        assert not [r for r in list(server.requests) if "zqxv" in json.dumps(r["payload"])]
         repo.close()

@@ -165,14 +165,14 @@ class Recall:
                 raise BadInput("key: an exact key lookup is of the current note; for past versions use "
                                "`mdmem history --subject S --kind K --key KEY [--at TIME]`")
             return self._exact(user, kind_names, subject, key, when)
+        at_time = parse_time(at, field="at") if at is not None else None  # bad input before any embedding
         # The query is embedded on another thread while this one catches the index up and runs
         # the BM25F half (search/embed_ahead.py): a note a write just handed over may still be
         # embedding too, and all of it runs at once instead of one after the other.
         query_vector = self.index.embed_query_soon(query)
         self.index.sync()
         if at is not None or include_history:
-            return self._search_versions(query, query_vector, roots, kind_names, subject, k,
-                                         when, at=parse_time(at, field="at") if at is not None else None,
+            return self._search_versions(query, query_vector, roots, kind_names, subject, k, when, at=at_time,
                                          tags=tags)
         searcher, table = self.index.searcher(), self.index.table()
         allowed = table.allowed(roots, kinds=kind_names, subject=subject, live_at=fulltext.ts(when))
