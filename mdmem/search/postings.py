@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import stat
 import struct
 import threading
@@ -53,6 +52,7 @@ from typing import Any
 import numpy as np
 from whoosh.matching.wrappers import FilterMatcher
 
+from .. import cache as cachefiles
 from ..errors import LockTimeout
 
 try:  # the fast path reads whoosh3 posting blocks directly
@@ -223,17 +223,6 @@ def _pad8(n: int) -> int:
     return (n + 7) // 8 * 8
 
 
-def _remove(path: Path) -> None:
-    """Whatever is at ``path`` (a damaged file, a folder, a link), if it can be removed."""
-    try:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink(missing_ok=True)
-    except OSError:
-        pass
-
-
 def path_for(folder: Path, segment_id: str) -> Path:
     return folder / f"{segment_id}{SUFFIX}"
 
@@ -357,13 +346,13 @@ class Attacher:
             if exc.errno in _PASSING:  # out of descriptors or memory for a moment: not damage
                 return False
             self._failed.add(segment_id)
-            _remove(path)
+            cachefiles.remove(path)
             return None
         except Exception:  # noqa: BLE001 -- ValueError, struct.error, a Whoosh error
             # Unreadable or unwritable: decoded as before (only slower). A damaged file is
             # written again by the next process that finds it missing.
             self._failed.add(segment_id)
-            _remove(path)
+            cachefiles.remove(path)
             return None
         # A replaced LongPostings is not closed here: a reader of an older searcher may still
         # read through it (its descriptor closes when the last reader lets it go).
