@@ -11,6 +11,11 @@ import pytest
 
 from mdmem import MemoryRepo
 
+# A read-only `mdmem` call starts the repo's daemon in the background by default (cli/launch.py).
+# The suite runs thousands of calls in short-lived repos: the daemons it wants it starts by name,
+# and test_daemon.py tests the default by removing this.
+os.environ.setdefault("MDMEM_DAEMON_AUTOSTART", "0")
+
 T0 = "2026-10-01T09:00:00Z"
 T1 = "2026-10-15T09:00:00Z"
 TEAMS = {"payments": ["alice", "bob", "dana"], "search": ["carol"]}

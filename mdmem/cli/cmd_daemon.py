@@ -3,15 +3,14 @@ read-only calls (recall, get, keys, history, ls, show, startup) with everything 
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
+import os
 import time
 from pathlib import Path
 
 from ..errors import BadInput, Internal, NotFound
 from ..repo import MemoryRepo
 from ..storage.gitdir import cache_dir
-from . import daemon
+from . import daemon, launch
 from .context import add_common
 
 START_SECONDS = 600.0  # a first start may build the search index (with a model: minutes)
@@ -77,15 +76,12 @@ def _start(ctx, root: Path) -> int:
     if info is not None and "pid" in info:
         ctx.emit({**info, "already": True}, f"the daemon of {root} already runs (pid {info['pid']})")
         return 0
-    log = cache_dir(root) / "daemon.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    # -I: the child starts in the repo's folder, and a `mdmem/` folder committed there must not
-    # be what `-m` imports (the current folder would come first on sys.path).
-    argv = [sys.executable, "-I", "-m", "mdmem.cli.main", "daemon", "run", "--repo", str(root),
-            "--idle", str(ctx.args.idle)]
-    with open(log, "ab") as out:
-        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=root,
-                                 env=dict(ctx.env), start_new_session=True)
+    log = cache_dir(root) / launch.LOG_NAME
+    fd = launch.open_log(str(root))
+    try:
+        child = launch.spawn_daemon(str(root), ctx.args.idle, ctx.env, fd)
+    finally:
+        os.close(fd)
     deadline = time.monotonic() + START_SECONDS
     while time.monotonic() < deadline:
         info = daemon.ask(root, "ping", timeout=1.0)

@@ -15,8 +15,9 @@ own process would have given:
 - A change of mdmem.toml (teams, trust, kinds) counts at the next call: the repo follows it
   (RepoState.follow_config), as any repo kept open does.
 - When history was rewritten (an erasure, a sync that reset) the repo is reopened; a rewrite
-  is also looked for every second while idle, and then everything held is dropped: erased
-  text does not wait in this process's memory for the next call.
+  is also looked for every second while idle. Either way the daemon then exits once the call
+  in hand is answered: erased text does not wait in this process's memory -- not even in
+  memory it freed -- and the next call starts a new daemon (launch.py).
 - Code: a call from a client whose mdmem files differ (an upgrade) is answered "run it
   yourself" and the daemon exits.
 - An erasure under way or cut short (its journal, erasure/journal.py): everything held is
@@ -148,15 +149,18 @@ class Daemon:
             held.repo.close()
 
     def drop_rewritten(self) -> None:
-        """Drop what may hold text an erasure removes: everything while one is under way or was
-        cut short (its journal), a repo whose history was rewritten."""
+        """Drop what may hold text an erasure removes -- everything while one is under way or was
+        cut short (its journal), a repo whose history was rewritten -- and stop: the process's
+        freed memory may still hold that text, and only its exit returns it to the system."""
         if self._held and erasure_pending(self.root):
             self.close()
+            self._stop = True
             return
         for held in list(self._held):
             with contextlib.suppress(Exception):
                 if self._changed(held):
                     self._drop(held)
+                    self._stop = True
 
     def close(self) -> None:
         for held in list(self._held):
@@ -177,7 +181,7 @@ class Daemon:
         if request.get("protocol") != PROTOCOL or request.get("code") != self.code:
             self._stop = True
             return {"notice": "the daemon ran other mdmem code (an upgrade?) and has stopped; "
-                              "`mdmem daemon start` starts it again"}
+                              "this call ran in its own process"}
         argv, env, cwd = request.get("argv"), request.get("env"), request.get("cwd")
         if (not isinstance(argv, list) or not all(isinstance(a, str) for a in argv) or not isinstance(env, dict)
                 or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())

@@ -2,10 +2,16 @@
 else run the command in this process.
 
 A CLI call in a fresh process pays ~250 ms for imports (git, Whoosh, numpy, onnxruntime) and
-~50-200 ms to look at every note for hand edits before it can answer; `mdmem daemon start`
-keeps a process beside the repo with all of that warm (and an inotify watch in place of
-the scan). This module is what every call imports first, so it imports only the standard
-library's cheapest parts: a call the daemon answers never loads mdmem's library at all.
+~50-200 ms to look at every note for hand edits before it can answer; the daemon keeps a
+process beside the repo with all of that warm (and an inotify watch in place of the scan).
+A read-only call that finds none runs here and then starts one in the background for the
+calls that follow (it exits after AUTOSTART_IDLE_SECONDS without a call); `mdmem daemon
+start` starts one by hand. This module is what every call imports first, so it imports only
+the standard library's cheapest parts: a call the daemon answers never loads mdmem's
+library at all.
+
+MDMEM_NO_DAEMON=1: never ask a daemon, never start one. MDMEM_DAEMON_AUTOSTART=0: ask one
+that runs, never start one.
 
 Only the commands in READ_ONLY go to the daemon, and any doubt -- no socket, a refused or
 dropped connection, a daemon of another user or of other code, a call it finds is for
@@ -29,6 +35,12 @@ CONNECT_SECONDS = 0.5
 ACK_SECONDS = 3.0  # a daemon that has not started the call by then (frozen, busy) is not waited for
 ACK = {"running": True}  # the daemon's word that the call has started
 MAX_REPLY = 256 << 20  # a reply is a command's whole output
+AUTOSTART_IDLE_SECONDS = 600.0  # a daemon nobody asked for by name does not linger half an hour
+# A daemon that did not come up (a repo it cannot open, a full disk) is not started again by
+# every call: one try per this many seconds (the mark's change time).
+AUTOSTART_RETRY_SECONDS = 60.0
+AUTOSTART_MARK = "daemon.autostart"
+LOG_NAME = "daemon.log"
 
 
 def entry() -> None:
@@ -36,24 +48,41 @@ def entry() -> None:
 
 
 def main(argv: list[str]) -> int:
-    if argv and argv[0] in READ_ONLY and os.environ.get("MDMEM_NO_DAEMON", "0") in ("", "0") \
+    start_for = None  # the repo whose daemon to start once this call has run here
+    if argv and argv[0] in READ_ONLY and not switch(os.environ, "MDMEM_NO_DAEMON", False) \
             and sys.stdout is not None and sys.stderr is not None:
         try:
             try:
                 cwd = os.getcwd()
             except OSError:  # the folder was deleted under the shell: as the command says it
                 cwd = None
-            reply = ask_daemon(argv, os.environ, cwd) if cwd is not None else None
+            root = repo_root_for_call(argv, os.environ, cwd) if cwd is not None else None
+            path = socket_path(root) if root is not None else None
+            reply = ask_daemon(path, argv, os.environ, cwd) if path is not None and cwd is not None else None
             if reply is not None:
                 if reply.get("notice"):
                     sys.stderr.write(f"mdmem: {reply['notice']}\n")
                 if "rc" in reply:
                     return _relay(reply)
+            elif path is not None and switch(os.environ, "MDMEM_DAEMON_AUTOSTART", True):
+                # (also when a socket is there that did not answer: a daemon killed left it, and
+                # a new one replaces it; one that still runs, frozen, holds its lock and the new
+                # one exits -- at most one try per AUTOSTART_RETRY_SECONDS)
+                start_for = root
         except KeyboardInterrupt:  # as cli/main.py
             return 130
     from .main import main as run_here
 
-    return run_here(argv)
+    rc = run_here(argv)
+    if start_for is not None and rc == 0:  # (a call that failed may name no usable repo or user)
+        autostart(start_for)
+    return rc
+
+
+def switch(env, name: str, default: bool) -> bool:
+    """An on/off environment variable: "0" is off, any other value on, unset or empty ``default``."""
+    value = env.get(name, "")
+    return default if value == "" else value != "0"
 
 
 def _relay(reply: dict) -> int:
@@ -77,11 +106,8 @@ def _relay(reply: dict) -> int:
     return int(reply["rc"])
 
 
-def ask_daemon(argv: list[str], env, cwd: str) -> dict | None:
-    """The daemon's answer to this call, or None when it should run here."""
-    path = socket_path_for_call(argv, env, cwd)
-    if path is None:
-        return None
+def ask_daemon(path: str, argv: list[str], env, cwd: str) -> dict | None:
+    """The answer of the daemon at ``path`` to this call, or None when it should run here."""
     request = {"op": "run", "protocol": PROTOCOL, "code": code_stamp(), "argv": argv, "env": dict(env), "cwd": cwd}
     return exchange(path, request)
 
@@ -111,17 +137,17 @@ def exchange(path: str, request: dict, *, timeout: float | None = None) -> dict 
     return reply if isinstance(reply, dict) else None
 
 
-def socket_path_for_call(argv: list[str], env, cwd: str) -> str | None:
-    """Where the daemon of the repo this call names would listen: --repo, MDMEM_REPO, else
-    the folder with mdmem.toml at or above ``cwd``. A guess only -- the daemon resolves the
-    call's repo exactly as the command would and refuses calls for another one."""
+def repo_root_for_call(argv: list[str], env, cwd: str) -> str | None:
+    """The repo this call names: --repo, MDMEM_REPO, else the folder with mdmem.toml at or above
+    ``cwd``. A guess only -- the daemon resolves the call's repo exactly as the command would
+    and refuses calls for another one."""
     given = _repo_argument(argv) or env.get("MDMEM_REPO")
     if given:
-        return socket_path(os.path.join(cwd, given))
+        return os.path.join(cwd, given)
     folder = os.path.abspath(cwd)
     while True:
         if os.path.exists(os.path.join(folder, "mdmem.toml")):
-            return socket_path(folder)
+            return folder
         parent = os.path.dirname(folder)
         if parent == folder:
             return None
@@ -146,6 +172,57 @@ def socket_path(root: str) -> str | None:
 
     path = str(cache_dir(root) / SOCKET_NAME)  # type: ignore[arg-type]
     return path if len(os.fsencode(path)) < 108 else None  # AF_UNIX's limit (sun_path)
+
+
+def spawn_daemon(root: str, idle_seconds: float, env, log: int):
+    """Start `mdmem daemon run` for ``root`` in a session of its own, detached from this call's
+    terminal and pipes (output to ``log``, a file descriptor): a shell reading this call's
+    output (`$(mdmem recall ...)`, a CI step) gets its end of file when this call exits."""
+    import subprocess
+
+    # -I: the child starts in the repo's folder, and a `mdmem/` folder committed there must not
+    # be what `-m` imports (the current folder would come first on sys.path).
+    argv = [sys.executable, "-I", "-m", "mdmem.cli.main", "daemon", "run", "--repo", str(root),
+            "--idle", repr(float(idle_seconds))]
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=root, env=dict(env),
+                            start_new_session=True)
+
+
+def open_log(root: str) -> int:
+    """The daemon's log in the repo's cache folder, opened to append (OSError: cannot be had)."""
+    from ..storage.gitdir import cache_dir
+
+    folder = cache_dir(root)  # type: ignore[arg-type]
+    folder.mkdir(parents=True, exist_ok=True)
+    return os.open(folder / LOG_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
+def autostart(root: str) -> bool:
+    """Start the daemon of ``root`` in the background, for the calls after this one; at most one
+    try per AUTOSTART_RETRY_SECONDS. Never an error: the daemon only ever saves time."""
+    from ..storage.gitdir import cache_dir
+
+    mark = cache_dir(root) / AUTOSTART_MARK  # type: ignore[arg-type]
+    try:
+        if time.time() - os.lstat(mark).st_mtime < AUTOSTART_RETRY_SECONDS:
+            return False  # tried a moment ago: it is warming up, or it could not start
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    try:
+        log = open_log(root)
+    except OSError:  # a read-only repo, a full disk: calls keep running in their own process
+        return False
+    try:
+        os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600))
+        os.utime(mark, follow_symlinks=False)
+        spawn_daemon(root, AUTOSTART_IDLE_SECONDS, os.environ, log)
+    except OSError:
+        return False
+    finally:
+        os.close(log)
+    return True
 
 
 def code_stamp() -> str:
