@@ -650,9 +650,84 @@ def test_after_an_erasure_the_next_call_starts_a_new_daemon(stop_after):
     while _alive(first["pid"]) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(first["pid"])
-    mark = cache_dir(mem) / launch.AUTOSTART_MARK
-    old = time.time() - launch.AUTOSTART_RETRY_SECONDS - 1
-    os.utime(mark, (old, old))
+    # at once, not a minute after the last start (attack 10, F7)
     r = call("recall", "walrus certificate", "--as", "bob", "--json", cwd=mem, env=env)
     assert r.returncode == 0 and "walrus" not in r.stdout
     assert wait_for_daemon(mem)["pid"] != first["pid"]
+
+
+# --- attack 10 (notes/attack10.md) ------------------------------------------------------------
+
+def test_erasing_text_never_committed_ends_the_daemon_too(stop_after):
+    """F2: forgetting a hand edit rewrites no commit (only a receipt is added), so the branch
+    check did not see it, and the daemon's memory kept the text it had answered with."""
+    mem = stop_after
+    env = default_env()
+    [note] = [p for p in mem.rglob("cert.md") if ".git" not in p.parts]  # bob's private note
+    note.write_text(note.read_text().replace("walrus", "quetzalcoatl zeppelin hangar"))
+    call("recall", "quetzalcoatl", "--as", "bob", cwd=mem, env=env)
+    first = wait_for_daemon(mem)
+    assert "quetzalcoatl" in call("recall", "quetzalcoatl review", "--as", "bob", cwd=mem, env=env).stdout
+    assert served(mem) == 1
+    gone = call("forget", "--text", "quetzalcoatl zeppelin hangar", "--as", "bob", cwd=mem, env=env)
+    assert gone.returncode == 0, gone.stderr
+    deadline = time.monotonic() + 10
+    while _alive(first["pid"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(first["pid"])
+
+
+@pytest.mark.parametrize("name", [launch.LOG_NAME, launch.AUTOSTART_MARK])
+def test_a_fifo_in_place_of_the_log_or_the_mark_does_not_hold_the_call(mem, name):
+    """F3: the call printed its answer and never exited (a FIFO opened to write waits for a reader)."""
+    cache_dir(mem).mkdir(parents=True, exist_ok=True)
+    os.mkfifo(cache_dir(mem) / name)
+    r = call("recall", "bluebird", "--as", "bob", cwd=mem, env=default_env())
+    assert r.returncode == 0 and "bluebird" in r.stdout
+    time.sleep(0.5)
+    assert daemon.ask(mem, "ping") is None  # nothing started where it could not log or mark
+
+
+def test_help_and_usage_wrap_at_the_callers_terminal_width(running):
+    """F4: through the daemon argparse measured no terminal and wrapped at 80 columns."""
+    path = launch.socket_path(str(running))
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    for argv in (["recall", "--help"], ["recall", "--bogus"]):
+        reply = launch.exchange(path, {"op": "run", "protocol": launch.PROTOCOL, "code": launch.code_stamp(),
+                                       "argv": argv, "env": env, "cwd": str(running), "columns": 44})
+        here = cli(*argv, cwd=running, via="here", env={"COLUMNS": "44"})
+        assert (reply["rc"], reply["stdout"], reply["stderr"]) == (here.returncode, here.stdout, here.stderr), argv
+    assert "COLUMNS" not in daemon.ask(running, "ping")  # (nothing of the call stays)
+
+
+def test_the_daemon_runs_the_mdmem_the_caller_imported_wherever_it_was_found(stop_after, tmp_path):
+    """F1: started with -I, the daemon ignored the PYTHONPATH (or user site) the caller found
+    mdmem through: it ran the installed copy (other code: "an upgrade?" every minute) or none."""
+    import shutil
+
+    import mdmem as package
+
+    mem = stop_after
+    alt = tmp_path / "alt"
+    shutil.copytree(Path(package.__file__).parent, alt / "mdmem", ignore=shutil.ignore_patterns("__pycache__"))
+    (alt / "mdmem" / "cli" / "launch.py").write_text((alt / "mdmem" / "cli" / "launch.py").read_text() + "\n# a copy\n")
+    env = default_env(PYTHONPATH=str(alt))
+    first = call("recall", "bluebird", "--as", "bob", cwd=mem, env=env)
+    assert first.returncode == 0 and "bluebird" in first.stdout, first.stderr
+    wait_for_daemon(mem)
+    second = call("recall", "bluebird", "--as", "bob", cwd=mem, env=env)
+    assert second.returncode == 0 and "other mdmem code" not in second.stderr, second.stderr
+    assert served(mem) == 1
+    assert "No module named" not in _log(mem)
+
+
+def test_starting_by_name_gives_a_running_daemon_the_idle_time_asked_for(stop_after):
+    """F6: `mdmem daemon start --idle 7200` found the one a call had started and kept its 600 s."""
+    mem = stop_after
+    call("recall", "bluebird", "--as", "bob", cwd=mem, env=default_env())
+    assert wait_for_daemon(mem)["idle_seconds"] == launch.AUTOSTART_IDLE_SECONDS
+    r = cli("daemon", "start", "--idle", "7200", "--json", cwd=mem)
+    assert r.returncode == 0 and json.loads(r.stdout)["already"] is True, r.stderr
+    assert daemon.ask(mem, "ping")["idle_seconds"] == 7200
+    for bad in (0, -1, "x", True, float("inf")):
+        assert "error" in daemon.ask(mem, "idle", seconds=bad)

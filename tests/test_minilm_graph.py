@@ -131,13 +131,15 @@ def test_the_feed_forward_output_is_integer_only_without_gelus_outlier_channels(
     assert outliers[first.replace("__g", "__gf")] > 2 * integer[first], peaks
     ours = MiniLMEmbedder(cache_dir=graph_dir).embed_documents(texts)
     cos = (ours * package_vectors(texts)).sum(axis=1)
-    assert cos.mean() > 0.996 and cos.min() > 0.99, cos
+    # (.9970 mean where the integer GEMM is VNNI's, .9950 on an AVX2-only CPU; every product
+    # in integers: .994 mean, .988 min)
+    assert cos.mean() > 0.9945 and cos.min() > 0.99, cos
 
 
 def test_q_k_and_v_share_one_quantisation_with_the_very_same_numbers(graph_dir):
     """A layer's Q, K and V products read the same input: one DynamicQuantizeMatMul on the three
     weights side by side quantises it once. Undone here (three products on the slices): every
-    number of every vector is the same."""
+    number of every vector is the same (up to the float rounding of the GEMM's output pass)."""
     import onnx
     from onnx import helper
     from onnx import numpy_helper as nh
@@ -170,7 +172,11 @@ def test_q_k_and_v_share_one_quantisation_with_the_very_same_numbers(graph_dir):
     g.node.extend(nodes)
     texts = TEXTS + ["x " * 300, "ok"]
     ours = MiniLMEmbedder(cache_dir=graph_dir).embed_documents(texts)
-    assert np.array_equal(ours, session_vectors(minilm_graph.make_session(model.SerializeToString()), texts))
+    theirs = session_vectors(minilm_graph.make_session(model.SerializeToString()), texts)
+    # Bit for bit where the integer GEMM is VNNI's; on an AVX2-only CPU (AMD EPYC, session 10)
+    # the kernel orders its float output pass by the product's width: 1.5e-8 apart. Another
+    # quantisation of the input would move numbers by its step (~1e-3).
+    assert np.abs(ours - theirs).max() < 1e-6
 
 
 def test_the_session_runs_without_the_fusions_that_cost_more_than_they_save(graph_dir, tmp_path):

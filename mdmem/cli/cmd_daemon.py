@@ -74,7 +74,10 @@ def run(ctx) -> int:
 def _start(ctx, root: Path) -> int:
     info = daemon.ask(root, "ping")
     if info is not None and "pid" in info:
-        ctx.emit({**info, "already": True}, f"the daemon of {root} already runs (pid {info['pid']})")
+        if info.get("idle_seconds") != ctx.args.idle:  # started by a call (or by hand with another)
+            info = daemon.ask(root, "idle", seconds=ctx.args.idle) or info
+        ctx.emit({**info, "already": True}, f"the daemon of {root} already runs (pid {info['pid']}); "
+                                            f"it exits after {ctx.args.idle:.0f} s idle")
         return 0
     log = cache_dir(root) / launch.LOG_NAME
     fd = launch.open_log(str(root))

@@ -47,13 +47,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..erasure.journal import done_stamp as erasure_done
 from ..erasure.journal import pending as erasure_pending
 from ..errors import BadInput, Conflict, LockTimeout
 from ..repo import MemoryRepo
 from ..storage.gitdir import cache_dir
 from ..storage.locks import Lock
-from .launch import (ACK, PROTOCOL, READ_ONLY, SOCKET_NAME, code_stamp, exchange, peer_uid, read_message,
-                     send_message, socket_path)
+from .launch import (ACK, PROTOCOL, READ_ONLY, SOCKET_NAME, code_stamp, exchange, forget_autostart, peer_uid,
+                     read_message, send_message, socket_path)
 
 MAX_REQUEST = 16 << 20  # argv + environment
 REQUEST_SECONDS = 1.0  # a client sends at once: the whole request within this, or it is dropped
@@ -109,6 +110,11 @@ class Daemon:
     _env: dict[str, str] = field(default_factory=lambda: _relevant(os.environ))
     _run_lock: threading.Lock = field(default_factory=threading.Lock)
     _last_call: float = field(default_factory=time.monotonic)
+    _erasures: tuple | None = None  # erasure_done() when it started
+    _rewritten: bool = False  # stopping because of a rewrite or an erasure
+
+    def __post_init__(self) -> None:
+        self._erasures = erasure_done(self.root)
 
     # --- the repos it keeps open ------------------------------------------------------
     def opener(self, path: str | None, cwd: str, settings: dict[str, Any]) -> tuple[MemoryRepo, bool]:
@@ -150,17 +156,22 @@ class Daemon:
 
     def drop_rewritten(self) -> None:
         """Drop what may hold text an erasure removes -- everything while one is under way or was
-        cut short (its journal), a repo whose history was rewritten -- and stop: the process's
-        freed memory may still hold that text, and only its exit returns it to the system."""
-        if self._held and erasure_pending(self.root):
+        cut short (its journal) or once one has ended (its stamp moved: also an erasure of text
+        never committed, which rewrites nothing), a repo whose history was rewritten -- and stop:
+        the process's freed memory may still hold that text, and only its exit returns it."""
+        if erasure_pending(self.root) or erasure_done(self.root) != self._erasures:
             self.close()
-            self._stop = True
+            self._erasures = erasure_done(self.root)
+            self._stopping_for_rewrite()
             return
         for held in list(self._held):
             with contextlib.suppress(Exception):
                 if self._changed(held):
                     self._drop(held)
-                    self._stop = True
+                    self._stopping_for_rewrite()
+
+    def _stopping_for_rewrite(self) -> None:
+        self._stop = self._rewritten = True
 
     def close(self) -> None:
         for held in list(self._held):
@@ -176,28 +187,42 @@ class Daemon:
         if op == "stop":
             self._stop = True
             return {"stopped": True, "pid": os.getpid()}
+        if op == "idle":  # `mdmem daemon start --idle` finding one that runs (started by a call)
+            seconds = request.get("seconds")
+            if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not 0 < seconds < 1e9:
+                return {"error": "idle: seconds, a number above 0"}
+            self.idle_seconds = float(seconds)
+            return self.status()
         if op != "run":
             return {"error": f"unknown op {op!r}"}
         if request.get("protocol") != PROTOCOL or request.get("code") != self.code:
             self._stop = True
             return {"notice": "the daemon ran other mdmem code (an upgrade?) and has stopped; "
                               "this call ran in its own process"}
-        argv, env, cwd = request.get("argv"), request.get("env"), request.get("cwd")
+        argv, env, cwd, columns = request.get("argv"), request.get("env"), request.get("cwd"), request.get("columns")
         if (not isinstance(argv, list) or not all(isinstance(a, str) for a in argv) or not isinstance(env, dict)
                 or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
                 or not isinstance(cwd, str)):
             return {"error": "run: argv (list of strings), env (object of strings), cwd (string)"}
         if not argv or argv[0] not in READ_ONLY or _relevant(env) != self._env:
             return {}  # run it yourself
-        return self.run(argv, env, cwd)
+        if not (isinstance(columns, int) and not isinstance(columns, bool) and 0 < columns < 100_000):
+            columns = None
+        return self.run(argv, env, cwd, columns)
 
-    def run(self, argv: list[str], env: dict[str, str], cwd: str) -> dict:
+    def run(self, argv: list[str], env: dict[str, str], cwd: str, columns: int | None = None) -> dict:
         from .main import main
 
         out, err = io.StringIO(), io.StringIO()
         self._other_repo = False
         saved = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = out, err
+        # The caller's terminal width where its process would have measured one (argparse's
+        # help and usage, rich): this process writes to no terminal. COLUMNS in the caller's
+        # environment is the daemon's own (must_match).
+        width = "COLUMNS" not in env and columns is not None
+        if width:
+            os.environ["COLUMNS"] = str(columns)
         try:
             try:
                 rc = main(argv, env=env, cwd=cwd, opener=self.opener)
@@ -205,10 +230,17 @@ class Daemon:
                 rc = exc.code if isinstance(exc.code, int) else 2
         finally:
             sys.stdout, sys.stderr = saved
+            if width:
+                os.environ.pop("COLUMNS", None)
         if self._other_repo:
             return {}  # another repo's call: the client runs it itself
         self.served += 1
         return {"rc": rc, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+    @property
+    def rewritten(self) -> bool:
+        """It stopped because history was rewritten or an erasure ended."""
+        return self._rewritten
 
     def status(self) -> dict:
         return {"pid": os.getpid(), "root": str(self.root), "code": self.code, "served": self.served,
@@ -360,13 +392,15 @@ def run(root: Path, *, idle_seconds: float = IDLE_SECONDS, warm: Any = None) -> 
     finally:
         daemon.shutdown()
         lock.release()
+        if daemon.rewritten:
+            forget_autostart(root)  # the next call starts a new daemon at once
     return 0
 
 
-def ask(root: Path, op: str, *, timeout: float = 5.0) -> dict | None:
-    """``ping`` or ``stop`` the daemon of ``root`` (None: none answers)."""
+def ask(root: Path, op: str, *, timeout: float = 5.0, **fields: Any) -> dict | None:
+    """``ping``, ``stop`` or ``idle`` (seconds=) the daemon of ``root`` (None: none answers)."""
     path = socket_path(str(root.resolve()))
-    return None if path is None else exchange(path, {"op": op}, timeout=timeout)
+    return None if path is None else exchange(path, {"op": op, **fields}, timeout=timeout)
 
 
 __all__ = ["Daemon", "run", "ask", "starting", "listen_path", "must_match", "SOCKET_NAME"]

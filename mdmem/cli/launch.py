@@ -108,7 +108,8 @@ def _relay(reply: dict) -> int:
 
 def ask_daemon(path: str, argv: list[str], env, cwd: str) -> dict | None:
     """The answer of the daemon at ``path`` to this call, or None when it should run here."""
-    request = {"op": "run", "protocol": PROTOCOL, "code": code_stamp(), "argv": argv, "env": dict(env), "cwd": cwd}
+    request = {"op": "run", "protocol": PROTOCOL, "code": code_stamp(), "argv": argv, "env": dict(env), "cwd": cwd,
+               "columns": terminal_columns()}
     return exchange(path, request)
 
 
@@ -135,6 +136,26 @@ def exchange(path: str, request: dict, *, timeout: float | None = None) -> dict 
     except (OSError, ValueError):
         return None
     return reply if isinstance(reply, dict) else None
+
+
+def terminal_columns() -> int | None:
+    """The width of the terminal this call writes to (None: not a terminal): what argparse and
+    rich measure in the caller's own process, which the daemon's has not got (F4)."""
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns  # as shutil.get_terminal_size
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def forget_autostart(root) -> None:
+    """Let the next call start a daemon at once (the one of ``root`` ended for a reason that is
+    not a failure to start: a history rewrite)."""
+    from ..storage.gitdir import cache_dir
+
+    try:
+        os.unlink(cache_dir(root) / AUTOSTART_MARK)
+    except OSError:
+        pass
 
 
 def repo_root_for_call(argv: list[str], env, cwd: str) -> str | None:
@@ -174,18 +195,48 @@ def socket_path(root: str) -> str | None:
     return path if len(os.fsencode(path)) < 108 else None  # AF_UNIX's limit (sun_path)
 
 
+# The daemon's interpreter imports mdmem from the very folder this process imported it from:
+# not by sys.path (`-I` ignored the PYTHONPATH or user site the caller found mdmem through, so
+# the daemon ran other code or none; attack 10, F1), and never from the repo's folder where it
+# starts (-P: a `mdmem/` committed there must not be what it runs).
+_BOOT = ("import importlib.util, os, sys\n"
+         "init = sys.argv[1]\n"
+         "spec = importlib.util.spec_from_file_location('mdmem', init, "
+         "submodule_search_locations=[os.path.dirname(init)])\n"
+         "module = importlib.util.module_from_spec(spec)\n"
+         "sys.modules['mdmem'] = module\n"
+         "spec.loader.exec_module(module)\n"
+         "sys.argv = ['mdmem', *sys.argv[2:]]\n"
+         "from mdmem.cli.main import entry\n"
+         "entry()\n")
+
+
 def spawn_daemon(root: str, idle_seconds: float, env, log: int):
     """Start `mdmem daemon run` for ``root`` in a session of its own, detached from this call's
     terminal and pipes (output to ``log``, a file descriptor): a shell reading this call's
     output (`$(mdmem recall ...)`, a CI step) gets its end of file when this call exits."""
     import subprocess
 
-    # -I: the child starts in the repo's folder, and a `mdmem/` folder committed there must not
-    # be what `-m` imports (the current folder would come first on sys.path).
-    argv = [sys.executable, "-I", "-m", "mdmem.cli.main", "daemon", "run", "--repo", str(root),
+    init = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "__init__.py")
+    argv = [sys.executable, "-P", "-c", _BOOT, init, "daemon", "run", "--repo", str(root),
             "--idle", repr(float(idle_seconds))]
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=root, env=dict(env),
                             start_new_session=True)
+
+
+# Non-blocking: a FIFO planted at the log's or the mark's name would hold the call forever (F3).
+_OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def _open_regular(path, flags: int) -> int:
+    """Open ``path`` to write, refusing anything but a regular file (OSError)."""
+    import stat
+
+    fd = os.open(path, flags, 0o600)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path}: not a regular file")
+    return fd
 
 
 def open_log(root: str) -> int:
@@ -194,7 +245,7 @@ def open_log(root: str) -> int:
 
     folder = cache_dir(root)  # type: ignore[arg-type]
     folder.mkdir(parents=True, exist_ok=True)
-    return os.open(folder / LOG_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    return _open_regular(folder / LOG_NAME, _OPEN_FLAGS | os.O_APPEND)
 
 
 def autostart(root: str) -> bool:
@@ -202,6 +253,10 @@ def autostart(root: str) -> bool:
     try per AUTOSTART_RETRY_SECONDS. Never an error: the daemon only ever saves time."""
     from ..storage.gitdir import cache_dir
 
+    try:
+        root.encode("utf-8")
+    except UnicodeEncodeError:  # argparse in the daemon could not take it as --repo (F5)
+        return False
     mark = cache_dir(root) / AUTOSTART_MARK  # type: ignore[arg-type]
     try:
         if time.time() - os.lstat(mark).st_mtime < AUTOSTART_RETRY_SECONDS:
@@ -215,7 +270,7 @@ def autostart(root: str) -> bool:
     except OSError:  # a read-only repo, a full disk: calls keep running in their own process
         return False
     try:
-        os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600))
+        os.close(_open_regular(mark, _OPEN_FLAGS | os.O_TRUNC))
         os.utime(mark, follow_symlinks=False)
         spawn_daemon(root, AUTOSTART_IDLE_SECONDS, os.environ, log)
     except OSError:

@@ -161,7 +161,7 @@ def _run(repo, journal: Journal, state: dict) -> dict:
     else:
         receipt["remotes"] = {name: "not pushed: still holds the old history" for name in ops.remotes(root)}
     repo.reload()
-    journal.remove()
+    journal.finished()
     repo.reindex()
     receipt["mentions"] = state.get("mentions", [])
     return receipt

@@ -10,11 +10,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 from ..errors import BadInput
 
 FOLDER = "mdmem-erasure"
+# Rewritten by every erasure that ends: a process holding notes in memory (the daemon) that
+# sees it move lets go of everything -- also after an erasure that rewrote no commit (text only
+# in the work tree), which its check of the branch cannot see.
+DONE = "mdmem-erasure.done"
 
 
 class Journal:
@@ -61,6 +66,26 @@ class Journal:
 
     def remove(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+    def finished(self) -> None:
+        """The erasure ended: the journal goes and :func:`done_stamp` moves."""
+        self.remove()
+        done = self.root / ".git" / DONE
+        try:
+            tmp = done.with_name(DONE + ".new")
+            tmp.write_text(f"{time.time_ns()}\n", encoding="utf-8")
+            os.replace(tmp, done)
+        except OSError:  # (a linked worktree's .git is a file: no journal there either)
+            pass
+
+
+def done_stamp(root: Path) -> tuple[int, int, int] | None:
+    """What changes when an erasure ends here (one stat; None: none has yet)."""
+    try:
+        st = os.stat(Path(root) / ".git" / DONE)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def pending(root: Path) -> bool:
