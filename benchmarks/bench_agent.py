@@ -321,6 +321,10 @@ def cli(root: Path, mode: str) -> dict:
                     # CPU time (user + system) as well: on this shared machine the wall time is mostly
                     # waiting for a core; the CPU a call uses is what a quiet machine's wall would be.
                     cpus.append(got["cpu_ms"])
+            if label == "cli_daemon":  # how many of the calls the daemon answered (the rest ran here)
+                info = subprocess.run([script, "daemon", "status", "--repo", str(root), "--json"], env=env,
+                                      capture_output=True, text=True)
+                out["cli_daemon_served"] = json.loads(info.stdout)["served"] if info.returncode == 0 else 0
         finally:
             if label == "cli_daemon":
                 subprocess.run([script, "daemon", "stop", "--repo", str(root)], env=env, capture_output=True)
@@ -462,7 +466,8 @@ if __name__ == "__main__":
                          if "cli_wall_ms" in r else "-",
                          f"{r['cli_peak_mb']:.0f}" if "cli_peak_mb" in r else "-",
                          f"{r['cli_first_wall_ms']:.0f}, then {r['cli_daemon_wall_ms']:.0f} ({r['cli_daemon_cpu_ms']:.0f} CPU), "
-                         f"{r['cli_daemon_peak_mb']:.0f} MB" if "cli_daemon_wall_ms" in r else "-",
+                         f"{r['cli_daemon_peak_mb']:.0f} MB, served {r.get('cli_daemon_served', '?')}/5"
+                         if "cli_daemon_wall_ms" in r else "-",
                          f"{r['load_start']:.1f} -> {r['load_end']:.1f}",
                          f"{r['until_cpu_p50']:.1f}" + (f" ({r['deferred_until_cpu_p50']:.1f})"
                                                        if "deferred_until_cpu_p50" in r else "")])
