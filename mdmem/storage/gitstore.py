@@ -182,9 +182,13 @@ class GitStore(GitQueries):
 
     # --- locking --------------------------------------------------------------------
     @contextmanager
-    def locked(self, timeout: float = LOCK_TIMEOUT_SECONDS):
+    def locked(self, timeout: float | None = None):
         """The repo's write lock; writers in several processes serialise on it. Taking it
-        recovers git locks a dead writer left and replays an unfinished write's journal."""
+        recovers git locks a dead writer left and replays an unfinished write's journal.
+        ``timeout``: LOCK_TIMEOUT_SECONDS, read at the call (a default bound at definition made
+        the module's value a dead letter: a test setting it to 0.2 s waited the whole 60)."""
+        if timeout is None:
+            timeout = LOCK_TIMEOUT_SECONDS
         if self.holds_lock():
             yield  # this thread holds it already (a flush of git's index inside a write)
             return
