@@ -159,9 +159,10 @@ class Daemon:
         cut short (its journal) or once one has ended (its stamp moved: also an erasure of text
         never committed, which rewrites nothing), a repo whose history was rewritten -- and stop:
         the process's freed memory may still hold that text, and only its exit returns it."""
-        if erasure_pending(self.root) or erasure_done(self.root) != self._erasures:
+        stamp = erasure_done(self.root)  # (one stat per call and per idle second)
+        if stamp != self._erasures or erasure_pending(self.root):
             self.close()
-            self._erasures = erasure_done(self.root)
+            self._erasures = stamp
             self._stopping_for_rewrite()
             return
         for held in list(self._held):
