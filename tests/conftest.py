@@ -15,6 +15,12 @@ from mdmem import MemoryRepo
 # The suite runs thousands of calls in short-lived repos: the daemons it wants it starts by name,
 # and test_daemon.py tests the default by removing this.
 os.environ.setdefault("MDMEM_DAEMON_AUTOSTART", "0")
+# pytest-xdist's workers set COLUMNS=80 and LINES=24, which a plain shell does not export: the
+# tests that compare a terminal's width through the daemon with a process of its own need the
+# suite's environment to be the same whether it runs in workers or not.
+for _name in ("COLUMNS", "LINES"):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.pop(_name, None)
 
 T0 = "2026-10-01T09:00:00Z"
 T1 = "2026-10-15T09:00:00Z"

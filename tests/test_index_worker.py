@@ -95,7 +95,14 @@ def test_an_import_indexed_by_the_worker_equals_a_cold_rebuild(bm25, monkeypatch
     monkeypatch.setattr(IndexWorker, "segment_docs", segment_docs)
 
     def progress(done, total, what):
-        time.sleep(0.3)  # the worker catches up and waits: a segment for each batch (with 30)
+        # The worker catches up and waits: a segment for each batch (with 30). Waiting for its
+        # first segment file, not for a fixed time: on a loaded machine (or beside other test
+        # processes) the worker can still be starting when a fixed sleep ends.
+        if segment_docs == 30:
+            deadline = time.monotonic() + 30
+            while not list((cache_dir(bm25.root) / "bulk").glob("*/*.seg")) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        time.sleep(0.1)
 
     result = import_(bm25, items(130, new_key=True), batch_size=40, index_worker=True, progress=progress)
     assert len(result.committed) == 130
