@@ -191,3 +191,25 @@ def test_a_note_left_edited_is_not_indexed_again_by_every_process(repo):
     assert "frank" in fresh.recall("ledger cache frank", as_user="bob", now=T1)[0].text
     assert disk() != before  # changed since: indexed again
     fresh.close()
+
+
+@needs_inotify
+def test_word_counts_follow_every_write_held_in_memory(repo):
+    """Document frequencies are kept per segment reader across recalls (recent.segment_doc_frequency):
+    each write's new word counts must still reach the next recall's BM25F, which ranks as a
+    reindex of the same notes does."""
+    corpus(repo)
+    for _ in range(2):
+        repo.recall("billing", as_user="bob", now=T1)
+    disk = on_disk(repo)
+    seen = []
+    for i, text in enumerate(["A zebra crossing is painted by the billing office.",
+                              "The zebra crossing on the ledger street is closed; ask dana.",
+                              "Billing zebra drills run on Fridays."]):
+        team_fact(repo, text, subject="service:billing", key=f"zebra.{i}", new_key=True, now=T1)
+        seen.append(ranked(repo, "zebra crossing billing"))
+        assert len([h for h in seen[-1] if "zebra" in h[0]]) == i + 1
+    assert on_disk(repo) == disk  # answered from memory every time
+    fresh = MemoryRepo.open(repo.root)
+    fresh.reindex(rebuild=True)
+    assert ranked(fresh, "zebra crossing billing") == seen[-1]
