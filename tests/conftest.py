@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +24,11 @@ os.environ.setdefault("MDMEM_DAEMON_AUTOSTART", "0")
 for _name in ("COLUMNS", "LINES"):
     if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ.pop(_name, None)
+# Whoosh's RamStorage (the index tests) writes through a fixed folder, tempdir/MAIN.tmp: test
+# processes side by side removed each other's files. Each worker gets a temp folder of its own.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    tempfile.tempdir = tempfile.mkdtemp(prefix=f"mdmem-tests-{os.environ['PYTEST_XDIST_WORKER']}-")
+    atexit.register(shutil.rmtree, tempfile.tempdir, True)
 
 T0 = "2026-10-01T09:00:00Z"
 T1 = "2026-10-15T09:00:00Z"
