@@ -162,3 +162,34 @@ def test_verify_json_is_rewritten_only_after_many_notes_moved_and_a_next_process
     many = MemoryRepo.open(repo.root).trust.flags()
     assert json.loads(cache.read_text())["head"] == repo.store.head()
     assert MemoryRepo.open(repo.root).trust.flags() == many and len(many) == verify.SAVE_AFTER + 1
+
+
+def test_verify_json_is_rewritten_after_many_commits_to_the_same_few_notes(repo):
+    """Supersessions of a few notes never moved SAVE_AFTER notes, so every new process walked
+    the whole `git log` since the last save, a little longer after each write."""
+    import json
+
+    from mdmem.policy import verify
+
+    fill(repo, 4)
+    cache = cache_dir(repo.root) / "verify.json"
+    cache.unlink(missing_ok=True)
+    MemoryRepo.open(repo.root).trust.flags()  # computed from nothing: kept
+    saved = json.loads(cache.read_text())["head"]
+    assert saved == repo.store.head()
+
+    def edit(i):
+        path = repo.root / f"team/payments/service/billing/fact/k{i % 2}.md"
+        path.write_text(path.read_text() + f"Edit {i} by hand.\n")
+        subprocess.run(["git", "-C", str(repo.root), "-c", "user.name=x", "-c", "user.email=mallory@example.com",
+                        "commit", "-qam", f"edit {i}", "--no-verify"], check=True, capture_output=True)
+
+    for i in range(verify.SAVE_AFTER_COMMITS - 1):
+        edit(i)
+    MemoryRepo.open(repo.root).trust.flags()
+    assert json.loads(cache.read_text())["head"] == saved  # fewer commits: left to the next process
+    edit(verify.SAVE_AFTER_COMMITS)
+    flags = MemoryRepo.open(repo.root).trust.flags()
+    assert json.loads(cache.read_text())["head"] == repo.store.head()  # walked them once, kept
+    assert MemoryRepo.open(repo.root).trust.flags() == flags and {p.rsplit("/", 1)[1] for p in flags} == {"k0.md",
+                                                                                                           "k1.md"}
