@@ -656,6 +656,24 @@ def test_after_an_erasure_the_next_call_starts_a_new_daemon(stop_after):
     assert wait_for_daemon(mem)["pid"] != first["pid"]
 
 
+def test_after_a_daemon_stop_the_next_call_starts_a_new_daemon_at_once(stop_after):
+    """Session 11: the one-try-a-minute rule (for a daemon that cannot start) also held after a
+    person's `daemon stop`, so for up to a minute every call ran in a process of its own (~1 s
+    at 10k notes; bench_agent's second row got "served 3/5")."""
+    mem = stop_after
+    env = default_env()
+    call("recall", "walrus", "--as", "bob", cwd=mem, env=env)
+    first = wait_for_daemon(mem)
+    stopped = call("daemon", "stop", cwd=mem, env=env)
+    assert stopped.returncode == 0, stopped.stderr
+    deadline = time.monotonic() + 10
+    while _alive(first["pid"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(first["pid"])
+    assert call("recall", "walrus", "--as", "bob", cwd=mem, env=env).returncode == 0
+    assert wait_for_daemon(mem, seconds=30)["pid"] != first["pid"]
+
+
 # --- attack 10 (notes/attack10.md) ------------------------------------------------------------
 
 def test_erasing_text_never_committed_ends_the_daemon_too(stop_after):

@@ -65,6 +65,10 @@ def run(ctx) -> int:
             ctx.emit({"stopped": False, "root": str(root)}, f"no daemon was running for {root}")
             return 0
         _wait_gone(root)
+        # A daemon stopped on purpose is not one that could not start: the next read-only call
+        # may start one at once, not a minute after the last start (AUTOSTART_RETRY_SECONDS).
+        # Who wants none sets MDMEM_DAEMON_AUTOSTART=0.
+        launch.forget_autostart(root)
         ctx.emit({"stopped": True, "root": str(root), "pid": info.get("pid")},
                  f"stopped the daemon of {root} (pid {info.get('pid')})")
         return 0
