@@ -182,7 +182,9 @@ class MemoryReader(IndexReader):
 # Per segment reader, the document frequencies read from its term table (a segment's never
 # change: Whoosh counts deleted documents too). Measured at 10k notes, 8 disk segments, a recall
 # after each write: 3.4 of its ~15 ms went to these lookups (cProfile), every one asked again.
-SEGMENT_DF_CACHE_MAX = 200_000
+# A question asks ~50 (field, term) pairs; 20,000 (~3-4 MB a reader, emptied when full) keep
+# ~400 questions' worth in a daemon that lives for hours.
+SEGMENT_DF_CACHE_MAX = 20_000
 
 
 def segment_doc_frequency(reader: IndexReader, fieldname: str, text: str) -> int:
