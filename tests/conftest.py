@@ -18,15 +18,14 @@ from mdmem import MemoryRepo
 # The suite runs thousands of calls in short-lived repos: the daemons it wants it starts by name,
 # and test_daemon.py tests the default by removing this.
 os.environ.setdefault("MDMEM_DAEMON_AUTOSTART", "0")
-# pytest-xdist's workers set COLUMNS=80 and LINES=24, which a plain shell does not export: the
-# tests that compare a terminal's width through the daemon with a process of its own need the
-# suite's environment to be the same whether it runs in workers or not.
-for _name in ("COLUMNS", "LINES"):
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        os.environ.pop(_name, None)
-# Whoosh's RamStorage (the index tests) writes through a fixed folder, tempdir/MAIN.tmp: test
-# processes side by side removed each other's files. Each worker gets a temp folder of its own.
 if os.environ.get("PYTEST_XDIST_WORKER"):
+    # pytest-xdist's workers set COLUMNS=80 and LINES=24, which a plain shell does not export:
+    # the tests that compare a terminal's width through the daemon with a process of its own
+    # need the suite's environment to be the same whether it runs in workers or not.
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
+    # Whoosh's RamStorage (the index tests) writes through a fixed folder, tempdir/MAIN.tmp: test
+    # processes side by side removed each other's files. Each worker gets a temp folder of its own.
     tempfile.tempdir = tempfile.mkdtemp(prefix=f"mdmem-tests-{os.environ['PYTEST_XDIST_WORKER']}-")
     atexit.register(shutil.rmtree, tempfile.tempdir, True)
 

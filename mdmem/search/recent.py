@@ -213,7 +213,6 @@ class CombinedSearcher(Searcher):
         self._hidden_lengths = hidden_lengths
         self._total = reader.doc_count_all() - hidden_count  # documents a reindex would hold
         self._live = reader.doc_count() - hidden_count
-        self._df_cache: dict[tuple[str, str], int] = {}
         self.doc_frequency = self._doc_frequency  # Searcher copies the reader's method in
 
     def _subsearcher(self, reader):
@@ -223,17 +222,12 @@ class CombinedSearcher(Searcher):
         return self._live
 
     def _doc_frequency(self, fieldname, text) -> int:
-        # Asked twice per (field, term) and recall (BM25F's own count, then idf), and made of
-        # one count per segment: those of the disk segments are kept on their readers, which
-        # outlive this searcher (a write makes a new one over the same segments).
-        key = (fieldname, text)
-        found = self._df_cache.get(key)
-        if found is None:
-            btext = self.ixreader._text_to_bytes(fieldname, text)
-            found = (sum(segment_doc_frequency(r, fieldname, text) for r in self.ixreader.readers)
-                     - self._hidden_terms.get((fieldname, btext), 0))
-            self._df_cache[key] = found
-        return found
+        # One count per segment: those of the disk segments are kept on their readers, which
+        # outlive this searcher (a write makes a new one over the same segments). BM25F asks
+        # twice per (field, term), its own count then idf: the second is dict lookups.
+        btext = self.ixreader._text_to_bytes(fieldname, text)
+        return (sum(segment_doc_frequency(r, fieldname, text) for r in self.ixreader.readers)
+                - self._hidden_terms.get((fieldname, btext), 0))
 
     def field_length(self, fieldname) -> int:
         return self.ixreader.field_length(fieldname) - self._hidden_lengths.get(fieldname, 0)
