@@ -14,11 +14,10 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 from conftest import run_cli, team_fact
 
 from mdmem import MemoryRepo
-from mdmem.search import bm25, doctable
+from mdmem.search import bm25
 from mdmem.storage.gitdir import cache_dir
 
 WORDS = ["billing", "deploy", "window", "ledger", "refund", "queue", "cache", "timeout", "alice", "friday"]
@@ -69,20 +68,6 @@ def test_the_postings_cache_is_bounded_and_drops_the_least_recent(monkeypatch):
     assert list(cache.lists) == [("a",), ("c",)] and cache.size == 8
     cache.keep(("huge",), (np.arange(11), np.ones(11), np.ones(11)))  # larger than the bound: not kept
     assert ("huge",) not in cache.lists and cache.size == 8
-
-
-def test_cosines_on_one_blas_thread_equal_numpy_and_restore_the_limit():
-    threadpoolctl = pytest.importorskip("threadpoolctl")
-    rng = np.random.default_rng(1)
-    matrix = rng.standard_normal((5000, 64)).astype(np.float32)
-    query = rng.standard_normal(64).astype(np.float32)
-    before = [lib["num_threads"] for lib in threadpoolctl.threadpool_info()]
-    with doctable.one_blas_thread():
-        inside = [lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"]
-        product = matrix @ query
-    assert all(n == 1 for n in inside)
-    assert [lib["num_threads"] for lib in threadpoolctl.threadpool_info()] == before
-    np.testing.assert_allclose(product, matrix @ query, rtol=1e-5, atol=1e-5)
 
 
 def plant(root, path: str, text: str, email: str) -> None:

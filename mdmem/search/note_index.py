@@ -10,7 +10,8 @@ import shutil
 import threading
 import time
 from pathlib import Path
-from collections.abc import Callable, Iterable, Set as AbstractSet
+from collections.abc import Iterable, Set as AbstractSet
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -630,13 +631,15 @@ class NoteIndex:
     def embed_query(self, text: str) -> np.ndarray | None:
         return self.embedder.embed_query(text) if self.embedder is not None else None
 
-    def embed_query_soon(self, text: str) -> Callable[[], np.ndarray | None]:
-        """:meth:`embed_query` started on another thread; call the result for the vector
-        (raising what embedding raised)."""
+    def embed_query_soon(self, text: str) -> Future:
+        """:meth:`embed_query` started on another thread: a future of the vector (None
+        without an embedder; its result raises what embedding raised)."""
         embedder = self.embedder
         if embedder is None:
-            return lambda: None
-        return self._ahead.query(embedder, text).result
+            done: Future = Future()
+            done.set_result(None)
+            return done
+        return self._ahead.query(embedder, text)
 
     def _reflected(self) -> dict:
         return self._recent.state if self._recent is not None else self._load_state()
