@@ -749,3 +749,31 @@ def test_starting_by_name_gives_a_running_daemon_the_idle_time_asked_for(stop_af
     assert daemon.ask(mem, "ping")["idle_seconds"] == 7200
     for bad in (0, -1, "x", True, float("inf")):
         assert "error" in daemon.ask(mem, "idle", seconds=bad)
+
+
+@pytest.mark.parametrize("planted", ["folder", "link"])
+def test_a_folder_or_link_at_the_autostart_mark_neither_stops_autostart_nor_daemon_stop(stop_after, planted):
+    """Session 11's attack: a folder (or a symbolic link) where the autostart mark's file belongs
+    turned autostart off for good, and `daemon stop` could not remove it."""
+    mem = stop_after
+    env = default_env()
+    mark = cache_dir(mem) / launch.AUTOSTART_MARK
+    mark.parent.mkdir(parents=True, exist_ok=True)
+    target = mem.parent / "elsewhere"
+    target.write_text("not the mark\n")
+    if planted == "folder":
+        (mark / "inside").mkdir(parents=True)
+    else:
+        mark.symlink_to(target)
+    assert call("recall", "walrus", "--as", "bob", cwd=mem, env=env).returncode == 0
+    first = wait_for_daemon(mem, seconds=30)
+    assert mark.is_file() and not mark.is_symlink()
+    assert target.read_text() == "not the mark\n"  # a link is replaced, never written through
+    assert call("daemon", "stop", cwd=mem, env=env).returncode == 0
+    deadline = time.monotonic() + 10
+    while _alive(first["pid"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.lexists(mark)  # `daemon stop` removed it
+    (mark / "inside").mkdir(parents=True)
+    launch.forget_autostart(mem)  # what `daemon stop` runs
+    assert not os.path.lexists(mark)

@@ -152,8 +152,21 @@ def forget_autostart(root) -> None:
     not a failure to start: a history rewrite)."""
     from ..storage.gitdir import cache_dir
 
+    _drop_mark(cache_dir(root) / AUTOSTART_MARK)
+
+
+def _drop_mark(mark) -> None:
+    """Remove the autostart mark, whatever is there (a folder or a link where the file belongs
+    turned autostart off for good: the mark's file could never be written again, and
+    `daemon stop` could not remove it; the cache folder is disposable)."""
+    import shutil
+    import stat
+
     try:
-        os.unlink(cache_dir(root) / AUTOSTART_MARK)
+        if stat.S_ISDIR(os.lstat(mark).st_mode):
+            shutil.rmtree(mark, ignore_errors=True)
+        else:
+            os.unlink(mark)
     except OSError:
         pass
 
@@ -257,9 +270,14 @@ def autostart(root: str) -> bool:
         root.encode("utf-8")
     except UnicodeEncodeError:  # argparse in the daemon could not take it as --repo (F5)
         return False
+    import stat
+
     mark = cache_dir(root) / AUTOSTART_MARK  # type: ignore[arg-type]
     try:
-        if time.time() - os.lstat(mark).st_mtime < AUTOSTART_RETRY_SECONDS:
+        st = os.lstat(mark)
+        if not stat.S_ISREG(st.st_mode):
+            _drop_mark(mark)  # not ours to read a time from: replaced by a mark of our own below
+        elif time.time() - st.st_mtime < AUTOSTART_RETRY_SECONDS:
             return False  # tried a moment ago: it is warming up, or it could not start
     except FileNotFoundError:
         pass
