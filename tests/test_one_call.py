@@ -178,3 +178,35 @@ def test_verify_json_is_rewritten_after_many_commits_to_the_same_few_notes(repo)
     assert json.loads(cache.read_text())["head"] == repo.store.head()  # walked them once, kept
     assert MemoryRepo.open(repo.root).trust.flags() == flags and {p.rsplit("/", 1)[1] for p in flags} == {"k0.md",
                                                                                                            "k1.md"}
+
+
+def test_a_long_lived_writer_keeps_its_trust_cache_at_close(repo):
+    """Verifier.flush was never called: a process that made many writes itself (the MCP
+    server) left every one of them to the next process's `git log` walk."""
+    import json
+
+    from mdmem.policy import verify
+
+    fill(repo, 2)
+    cache = cache_dir(repo.root) / "verify.json"
+    writer = MemoryRepo.open(repo.root)
+    writer.trust.flags()  # the state is in memory, and saved (computed from nothing)
+    saved = json.loads(cache.read_text())["head"]
+
+    def write(i):  # each a commit: no write repeats a note's text
+        writer.remember(f"Billing rotates key {i} on Fridays, round {writer.store.head()[:8]}", as_user="bob", kind="fact",
+                        subject="service:billing", key=f"rot{i % 3}", scope="team", team="payments", new_key=True)
+
+    for i in range(3):
+        write(i)
+    writer.close()
+    assert json.loads(cache.read_text())["head"] == saved  # a few: left to the next walk
+    writer = MemoryRepo.open(repo.root)
+    writer.trust.flags()
+    for i in range(verify.SAVE_AFTER_COMMITS):
+        write(i)
+    assert json.loads(cache.read_text())["head"] != writer.store.head()
+    writer.close()
+    assert json.loads(cache.read_text())["head"] == writer.store.head()
+    fresh = MemoryRepo.open(repo.root)
+    assert fresh.trust.flags() == {}  # the kept state agrees with git's history

@@ -204,6 +204,8 @@ class RepoState:
 
     def close(self) -> None:
         self.store.flush_index()  # git's index entries a deferring store still owes
+        if self._trust is not None:
+            self._trust.flush()
         if self._index is not None:
             self._index.close()
         if self._meta_cache is not None:
@@ -213,6 +215,7 @@ class RepoState:
 
     def reset_caches(self) -> None:
         """After a history rewrite every in-process cache describes commits that are gone."""
+        self._trust = None  # not kept at close: its state may name commits (and paths) erased
         self.close()
         self._index = self._recall = self._meta_cache = self._root_blobs = None
         delay = self.store.index_delay  # the MCP server's deferral, kept across a forget or sync
