@@ -213,3 +213,37 @@ def test_word_counts_follow_every_write_held_in_memory(repo):
     fresh = MemoryRepo.open(repo.root)
     fresh.reindex(rebuild=True)
     assert ranked(fresh, "zebra crossing billing") == seen[-1]
+
+
+def test_the_reader_made_after_each_write_equals_one_made_afresh():
+    """RecentNotes extends its last reader with the notes a write adds (search/recent.py),
+    and makes it afresh when a held note is replaced or removed: after any sequence of
+    writes, every posting, length, stored field and docnum equals a reader built from
+    scratch over the notes held."""
+    import random
+
+    from mdmem.search import fulltext, recent
+
+    rng = random.Random(5)
+    words = ["billing", "deploy", "window", "ledger", "cache", "queue", "retry", "timeout", "webhook", "backup"]
+    held = recent.RecentNotes(fulltext.make_schema(), old_doc=lambda fields: None)
+
+    def doc(path):
+        body = " ".join(rng.choice(words) for _ in range(rng.randint(1, 12)))
+        return dict(doc_id=path, path=path, root="team/payments", body=body, kind="fact", subject="service:x")
+
+    before = None  # (an earlier reader, a copy of its postings): never changed by a later one
+    for step in range(80):
+        paths = rng.sample([f"team/payments/n{i}.md" for i in range(30)], rng.randint(1, 3))
+        gone = [p for p in paths if rng.random() < 0.15]
+        held.apply(paths, [doc(p) for p in paths if p not in gone])
+        if rng.random() < 0.7:  # a recall after some writes, not all
+            got = held.reader()
+            fresh = recent.MemoryReader(held.schema, list(held._docs.values()))
+            assert got._postings == fresh._postings, step
+            assert got._field_lengths == fresh._field_lengths, step
+            assert [d.path for d in got._docs] == [d.path for d in fresh._docs], step
+            assert list(got.all_stored_fields()) == list(fresh.all_stored_fields()), step
+            if before is not None:
+                assert {t: (list(a), list(b)) for t, (a, b) in before[0]._postings.items()} == before[1], step
+            before = (got, {t: (list(a), list(b)) for t, (a, b) in got._postings.items()})
