@@ -247,3 +247,27 @@ def test_the_reader_made_after_each_write_equals_one_made_afresh():
             if before is not None:
                 assert {t: (list(a), list(b)) for t, (a, b) in before[0]._postings.items()} == before[1], step
             before = (got, {t: (list(a), list(b)) for t, (a, b) in got._postings.items()})
+
+
+@needs_inotify
+def test_a_hand_edit_right_after_a_write_is_found_and_the_write_itself_is_not_dirty(repo):
+    """The catch-up checks the files a write just made against the blob ids that write
+    committed (NoteIndex._written), not against HEAD's tree: a person's edit of the same file
+    right after must still count, and the write's own file must not look edited."""
+    corpus(repo)
+    for _ in range(2):
+        repo.recall("billing", as_user="bob", now=T1)
+    for i in range(3):
+        stored = team_fact(repo, f"The walrus gateway {i} drains hourly.", subject="service:gateway",
+                           key=f"walrus.{i}", new_key=True, now=T1)
+        path = stored.path if hasattr(stored, "path") else f"team/payments/service/gateway/fact/walrus.{i}.md"
+        assert any(f"walrus.{i}" in h.path for h in repo.recall(f"walrus gateway {i}", as_user="bob", now=T1))
+        assert repo.index.dirty_state() == {}  # the write's own file equals what it committed
+        full = repo.root / path
+        full.write_text(full.read_text().replace(f"walrus gateway {i}", f"narwhal gateway {i}"))
+        hits = repo.recall(f"narwhal gateway {i}", as_user="bob", now=T1)
+        assert any(f"walrus.{i}" in h.path for h in hits), i
+        assert list(repo.index.dirty_state()) == [path]
+        subprocess.run(["git", "-C", str(repo.root), "checkout", "--", path], check=True)
+        repo.recall("anything", as_user="bob", now=T1)
+        assert repo.index.dirty_state() == {}
