@@ -210,3 +210,37 @@ def test_a_long_lived_writer_keeps_its_trust_cache_at_close(repo):
     assert json.loads(cache.read_text())["head"] == writer.store.head()
     fresh = MemoryRepo.open(repo.root)
     assert fresh.trust.flags() == {}  # the kept state agrees with git's history
+
+
+def test_a_writer_that_outlived_an_erasure_by_another_process_does_not_save_the_erased_state(tmp_path):
+    """Attack 12: process A (a long-lived writer, 32+ commits of its own) held a trust state
+    naming a subject; process B erased the subject; A's close saved its old state, and the
+    erased path was in .git/mdmem/verify.json again. prove-gone now checks that file too."""
+    import json
+
+    from mdmem.policy import verify
+
+    a = MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice", "bob", "dana"]}, erasers=["dana"],
+                        as_user="alice", embedder="none")
+    a.verify(as_user="bob")
+    a.remember("Zorblax account manager is Quentin", as_user="bob", kind="fact", subject="customer:zorblax",
+               key="manager", scope="team", team="payments", new_key=True)
+    for i in range(verify.SAVE_AFTER_COMMITS + 1):
+        a.remember(f"Billing fact number {i}", as_user="bob", kind="fact", subject="service:billing",
+                   key=f"k{i}", scope="team", team="payments", new_key=True)
+    cache = cache_dir(a.root) / "verify.json"
+    b = MemoryRepo.open(a.root, embedder="none")
+    b.forget(as_user="dana", subject="customer:zorblax")
+    b.close()
+    a.close()
+    assert not cache.exists() or "zorblax" not in cache.read_text()
+    report = MemoryRepo.open(a.root, embedder="none").prove_gone(["zorblax"], as_user="dana",
+                                                                  subject="customer:zorblax")
+    # (The audit log keeps the erased subject's name by design: only the caches are asked here.)
+    assert [n["checks"]["trust_cache"]["passed"] for n in report.to_dict()["needles"]] == [True]
+    # And the check itself: a trust cache naming the erased path fails the proof.
+    prover = MemoryRepo.open(a.root, embedder="none")
+    prover.verify(as_user="dana")  # its trust state read (and kept) before the file is planted
+    cache.write_text(json.dumps({"touch": {"team/payments/customer/zorblax/fact/manager.md": ["c", "e"]}}))
+    failed = prover.prove_gone(["zorblax"], as_user="dana", subject="customer:zorblax")
+    assert [n["checks"]["trust_cache"]["passed"] for n in failed.to_dict()["needles"]] == [False]

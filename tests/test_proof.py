@@ -30,7 +30,7 @@ JOURNAL = "JOURNAL-NEEDLE-6"  # a stale journal of the embedding cache
 STASH = "STASH-NEEDLE-8"  # a stash message
 ABSENT = "NOWHERE-AT-ALL-9"
 EVERY_CHECK = ["live_notes", "git_objects", "refs_reflogs_stash_notes", "work_tree", "fulltext_index",
-               "embedding_cache", "view_cache", "memory_views"]
+               "embedding_cache", "view_cache", "trust_cache", "memory_views"]
 PERSON_CHECKS = ["live_notes", "git_objects", "refs_reflogs_stash_notes", "work_tree", "fulltext_index",
                  "memory_views"]
 

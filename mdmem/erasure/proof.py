@@ -8,6 +8,8 @@ built from them may legitimately hold a name.
 """
 from __future__ import annotations
 
+import json
+
 import os
 from pathlib import Path
 
@@ -116,6 +118,7 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
         if eraser:
             checks["embedding_cache"] = _sqlite_check(caches / "embeddings.sqlite", nb, [], needle)
             checks["view_cache"] = _sqlite_check(caches / "viewmeta.sqlite", nb, allowed_texts, needle)
+            checks["trust_cache"] = _trust_cache_check(caches / "verify.json", needle, allow_paths)
         checks["memory_views"] = _check([rel for rel, data in files if rel.endswith("MEMORY.md") and occurs(data, nb)
                                          and not _explained(data.decode("utf-8", "replace"), needle,
                                                             allowed_texts, links)])
@@ -232,6 +235,31 @@ def _sqlite_check(path: Path, nb: bytes, allowed_texts: list[str], needle: str) 
     found = occurrences(data, nb)
     explained = sum(occurrences(t, needle) for t in allowed_texts)
     return _check([path.name] if found > explained else [])
+
+
+def _trust_cache_check(path: Path, needle: str, allow_paths: list[str]) -> dict:
+    """verify.json names note paths (a subject is part of one) and writers' e-mails: the needle
+    in any of its strings fails, except in the path of a note allowed to keep it. (A process
+    that outlived an erasure run by another once saved its old state there again: attack 12.)"""
+    if not path.exists():
+        return _check([])
+    raw = path.read_bytes()
+    try:
+        strings: list[str] = []
+        stack = [json.loads(raw)]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, dict):
+                strings += [k for k in item if isinstance(k, str)]
+                stack += list(item.values())
+            elif isinstance(item, list):
+                stack += item
+            elif isinstance(item, str):
+                strings.append(item)
+        found = any(occurs(s, needle) for s in strings if s not in allow_paths)
+    except (ValueError, RecursionError):
+        found = occurs(raw, needle.encode())
+    return _check([path.name] if found else [])
 
 
 def _scope_checks(repo, live_all, allow_paths, subject, owner, readable) -> dict:

@@ -438,7 +438,10 @@ class Verifier:
         catch-up would save after (SAVE_AFTER_COMMITS; a long-lived writer such as the MCP
         server). Fewer are left to the next process's walk: rewriting verify.json costs ~35 ms at
         10,000 notes, walking a commit ~2 ms."""
-        if self._state is not None and self._unsaved >= SAVE_AFTER_COMMITS:
+        if (self._state is not None and self._unsaved >= SAVE_AFTER_COMMITS
+                and self._state["head"] == self.repo.store.head()):
+            # Only a state of HEAD as it is: another process may have moved the branch, or
+            # rewritten history (an erasure: the old state names erased paths; attack 12).
             self._save(self._state)
 
     # --- the rule ---------------------------------------------------------------------

@@ -189,18 +189,17 @@ class DocTable:
         # Sorted docnums: each segment's are one slice (np.unique over 10,000 segment numbers
         # cost ~0.25 ms a recall).
         bounds = [*np.searchsorted(docnums, self._offsets).tolist(), len(docnums)]
-        with matvec.one_blas_thread():
-            for p, (offset, matrix) in enumerate(self._vectors):
-                lo, hi = bounds[p], bounds[p + 1]
-                if matrix is None or lo == hi:
-                    continue
-                if hi - lo == len(matrix):  # the whole segment
-                    out[lo:hi] = matvec.product(matrix, query)
-                    continue
-                local = docnums[lo:hi] - offset
-                # Half the segment or more: one pass over it beats gathering the rows first.
-                out[lo:hi] = matvec.product(matrix, query)[local] if (hi - lo) * 2 >= len(matrix) \
-                    else matrix[local] @ query
+        for p, (offset, matrix) in enumerate(self._vectors):
+            lo, hi = bounds[p], bounds[p + 1]
+            if matrix is None or lo == hi:
+                continue
+            if hi - lo == len(matrix):  # the whole segment
+                out[lo:hi] = matvec.product(matrix, query)
+                continue
+            local = docnums[lo:hi] - offset
+            # Half the segment or more: one pass over it beats gathering the rows first.
+            out[lo:hi] = matvec.product(matrix, query)[local] if (hi - lo) * 2 >= len(matrix) \
+                else matvec.product(matrix[local], query)
         return out
 
     def nearest(self, query: np.ndarray, mask: np.ndarray, limit: int) -> list[tuple[int, float]]:

@@ -2,18 +2,25 @@
 
 A recall compares the question with every allowed note's vector: one pass over the whole
 matrix (10,000 x 384 float32 = 15 MB; 150 MB at 100,000). The pass is bound by memory, not
-arithmetic: on the 2-core AVX2 machine of session 12, 10,400 vectors took 2.3-2.6 ms on one
+arithmetic: on the 2-core AVX2 machine of session 12, 10,400 vectors took 1.9-2.6 ms on one
 thread once the question's embedding had pushed them out of the cache, and 1.4-1.5 ms read as
-two halves on two threads (each row's dot product is computed alone: the same numbers, up to
-the float rounding of a one-row chunk, which numpy computes another way).
-In a 10k MiniLM recall the pass came after the question's embedding, ~3 ms of ~11.
+two halves on two threads. In a 10k MiniLM recall the pass came after the question's
+embedding, ~3 ms of ~11.
 
-OpenBLAS's own threads would split it too, but they spin while they wait for work: 4.7 ms of
-CPU and 13 ms of wall for what one thread did in 0.74 ms on the machine under load
-(:func:`one_blas_thread`). Here the helper is an ordinary thread that sleeps between products,
-and the work is cut into chunks that the caller and the helper take in turn: a helper that is
-not scheduled in time (a busy machine) leaves its chunks to the caller, which never waits for
-a chunk nobody has started. The worst case is one thread's pass plus the hand-over (~50 us).
+The product is numpy's einsum, not BLAS. OpenBLAS's own threads spin while they wait for work
+(4.7 ms of CPU and 13 ms of wall for what one thread did in 0.74 ms, on the machine under
+load), and its thread count is one process-wide setting that only the thread that set it can
+put back (OpenBLAS 0.3.31: a limit restored from another thread was ignored and left BLAS on
+one thread for good, attack 12). einsum's own loop runs on the calling thread without the GIL,
+as fast as one BLAS thread when the vectors come from memory (1.7-1.9 against 1.8-2.1 ms) and a
+little slower from cache (1.35 against 1.1 ms); and each row's value is computed the same way
+whatever the rows around it, so a note's cosine does not depend on its segment's size or on
+how the rows were cut.
+
+The helper is an ordinary thread that sleeps between products, and the work is cut into chunks
+that the caller and the helper take in turn: a helper that is not scheduled in time (a busy
+machine) leaves its chunks to the caller, which never waits for a chunk nobody has started. The
+worst case is one thread's pass plus the hand-over (~50 us).
 """
 from __future__ import annotations
 
@@ -32,17 +39,20 @@ CHUNK_ROWS = 1024
 
 
 def product(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """``matrix @ query`` (float32, one value a row), the rows shared with the helper thread
-    when there are many; BLAS on one thread in each."""
-    with one_blas_thread():
-        if len(matrix) < SPLIT_ROWS:
-            return matrix @ query
-        out = np.empty(len(matrix), dtype=np.result_type(matrix, query))
-        job = _Job(matrix, query, out)
-        _HELPER.lend(job)
-        job.run(helper=False)
-        job.finish()
-        return out
+    """``matrix @ query`` (one value a row), the rows shared with the helper thread when there
+    are many."""
+    out = np.empty(len(matrix), dtype=np.result_type(matrix, query))
+    if len(matrix) < SPLIT_ROWS:
+        return _rows(matrix, query, out)
+    job = _Job(matrix, query, out)
+    _HELPER.lend(job)
+    job.run(helper=False)
+    job.finish()
+    return out
+
+
+def _rows(matrix: np.ndarray, query: np.ndarray, out: np.ndarray) -> np.ndarray:
+    return np.einsum("ij,j->i", matrix, query, out=out)
 
 
 class _Job:
@@ -68,7 +78,7 @@ class _Job:
         try:
             while (chunk := self._next(helper)) is not None:
                 start, end = chunk
-                np.matmul(self.matrix[start:end], self.query, out=self.out[start:end])
+                _rows(self.matrix[start:end], self.query, self.out[start:end])
         except BaseException as e:  # noqa: BLE001 -- handed to the caller, raised there
             if not helper:
                 raise
@@ -109,52 +119,3 @@ class _Helper:
 
 
 _HELPER = _Helper()
-
-
-class _OneBlasThread:
-    """The context :func:`one_blas_thread` returns: the first to enter sets the limit, the
-    last to leave restores it. Nested use (a product inside a caller's context) costs a
-    counter, not threadpoolctl's ~23 us a limit; and two threads in it at once cannot
-    leave OpenBLAS limited for good (the one leaving last restores what was there first)."""
-
-    def __init__(self) -> None:
-        self._controller: object | None = None
-        renew_after_fork(self)
-        self.renew_after_fork()
-
-    def renew_after_fork(self) -> None:
-        self._lock = threading.Lock()
-        self._depth = 0
-        self._limiter: object | None = None
-
-    def __enter__(self) -> None:
-        with self._lock:
-            if self._depth == 0:
-                if self._controller is None:
-                    from threadpoolctl import ThreadpoolController
-
-                    self._controller = ThreadpoolController()
-                self._limiter = self._controller.limit(limits=1, user_api="blas")  # type: ignore[attr-defined]
-            self._depth += 1
-
-    def __exit__(self, *exc: object) -> None:
-        with self._lock:
-            self._depth -= 1
-            if self._depth == 0 and self._limiter is not None:
-                self._limiter.restore_original_limits()  # type: ignore[attr-defined]
-                self._limiter = None
-
-
-_ONE_BLAS_THREAD = _OneBlasThread()
-
-
-def one_blas_thread() -> _OneBlasThread:
-    """A context in which numpy's BLAS (OpenBLAS) runs on the calling thread only.
-
-    Measured at 10,000 x 384 (one query against every vector) on the 2-core machine under
-    load: OpenBLAS's own threads took 4.7 ms of CPU (13 ms wall) for what one thread does in
-    0.74 ms (3.4 ms wall), with identical results. threadpoolctl sets the limit and restores
-    it (~23 us on the machine of session 12); the controller is made once (~1 ms). The limit
-    is process-wide while anyone is inside, which covers the helper's chunks too: the caller
-    leaves the context only after them."""
-    return _ONE_BLAS_THREAD
