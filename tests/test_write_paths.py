@@ -279,33 +279,3 @@ def test_a_forget_keeps_the_deferral_and_does_not_wait_for_itself(repo):
     team_fact(repo, "Billing deploys on Wednesdays", key="deploy.window")
     repo.close()
     assert git_status(repo.root) == "" and not repo.store.pending_path.exists()
-
-
-def test_a_large_folder_tree_stays_in_libgit2s_cache(tmp_path):
-    """libgit2 caches parsed trees of at most 4 KB by default; a folder of many subjects is
-    larger and every write parsed it again (gitstore.TREE_CACHE_LIMIT). In a child process: the
-    limits are process-wide and the pytest process may have set them already."""
-    script = f"""
-import pygit2
-from pathlib import Path
-from mdmem import MemoryRepo
-from mdmem.storage import gitstore
-repo = MemoryRepo.init(Path({str(tmp_path / 'mem')!r}), teams={{"payments": ["bob"]}}, as_user="bob",
-                       embedder="none")
-items = [dict(text=f"Fact {{i}}", kind="fact", subject=f"service:s{{i}}", key="k", scope="team",
-              team="payments") for i in range(300)]
-repo.remember_many(items, as_user="bob", new_key=True)
-tree = repo.store.repo.revparse_single("HEAD").peel(pygit2.Tree)
-big = tree["team/payments/service"]
-size = len(repo.store.repo.odb.read(big.id)[1])
-assert size > 4096, size
-fresh = pygit2.Repository(str(repo.root))  # an empty object cache of its own
-before = pygit2.settings.cached_memory[0]
-fresh[big.id]
-after, bound = pygit2.settings.cached_memory
-assert after - before >= size, (before, after, size)
-assert bound == gitstore.CACHE_MAX_BYTES
-print("ok")
-"""
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

@@ -59,14 +59,6 @@ INDEX_DELAY_SECONDS = 0.2
 _REF_READ_TRIES = 20
 _OBJECT_WRITE_TRIES = 5
 _COMMITTER = ("mdmem", "mdmem@localhost")
-# libgit2 keeps parsed objects in a per-repository cache, but only trees of at most 4 KB. A
-# folder of many subjects is larger (1,552 subjects at 100k notes: ~60 KB) and every write read
-# it twice (the gate's lookup of the note's version, then the tree edit), inflated and parsed
-# anew: remember at 100k with git's index deferred, interleaved, 17.0/16.0 -> 14.9/13.6 ms p50
-# (session 12). The cache's total is bounded too: superseded big trees stay in it until evicted,
-# and libgit2's default bound (256 MB a repository) is more than a long-lived server should keep.
-TREE_CACHE_LIMIT = 256 * 1024
-CACHE_MAX_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -142,7 +134,6 @@ class GitStore(GitQueries):
 
     def __init__(self, root: Path, identity=None):
         self.root = Path(root)
-        _cache_large_trees()
         try:
             self.repo = pygit2.Repository(str(self.root))
         except pygit2.GitError as exc:
@@ -945,18 +936,6 @@ class GitStore(GitQueries):
 
 
 # Stores with index entries due, flushed at exit (a process that never closes its repo).
-_CACHE_SET = False
-
-
-def _cache_large_trees() -> None:
-    """libgit2's object cache limits (process-wide), set once: TREE_CACHE_LIMIT says why."""
-    global _CACHE_SET
-    if not _CACHE_SET:
-        pygit2.settings.cache_object_limit(pygit2.enums.ObjectType.TREE, TREE_CACHE_LIMIT)
-        pygit2.settings.cache_max_size(CACHE_MAX_BYTES)
-        _CACHE_SET = True
-
-
 _OPEN_STORES: "weakref.WeakSet[GitStore]" = weakref.WeakSet()
 
 # Which thread of this process holds each repo's write lock (by lock folder), whatever GitStore
