@@ -5,6 +5,7 @@ themself and by someone who may not read it. Every report is compared whole: whi
 which fail and where, what was not checked and how much. Written against mutmut's survivors
 (the previous tests asserted a few checks of a few reports), and quick enough for mutation runs:
 the repository is built once per module, with a loopback embedding server for the vectors."""
+import json
 import shutil
 import subprocess
 
@@ -436,3 +437,23 @@ def test_caches_hold_only_history_reads_the_versions_index(tmp_path):
     git(repo.root, "reset", "-q", "--hard", "HEAD~1")
     where = repo.prove_gone(["ABSENT-1"], as_user="dana").scope["caches_hold_only_history"]["where"]
     assert "versions: 1 document(s) whose text is no longer in history" in where, where
+
+
+def test_the_trust_cache_check_fails_closed_on_a_file_it_cannot_read(tmp_path):
+    """Attack 12: a damaged verify.json was searched as bytes, where JSON's escapes hide a
+    non-ASCII needle (zoë is written zo\\u00eb); a folder in its place crashed prove-gone."""
+    from mdmem.erasure.proof import _trust_cache_check
+
+    cache = tmp_path / "verify.json"
+    assert _trust_cache_check(cache, "zoë-brandt", [])["passed"]  # absent: nothing to hold it
+    cache.write_text(json.dumps({"touch": {"team/x/user/zoë-brandt/fact/a.md": ["c", "e@x"]}}))
+    assert not _trust_cache_check(cache, "zoë-brandt", [])["passed"]
+    assert _trust_cache_check(cache, "zoë-brandt", ["team/x/user/zoë-brandt/fact/a.md"])["passed"]
+    cache.write_text(cache.read_text()[:-3])  # truncated: \u00eb in its bytes, never "ë"
+    assert "ë".encode() not in cache.read_bytes()
+    assert _trust_cache_check(cache, "zoë-brandt", [])["where"] == ["verify.json (damaged: cannot be checked)"]
+    cache.write_text("[" * 100_000)
+    assert not _trust_cache_check(cache, "anything", [])["passed"]
+    cache.unlink()
+    cache.mkdir()
+    assert _trust_cache_check(cache, "zoë-brandt", [])["where"] == ["verify.json (cannot be read)"]

@@ -240,25 +240,30 @@ def _sqlite_check(path: Path, nb: bytes, allowed_texts: list[str], needle: str) 
 def _trust_cache_check(path: Path, needle: str, allow_paths: list[str]) -> dict:
     """verify.json names note paths (a subject is part of one) and writers' e-mails: the needle
     in any of its strings fails, except in the path of a note allowed to keep it. (A process
-    that outlived an erasure run by another once saved its old state there again: attack 12.)"""
-    if not path.exists():
+    that outlived an erasure run by another once saved its old state there again: attack 12.)
+    A file that cannot be read or parsed fails too: JSON may spell the needle with escapes
+    (``\\u00eb``), so its bytes alone prove nothing. mdmem rewrites a damaged one on its next
+    open; it is a cache, and deleting it is safe."""
+    if not os.path.lexists(path):
         return _check([])
-    raw = path.read_bytes()
     try:
-        strings: list[str] = []
-        stack = [json.loads(raw)]
-        while stack:
-            item = stack.pop()
-            if isinstance(item, dict):
-                strings += [k for k in item if isinstance(k, str)]
-                stack += list(item.values())
-            elif isinstance(item, list):
-                stack += item
-            elif isinstance(item, str):
-                strings.append(item)
-        found = any(occurs(s, needle) for s in strings if s not in allow_paths)
+        item = json.loads(path.read_bytes())
+    except OSError:
+        return _check([f"{path.name} (cannot be read)"])
     except (ValueError, RecursionError):
-        found = occurs(raw, needle.encode())
+        return _check([f"{path.name} (damaged: cannot be checked)"])
+    strings: list[str] = []
+    stack = [item]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            strings += [k for k in item if isinstance(k, str)]
+            stack += list(item.values())
+        elif isinstance(item, list):
+            stack += item
+        elif isinstance(item, str):
+            strings.append(item)
+    found = any(occurs(s, needle) for s in strings if s not in allow_paths)
     return _check([path.name] if found else [])
 
 

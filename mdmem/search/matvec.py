@@ -14,8 +14,8 @@ put back (OpenBLAS 0.3.31: a limit restored from another thread was ignored and 
 one thread for good, attack 12). einsum's own loop runs on the calling thread without the GIL,
 as fast as one BLAS thread when the vectors come from memory (1.7-1.9 against 1.8-2.1 ms) and a
 little slower from cache (1.35 against 1.1 ms); and each row's value is computed the same way
-whatever the rows around it, so a note's cosine does not depend on its segment's size or on
-how the rows were cut.
+whatever the rows around it (for a row-major matrix, which is what the index holds), so a
+note's cosine does not depend on its segment's size or on how the rows were cut.
 
 The helper is an ordinary thread that sleeps between products, and the work is cut into chunks
 that the caller and the helper take in turn: a helper that is not scheduled in time (a busy
