@@ -31,7 +31,7 @@ JOURNAL = "JOURNAL-NEEDLE-6"  # a stale journal of the embedding cache
 STASH = "STASH-NEEDLE-8"  # a stash message
 ABSENT = "NOWHERE-AT-ALL-9"
 EVERY_CHECK = ["live_notes", "git_objects", "refs_reflogs_stash_notes", "work_tree", "fulltext_index",
-               "embedding_cache", "view_cache", "trust_cache", "memory_views"]
+               "embedding_cache", "view_cache", "trust_cache", "other_cache_files", "memory_views"]
 PERSON_CHECKS = ["live_notes", "git_objects", "refs_reflogs_stash_notes", "work_tree", "fulltext_index",
                  "memory_views"]
 
@@ -457,3 +457,29 @@ def test_the_trust_cache_check_fails_closed_on_a_file_it_cannot_read(tmp_path):
     cache.unlink()
     cache.mkdir()
     assert _trust_cache_check(cache, "zoë-brandt", [])["where"] == ["verify.json (cannot be read)"]
+
+
+def test_the_rest_of_the_cache_folder_is_checked_and_forget_clears_the_daemon_log(tmp_path):
+    """Attack 12 (a lead): prove-gone read no file of .git/mdmem but the index, the two SQLite
+    caches and verify.json: a daemon's log, a moved-aside copy or a half-written temporary file
+    could keep an erased text unseen. forget now removes the log and temporary files."""
+    from mdmem import MemoryRepo
+    from mdmem.storage.gitdir import cache_dir
+
+    repo = MemoryRepo.init(tmp_path / "m", teams={"payments": ["bob", "dana"]}, erasers=["dana"],
+                           as_user="bob", embedder="none")
+    repo.remember("Quokkaberry pays with a green card", as_user="bob", kind="fact", subject="customer:quokka",
+                  key="card", scope="team", team="payments", new_key=True)
+    caches = cache_dir(repo.root)
+    (caches / "daemon.log").write_text("mdmem: warning about Quokkaberry\n")
+    (caches / "verify.tmp").write_text("Quokkaberry")
+    repo.forget(as_user="dana", subject="customer:quokka")
+    assert not (caches / "daemon.log").exists() and not list(caches.glob("*.tmp"))
+    passed = repo.prove_gone(["Quokkaberry"], as_user="dana", subject="customer:quokka").to_dict()
+    assert passed["needles"][0]["checks"]["other_cache_files"] == {"passed": True, "where": []}
+    (caches / "broken").mkdir(exist_ok=True)
+    (caches / "broken" / "viewmeta.sqlite.1").write_bytes(b"...Quokkaberry...")
+    (caches / "daemon.log").write_text("Quokkaberry\n")
+    failed = repo.prove_gone(["Quokkaberry"], as_user="dana", subject="customer:quokka").to_dict()
+    assert sorted(failed["needles"][0]["checks"]["other_cache_files"]["where"]) == [
+        "mdmem/broken/viewmeta.sqlite.1", "mdmem/daemon.log"]

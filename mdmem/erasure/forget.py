@@ -282,7 +282,8 @@ def _scrub_local_files(root: Path, plan: Plan) -> None:
 
 def purge_caches(repo) -> int:
     """The embedding cache keeps only texts current history holds (then VACUUM); the
-    full-text and versions indexes and the view metadata are deleted and rebuilt."""
+    full-text and versions indexes and the view metadata are deleted and rebuilt; the daemon's
+    log (the rewrite ended the daemon) and half-written temporary files go."""
     from ..search.embedding_cache import EmbeddingCache, cache_key
     from ..search.note_index import index_lock
 
@@ -304,8 +305,10 @@ def purge_caches(repo) -> int:
         for name in ("fulltext", "versions", "fulltext.new", "fulltext.old", "versions.new", "versions.old",
                      "broken"):
             cachefiles.remove(base / name)
-    for name in ("vectors.sqlite", "viewmeta.sqlite", "state.json", "versions.json"):
+    for name in ("vectors.sqlite", "viewmeta.sqlite", "state.json", "versions.json", "daemon.log"):
         (base / name).unlink(missing_ok=True)
+    for leftover in base.glob("*.tmp"):  # a save cut short (verify.json's, a view's)
+        leftover.unlink(missing_ok=True)
     return dropped
 
 

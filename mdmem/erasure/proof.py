@@ -24,6 +24,13 @@ from .scan import REPO_FILES, HistoryScan, history_texts, root_of
 from ..storage.gitdir import CACHE_NAME, cache_dir
 
 
+# The files of the cache folder that have a check of their own (or hold no notes: models/).
+CACHES_CHECKED_BY_KIND = frozenset({
+    "fulltext", "versions", "models", "verify.json",
+    *(f"{db}{suffix}" for db in ("embeddings.sqlite", "viewmeta.sqlite") for suffix in ("", "-journal", "-wal")),
+})
+
+
 def _check(where: list[str]) -> dict:
     return {"passed": not where, "where": sorted(set(where))[:50]}
 
@@ -93,6 +100,12 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
     index_files = [(str(p.relative_to(caches.parent)), p.read_bytes()) for p in caches.rglob("*")
                    if p.is_file() and p.parts[len(caches.parts)] in ("fulltext", "versions")] \
         if caches.exists() and eraser else []
+    # The rest of mdmem's cache folder, as bytes: the daemon's log, state files, a moved-aside
+    # (broken/) or half-written (*.tmp) copy. (The graph in models/ is the embedder's, not notes.)
+    other_cache_files = [(str(p.relative_to(caches.parent)), p.read_bytes()) for p in caches.rglob("*")
+                         if p.is_file() and not p.is_symlink()
+                         and p.parts[len(caches.parts)] not in CACHES_CHECKED_BY_KIND] \
+        if caches.exists() and eraser else []
     stash = "\n".join(e.message for e in ops.stash_entries(root))
     report = {"needles": [], "subject": subject, "owner": owner}
     for needle in needles:
@@ -119,6 +132,7 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
             checks["embedding_cache"] = _sqlite_check(caches / "embeddings.sqlite", nb, [], needle)
             checks["view_cache"] = _sqlite_check(caches / "viewmeta.sqlite", nb, allowed_texts, needle)
             checks["trust_cache"] = _trust_cache_check(caches / "verify.json", needle, allow_paths)
+            checks["other_cache_files"] = _check([rel for rel, data in other_cache_files if occurs(data, nb)])
         checks["memory_views"] = _check([rel for rel, data in files if rel.endswith("MEMORY.md") and occurs(data, nb)
                                          and not _explained(data.decode("utf-8", "replace"), needle,
                                                             allowed_texts, links)])
