@@ -27,6 +27,8 @@ import struct
 import sys
 import time
 
+from ..storage.gitdir import DAEMON_LOG  # pathlib only
+
 # Commands that only read: what the daemon may answer (cli/daemon.py checks it again).
 READ_ONLY = frozenset({"recall", "get", "keys", "history", "ls", "show", "startup"})
 SOCKET_NAME = "daemon.sock"
@@ -40,7 +42,7 @@ AUTOSTART_IDLE_SECONDS = 600.0  # a daemon nobody asked for by name does not lin
 # every call: one try per this many seconds (the mark's change time).
 AUTOSTART_RETRY_SECONDS = 60.0
 AUTOSTART_MARK = "daemon.autostart"
-LOG_NAME = "daemon.log"
+LOG_NAME = DAEMON_LOG
 
 
 def entry() -> None:

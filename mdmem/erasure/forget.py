@@ -35,7 +35,7 @@ from .needles import REMOVED, replace_all
 from .plan import HOLD_PREFIX, LEFTOVERS, Plan, build_plan
 from .rewrite import run as run_rewrite
 from .scan import HistoryScan, history_texts
-from ..storage.gitdir import cache_dir
+from ..storage.gitdir import DAEMON_LOG, cache_dir
 
 AUDIT_PATH = rc.AUDIT_PATH
 erased_commit_ids = rc.erased_commit_ids
@@ -305,7 +305,7 @@ def purge_caches(repo) -> int:
         for name in ("fulltext", "versions", "fulltext.new", "fulltext.old", "versions.new", "versions.old",
                      "broken"):
             cachefiles.remove(base / name)
-    for name in ("vectors.sqlite", "viewmeta.sqlite", "state.json", "versions.json", "daemon.log"):
+    for name in ("vectors.sqlite", "viewmeta.sqlite", "state.json", "versions.json", DAEMON_LOG):
         (base / name).unlink(missing_ok=True)
     for leftover in base.glob("*.tmp"):  # a save cut short (verify.json's, a view's)
         leftover.unlink(missing_ok=True)

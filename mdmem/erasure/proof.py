@@ -9,7 +9,6 @@ built from them may legitimately hold a name.
 from __future__ import annotations
 
 import json
-
 import os
 from pathlib import Path
 
@@ -97,15 +96,19 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
         meta_files += [(f"file name {p.relative_to(git_dir)}", str(p.relative_to(git_dir)).encode())
                        for p in git_dir.rglob("*") if p.relative_to(git_dir).parts[0] != CACHE_NAME]
     caches = cache_dir(root)
-    index_files = [(str(p.relative_to(caches.parent)), p.read_bytes()) for p in caches.rglob("*")
-                   if p.is_file() and p.parts[len(caches.parts)] in ("fulltext", "versions")] \
-        if caches.exists() and eraser else []
-    # The rest of mdmem's cache folder, as bytes: the daemon's log, state files, a moved-aside
-    # (broken/) or half-written (*.tmp) copy. (The graph in models/ is the embedder's, not notes.)
-    other_cache_files = [(str(p.relative_to(caches.parent)), p.read_bytes()) for p in caches.rglob("*")
-                         if p.is_file() and not p.is_symlink()
-                         and p.parts[len(caches.parts)] not in CACHES_CHECKED_BY_KIND] \
-        if caches.exists() and eraser else []
+    # mdmem's cache folder, read once: the indexes' files (checked as an index below), and the
+    # rest as bytes: the daemon's log, state files, a moved-aside (broken/) or half-written
+    # (*.tmp) copy. (The graph in models/ is the embedder's, not notes.)
+    index_files: list[tuple[str, bytes]] = []
+    other_cache_files: list[tuple[str, bytes]] = []
+    for p in (caches.rglob("*") if caches.exists() and eraser else ()):
+        top = p.parts[len(caches.parts)]
+        if not p.is_file():
+            continue
+        if top in ("fulltext", "versions"):
+            index_files.append((str(p.relative_to(caches.parent)), p.read_bytes()))
+        elif top not in CACHES_CHECKED_BY_KIND and not p.is_symlink():
+            other_cache_files.append((str(p.relative_to(caches.parent)), p.read_bytes()))
     stash = "\n".join(e.message for e in ops.stash_entries(root))
     report = {"needles": [], "subject": subject, "owner": owner}
     for needle in needles:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 CACHE_NAME = "mdmem"
 LEGACY_CACHE = ".mdmem"  # where caches lived before: a work-tree folder a commit could fill
+DAEMON_LOG = "daemon.log"  # in the cache folder: the daemon's own output (cli/launch.py)
 
 
 def git_dir(root: Path) -> Path:
