@@ -244,3 +244,54 @@ def test_a_writer_that_outlived_an_erasure_by_another_process_does_not_save_the_
     cache.write_text(json.dumps({"touch": {"team/payments/customer/zorblax/fact/manager.md": ["c", "e"]}}))
     failed = prover.prove_gone(["zorblax"], as_user="dana", subject="customer:zorblax")
     assert [n["checks"]["trust_cache"]["passed"] for n in failed.to_dict()["needles"]] == [False]
+
+
+def test_a_trust_state_dumped_while_another_process_erased_is_not_written_back(tmp_path, monkeypatch):
+    """Attack 12's lead: a reader computed its trust state (naming a subject), and while it
+    dumped it to JSON (~35 ms at 10k notes) another process's forget erased the subject and
+    purged the caches; the reader then wrote its old state into verify.json. The save now
+    checks the head under the write lock, after the dump."""
+    import json
+    import threading
+
+    from mdmem.policy import verify
+
+    a = MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice", "bob", "dana"]}, erasers=["dana"],
+                        as_user="alice", embedder="none")
+    a.remember("Zorblax account manager is Quentin", as_user="bob", kind="fact", subject="customer:zorblax",
+               key="manager", scope="team", team="payments", new_key=True)
+    a.close()
+    cache = cache_dir(a.root) / "verify.json"
+    cache.unlink(missing_ok=True)  # the reader computes from nothing, and saves
+    erased, dumping = threading.Event(), threading.Event()
+    real_dumps = json.dumps
+
+    def slow_dumps(obj, *args, **kwargs):
+        if isinstance(obj, dict) and "touch" in obj and threading.current_thread().name == "reader":
+            dumping.set()
+            assert erased.wait(60)  # the erasure runs while this state is being dumped
+        return real_dumps(obj, *args, **kwargs)
+
+    monkeypatch.setattr(verify.json, "dumps", slow_dumps)
+    failures: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            MemoryRepo.open(a.root, embedder="none")  # opening computes the trust state and saves it
+        except BaseException as exc:  # noqa: BLE001 -- reported below
+            failures.append(exc)
+
+    thread = threading.Thread(target=read, name="reader")
+    thread.start()
+    assert dumping.wait(60)
+    eraser = MemoryRepo.open(a.root, embedder="none")
+    eraser.forget(as_user="dana", subject="customer:zorblax")
+    eraser.close()
+    erased.set()
+    thread.join(60)
+    monkeypatch.setattr(verify.json, "dumps", real_dumps)
+    assert not failures
+    assert not cache.exists() or "zorblax" not in cache.read_text()
+    report = MemoryRepo.open(a.root, embedder="none").prove_gone(["zorblax"], as_user="dana",
+                                                                  subject="customer:zorblax")
+    assert [n["checks"]["trust_cache"]["passed"] for n in report.to_dict()["needles"]] == [True]
