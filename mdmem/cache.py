@@ -110,6 +110,16 @@ def is_corrupt(exc: BaseException) -> bool:
     return "locked" not in text and "busy" not in text
 
 
+def file_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at ``path``, None if there is none: tells a file another
+    process deleted or replaced from the one a connection opened."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def open_sqlite(path: Path, setup: Callable[[sqlite3.Connection], None]) -> sqlite3.Connection:
     """A SQLite cache, set up by ``setup`` (pragmas, tables). A file that is not a database or
     whose tables are not ours is moved aside and a fresh one made."""

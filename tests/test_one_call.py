@@ -295,3 +295,40 @@ def test_a_trust_state_dumped_while_another_process_erased_is_not_written_back(t
     report = MemoryRepo.open(a.root, embedder="none").prove_gone(["zorblax"], as_user="dana",
                                                                   subject="customer:zorblax")
     assert [n["checks"]["trust_cache"]["passed"] for n in report.to_dict()["needles"]] == [True]
+
+
+def test_a_long_lived_writer_follows_the_view_cache_another_process_erasure_deleted(tmp_path, caplog):
+    """Session 12's lead: process A (a long-lived writer, such as the MCP server) had
+    viewmeta.sqlite open; process B's forget deleted it; A's next save wrote into the deleted
+    file ("attempt to write a readonly database"), then moved B's good file aside as damaged
+    and logged an unreadable cache. A now opens the file that is there, dropping what it held
+    (it may describe erased notes), and its rows go on being kept."""
+    import logging
+    import sqlite3
+
+    from mdmem.views import render
+
+    a = MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice", "bob", "dana"]}, erasers=["dana"],
+                        as_user="alice", embedder="none")
+    for i in range(render.SAVE_BATCH + 5):
+        a.remember(f"Zorblax fact number {i}", as_user="bob", kind="fact", subject="customer:zorblax",
+                   key=f"k{i}", scope="team", team="payments", new_key=True)
+    b = MemoryRepo.open(a.root, embedder="none")
+    b.forget(as_user="dana", subject="customer:zorblax")
+    b.close()
+    caplog.set_level(logging.WARNING)
+    for i in range(render.SAVE_BATCH + 5):
+        a.remember(f"Billing runs at {i} past midnight", as_user="bob", kind="fact", subject="service:billing",
+                   key=f"run{i}", scope="team", team="payments", new_key=True)
+    a.close()
+    caches = cache_dir(a.root)
+    assert "unreadable cache" not in caplog.text
+    assert not (caches / "broken").exists()
+    db = sqlite3.connect(str(caches / "viewmeta.sqlite"))
+    rows = [text for (text,) in db.execute("SELECT json FROM meta")]
+    db.close()
+    assert sum("Billing runs at" in text for text in rows) >= render.SAVE_BATCH
+    assert not any("Zorblax" in text for text in rows)
+    report = MemoryRepo.open(a.root, embedder="none").prove_gone(["Zorblax"], as_user="dana",
+                                                                  subject="customer:zorblax")
+    assert report.passed

@@ -21,7 +21,7 @@ from typing import NamedTuple
 from operator import attrgetter
 from pathlib import Path
 
-from ..cache import is_corrupt, move_aside, open_sqlite
+from ..cache import file_identity, is_corrupt, move_aside, open_sqlite
 from ..model.clock import format_time
 from ..model.kinds import KIND_GUIDE
 from ..model.text import escape_controls
@@ -120,6 +120,7 @@ class MetaCache:
     def __init__(self, path: Path):
         self.path = path
         self.db = open_sqlite(path, _setup_meta)
+        self._file = file_identity(path)  # which file the connection has open
         self._mem: dict[str, list | None] = {}
         self._entries: dict[tuple[str, str], Entry] = {}
         # Rows not yet on disk. A write adds one or two; saving them each time cost ~1.5 ms of
@@ -127,6 +128,7 @@ class MetaCache:
         self._unsaved: list[tuple[str, str]] = []
 
     def entries(self, store, blobs: dict[str, str], contents: dict[str, bytes] | None = None) -> list[Entry]:
+        self._follow_replaced_file(forget_held=True)
         missing = [b for b in set(blobs.values()) if b not in self._mem]
         try:
             self._load(missing)
@@ -182,8 +184,28 @@ class MetaCache:
         self.db.close()
         move_aside(self.path, str(exc))
         self.db = open_sqlite(self.path, _setup_meta)
+        self._file = file_identity(self.path)
+
+    def _follow_replaced_file(self, *, forget_held: bool) -> None:
+        """Another process removed or replaced the file since it was opened: an erasure's
+        purge (the only code that deletes it). Writing on wrote into the deleted file ("attempt
+        to write a readonly database"), and the recovery then moved the other process's good
+        file aside as damaged. The file now there is opened; the rows not yet saved are
+        dropped, and with ``forget_held`` everything held (it may describe erased notes; what
+        is needed again is re-parsed). Checked as ``entries`` starts and before a save."""
+        if file_identity(self.path) == self._file:
+            return
+        self.db.close()
+        self._unsaved = []
+        if forget_held:
+            self._mem.clear()
+            self._entries.clear()
+        self.db = open_sqlite(self.path, _setup_meta)
+        self._file = file_identity(self.path)
 
     def flush(self) -> None:
+        if self._unsaved:
+            self._follow_replaced_file(forget_held=False)  # entries() may be using what is held
         if self._unsaved:
             try:
                 self.db.execute("BEGIN")
@@ -192,7 +214,10 @@ class MetaCache:
             except sqlite3.DatabaseError as exc:
                 if not is_corrupt(exc):
                     raise
-                self._reset(exc)  # rows lost cost a re-parse, nothing else
+                if file_identity(self.path) != self._file:
+                    self._follow_replaced_file(forget_held=False)  # deleted while this wrote: not damaged
+                else:
+                    self._reset(exc)  # rows lost cost a re-parse, nothing else
             self._unsaved = []
 
     def close(self) -> None:
