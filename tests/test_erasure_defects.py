@@ -333,3 +333,24 @@ def test_an_untracked_symlink_is_never_followed(repo, tmp_path):
     assert all(f["path"] != "link.txt" for f in plan.local_files)
     repo.forget(as_user="ali", texts=["555-0142"], now=T1)
     assert outside.read_text() == "my number 555-0142 lives outside the repo"
+
+
+def test_prove_gone_stops_with_the_reason_on_an_object_git_cannot_read(tmp_path):
+    """A damaged loose object crashed prove-gone on git's short "<oid> missing" line
+    (ValueError: exit 70 from the CLI, no reason); and a git that stopped early would have
+    ended the object scan as if every object were read. It is now GitFailed (exit 9) naming
+    the object, and the proof is not made."""
+    from mdmem.errors import GitFailed
+
+    repo = MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice", "bob", "dana"]}, erasers=["dana"],
+                           as_user="alice", embedder="none")
+    team_fact(repo, "Zorblax manager is Quentin", subject="customer:zorblax", key="manager", new_key=True)
+    victim = sorted((repo.root / ".git" / "objects").glob("??/*"))[0]
+    os.chmod(victim, 0o644)
+    victim.write_bytes(b"not a git object at all")
+    with pytest.raises(GitFailed, match=victim.parent.name + victim.name):
+        repo.prove_gone(["Zorblax"], as_user="dana", subject="customer:zorblax")
+    r = run_cli("prove-gone", "--needle", "Zorblax", "--subject", "customer:zorblax", "--repo", str(repo.root),
+                "--as", "dana", env={"MDMEM_NO_DAEMON": "1"})
+    assert r.returncode == 9, r.stderr
+    assert victim.parent.name + victim.name in r.stderr and "Traceback" not in r.stderr

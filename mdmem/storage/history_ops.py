@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,18 +126,31 @@ def read_blobs(root: Path, oids: list[str]) -> dict[str, bytes]:
 
 def all_objects(root: Path):
     """(oid, type, content) for every object in the repository, reachable or not, loose or packed."""
-    proc = subprocess.Popen(["git", "-C", str(root), "cat-file", "--batch-all-objects", "--batch",
-                             "--unordered"], stdout=subprocess.PIPE)
-    stream = proc.stdout
-    while True:
-        header = stream.readline()
-        if not header:
-            break
-        oid, kind, size = header.decode().split()
-        data = stream.read(int(size))
-        stream.read(1)
-        yield oid, kind, data
-    proc.wait()
+    # A proof reads every object: one git could not read (a damaged loose object or pack) must
+    # stop it with the reason, not crash it on a short header or end it early as if all were read.
+    with tempfile.TemporaryFile() as errors, subprocess.Popen(
+            ["git", "-C", str(root), "cat-file", "--batch-all-objects", "--batch", "--unordered"],
+            stdout=subprocess.PIPE, stderr=errors) as proc:
+        assert proc.stdout is not None
+        stream = proc.stdout
+        while True:
+            header = stream.readline()
+            if not header:
+                break
+            fields = header.decode(errors="replace").split()
+            if len(fields) != 3 or not fields[2].isdigit():
+                proc.kill()
+                raise GitFailed(f"{root}: git could not read object {' '.join(fields)}: the repository is "
+                                "damaged and nothing can be proved about it (`git fsck` lists what)")
+            oid, kind, size = fields
+            data = stream.read(int(size))
+            stream.read(1)
+            yield oid, kind, data
+        if proc.wait() != 0:
+            errors.seek(0)
+            said = errors.read().decode(errors="replace").strip().splitlines()
+            raise GitFailed(f"{root}: git could not read every object ({said[-1] if said else 'no message'}): "
+                            "the repository is damaged and nothing can be proved about it (`git fsck` lists what)")
 
 
 def reachable_commits(root: Path) -> set[str]:
