@@ -106,3 +106,42 @@ def test_coverage_counts_findable_words_outside_the_subject():
         # "zebra" is in no note, so it does not count; a's "billing" is only its subject;
         # c has "deploy" in its key and its body: one word, counted once.
         assert coverage == {"b": 1.0, "a": 0.5, "c": 0.5}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_counting_searcher_asks_each_segment_once_per_word_and_ranks_the_same(seed, monkeypatch):
+    """The disk searcher counts a term's documents from its segments' kept counts
+    (bm25.count_by_segment): Whoosh's own asked every segment's term table for BM25F's count,
+    again for idf, and _segment_postings asked twice more (is the term there, how long is its
+    list); at 100,000 notes those lookups were most of a first-time question's p95. Each
+    (segment, field, term) is now looked up once in a searcher's life, and the ranking and
+    scores are Whoosh's."""
+    from whoosh.reading import SegmentReader
+
+    ix, rng = corpus_index(seed, segments=3, deletions=seed * 5)
+    asked: list[tuple] = []
+    looked_up: list[tuple] = []
+    real_df, real_contains = SegmentReader.doc_frequency, SegmentReader.__contains__
+
+    def doc_frequency(self, fieldname, text):
+        asked.append((id(self), fieldname, text))
+        return real_df(self, fieldname, text)
+
+    def contains(self, term):
+        looked_up.append(term)
+        return real_contains(self, term)
+
+    with ix.searcher(weighting=fulltext.weighting()) as s:
+        bm25.count_by_segment(s)
+        assert len(s.leaf_searchers()) >= 3
+        assert rank_as_whoosh(s, rng, 6)
+    with ix.searcher(weighting=fulltext.weighting()) as s:  # a fresh one: nothing asked yet
+        bm25.count_by_segment(s)
+        monkeypatch.setattr(SegmentReader, "doc_frequency", doc_frequency)
+        monkeypatch.setattr(SegmentReader, "__contains__", contains)
+        for _ in range(3):
+            terms = rng.sample(WORDS, 3)
+            bm25.search(s, terms, fulltext.FIELD_BOOSTS, np.ones(s.doc_count_all(), bool), limit=10,
+                        B=fulltext.B, K1=fulltext.K1)
+        assert asked and looked_up == []
+        assert len(asked) == len(set(asked))  # never the same segment, field and word twice

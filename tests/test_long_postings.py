@@ -93,6 +93,38 @@ def test_a_repo_writes_the_file_with_its_index_and_answers_as_without_it(tmp_pat
     again.close()
 
 
+def test_the_disk_searcher_counts_by_segment_and_answers_as_whooshs_counts(tmp_path, small_lists, monkeypatch):
+    """NoteIndex's disk searcher counts a word's documents from its segments' kept counts
+    (bm25.count_by_segment), which also check a kept long list's length: the answers, scores
+    included, equal those with Whoosh's own counting, with and without a superseded note."""
+    repo = filled(tmp_path)
+    repo.reindex(rebuild=True)
+    team_fact(repo, "Note 0: billing deploys only after the freeze lifts", key="rule.n0", now=T1)
+    counted = answers(repo)
+    readers = [leaf.reader() for leaf, _ in repo.index._disk_searcher().leaf_searchers()]
+    assert any(r.__dict__.get("_mdmem_long") is not None for r in readers)
+    assert all(r.__dict__.get("_mdmem_df") for r in readers)  # every segment's counts were kept
+    repo.close()
+    from whoosh.reading import SegmentReader
+
+    asked: list[tuple] = []
+    real = SegmentReader.doc_frequency
+
+    def doc_frequency(self, fieldname, text):
+        asked.append((id(self), fieldname, text))
+        return real(self, fieldname, text)
+
+    monkeypatch.setattr(SegmentReader, "doc_frequency", doc_frequency)
+    fresh = MemoryRepo.open(repo.root)  # holds no recent notes: the disk searcher alone
+    assert answers(fresh) == counted
+    fresh.close()
+    assert asked and len(asked) == len(set(asked))  # each segment, field and word asked once
+    monkeypatch.setattr(bm25, "count_by_segment", lambda searcher: None)
+    again = MemoryRepo.open(repo.root)
+    assert answers(again) == counted
+    again.close()
+
+
 def regions(data: bytes) -> dict:
     """Where a file's parts start (the layout in search/postings.py)."""
     _, n_keys, key_bytes, n_post, docs, fewest, small_crc, segid = postings._HEADER.unpack_from(data, 0)

@@ -26,7 +26,7 @@ from ..storage.locks import Lock, lock_folder, renew_after_fork
 from ..storage.queries import blob_hash
 from ..storage.tree_watch import TreeWatch
 from ..storage.worktree import StoredNote, iter_note_paths, read_note
-from . import fulltext, postings
+from . import bm25, fulltext, postings
 from .doctable import VECTOR_FIELD, DocTable, prepare_vectors
 from .bulkwriter import BulkWriter
 from .embed_ahead import EmbedAhead, note_texts
@@ -608,6 +608,7 @@ class NoteIndex:
                         self._quarantine(f"{type(exc).__name__}: {exc}")
                         self._rebuild(progress=None)
                         self._searcher = self._open().searcher(weighting=fulltext.weighting())
+            bm25.count_by_segment(self._searcher)
             self._long.attach(self._searcher)
         return self._searcher
 

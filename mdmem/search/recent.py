@@ -31,6 +31,7 @@ from whoosh.searching import Searcher
 from whoosh.util.numeric import byte_to_length, length_to_byte
 
 from . import fulltext
+from .bm25 import segment_doc_frequency
 from .doctable import prepare_vectors
 
 
@@ -194,22 +195,6 @@ class MemoryReader(IndexReader):
 # after each write: 3.4 of its ~15 ms went to these lookups (cProfile), every one asked again.
 # A question asks ~50 (field, term) pairs; 20,000 (~3-4 MB a reader, emptied when full) keep
 # ~400 questions' worth in a daemon that lives for hours.
-SEGMENT_DF_CACHE_MAX = 20_000
-
-
-def segment_doc_frequency(reader: IndexReader, fieldname: str, text: str) -> int:
-    """``reader.doc_frequency(fieldname, text)``, kept on the reader (a reader is never changed
-    in place: new segments or deletions make new readers)."""
-    cache = reader.__dict__.setdefault("_mdmem_df", {})
-    key = (fieldname, text)
-    found = cache.get(key)
-    if found is None:
-        if len(cache) >= SEGMENT_DF_CACHE_MAX:
-            cache.clear()
-        found = cache[key] = reader.doc_frequency(fieldname, text)
-    return found
-
-
 class CombinedSearcher(Searcher):
     """A searcher over the disk index's segments and a :class:`MemoryReader`, whose BM25F
     statistics leave out the disk versions the memory holds anew (``hidden``): the numbers a
