@@ -331,4 +331,6 @@ def test_a_long_lived_writer_follows_the_view_cache_another_process_erasure_dele
     assert not any("Zorblax" in text for text in rows)
     report = MemoryRepo.open(a.root, embedder="none").prove_gone(["Zorblax"], as_user="dana",
                                                                   subject="customer:zorblax")
-    assert report.passed
+    assert report.passed, [(k, c["where"]) for n in report.to_dict()["needles"] for k, c in n["checks"].items()
+                           if not c["passed"]] + [(k, c["where"]) for k, c in report.to_dict()["scope"].items()
+                                                  if not c["passed"]]

@@ -445,18 +445,22 @@ def test_the_trust_cache_check_fails_closed_on_a_file_it_cannot_read(tmp_path):
     from mdmem.erasure.proof import _trust_cache_check
 
     cache = tmp_path / "verify.json"
-    assert _trust_cache_check(cache, "zoë-brandt", [])["passed"]  # absent: nothing to hold it
+
+    def check(needle, allowed=()):  # the files the check names (none: passed)
+        return _trust_cache_check(cache, lambda path: path.name, needle, list(allowed))
+
+    assert check("zoë-brandt") == []  # absent: nothing to hold it
     cache.write_text(json.dumps({"touch": {"team/x/user/zoë-brandt/fact/a.md": ["c", "e@x"]}}))
-    assert not _trust_cache_check(cache, "zoë-brandt", [])["passed"]
-    assert _trust_cache_check(cache, "zoë-brandt", ["team/x/user/zoë-brandt/fact/a.md"])["passed"]
+    assert check("zoë-brandt") == ["verify.json"]
+    assert check("zoë-brandt", ["team/x/user/zoë-brandt/fact/a.md"]) == []
     cache.write_text(cache.read_text()[:-3])  # truncated: \u00eb in its bytes, never "ë"
     assert "ë".encode() not in cache.read_bytes()
-    assert _trust_cache_check(cache, "zoë-brandt", [])["where"] == ["verify.json (damaged: cannot be checked)"]
+    assert check("zoë-brandt") == ["verify.json (damaged: cannot be checked)"]
     cache.write_text("[" * 100_000)
-    assert not _trust_cache_check(cache, "anything", [])["passed"]
+    assert check("anything") != []
     cache.unlink()
     cache.mkdir()
-    assert _trust_cache_check(cache, "zoë-brandt", [])["where"] == ["verify.json (cannot be read)"]
+    assert check("zoë-brandt") == ["verify.json (cannot be read)"]
 
 
 def test_the_rest_of_the_cache_folder_is_checked_and_forget_clears_the_daemon_log(tmp_path):

@@ -35,7 +35,7 @@ from .needles import REMOVED, replace_all
 from .plan import HOLD_PREFIX, LEFTOVERS, Plan, build_plan
 from .rewrite import run as run_rewrite
 from .scan import HistoryScan, history_texts
-from ..storage.gitdir import DAEMON_LOG, cache_dir
+from ..storage.gitdir import DAEMON_LOG, cache_dir, cache_folders
 
 AUDIT_PATH = rc.AUDIT_PATH
 erased_commit_ids = rc.erased_commit_ids
@@ -283,32 +283,39 @@ def _scrub_local_files(root: Path, plan: Plan) -> None:
 def purge_caches(repo) -> int:
     """The embedding cache keeps only texts current history holds (then VACUUM); the
     full-text and versions indexes and the view metadata are deleted and rebuilt; the daemon's
-    log (the rewrite ended the daemon) and half-written temporary files go."""
+    log (the rewrite ended the daemon) and half-written temporary files go. In the repository's
+    cache folder and in each linked worktree's (a process working in one keeps its own index
+    there: attack 13)."""
     from ..search.embedding_cache import EmbeddingCache, cache_key
-    from ..search.note_index import index_lock
+    from ..search.note_index import folder_index_lock
 
-    base = cache_dir(repo.root)
-    cache_path = base / "embeddings.sqlite"
     dropped = 0
-    if cache_path.exists():
-        texts = history_texts(HistoryScan.read(repo.root), repo.contracts)
-        cache = EmbeddingCache(cache_path)
-        try:
-            keep = {cache_key(m, t) for m in cache.models() for t in texts}
-            dropped = cache.retain(keep)
-        finally:
-            cache.close()
-    # With the half-built (.new), swapped-out (.old) and moved-aside (broken/) copies; under the
-    # index lock, so no process that opened the old index still writes a file into the folder
-    # (search/postings.py writes a segment's file under it, and only while the segment is current).
-    with index_lock(repo.root):
-        for name in ("fulltext", "versions", "fulltext.new", "fulltext.old", "versions.new", "versions.old",
-                     "broken"):
-            cachefiles.remove(base / name)
-    for name in ("vectors.sqlite", "viewmeta.sqlite", "state.json", "versions.json", DAEMON_LOG):
-        (base / name).unlink(missing_ok=True)
-    for leftover in base.glob("*.tmp"):  # a save cut short (verify.json's, a view's)
-        leftover.unlink(missing_ok=True)
+    texts: set[str] | None = None
+    for base in cache_folders(repo.root):
+        cache_path = base / "embeddings.sqlite"
+        if cache_path.exists():
+            if texts is None:
+                texts = history_texts(HistoryScan.read(repo.root), repo.contracts)
+            cache = EmbeddingCache(cache_path)
+            try:
+                keep = {cache_key(m, t) for m in cache.models() for t in texts}
+                dropped += cache.retain(keep)
+            finally:
+                cache.close()
+        # With the half-built (.new), swapped-out (.old) and moved-aside (broken/) copies and an
+        # import's worker's (bulk/); under the index lock, so no process that opened the old
+        # index still writes a file into the folder (search/postings.py writes a segment's file
+        # under it, and only while the segment is current).
+        with folder_index_lock(base):
+            for name in ("fulltext", "versions", "fulltext.new", "fulltext.old", "versions.new", "versions.old",
+                         "broken", "bulk"):
+                cachefiles.remove(base / name)
+        for name in ("vectors.sqlite", "viewmeta.sqlite", "state.json", "versions.json", DAEMON_LOG):
+            # A database's rollback journal or log (a killed writer's) holds whole pages of it.
+            for suffix in ("", "-journal", "-wal", "-shm"):
+                cachefiles.remove(base / (name + suffix))
+        for leftover in base.glob("*.tmp"):  # a save cut short (verify.json's, a view's)
+            leftover.unlink(missing_ok=True)
     return dropped
 
 

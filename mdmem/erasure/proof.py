@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 from ..errors import BadInput
@@ -20,7 +21,7 @@ from ..storage.worktree import scan_notes
 from .journal import Journal
 from .needles import occurrences, occurs
 from .scan import REPO_FILES, HistoryScan, history_texts, root_of
-from ..storage.gitdir import CACHE_NAME, cache_dir
+from ..storage.gitdir import CACHE_NAME, cache_dir, cache_folders
 
 
 # The files of the cache folder that have a check of their own (or hold no notes: models/).
@@ -85,30 +86,45 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
             not_checked += 1
     live_all = scan_notes(root, repo.contracts)[0]
     live = [s for s in live_all if readable(s.root)]
-    # Every file is read once here, then searched for each needle.
+    # Every file is read once here, then searched for each needle: the main work tree's, and
+    # each linked worktree's (an erasure scrubs those too).
     files = [(rel, p.read_bytes()) for rel, p in _work_tree_files(root) if readable(root_of(rel))]
+    linked_files = [(f"worktree {tree.path}: {rel}", rel, p.read_bytes()) for tree in ops.linked_worktrees(root)
+                    for rel, p in _work_tree_files(tree.path) if readable(root_of(rel))]
+    caches = cache_folders(root)
     # Ref names are repository-wide: everyone's proof checks them; .git's files only an eraser's.
     meta_files = [(f"ref name {name}", name.encode()) for name, _, _ in ops.list_refs(root)]
+    index_files: list[tuple[str, bytes]] = []
+    other_cache_files: list[tuple[str, bytes]] = []
+    # Files no check can read, each failing every needle's proof: in the cache folders, in a
+    # search index's folders, and under git's objects/ (git does not list their objects).
+    cannot_check: list[str] = []
+    stray_index: list[str] = []
+    unlisted: list[str] = []
     if eraser:
         # git's own files; mdmem's caches inside .git are checked below, each by its kind
         meta_files += [(str(p.relative_to(root)), p.read_bytes()) for p in git_dir.rglob("*")
-                       if p.is_file() and p.relative_to(git_dir).parts[0] not in ("objects", CACHE_NAME)]
+                       if p.is_file() and p.relative_to(git_dir).parts[0] not in ("objects", CACHE_NAME)
+                       and not _in_cache(p, caches)]
         meta_files += [(f"file name {p.relative_to(git_dir)}", str(p.relative_to(git_dir)).encode())
                        for p in git_dir.rglob("*") if p.relative_to(git_dir).parts[0] != CACHE_NAME]
-    caches = cache_dir(root)
-    # mdmem's cache folder, read once: the indexes' files (checked as an index below), and the
-    # rest as bytes: the daemon's log, state files, a moved-aside (broken/) or half-written
-    # (*.tmp) copy. (The graph in models/ is the embedder's, not notes.)
-    index_files: list[tuple[str, bytes]] = []
-    other_cache_files: list[tuple[str, bytes]] = []
-    for p in (caches.rglob("*") if caches.exists() and eraser else ()):
-        top = p.parts[len(caches.parts)]
-        if not p.is_file():
-            continue
-        if top in ("fulltext", "versions"):
-            index_files.append((str(p.relative_to(caches.parent)), p.read_bytes()))
-        elif top not in CACHES_CHECKED_BY_KIND and not p.is_symlink():
-            other_cache_files.append((str(p.relative_to(caches.parent)), p.read_bytes()))
+        unlisted = _unlisted_objects(git_dir)
+        # mdmem's cache folders, read once: the indexes' files (checked as an index below), and
+        # the rest as bytes: the daemon's log, state files, a moved-aside (broken/) or
+        # half-written (*.tmp) copy. (The graph in models/ is the embedder's, not notes.)
+        for folder in caches:
+            stray_index += _stray_index_files(folder, git_dir)
+            for p in folder.rglob("*"):
+                top = p.parts[len(folder.parts)]
+                if not p.is_file() or p.is_symlink():
+                    continue
+                rel = str(p.relative_to(git_dir))
+                if top in ("fulltext", "versions"):
+                    index_files.append((rel, p.read_bytes()))
+                elif top not in CACHES_CHECKED_BY_KIND:
+                    other_cache_files.append((rel, p.read_bytes()))
+                    if not _bytes_checkable(p.name):
+                        cannot_check.append(f"{rel} (compressed or encoded: cannot be checked as bytes)")
     stash = "\n".join(e.message for e in ops.stash_entries(root))
     report = {"needles": [], "subject": subject, "owner": owner}
     for needle in needles:
@@ -123,19 +139,28 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
                 if kind == "blob" and allow_paths and _explained(text, needle, allowed_texts, links):
                     continue
                 bad_objects.append(f"{kind} {oid}")
-        checks["git_objects"] = _check(bad_objects)
+        checks["git_objects"] = _check(bad_objects + unlisted)
         checks["refs_reflogs_stash_notes"] = _check(
             [rel for rel, data in meta_files if occurs(data, nb)]
             + (["stash"] if needle in stash else []))
-        checks["work_tree"] = _check([rel for rel, data in files if occurs(data, nb) and rel not in allow_paths
+        checks["work_tree"] = _check([label for label, rel, data in [(r, r, d) for r, d in files] + linked_files
+                                      if occurs(data, nb) and rel not in allow_paths
                                       and not _explained(data.decode("utf-8", "replace"), needle, allowed_texts,
                                                          links)])
-        checks["fulltext_index"] = _index_check(repo, index_files, needle, allowed_texts, allow_paths, readable)
+        checks["fulltext_index"] = _index_check(caches, git_dir, index_files, needle, allowed_texts, allow_paths,
+                                                readable, stray_index)
         if eraser:
-            checks["embedding_cache"] = _sqlite_check(caches / "embeddings.sqlite", nb, [], needle)
-            checks["view_cache"] = _sqlite_check(caches / "viewmeta.sqlite", nb, allowed_texts, needle)
-            checks["trust_cache"] = _trust_cache_check(caches / "verify.json", needle, allow_paths)
-            checks["other_cache_files"] = _check([rel for rel, data in other_cache_files if occurs(data, nb)])
+            forms = _raw_forms(needle)
+            # (Named as before in the repository's own cache folder, by their path under .git
+            # in a linked worktree's.)
+            checks["embedding_cache"] = _check([w for f in caches for w in _sqlite_check(
+                f / "embeddings.sqlite", _namer(f, caches, git_dir), forms, [], needle)])
+            checks["view_cache"] = _check([w for f in caches for w in _sqlite_check(
+                f / "viewmeta.sqlite", _namer(f, caches, git_dir), forms, allowed_texts, needle)])
+            checks["trust_cache"] = _check([w for f in caches for w in _trust_cache_check(
+                f / "verify.json", _namer(f, caches, git_dir), needle, allow_paths)])
+            checks["other_cache_files"] = _check(
+                [rel for rel, data in other_cache_files if any(occurs(data, form) for form in forms)] + cannot_check)
         checks["memory_views"] = _check([rel for rel, data in files if rel.endswith("MEMORY.md") and occurs(data, nb)
                                          and not _explained(data.decode("utf-8", "replace"), needle,
                                                             allowed_texts, links)])
@@ -212,49 +237,148 @@ def _work_tree_files(root: Path) -> list[tuple[str, Path]]:
     return out
 
 
-def _index_check(repo, files: list[tuple[str, bytes]], needle: str, allowed_texts: list[str],
-                 allow_paths: list[str], readable) -> dict:
-    """Whoosh compresses stored fields, so a raw byte scan alone would pass with the text
-    still there: read every stored document, deleted ones included (they linger in segment
-    files until a merge), and also scan the raw bytes."""
+def _namer(folder: Path, caches: list[Path], git_dir: Path):
+    """How a check names a file of ``folder``: by its name in the repository's own cache
+    folder, by its path under .git in a linked worktree's."""
+    if folder == caches[0]:
+        return lambda path: path.name
+    return lambda path: str(path.relative_to(git_dir))
+
+
+def _in_cache(path: Path, caches: list[Path]) -> bool:
+    return any(path.is_relative_to(folder) for folder in caches)
+
+
+def _raw_forms(needle: str) -> list[bytes]:
+    """The needle as a byte scan must look for it: as UTF-8, and as JSON writes it by default
+    (``\\u00eb`` for ë: the view cache's rows, state files; attack 13)."""
+    forms = [needle.encode()]
+    escaped = json.dumps(needle)[1:-1].encode()
+    return forms if escaped == forms[0] else [*forms, escaped]
+
+
+# What a byte scan can check: text, and SQLite pages of JSON rows, as mdmem writes them (a
+# segment's kept long lists hold their words as bytes too). Anything else in a cache folder
+# (a search-index file outside a current index, a copy put aside) is compressed or encoded.
+_BYTES_CHECKABLE_SUFFIXES = (".json", ".tmp", ".log", ".lock", ".longpost")
+_BYTES_CHECKABLE_NAMES = frozenset({"worktree-id", "daemon.autostart", "MAIN_WRITELOCK"})
+
+
+def _bytes_checkable(name: str) -> bool:
+    return name.endswith(_BYTES_CHECKABLE_SUFFIXES) or name in _BYTES_CHECKABLE_NAMES or ".sqlite" in name
+
+
+# Files of objects/pack git reads (a pack is listed by its .idx, whatever its name).
+_PACK_FILE = re.compile(r"(?!tmp_)[^/]+\.(pack|idx|rev|bitmap|mtimes|keep|promisor)"
+                        r"|multi-pack-index(?:-[0-9a-f]+\.\w+)?")
+_LOOSE = re.compile(r"[0-9a-f]{2}/[0-9a-f]{38}(?:[0-9a-f]{24})?")
+
+
+def _unlisted_objects(git_dir: Path) -> list[str]:
+    """Files under objects/ whose objects git does not list, so the object scan never read them:
+    a pack without its index, a killed fetch's tmp_pack_*, a killed push's incoming-* quarantine
+    (attack 13). Each fails the proof: `git gc --prune=now` or deleting it makes it checkable."""
+    objects = git_dir / "objects"
+    out = []
+    packs = objects / "pack"
+    for p in objects.rglob("*") if objects.is_dir() else ():
+        if p.is_dir():
+            continue
+        rel = p.relative_to(objects).as_posix()
+        if _LOOSE.fullmatch(rel) or rel.startswith("info/"):
+            continue
+        match = _PACK_FILE.fullmatch(p.name) if p.parent == packs else None
+        if match and (match.group(1) != "pack" or p.with_suffix(".idx").is_file()):
+            continue  # (a pack git lists by its index; an index alone holds no object)
+        out.append(f"objects/{rel} (git does not list its objects: cannot be checked)")
+    return out
+
+
+def _stray_index_files(folder: Path, git_dir: Path) -> list[str]:
+    """Files in a search index's folders that are not part of its current index (a segment a
+    kill left, a folder without its table of contents): Whoosh compresses what it stores, so
+    neither reading the index nor a byte scan sees what they hold (attack 13). Each fails."""
     from whoosh import index as windex
 
-    where = []
+    out = []
     for name in ("fulltext", "versions"):
-        folder = cache_dir(repo.root) / name
-        if not windex.exists_in(str(folder)):
+        index_folder = folder / name
+        if not index_folder.is_dir():
             continue
-        with windex.open_dir(str(folder)).reader() as reader:
-            for docnum in range(reader.doc_count_all()):
-                fields = reader.stored_fields(docnum)
-                if not readable(fields.get("root") or root_of(fields.get("path") or "")):
-                    continue
-                if any(isinstance(v, str) and occurs(v, needle) for v in fields.values()):
-                    deleted = reader.is_deleted(docnum)
-                    if deleted or fields.get("path") not in allow_paths:
-                        where.append(f"{name}: {fields.get('doc_id')}{' (deleted, lingering)' if deleted else ''}")
+        current: tuple[str, ...] = ()
+        if windex.exists_in(str(index_folder)):
+            try:
+                ix = windex.open_dir(str(index_folder))
+                with ix.reader() as reader:
+                    ids = [leaf.segment().segment_id() for leaf, _ in reader.leaf_readers()
+                           if hasattr(leaf, "segment")]
+                current = tuple(ids)  # a segment's id is "<index name>_<id>": its files' stem
+            except Exception:  # noqa: BLE001 -- unreadable: every file of it is reported below
+                current = ()
+        for p in index_folder.rglob("*"):
+            # A table of contents (an older one may linger) lists segments and the schema, as a
+            # plain pickle: the byte scan reads it.
+            if p.is_dir() or p.name in _BYTES_CHECKABLE_NAMES or p.name.endswith(".toc"):
+                continue
+            if not any(p.name.startswith(c + ".") for c in current):
+                out.append(f"{p.relative_to(git_dir)} (not part of the current index: cannot be checked; "
+                           "`mdmem index --rebuild` replaces the folder)")
+    return out
+
+
+def _index_check(caches: list[Path], git_dir: Path, files: list[tuple[str, bytes]], needle: str,
+                 allowed_texts: list[str], allow_paths: list[str], readable, stray: list[str]) -> dict:
+    """Whoosh compresses stored fields, so a raw byte scan alone would pass with the text
+    still there: read every stored document, deleted ones included (they linger in segment
+    files until a merge), and also scan the raw bytes. ``stray``: files no reading covers."""
+    from whoosh import index as windex
+
+    where = list(stray)
+    for folder in caches:
+        for name in ("fulltext", "versions"):
+            index_folder = folder / name
+            if not windex.exists_in(str(index_folder)):
+                continue
+            label = str(index_folder.relative_to(git_dir)) if folder != caches[0] else name
+            with windex.open_dir(str(index_folder)).reader() as reader:
+                for docnum in range(reader.doc_count_all()):
+                    fields = reader.stored_fields(docnum)
+                    if not readable(fields.get("root") or root_of(fields.get("path") or "")):
+                        continue
+                    if any(isinstance(v, str) and occurs(v, needle) for v in fields.values()):
+                        deleted = reader.is_deleted(docnum)
+                        if deleted or fields.get("path") not in allow_paths:
+                            where.append(f"{label}: {fields.get('doc_id')}"
+                                         f"{' (deleted, lingering)' if deleted else ''}")
     nb = needle.encode()
     raw = [rel for rel, data in files if occurs(data, nb)]
-    explained = sum(occurrences(t, needle) for t in allowed_texts) * 2
+    explained = sum(occurrences(t, needle) for t in allowed_texts) * 2 * len(caches)
     if sum(occurrences(data, nb) for _, data in files) > explained:
         where += raw
     return _check(where)
 
 
-def _sqlite_check(path: Path, nb: bytes, allowed_texts: list[str], needle: str) -> dict:
-    if not path.exists():
-        return _check([])
-    data = path.read_bytes()
-    for suffix in ("-journal", "-wal"):
-        extra = path.with_name(path.name + suffix)
-        if extra.exists():
-            data += extra.read_bytes()
-    found = occurrences(data, nb)
+def _sqlite_check(path: Path, name_of, forms: list[bytes], allowed_texts: list[str], needle: str) -> list[str]:
+    """The database and its rollback journal or write-ahead log, each read as bytes even when
+    the database itself is gone (a journal a killed writer left holds whole pages; attack 13);
+    something other than a file at one of those names cannot be read, and fails."""
+    data, where = b"", []
+    for name in (path.name, path.name + "-journal", path.name + "-wal"):
+        part = path.with_name(name)
+        if not os.path.lexists(part):
+            continue
+        try:
+            if part.is_symlink() or not part.is_file():
+                raise IsADirectoryError(name)
+            data += part.read_bytes()
+        except OSError:
+            where.append(f"{name_of(part)} (not a file that can be read: cannot be checked)")
+    found = sum(occurrences(data, form) for form in forms)
     explained = sum(occurrences(t, needle) for t in allowed_texts)
-    return _check([path.name] if found > explained else [])
+    return where + ([name_of(path)] if found > explained else [])
 
 
-def _trust_cache_check(path: Path, needle: str, allow_paths: list[str]) -> dict:
+def _trust_cache_check(path: Path, name_of, needle: str, allow_paths: list[str]) -> list[str]:
     """verify.json names note paths (a subject is part of one) and writers' e-mails: the needle
     in any of its strings fails, except in the path of a note allowed to keep it. (A process
     that outlived an erasure run by another once saved its old state there again: attack 12.)
@@ -262,13 +386,14 @@ def _trust_cache_check(path: Path, needle: str, allow_paths: list[str]) -> dict:
     (``\\u00eb``), so its bytes alone prove nothing. mdmem rewrites a damaged one on its next
     open; it is a cache, and deleting it is safe."""
     if not os.path.lexists(path):
-        return _check([])
+        return []
+    rel = name_of(path)
     try:
         item = json.loads(path.read_bytes())
     except OSError:
-        return _check([f"{path.name} (cannot be read)"])
+        return [f"{rel} (cannot be read)"]
     except (ValueError, RecursionError):
-        return _check([f"{path.name} (damaged: cannot be checked)"])
+        return [f"{rel} (damaged: cannot be checked)"]
     strings: list[str] = []
     stack = [item]
     while stack:
@@ -281,7 +406,7 @@ def _trust_cache_check(path: Path, needle: str, allow_paths: list[str]) -> dict:
         elif isinstance(item, str):
             strings.append(item)
     found = any(occurs(s, needle) for s in strings if s not in allow_paths)
-    return _check([path.name] if found else [])
+    return [rel] if found else []
 
 
 def _scope_checks(repo, live_all, allow_paths, subject, owner, readable) -> dict:

@@ -668,7 +668,12 @@ class NoteIndex:
 def index_lock(root: Path) -> Lock:
     """The search indexes' cross-process lock of the repo at ``root`` (LockTimeout after two
     minutes): held while an index folder is built, swapped, deleted (erasure) or given files."""
-    return Lock(str(lock_folder(cache_dir(root) / "locks") / "index.lock"), timeout=120)
+    return folder_index_lock(cache_dir(root))
+
+
+def folder_index_lock(cache_folder: Path) -> Lock:
+    """:func:`index_lock` by the cache folder (a linked worktree's, whose work tree may be gone)."""
+    return Lock(str(lock_folder(cache_folder / "locks") / "index.lock"), timeout=120)
 
 
 def _valid_state(state: dict) -> bool:

@@ -34,3 +34,11 @@ def git_dir(root: Path) -> Path:
 def cache_dir(root: Path) -> Path:
     """The folder of a repo's disposable caches (created by whoever writes one first)."""
     return git_dir(root) / CACHE_NAME
+
+
+def cache_folders(root: Path) -> list[Path]:
+    """The repository's cache folder, then each linked worktree's (``git worktree add``: a
+    process working there keeps its own in .git/worktrees/<name>/mdmem), existing or not."""
+    worktrees = git_dir(root) / "worktrees"
+    linked = sorted(p for p in worktrees.glob(f"*/{CACHE_NAME}") if p.is_dir()) if worktrees.is_dir() else []
+    return [cache_dir(root), *linked]

@@ -1,0 +1,149 @@
+"""prove-gone fails closed on what it cannot read, and forget clears what it left (attack 13).
+
+A proof passed while an erased note's text was still on disk in files it did not read or could
+not see into: a linked worktree's own index, Whoosh files outside the current index (compressed,
+so a byte scan sees nothing), the view cache's JSON rows (ë written as \\u00eb), a database's
+journal without its database, a pack git does not list, a linked worktree's files. One repository
+is built and erased once; each test plants one pre-erasure copy into a fresh copy of it."""
+import shutil
+import subprocess
+
+import pytest
+
+from mdmem import MemoryRepo
+from mdmem.storage.gitdir import cache_dir
+
+TEAMS = {"payments": ["alice", "bob", "dana"]}
+TEXT = "Zoë Ångström manager is Quentin Øby"
+NEEDLES = ["Ångström", "Quentin"]
+
+
+def git(root, *args):
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout
+
+
+def failures(root, needles=NEEDLES) -> dict:
+    repo = MemoryRepo.open(root, embedder="none")
+    try:
+        report = repo.prove_gone(needles, as_user="dana", subject="customer:zoe").to_dict()
+    finally:
+        repo.close()
+    out: dict = {}
+    for needle in report["needles"]:
+        for name, check in needle["checks"].items():
+            if not check["passed"]:
+                out.setdefault(name, set()).update(check["where"])
+    assert report["passed"] == (not out and all(c["passed"] for c in report["scope"].values()))
+    return out
+
+
+@pytest.fixture(scope="module")
+def erased(tmp_path_factory):
+    """(the erased repository, the pre-erasure copies of its caches and objects)."""
+    base = tmp_path_factory.mktemp("erased")
+    repo = MemoryRepo.init(base / "m", teams=TEAMS, erasers=["dana"], as_user="alice", embedder="none")
+    repo.remember(TEXT, as_user="bob", kind="fact", subject="customer:zoe", key="manager", scope="team",
+                  team="payments", new_key=True)
+    repo.remember("Acme is a fine customer", as_user="bob", kind="fact", subject="customer:acme", key="status",
+                  scope="team", team="payments", new_key=True)
+    repo.recall("who manages zoe", as_user="bob")  # the index holds the note
+    repo.close()
+    saved = base / "saved"
+    shutil.copytree(cache_dir(repo.root), saved / "cache")
+    git(repo.root, "repack", "-a", "-d", "-q")
+    shutil.copytree(repo.root / ".git" / "objects" / "pack", saved / "pack")
+    eraser = MemoryRepo.open(repo.root, embedder="none")
+    eraser.forget(as_user="dana", subject="customer:zoe")
+    eraser.close()
+    assert failures(repo.root) == {}  # honestly gone
+    return repo.root, saved
+
+
+@pytest.fixture
+def copy(erased, tmp_path):
+    root, saved = erased
+    shutil.copytree(root, tmp_path / "m", symlinks=True)
+    return tmp_path / "m", saved
+
+
+def test_whoosh_files_outside_the_current_index_fail_the_proof(copy):
+    root, saved = copy
+    caches = cache_dir(root)
+    old_segments = sorted((saved / "cache" / "fulltext").glob("*.seg"))
+    assert old_segments
+    # A stale segment beside the current index, as a kill mid-merge leaves one.
+    shutil.copy(old_segments[0], caches / "fulltext" / ("MAIN_stale" + old_segments[0].name[5:]))
+    assert "fulltext_index" in failures(root)
+    (caches / "fulltext" / ("MAIN_stale" + old_segments[0].name[5:])).unlink()
+    # A swap a kill interrupted (fulltext.old) and a copy moved aside (broken/).
+    for where in ("fulltext.old", "broken/fulltext-1"):
+        shutil.copytree(saved / "cache" / "fulltext", caches / where)
+        assert any("cannot be checked" in w for w in failures(root)["other_cache_files"])
+        shutil.rmtree(caches / where, ignore_errors=True)  # (an open may have cleared it since)
+    # An index folder whose table of contents is gone.
+    shutil.rmtree(caches / "fulltext")
+    shutil.copytree(saved / "cache" / "fulltext", caches / "fulltext")
+    for toc in (caches / "fulltext").glob("*.toc"):
+        toc.unlink()
+    assert "fulltext_index" in failures(root)
+
+
+def test_the_view_cache_is_read_for_the_needle_as_json_writes_it(copy):
+    root, saved = copy
+    caches = cache_dir(root)
+    assert "Ångström".encode() not in (saved / "cache" / "viewmeta.sqlite").read_bytes()  # \u00c5ngstr\u00f6m
+    shutil.copy(saved / "cache" / "viewmeta.sqlite", caches / "viewmeta.sqlite")
+    assert failures(root, ["Ångström"])["view_cache"] == {"viewmeta.sqlite"}
+
+
+def test_a_journal_without_its_database_and_a_folder_in_a_databases_place_fail(copy):
+    root, saved = copy
+    caches = cache_dir(root)
+    (caches / "viewmeta.sqlite").unlink(missing_ok=True)
+    shutil.copy(saved / "cache" / "viewmeta.sqlite", caches / "viewmeta.sqlite-journal")
+    assert failures(root)["view_cache"] == {"viewmeta.sqlite"}
+    (caches / "viewmeta.sqlite-journal").unlink()
+    (caches / "embeddings.sqlite-wal").mkdir()
+    assert failures(root)["embedding_cache"] == {"embeddings.sqlite-wal (not a file that can be read: cannot be checked)"}
+
+
+@pytest.mark.parametrize("where", ["pack/pack-{}.pack", "pack/tmp_pack_{}", "incoming-x1/pack/pack-{}.pack"])
+def test_objects_git_does_not_list_fail_the_proof(copy, where):
+    """A pack without its index, a killed fetch's temporary pack, a killed push's quarantine:
+    git's object listing skips them, so the proof names them instead of passing."""
+    root, saved = copy
+    old = next((saved / "pack").glob("*.pack"))
+    target = root / ".git" / "objects" / where.format(old.stem[5:])
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(old, target)
+    assert [w.split(" ")[0] for w in failures(root)["git_objects"]] == [f"objects/{where.format(old.stem[5:])}"]
+
+
+def test_a_linked_worktree_keeps_no_index_and_no_file_with_the_erased_text(tmp_path):
+    """A process working in a linked worktree keeps its own index in .git/worktrees/<n>/mdmem:
+    forget left it (holding the erased note) and the proof only scanned its compressed bytes.
+    Files in a linked worktree were not checked at all."""
+    root = tmp_path / "m"
+    repo = MemoryRepo.init(root, teams=TEAMS, erasers=["dana"], as_user="alice", embedder="none")
+    repo.remember(TEXT, as_user="bob", kind="fact", subject="customer:zoe", key="manager", scope="team",
+                  team="payments", new_key=True)
+    repo.close()
+    tree = tmp_path / "side"
+    git(root, "worktree", "add", "-q", "-b", "side", str(tree))
+    side = MemoryRepo.open(tree, embedder="none")
+    assert side.recall("who manages zoe", as_user="bob")  # its own index holds the note
+    side.close()
+    linked = root / ".git" / "worktrees" / "side" / "mdmem"
+    assert (linked / "fulltext").is_dir()
+    saved = tmp_path / "saved"
+    shutil.copytree(linked / "fulltext", saved)
+    eraser = MemoryRepo.open(root, embedder="none")
+    eraser.forget(as_user="dana", subject="customer:zoe")
+    eraser.close()
+    assert not (linked / "fulltext").exists()
+    assert failures(root) == {}
+    shutil.copytree(saved, linked / "fulltext")  # a process there wrote it back from its old state
+    assert any(w.startswith("worktrees/side/mdmem/fulltext: ") for w in failures(root)["fulltext_index"])
+    shutil.rmtree(linked / "fulltext")
+    (tree / "notes.txt").write_text(f"copied: {TEXT}\n")
+    assert failures(root)["work_tree"] == {f"worktree {tree}: notes.txt"}
