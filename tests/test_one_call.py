@@ -334,3 +334,21 @@ def test_a_long_lived_writer_follows_the_view_cache_another_process_erasure_dele
     assert report.passed, [(k, c["where"]) for n in report.to_dict()["needles"] for k, c in n["checks"].items()
                            if not c["passed"]] + [(k, c["where"]) for k, c in report.to_dict()["scope"].items()
                                                   if not c["passed"]]
+
+
+def test_a_writer_renders_its_views_after_another_process_erased_a_note_it_had_read(tmp_path):
+    """A first version of following the replaced view cache dropped the metadata held in
+    memory too; the views then patched from their last state by reading the erased blob,
+    which the erasure had pruned: KeyError in startup (the MCP server's) until a restart."""
+    a = MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice", "bob"]}, as_user="alice", embedder="none")
+    a.remember("My phone is zanzibar 555", as_user="alice", kind="profile", subject="user:alice", key="phone")
+    a.remember("Billing deploys any weekday", as_user="alice", kind="fact", subject="service:billing",
+               key="deploy.window", scope="team", team="payments")
+    assert "zanzibar" in a.startup(as_user="alice")
+    b = MemoryRepo.open(a.root, embedder="none")
+    b.forget(as_user="alice", subject="user:alice")
+    b.close()
+    assert not a.recall("alice phone zanzibar", as_user="alice")
+    view = a.startup(as_user="alice")
+    assert "zanzibar" not in view and "Billing deploys any weekday" in view
+    a.close()

@@ -147,3 +147,93 @@ def test_a_linked_worktree_keeps_no_index_and_no_file_with_the_erased_text(tmp_p
     shutil.rmtree(linked / "fulltext")
     (tree / "notes.txt").write_text(f"copied: {TEXT}\n")
     assert failures(root)["work_tree"] == {f"worktree {tree}: notes.txt"}
+
+
+@pytest.mark.parametrize("where", ["objects/info/notes.txt", "objects/pack/pack-1234.keep", "mdmem/models/x.json"])
+def test_files_beside_git_objects_and_in_models_are_read(copy, where):
+    """objects/info/, a pack's .keep or .promisor, and the embedder's models/ folder were
+    skipped whole; text there passed the proof (attack 13, second round)."""
+    root, _ = copy
+    target = root / ".git" / where
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(f"kept: {TEXT}\n")
+    check = "other_cache_files" if where.startswith("mdmem/") else "git_objects"
+    assert failures(root)[check] == {where}
+
+
+def test_a_database_row_across_an_overflow_seam_and_a_compressed_copy_fail(copy):
+    """A long row continues on overflow pages, each starting with a 4-byte link: a needle
+    across that seam is in no page's bytes, so the proof also reads every database's rows. A
+    gzip named *.sqlite.gz was taken for a database and scanned as bytes."""
+    import gzip
+    import sqlite3
+
+    root, _ = copy
+    caches = cache_dir(root)
+
+    def make(path, shift):
+        path.unlink(missing_ok=True)
+        db = sqlite3.connect(path)
+        db.execute("PRAGMA page_size=1024")
+        db.execute("CREATE TABLE t (v TEXT)")
+        db.execute("INSERT INTO t VALUES (?)", ("x" * shift + f" {TEXT} " + "y" * 3000,))
+        db.commit()
+        db.close()
+
+    probe = caches / "vectors.sqlite"
+    shift = next(s for s in range(2000) if (make(probe, s), b"Quentin" not in probe.read_bytes())[1])
+    assert "Quentin" in sqlite3.connect(probe).execute("SELECT v FROM t").fetchone()[0]
+    assert failures(root, ["Quentin"])["other_cache_files"] == {"mdmem/vectors.sqlite"}, shift
+    probe.unlink()
+    (caches / "viewmeta.sqlite.bak.gz").write_bytes(gzip.compress(TEXT.encode()))
+    assert failures(root, ["Quentin"])["other_cache_files"] == {
+        "mdmem/viewmeta.sqlite.bak.gz (compressed or encoded: cannot be checked as bytes)"}
+
+
+@pytest.mark.parametrize("gone", [False, True], ids=["present", "folder deleted"])
+def test_forget_moves_a_detached_linked_worktree_off_the_erased_history(tmp_path, gone):
+    """A detached linked worktree's HEAD was moved after the reflogs expired (the move logged
+    the erased commit, whose objects then stayed); with its folder deleted the move failed
+    silently, and its index kept the erased blobs alive."""
+    root = tmp_path / "m"
+    repo = MemoryRepo.init(root, teams=TEAMS, erasers=["dana"], as_user="alice", embedder="none")
+    repo.remember(TEXT, as_user="bob", kind="fact", subject="customer:zoe", key="manager", scope="team",
+                  team="payments", new_key=True)
+    repo.close()
+    tree = tmp_path / "side"
+    git(root, "worktree", "add", "-q", "--detach", str(tree))
+    if gone:
+        shutil.rmtree(tree)
+    eraser = MemoryRepo.open(root, embedder="none")
+    eraser.forget(as_user="dana", subject="customer:zoe")
+    eraser.close()
+    assert failures(root) == {}
+
+
+def test_a_repository_whose_git_directory_lives_elsewhere_and_its_linked_worktrees(tmp_path):
+    """.git a file (a linked worktree, --separate-git-dir): the proof crashed on paths outside
+    the work tree, and forget crashed half way from a linked worktree. A separate git dir is
+    erased and proved; a linked worktree proves and is told to erase in the main worktree."""
+    from mdmem.errors import BadInput
+
+    root = tmp_path / "m"
+    repo = MemoryRepo.init(root, teams=TEAMS, erasers=["dana"], as_user="alice", embedder="none")
+    repo.remember(TEXT, as_user="bob", kind="fact", subject="customer:zoe", key="manager", scope="team",
+                  team="payments", new_key=True)
+    repo.close()
+    moved = tmp_path / "gitdir"
+    shutil.move(root / ".git", moved)
+    (root / ".git").write_text(f"gitdir: {moved}\n")
+    git(root, "config", "core.worktree", str(root))
+    tree = tmp_path / "side"
+    git(root, "worktree", "add", "-q", "-b", "side", str(tree))
+    linked = MemoryRepo.open(tree, embedder="none")
+    with pytest.raises(BadInput, match="main worktree"):
+        linked.forget(as_user="dana", subject="customer:zoe")
+    linked.close()
+    assert set(failures(tree)) >= {"live_notes", "git_objects"}  # proved from the linked worktree
+    eraser = MemoryRepo.open(root, embedder="none")
+    eraser.forget(as_user="dana", subject="customer:zoe")
+    eraser.close()
+    assert failures(root) == {}
+    assert failures(tree) == {}

@@ -35,7 +35,7 @@ from .needles import REMOVED, replace_all
 from .plan import HOLD_PREFIX, LEFTOVERS, Plan, build_plan
 from .rewrite import run as run_rewrite
 from .scan import HistoryScan, history_texts
-from ..storage.gitdir import DAEMON_LOG, cache_dir, cache_folders
+from ..storage.gitdir import DAEMON_LOG, cache_dir, cache_folders, common_git_dir, git_dir
 
 AUDIT_PATH = rc.AUDIT_PATH
 erased_commit_ids = rc.erased_commit_ids
@@ -46,6 +46,12 @@ def forget(repo, *, as_user: str, when: _dt.datetime, subject=None, owner=None, 
            dry_run: bool = False, push: bool = False, scrub: bool = True,
            force: bool = False) -> ErasurePlan | ErasureReceipt:
     """Plan (and unless ``dry_run``, do) an erasure. Call under the repo lock."""
+    if git_dir(repo.root) != common_git_dir(repo.root):
+        # The rewrite, the work-tree checkout and the journal belong to the main worktree: run
+        # from a linked one, forget crashed half way (attack 13).
+        main = common_git_dir(repo.root).parent
+        raise BadInput(f"forget: {repo.root} is a linked worktree; run the erasure in the repository's main "
+                       f"worktree ({main}): it rewrites the history every worktree shares (nothing changed)")
     journal = Journal(repo.root)
     if journal.exists():
         finish(repo)
@@ -211,9 +217,15 @@ def _clean(repo, plan: Plan) -> None:
     ops.checkout_from_head(root, [p for p in changed])
     _scrub_local_files(root, plan)
     ops.scrub_git_leftovers(root, [n.encode() for n in plan.needles])
-    ops.expire_reflogs(root)
-    # Stash entries and detached worktrees back from their parking refs.
+    # Stash entries and detached worktrees back from their parking refs: a worktree's HEAD
+    # before the reflogs expire (moving it logs the commit it left, an erased one: its objects
+    # stayed; attack 13), the stash after (its entries are its reflog).
     held = sorted(ops.list_refs(root, HOLD_PREFIX))
+    for name, oid, _ in held:
+        if name.startswith(f"{HOLD_PREFIX}worktree/"):
+            w = plan.worktrees[int(name.rsplit("/", 1)[1])]
+            ops.set_worktree_head(root, Path(w["path"]), oid)
+    ops.expire_reflogs(root)
     stash = [(name, oid) for name, oid, _ in held if name.startswith(f"{HOLD_PREFIX}stash/")]
     if stash:
         ops.stash_clear(root)
@@ -223,15 +235,13 @@ def _clean(repo, plan: Plan) -> None:
             # The stash's message quotes its base commit's subject, which may hold erased text.
             message = replace_all(message.encode(), [n.encode() for n in plan.needles])[0].decode()
             ops.stash_store(root, oid, message)
-    for name, oid, _ in held:
-        if name.startswith(f"{HOLD_PREFIX}worktree/"):
-            w = plan.worktrees[int(name.rsplit("/", 1)[1])]
-            ops.run_git(Path(w["path"]), "update-ref", "--no-deref", "HEAD", oid, check=False)
     for w in plan.worktrees:
         if Path(w["path"]).exists():
             _scrub_worktree_files(Path(w["path"]), w.get("scrub", ()), plan)
             # Its own uncommitted edits stay (those holding erased text were just scrubbed).
             ops.checkout_from_head(Path(w["path"]), [p for p in changed if p not in set(w.get("dirty", ()))])
+        else:  # its folder is gone (prunable): its index alone keeps erased blobs alive
+            ops.reset_missing_worktree_index(root, Path(w["path"]))
 
 
 def _ref_target(root: Path, name: str) -> str | None:

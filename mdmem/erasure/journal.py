@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from ..errors import BadInput
+from ..storage.gitdir import common_git_dir  # the shared git dir, from any worktree
 
 FOLDER = "mdmem-erasure"
 # Rewritten by every erasure that ends: a process holding notes in memory (the daemon) that
@@ -25,7 +26,7 @@ DONE = "mdmem-erasure.done"
 class Journal:
     def __init__(self, root: Path):
         self.root = Path(root)
-        self.folder = self.root / ".git" / FOLDER
+        self.folder = common_git_dir(self.root) / FOLDER
         self.path = self.folder / "journal.json"
 
     def exists(self) -> bool:
@@ -70,7 +71,7 @@ class Journal:
     def finished(self) -> None:
         """The erasure ended: the journal goes and :func:`done_stamp` moves."""
         self.remove()
-        done = self.root / ".git" / DONE
+        done = common_git_dir(self.root) / DONE
         try:
             tmp = done.with_name(DONE + ".new")
             tmp.write_text(f"{time.time_ns()}\n", encoding="utf-8")
@@ -82,7 +83,7 @@ class Journal:
 def done_stamp(root: Path) -> tuple[int, int, int] | None:
     """What changes when an erasure ends here (one stat; None: none has yet)."""
     try:
-        st = os.stat(Path(root) / ".git" / DONE)
+        st = os.stat(common_git_dir(root) / DONE)
     except OSError:
         return None
     return st.st_ino, st.st_mtime_ns, st.st_size
@@ -90,4 +91,4 @@ def done_stamp(root: Path) -> tuple[int, int, int] | None:
 
 def pending(root: Path) -> bool:
     """An erasure was interrupted here (cheap: one stat)."""
-    return (Path(root) / ".git" / FOLDER / "journal.json").exists()
+    return (common_git_dir(root) / FOLDER / "journal.json").exists()

@@ -24,9 +24,9 @@ from .scan import REPO_FILES, HistoryScan, history_texts, root_of
 from ..storage.gitdir import CACHE_NAME, cache_dir, cache_folders
 
 
-# The files of the cache folder that have a check of their own (or hold no notes: models/).
+# The files of the cache folder that have a check of their own.
 CACHES_CHECKED_BY_KIND = frozenset({
-    "fulltext", "versions", "models", "verify.json",
+    "fulltext", "versions", "verify.json",
     *(f"{db}{suffix}" for db in ("embeddings.sqlite", "viewmeta.sqlite") for suffix in ("", "-journal", "-wal")),
 })
 
@@ -101,17 +101,19 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
     cannot_check: list[str] = []
     stray_index: list[str] = []
     unlisted: list[str] = []
+    object_side_files: list[tuple[str, bytes]] = []
+    other_databases: list[tuple[str, list]] = []
     if eraser:
         # git's own files; mdmem's caches inside .git are checked below, each by its kind
-        meta_files += [(str(p.relative_to(root)), p.read_bytes()) for p in git_dir.rglob("*")
+        meta_files += [(_label(p, root), p.read_bytes()) for p in git_dir.rglob("*")
                        if p.is_file() and p.relative_to(git_dir).parts[0] not in ("objects", CACHE_NAME)
                        and not _in_cache(p, caches)]
         meta_files += [(f"file name {p.relative_to(git_dir)}", str(p.relative_to(git_dir)).encode())
                        for p in git_dir.rglob("*") if p.relative_to(git_dir).parts[0] != CACHE_NAME]
-        unlisted = _unlisted_objects(git_dir)
+        unlisted, object_side_files = _object_files(git_dir)
         # mdmem's cache folders, read once: the indexes' files (checked as an index below), and
         # the rest as bytes: the daemon's log, state files, a moved-aside (broken/) or
-        # half-written (*.tmp) copy. (The graph in models/ is the embedder's, not notes.)
+        # half-written (*.tmp) copy, the embedder's graph (models/).
         for folder in caches:
             stray_index += _stray_index_files(folder, git_dir)
             for p in folder.rglob("*"):
@@ -125,6 +127,10 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
                     other_cache_files.append((rel, p.read_bytes()))
                     if not _bytes_checkable(p.name):
                         cannot_check.append(f"{rel} (compressed or encoded: cannot be checked as bytes)")
+                    elif other_cache_files[-1][1].startswith(b"SQLite format 3\0"):
+                        # Its rows too: a needle across an overflow page's seam is in no page's
+                        # bytes (a damaged copy moved aside can only be read as bytes).
+                        other_databases.append((rel, _sqlite_values(p) or []))
     stash = "\n".join(e.message for e in ops.stash_entries(root))
     report = {"needles": [], "subject": subject, "owner": owner}
     for needle in needles:
@@ -139,7 +145,8 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
                 if kind == "blob" and allow_paths and _explained(text, needle, allowed_texts, links):
                     continue
                 bad_objects.append(f"{kind} {oid}")
-        checks["git_objects"] = _check(bad_objects + unlisted)
+        checks["git_objects"] = _check(bad_objects + unlisted
+                                       + [rel for rel, data in object_side_files if occurs(data, nb)])
         checks["refs_reflogs_stash_notes"] = _check(
             [rel for rel, data in meta_files if occurs(data, nb)]
             + (["stash"] if needle in stash else []))
@@ -159,8 +166,13 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
                 f / "viewmeta.sqlite", _namer(f, caches, git_dir), forms, allowed_texts, needle)])
             checks["trust_cache"] = _check([w for f in caches for w in _trust_cache_check(
                 f / "verify.json", _namer(f, caches, git_dir), needle, allow_paths)])
+            texts = [form.decode() for form in forms]
             checks["other_cache_files"] = _check(
-                [rel for rel, data in other_cache_files if any(occurs(data, form) for form in forms)] + cannot_check)
+                [rel for rel, data in other_cache_files if any(occurs(data, form) for form in forms)]
+                + [rel for rel, values in other_databases
+                   if any(occurs(v, text if isinstance(v, str) else form) for v in values
+                          for form, text in zip(forms, texts))]
+                + cannot_check)
         checks["memory_views"] = _check([rel for rel, data in files if rel.endswith("MEMORY.md") and occurs(data, nb)
                                          and not _explained(data.decode("utf-8", "replace"), needle,
                                                             allowed_texts, links)])
@@ -260,12 +272,25 @@ def _raw_forms(needle: str) -> list[bytes]:
 # What a byte scan can check: text, and SQLite pages of JSON rows, as mdmem writes them (a
 # segment's kept long lists hold their words as bytes too). Anything else in a cache folder
 # (a search-index file outside a current index, a copy put aside) is compressed or encoded.
-_BYTES_CHECKABLE_SUFFIXES = (".json", ".tmp", ".log", ".lock", ".longpost")
+_BYTES_CHECKABLE_SUFFIXES = (".json", ".tmp", ".log", ".lock", ".longpost", ".onnx", ".onnx.check")
 _BYTES_CHECKABLE_NAMES = frozenset({"worktree-id", "daemon.autostart", "MAIN_WRITELOCK"})
+# A database, its journal or log, or a copy moved aside (broken/<name>.<time>); not a name that
+# merely holds ".sqlite" (viewmeta.sqlite.gz is compressed: attack 13).
+_SQLITE_NAME = re.compile(r"[\w.-]+\.sqlite(?:-journal|-wal|-shm)?(?:\.\d+)?")
 
 
 def _bytes_checkable(name: str) -> bool:
-    return name.endswith(_BYTES_CHECKABLE_SUFFIXES) or name in _BYTES_CHECKABLE_NAMES or ".sqlite" in name
+    return (name.endswith(_BYTES_CHECKABLE_SUFFIXES) or name in _BYTES_CHECKABLE_NAMES
+            or _SQLITE_NAME.fullmatch(name) is not None)
+
+
+def _label(path: Path, root: Path) -> str:
+    """A file of git's directory as the report names it: under the work tree (.git/...), or whole
+    (a --separate-git-dir repository, a linked worktree's shared directory)."""
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
 
 
 # Files of objects/pack git reads (a pack is listed by its .idx, whatever its name).
@@ -274,24 +299,30 @@ _PACK_FILE = re.compile(r"(?!tmp_)[^/]+\.(pack|idx|rev|bitmap|mtimes|keep|promis
 _LOOSE = re.compile(r"[0-9a-f]{2}/[0-9a-f]{38}(?:[0-9a-f]{24})?")
 
 
-def _unlisted_objects(git_dir: Path) -> list[str]:
-    """Files under objects/ whose objects git does not list, so the object scan never read them:
-    a pack without its index, a killed fetch's tmp_pack_*, a killed push's incoming-* quarantine
-    (attack 13). Each fails the proof: `git gc --prune=now` or deleting it makes it checkable."""
+def _object_files(git_dir: Path) -> tuple[list[str], list[tuple[str, bytes]]]:
+    """The files under objects/ the object scan does not read: (those whose objects git does
+    not list, each failing the proof: a pack without its index, a killed fetch's tmp_pack_*, a
+    killed push's incoming-* quarantine; the rest, read as bytes: objects/info/, a pack's
+    .keep, .promisor and other side files, which may hold text; attack 13). Loose objects and
+    indexed packs are read whole by the object scan."""
     objects = git_dir / "objects"
-    out = []
+    unlisted: list[str] = []
+    side: list[tuple[str, bytes]] = []
     packs = objects / "pack"
     for p in objects.rglob("*") if objects.is_dir() else ():
         if p.is_dir():
             continue
         rel = p.relative_to(objects).as_posix()
-        if _LOOSE.fullmatch(rel) or rel.startswith("info/"):
+        if _LOOSE.fullmatch(rel):
             continue
         match = _PACK_FILE.fullmatch(p.name) if p.parent == packs else None
-        if match and (match.group(1) != "pack" or p.with_suffix(".idx").is_file()):
-            continue  # (a pack git lists by its index; an index alone holds no object)
-        out.append(f"objects/{rel} (git does not list its objects: cannot be checked)")
-    return out
+        if rel.startswith("info/") or (match and match.group(1) not in ("pack", "idx")):
+            side.append((f"objects/{rel}", p.read_bytes() if p.is_file() else b""))
+        elif match and (match.group(1) == "idx" or p.with_suffix(".idx").is_file()):
+            continue  # a pack git lists by its index (an index alone names objects, holds none)
+        else:
+            unlisted.append(f"objects/{rel} (git does not list its objects: cannot be checked)")
+    return unlisted, side
 
 
 def _stray_index_files(folder: Path, git_dir: Path) -> list[str]:
@@ -375,7 +406,42 @@ def _sqlite_check(path: Path, name_of, forms: list[bytes], allowed_texts: list[s
             where.append(f"{name_of(part)} (not a file that can be read: cannot be checked)")
     found = sum(occurrences(data, form) for form in forms)
     explained = sum(occurrences(t, needle) for t in allowed_texts)
+    if data and not where and path.is_file():
+        # A long row continues on overflow pages, each starting with a link to the next: a
+        # needle across that seam is in no page's bytes (attack 13). SQLite reads it whole.
+        rows = _sqlite_values(path)
+        if rows is None:
+            where.append(f"{name_of(path)} (cannot be read as a database: cannot be checked)")
+        else:
+            texts = [form.decode() for form in forms]  # JSON rows spell ë as \\u00eb
+            found = max(found, sum(occurrences(v, text if isinstance(v, str) else form)
+                                   for v in rows for form, text in zip(forms, texts)))
     return where + ([name_of(path)] if found > explained else [])
+
+
+def _sqlite_values(path: Path) -> list | None:
+    """Every text and blob value of every table of the database at ``path``, read without
+    changing it; None if it cannot be read."""
+    import sqlite3
+
+    try:
+        # immutable: the file as it is, no lock taken and no journal looked at (a stale one
+        # beside it made a read-only open fail); the journal and log are read as bytes.
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True, timeout=5)
+    except sqlite3.Error:
+        return None
+    try:
+        values: list = []
+        tables = [name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        for table in tables:
+            quoted = '"' + table.replace('"', '""') + '"'
+            for row in db.execute(f"SELECT * FROM {quoted}"):
+                values += [v for v in row if isinstance(v, (str, bytes))]
+        return values
+    except sqlite3.Error:
+        return None
+    finally:
+        db.close()
 
 
 def _trust_cache_check(path: Path, name_of, needle: str, allow_paths: list[str]) -> list[str]:

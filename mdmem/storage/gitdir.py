@@ -36,9 +36,23 @@ def cache_dir(root: Path) -> Path:
     return git_dir(root) / CACHE_NAME
 
 
+def common_git_dir(root: Path) -> Path:
+    """The git directory every worktree of the repository shares (objects, refs, packed-refs,
+    worktrees/): ``git_dir(root)`` itself, unless ``root`` is a linked worktree, whose own git
+    directory names the shared one in its ``commondir`` file."""
+    own = git_dir(root)
+    try:
+        text = (own / "commondir").read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return own
+    common = Path(text)
+    return common if common.is_absolute() else (own / common).resolve()
+
+
 def cache_folders(root: Path) -> list[Path]:
-    """The repository's cache folder, then each linked worktree's (``git worktree add``: a
-    process working there keeps its own in .git/worktrees/<name>/mdmem), existing or not."""
-    worktrees = git_dir(root) / "worktrees"
+    """The main worktree's cache folder, then each linked worktree's (``git worktree add``: a
+    process working there keeps its own in .git/worktrees/<name>/mdmem), from any of them."""
+    common = common_git_dir(root)
+    worktrees = common / "worktrees"
     linked = sorted(p for p in worktrees.glob(f"*/{CACHE_NAME}") if p.is_dir()) if worktrees.is_dir() else []
-    return [cache_dir(root), *linked]
+    return [common / CACHE_NAME, *linked]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import GitFailed
+from .gitdir import common_git_dir
 
 # History as erasure sees it: every ref but the stash (its entries are handled one by one)
 # and erasure's own parking refs.
@@ -27,7 +28,9 @@ _ZERO = "0" * 40
 
 
 def git_dir(root: Path) -> Path:
-    return Path(root) / ".git"
+    """The repository's shared git directory (objects, refs, worktrees/), also when ``.git`` is
+    a file (a linked worktree, ``--separate-git-dir``): erasure and its proof act on it whole."""
+    return common_git_dir(root)
 
 
 def alternates(root: Path) -> list[str]:
@@ -312,6 +315,40 @@ def linked_worktrees(root: Path) -> list[Worktree]:
         key, _, value = line.partition(" ")
         current[key] = value
     return out
+
+
+def _worktree_admin(root: Path, path: Path) -> Path:
+    """The linked worktree's own git directory (.git/worktrees/<id>) by its folder's path."""
+    worktrees = git_dir(root) / "worktrees"
+    for admin in sorted(worktrees.iterdir()) if worktrees.is_dir() else ():
+        try:
+            points_at = Path((admin / "gitdir").read_text(encoding="utf-8", errors="replace").strip())
+        except OSError:
+            continue
+        if points_at.parent.resolve() == Path(path).resolve():
+            return admin
+    raise GitFailed(f"worktree {path}: not found in {worktrees}; it could not be moved off the erased history")
+
+
+def _git_in(admin: Path, *args: str) -> None:
+    proc = subprocess.run(["git", "--git-dir", str(admin), *args], capture_output=True)
+    if proc.returncode != 0:
+        raise GitFailed(f"worktree {admin.name}: git {args[0]} failed moving it off the erased history: "
+                        f"{proc.stderr.decode(errors='replace').strip()[:300]}")
+
+
+def set_worktree_head(root: Path, path: Path, oid: str) -> None:
+    """Point the linked worktree at ``path`` at ``oid`` (detached), through its own git directory
+    in .git/worktrees/: that works while its folder is gone or unmounted, where `git -C path`
+    failed silently and left it on an erased commit (attack 13)."""
+    _git_in(_worktree_admin(root, path), "update-ref", "--no-deref", "HEAD", oid)
+
+
+def reset_missing_worktree_index(root: Path, path: Path) -> None:
+    """A linked worktree whose folder is gone still has its index in .git/worktrees/, and git
+    keeps every object an index names: its entries are set to its (rewritten) HEAD's, so the
+    erased blobs can be pruned (attack 13). Its work tree, if it comes back, shows the change."""
+    _git_in(_worktree_admin(root, path), "read-tree", "HEAD")
 
 
 def remove_worktree(root: Path, path: Path) -> None:

@@ -128,7 +128,7 @@ class MetaCache:
         self._unsaved: list[tuple[str, str]] = []
 
     def entries(self, store, blobs: dict[str, str], contents: dict[str, bytes] | None = None) -> list[Entry]:
-        self._follow_replaced_file(forget_held=True)
+        self._follow_replaced_file()
         missing = [b for b in set(blobs.values()) if b not in self._mem]
         try:
             self._load(missing)
@@ -186,26 +186,23 @@ class MetaCache:
         self.db = open_sqlite(self.path, _setup_meta)
         self._file = file_identity(self.path)
 
-    def _follow_replaced_file(self, *, forget_held: bool) -> None:
+    def _follow_replaced_file(self) -> None:
         """Another process removed or replaced the file since it was opened: an erasure's
         purge (the only code that deletes it). Writing on wrote into the deleted file ("attempt
         to write a readonly database"), and the recovery then moved the other process's good
-        file aside as damaged. The file now there is opened; the rows not yet saved are
-        dropped, and with ``forget_held`` everything held (it may describe erased notes; what
-        is needed again is re-parsed). Checked as ``entries`` starts and before a save."""
+        file aside as damaged. The file now there is opened, and the rows not yet saved are
+        dropped: they may describe erased notes. (What is held in memory stays: it is never
+        saved again, and the views patch from it; a held erased blob is no longer in any tree.)"""
         if file_identity(self.path) == self._file:
             return
         self.db.close()
         self._unsaved = []
-        if forget_held:
-            self._mem.clear()
-            self._entries.clear()
         self.db = open_sqlite(self.path, _setup_meta)
         self._file = file_identity(self.path)
 
     def flush(self) -> None:
         if self._unsaved:
-            self._follow_replaced_file(forget_held=False)  # entries() may be using what is held
+            self._follow_replaced_file()
         if self._unsaved:
             try:
                 self.db.execute("BEGIN")
@@ -215,7 +212,7 @@ class MetaCache:
                 if not is_corrupt(exc):
                     raise
                 if file_identity(self.path) != self._file:
-                    self._follow_replaced_file(forget_held=False)  # deleted while this wrote: not damaged
+                    self._follow_replaced_file()  # deleted while this wrote: not damaged
                 else:
                     self._reset(exc)  # rows lost cost a re-parse, nothing else
             self._unsaved = []
