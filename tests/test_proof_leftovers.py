@@ -237,3 +237,26 @@ def test_a_repository_whose_git_directory_lives_elsewhere_and_its_linked_worktre
     eraser.close()
     assert failures(root) == {}
     assert failures(tree) == {}
+
+
+def test_a_linked_worktrees_embedding_cache_holds_only_texts_history_holds(copy):
+    """The check that every cached vector belongs to a text history still holds read only
+    the repository's own cache folder (attack 13, round 2): a linked worktree's vectors of an
+    erased text would stay unflagged (their keys are hashes: no byte scan finds the text)."""
+    import numpy as np
+
+    from mdmem.search.embedding_cache import EmbeddingCache, cache_key
+
+    root, _ = copy
+    folder = root / ".git" / "worktrees" / "gone" / "mdmem"
+    folder.mkdir(parents=True)
+    cache = EmbeddingCache(folder / "embeddings.sqlite")
+    cache.put_many("some-model", {cache_key("some-model", TEXT): np.ones(4, dtype=np.float32)})
+    cache.close()
+    repo = MemoryRepo.open(root, embedder="none")
+    try:
+        report = repo.prove_gone(NEEDLES, as_user="dana", subject="customer:zoe").to_dict()
+    finally:
+        repo.close()
+    assert report["scope"]["caches_hold_only_history"]["where"] == [
+        "worktrees/gone/mdmem/embeddings.sqlite: 1 entr(y/ies) for texts no longer in history"]

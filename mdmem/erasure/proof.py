@@ -209,32 +209,36 @@ def _caches_hold_only_history(repo, scan: HistoryScan, readable, eraser: bool) -
     texts (the report says those caches are not checked for them)."""
     from ..search.embedding_cache import EmbeddingCache, cache_key
 
+    from whoosh import index as windex
+
     texts = history_texts(scan, repo.contracts)
     where = []
-    cache_path = cache_dir(repo.root) / "embeddings.sqlite"
-    if eraser and cache_path.exists():
-        cache = EmbeddingCache(cache_path)
-        try:
-            keep = {cache_key(m, t) for m in cache.models() for t in texts}
-            orphans = sum(1 for k, _ in cache.keys() if k not in keep)
-        finally:
-            cache.close()
-        if orphans:
-            where.append(f"embeddings.sqlite: {orphans} entr(y/ies) for texts no longer in history")
-    from whoosh import index as windex
-    for name in ("fulltext", "versions"):
-        folder = cache_dir(repo.root) / name
-        if not windex.exists_in(str(folder)):
-            continue
-        with windex.open_dir(str(folder)).reader() as reader:
-            bad = 0
-            for n in range(reader.doc_count_all()):
-                fields = reader.stored_fields(n)
-                if not eraser and not readable(fields.get("root") or root_of(fields.get("path") or "")):
-                    continue
-                bad += (fields.get("body") or "") not in texts
-        if bad:
-            where.append(f"{name}: {bad} document(s) whose text is no longer in history")
+    caches = cache_folders(repo.root)
+    for base in caches:  # the repository's, then each linked worktree's (named by its path)
+        label = "" if base == caches[0] else f"{base.relative_to(ops.git_dir(repo.root))}/"
+        cache_path = base / "embeddings.sqlite"
+        if eraser and cache_path.exists():
+            cache = EmbeddingCache(cache_path)
+            try:
+                keep = {cache_key(m, t) for m in cache.models() for t in texts}
+                orphans = sum(1 for k, _ in cache.keys() if k not in keep)
+            finally:
+                cache.close()
+            if orphans:
+                where.append(f"{label}embeddings.sqlite: {orphans} entr(y/ies) for texts no longer in history")
+        for name in ("fulltext", "versions"):
+            folder = base / name
+            if not windex.exists_in(str(folder)):
+                continue
+            with windex.open_dir(str(folder)).reader() as reader:
+                bad = 0
+                for n in range(reader.doc_count_all()):
+                    fields = reader.stored_fields(n)
+                    if not eraser and not readable(fields.get("root") or root_of(fields.get("path") or "")):
+                        continue
+                    bad += (fields.get("body") or "") not in texts
+            if bad:
+                where.append(f"{label}{name}: {bad} document(s) whose text is no longer in history")
     return _check(where)
 
 
