@@ -214,7 +214,7 @@ def test_a_repository_whose_git_directory_lives_elsewhere_and_its_linked_worktre
     """.git a file (a linked worktree, --separate-git-dir): the proof crashed on paths outside
     the work tree, and forget crashed half way from a linked worktree. A separate git dir is
     erased and proved; a linked worktree proves and is told to erase in the main worktree."""
-    from mdmem.errors import BadInput
+    from mdmem.errors import Conflict
 
     root = tmp_path / "m"
     repo = MemoryRepo.init(root, teams=TEAMS, erasers=["dana"], as_user="alice", embedder="none")
@@ -228,7 +228,7 @@ def test_a_repository_whose_git_directory_lives_elsewhere_and_its_linked_worktre
     tree = tmp_path / "side"
     git(root, "worktree", "add", "-q", "-b", "side", str(tree))
     linked = MemoryRepo.open(tree, embedder="none")
-    with pytest.raises(BadInput, match="main worktree"):
+    with pytest.raises(Conflict, match="main worktree"):
         linked.forget(as_user="dana", subject="customer:zoe")
     linked.close()
     assert set(failures(tree)) >= {"live_notes", "git_objects"}  # proved from the linked worktree
@@ -260,3 +260,70 @@ def test_a_linked_worktrees_embedding_cache_holds_only_texts_history_holds(copy)
         repo.close()
     assert report["scope"]["caches_hold_only_history"]["where"] == [
         "worktrees/gone/mdmem/embeddings.sqlite: 1 entr(y/ies) for texts no longer in history"]
+
+
+def test_an_interrupted_erasure_is_finished_only_in_the_main_worktree(tmp_path, monkeypatch):
+    """Opening a linked worktree finished an interrupted erasure there: the receipt landed on
+    the linked worktree's branch, the main worktree kept the erased note, and the journal was
+    gone (attack 13, round 3). It is refused there, journal kept; the main one finishes it."""
+    from conftest import T1
+
+    import mdmem.erasure.forget as fm
+    from mdmem.erasure.journal import Journal
+    from mdmem.errors import Conflict
+    from mdmem.model.clock import parse_time
+
+    root = tmp_path / "m"
+    repo = MemoryRepo.init(root, teams=TEAMS, erasers=["dana"], as_user="alice", embedder="none")
+    repo.remember(TEXT, as_user="bob", kind="fact", subject="customer:zoe", key="manager", scope="team",
+                  team="payments", new_key=True)
+    tree = tmp_path / "side"
+    git(root, "worktree", "add", "-q", "-b", "side", str(tree))
+    with monkeypatch.context() as m:
+        m.setattr(fm, "_run", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+        with repo.store.locked(), pytest.raises(KeyboardInterrupt):
+            fm.forget(repo, as_user="dana", when=parse_time(T1), subject="customer:zoe")
+    repo.close()
+    assert Journal(root).exists()
+    with pytest.raises(Conflict, match="main worktree"):
+        MemoryRepo.open(tree, embedder="none")
+    assert Journal(root).exists()
+    MemoryRepo.open(root, embedder="none").close()  # finishes it
+    assert not Journal(root).exists()
+    assert failures(root) == {}
+
+
+def test_a_locked_linked_worktree_that_is_not_here_fails_the_proof(copy, tmp_path):
+    """A locked worktree whose folder is away (an unmounted disk) may come back holding the
+    erased text; the proof walked nothing there and passed."""
+    root, _ = copy
+    tree = tmp_path / "usb"
+    git(root, "worktree", "add", "-q", "--detach", str(tree))
+    git(root, "worktree", "lock", str(tree))
+    shutil.move(tree, tmp_path / "unmounted")
+    assert [w.split(" (")[0] for w in failures(root)["work_tree"]] == [f"worktree {tree}"]
+    git(root, "worktree", "unlock", str(tree))
+    assert failures(root) == {}  # unlocked and gone: named in cannot_reach instead
+    repo = MemoryRepo.open(root, embedder="none")
+    assert any(str(tree) in line for line in repo.prove_gone(NEEDLES, as_user="dana").cannot_reach)
+    repo.close()
+
+
+def test_short_needles_do_not_match_the_random_bytes_of_vectors_graphs_and_commit_graphs(copy):
+    """A two-letter surname matched by chance in the embedder's graph (weights), the
+    embedding cache's vectors and git's binary side files: a proof after a clean erasure failed."""
+    import numpy as np
+
+    from mdmem.search.embedding_cache import EmbeddingCache
+
+    root, _ = copy
+    noise = (b"\x01\x02 Wu \x03\x04" * 200)[:1536]  # as random float bytes may spell it
+    cache = EmbeddingCache(cache_dir(root) / "embeddings.sqlite")
+    cache.put_many("m", {"k": np.frombuffer(noise, dtype=np.float32)})
+    cache.close()
+    git(root, "commit-graph", "write", "--reachable")
+    info = root / ".git" / "objects" / "info"
+    (info / "commit-graph").write_bytes((info / "commit-graph").read_bytes() + noise[:4096])
+    report = MemoryRepo.open(root, embedder="none").prove_gone(["Wu"], as_user="dana").to_dict()
+    bad = {k for n in report["needles"] for k, c in n["checks"].items() if not c["passed"]}
+    assert bad == set()

@@ -46,12 +46,8 @@ def forget(repo, *, as_user: str, when: _dt.datetime, subject=None, owner=None, 
            dry_run: bool = False, push: bool = False, scrub: bool = True,
            force: bool = False) -> ErasurePlan | ErasureReceipt:
     """Plan (and unless ``dry_run``, do) an erasure. Call under the repo lock."""
-    if git_dir(repo.root) != common_git_dir(repo.root):
-        # The rewrite, the work-tree checkout and the journal belong to the main worktree: run
-        # from a linked one, forget crashed half way (attack 13).
-        main = common_git_dir(repo.root).parent
-        raise BadInput(f"forget: {repo.root} is a linked worktree; run the erasure in the repository's main "
-                       f"worktree ({main}): it rewrites the history every worktree shares (nothing changed)")
+    _refuse_in_linked_worktree(repo.root, "run the erasure", "it rewrites the history every worktree shares "
+                               "(nothing changed)")
     journal = Journal(repo.root)
     if journal.exists():
         finish(repo)
@@ -114,12 +110,24 @@ def _push_leases(root: Path) -> dict[str, dict[str, str]]:
     return leases
 
 
+def _refuse_in_linked_worktree(root: Path, what: str, why: str) -> None:
+    """The rewrite, the checkout of the rewritten notes and the journal belong to the main
+    worktree: from a linked one, forget crashed half way, and finishing an interrupted one there
+    committed the receipt on the linked worktree's branch and left the main one holding the
+    erased notes (attack 13)."""
+    if git_dir(root) != common_git_dir(root):
+        main = common_git_dir(root).parent
+        raise Conflict(f"{root} is a linked worktree: {what} in the repository's main worktree ({main}); {why}")
+
+
 def finish(repo) -> ErasureReceipt | None:
     """Finish an interrupted erasure (call under the repo lock). None if there was none."""
     journal = Journal(repo.root)
     if not journal.exists():
         journal.remove()
         return None
+    _refuse_in_linked_worktree(repo.root, "an interrupted erasure must be finished (open it there, or run "
+                               "`mdmem forget --resume` there)", "until then this worktree is not used")
     ops.remove_stale_locks(repo.root)
     return ErasureReceipt.from_dict(_run(repo, journal, journal.load()))
 

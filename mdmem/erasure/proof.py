@@ -16,6 +16,7 @@ from pathlib import Path
 from ..errors import BadInput
 from ..model import layout
 from ..results import ProofReport
+from ..search import minilm_graph
 from ..storage import history_ops as ops
 from ..storage.worktree import scan_notes
 from .journal import Journal
@@ -89,8 +90,15 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
     # Every file is read once here, then searched for each needle: the main work tree's, and
     # each linked worktree's (an erasure scrubs those too).
     files = [(rel, p.read_bytes()) for rel, p in _work_tree_files(root) if readable(root_of(rel))]
-    linked_files = [(f"worktree {tree.path}: {rel}", rel, p.read_bytes()) for tree in ops.linked_worktrees(root)
+    trees = ops.linked_worktrees(root)
+    linked_files = [(f"worktree {tree.path}: {rel}", rel, p.read_bytes()) for tree in trees
                     for rel, p in _work_tree_files(tree.path) if readable(root_of(rel))]
+    # A locked worktree whose folder is not here (an unmounted disk) may come back holding the
+    # text, and nothing here can read it: it fails (attack 13). An unlocked one whose folder is
+    # gone is named in cannot_reach (git prunes it).
+    away = [f"worktree {tree.path} (locked, its folder is not here: cannot be checked; mount it, or "
+            "`git worktree unlock` and `git worktree prune` if it is gone)" for tree in trees
+            if tree.locked and not tree.path.is_dir()]
     caches = cache_folders(root)
     # Ref names are repository-wide: everyone's proof checks them; .git's files only an eraser's.
     meta_files = [(f"ref name {name}", name.encode()) for name, _, _ in ops.list_refs(root)]
@@ -123,6 +131,9 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
                 rel = str(p.relative_to(git_dir))
                 if top in ("fulltext", "versions"):
                     index_files.append((rel, p.read_bytes()))
+                elif top == "models" and p.suffix == ".onnx" and minilm_graph.cached_path(p) is not None:
+                    continue  # the embedder's graph as built, its sha256 in its check file: weights,
+                    # in which short needles ("Wu") match by chance (attack 13, round 3)
                 elif top not in CACHES_CHECKED_BY_KIND:
                     other_cache_files.append((rel, p.read_bytes()))
                     if not _bytes_checkable(p.name):
@@ -153,7 +164,7 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
         checks["work_tree"] = _check([label for label, rel, data in [(r, r, d) for r, d in files] + linked_files
                                       if occurs(data, nb) and rel not in allow_paths
                                       and not _explained(data.decode("utf-8", "replace"), needle, allowed_texts,
-                                                         links)])
+                                                         links)] + away)
         checks["fulltext_index"] = _index_check(caches, git_dir, index_files, needle, allowed_texts, allow_paths,
                                                 readable, stray_index)
         if eraser:
@@ -161,7 +172,7 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
             # (Named as before in the repository's own cache folder, by their path under .git
             # in a linked worktree's.)
             checks["embedding_cache"] = _check([w for f in caches for w in _sqlite_check(
-                f / "embeddings.sqlite", _namer(f, caches, git_dir), forms, [], needle)])
+                f / "embeddings.sqlite", _namer(f, caches, git_dir), forms, [], needle, database_bytes=False)])
             checks["view_cache"] = _check([w for f in caches for w in _sqlite_check(
                 f / "viewmeta.sqlite", _namer(f, caches, git_dir), forms, allowed_texts, needle)])
             checks["trust_cache"] = _check([w for f in caches for w in _trust_cache_check(
@@ -320,6 +331,10 @@ def _object_files(git_dir: Path) -> tuple[list[str], list[tuple[str, bytes]]]:
         if _LOOSE.fullmatch(rel):
             continue
         match = _PACK_FILE.fullmatch(p.name) if p.parent == packs else None
+        if rel.startswith("info/commit-graph") or p.name.startswith("multi-pack-index") or (
+                match and match.group(1) in ("rev", "bitmap", "mtimes")):
+            continue  # binary by format (object ids, offsets, bitmaps): no text to hold, and a
+            # short needle matches their random bytes by chance (attack 13, round 3)
         if rel.startswith("info/") or (match and match.group(1) not in ("pack", "idx")):
             side.append((f"objects/{rel}", p.read_bytes() if p.is_file() else b""))
         elif match and (match.group(1) == "idx" or p.with_suffix(".idx").is_file()):
@@ -393,12 +408,19 @@ def _index_check(caches: list[Path], git_dir: Path, files: list[tuple[str, bytes
     return _check(where)
 
 
-def _sqlite_check(path: Path, name_of, forms: list[bytes], allowed_texts: list[str], needle: str) -> list[str]:
+def _sqlite_check(path: Path, name_of, forms: list[bytes], allowed_texts: list[str], needle: str, *,
+                  database_bytes: bool = True) -> list[str]:
     """The database and its rollback journal or write-ahead log, each read as bytes even when
     the database itself is gone (a journal a killed writer left holds whole pages; attack 13);
-    something other than a file at one of those names cannot be read, and fails."""
+    something other than a file at one of those names cannot be read, and fails.
+    ``database_bytes=False``: the database itself is read row by row only (the embedding cache:
+    hashed keys and float vectors, whose bytes a short needle matches by chance)."""
     data, where = b"", []
     for name in (path.name, path.name + "-journal", path.name + "-wal"):
+        if name == path.name and not database_bytes:
+            if os.path.lexists(path) and (path.is_symlink() or not path.is_file()):
+                where.append(f"{name_of(path)} (not a file that can be read: cannot be checked)")
+            continue
         part = path.with_name(name)
         if not os.path.lexists(part):
             continue
@@ -410,7 +432,7 @@ def _sqlite_check(path: Path, name_of, forms: list[bytes], allowed_texts: list[s
             where.append(f"{name_of(part)} (not a file that can be read: cannot be checked)")
     found = sum(occurrences(data, form) for form in forms)
     explained = sum(occurrences(t, needle) for t in allowed_texts)
-    if data and not where and path.is_file():
+    if (data or not database_bytes) and not where and path.is_file():
         # A long row continues on overflow pages, each starting with a link to the next: a
         # needle across that seam is in no page's bytes (attack 13). SQLite reads it whole.
         rows = _sqlite_values(path)
@@ -418,6 +440,7 @@ def _sqlite_check(path: Path, name_of, forms: list[bytes], allowed_texts: list[s
             where.append(f"{name_of(path)} (cannot be read as a database: cannot be checked)")
         else:
             texts = [form.decode() for form in forms]  # JSON rows spell ë as \\u00eb
+            rows = rows if database_bytes else [v for v in rows if isinstance(v, str)]
             found = max(found, sum(occurrences(v, text if isinstance(v, str) else form)
                                    for v in rows for form, text in zip(forms, texts)))
     return where + ([name_of(path)] if found > explained else [])
@@ -541,7 +564,9 @@ def _nearest(repo, needle: str, user: str) -> dict | None:
 
 
 def cannot_reach(repo) -> list[str]:
-    out = []
+    out = [f"worktree {tree.path}: its folder is gone (`git worktree prune` forgets it); a copy of it elsewhere "
+           "holds whatever it held" for tree in ops.linked_worktrees(repo.root)
+           if not tree.locked and not tree.path.is_dir()]
     for name, url in ops.remotes(repo.root).items():
         out.append(f"remote {name} ({url}): holds whatever was last pushed; after `forget --push` it must "
                    "also expire its reflogs and gc before old objects are gone there")

@@ -251,7 +251,11 @@ def remove_stale_locks(root: Path) -> list[str]:
     gd = git_dir(root)
     removed = []
     for pattern in ("*.lock", "refs/**/*.lock", "objects/pack/tmp_*", "objects/**/tmp_obj_*", "logs/**/*.lock"):
-        for p in gd.glob(pattern):
+        try:
+            found = list(gd.glob(pattern))
+        except OSError:  # a folder vanished under the walk (a killed forget's git gc, still pruning)
+            continue
+        for p in found:
             if p.is_file():
                 p.unlink(missing_ok=True)
                 removed.append(str(p.relative_to(gd)))
@@ -301,15 +305,21 @@ class Worktree:
     path: Path
     head: str | None
     branch: str | None  # None when detached
+    locked: bool = False  # `git worktree lock`: its folder may be away (an unmounted disk) and come back
 
 
 def linked_worktrees(root: Path) -> list[Worktree]:
+    """The repository's other worktrees (from a linked one, the main one too). Not the shared
+    git directory itself, which git names as the main worktree of a --separate-git-dir
+    repository without core.worktree (attack 13)."""
     out = []
     current: dict = {}
+    skip = {Path(root).resolve(), git_dir(root).resolve()}
     for line in run_git(root, "worktree", "list", "--porcelain", check=False).splitlines() + [""]:
         if not line:
-            if current.get("worktree") and Path(current["worktree"]).resolve() != Path(root).resolve():
-                out.append(Worktree(Path(current["worktree"]), current.get("HEAD"), current.get("branch")))
+            if current.get("worktree") and Path(current["worktree"]).resolve() not in skip:
+                out.append(Worktree(Path(current["worktree"]), current.get("HEAD"), current.get("branch"),
+                                    "locked" in current))
             current = {}
             continue
         key, _, value = line.partition(" ")
