@@ -354,3 +354,31 @@ def test_prove_gone_stops_with_the_reason_on_an_object_git_cannot_read(tmp_path)
                 "--as", "dana", env={"MDMEM_NO_DAEMON": "1"})
     assert r.returncode == 9, r.stderr
     assert victim.parent.name + victim.name in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_recovery_of_a_killed_erasure_waits_for_the_git_gc_it_started(tmp_path):
+    """kill -9 of forget leaves its `git gc` child pruning, holding git's locks; the next
+    open's recovery removed those locks under it (attack 13). It now waits while the process
+    gc.pid names on this machine is alive, and at once for a dead one."""
+    import socket
+
+    from mdmem.storage import history_ops as ops
+
+    repo = MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice", "bob"]}, as_user="alice", embedder="none")
+    repo.close()
+    git_dir = repo.root / ".git"
+    lock = git_dir / "packed-refs.lock"
+    gc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    import threading
+    threading.Thread(target=gc.wait, daemon=True).start()  # reaped when it ends, as init would
+    (git_dir / "gc.pid").write_text(f"{gc.pid} {socket.gethostname()}")
+    lock.write_text("")
+    started = time.monotonic()
+    removed = ops.remove_stale_locks(repo.root)
+    waited = time.monotonic() - started
+    assert gc.poll() is not None and waited > 0.5  # it waited for the gc to end
+    assert "packed-refs.lock" in removed and not lock.exists()
+    lock.write_text("")
+    started = time.monotonic()
+    ops.remove_stale_locks(repo.root)  # the same pid, now dead: no wait
+    assert time.monotonic() - started < 0.5 and not lock.exists()

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -245,10 +247,40 @@ def scrub_git_leftovers(root: Path, needles: list[bytes]) -> list[str]:
     return gone
 
 
+# How long the recovery of a killed erasure waits for the git gc it had started.
+GC_WAIT_SECONDS = 120.0
+
+
+def _wait_for_gc(gd: Path, timeout: float) -> None:
+    """A killed forget's `git gc` child outlives it and goes on pruning, holding git's locks:
+    wait until the process named by gc.pid (on this machine) is gone (attack 13)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            pid_text, _, host = (gd / "gc.pid").read_text(encoding="utf-8", errors="replace").strip().partition(" ")
+            pid = int(pid_text)
+        except (OSError, ValueError):
+            return
+        if host and host != socket.gethostname():
+            return
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return  # a pid file a dead gc left
+        except OSError:
+            pass  # alive, and not ours to signal
+        if time.monotonic() > deadline:
+            raise GitFailed(f"{gd}: a git gc (pid {pid}) is still running in this repository; wait for it to "
+                            "finish, then run the command again (nothing changed)")
+        time.sleep(0.1)
+
+
 def remove_stale_locks(root: Path) -> list[str]:
     """git lock files and temporary packs a killed rewrite left behind. Call only under the
-    repo lock with an erasure journal present: the process that held them is gone."""
+    repo lock with an erasure journal present: the process that held them is gone (its git gc,
+    which may outlive it, is waited for first)."""
     gd = git_dir(root)
+    _wait_for_gc(gd, GC_WAIT_SECONDS)
     removed = []
     for pattern in ("*.lock", "refs/**/*.lock", "objects/pack/tmp_*", "objects/**/tmp_obj_*", "logs/**/*.lock"):
         try:
