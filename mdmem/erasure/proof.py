@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import BadInput
@@ -101,47 +102,9 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
             if tree.locked and not tree.path.is_dir()]
     caches = cache_folders(root)
     # Ref names are repository-wide: everyone's proof checks them; .git's files only an eraser's.
-    meta_files = [(f"ref name {name}", name.encode()) for name, _, _ in ops.list_refs(root)]
-    index_files: list[tuple[str, bytes]] = []
-    other_cache_files: list[tuple[str, bytes]] = []
-    # Files no check can read, each failing every needle's proof: in the cache folders, in a
-    # search index's folders, and under git's objects/ (git does not list their objects).
-    cannot_check: list[str] = []
-    stray_index: list[str] = []
-    unlisted: list[str] = []
-    object_side_files: list[tuple[str, bytes]] = []
-    other_databases: list[tuple[str, list]] = []
-    if eraser:
-        # git's own files; mdmem's caches inside .git are checked below, each by its kind
-        meta_files += [(_label(p, root), p.read_bytes()) for p in git_dir.rglob("*")
-                       if p.is_file() and p.relative_to(git_dir).parts[0] not in ("objects", CACHE_NAME)
-                       and not _in_cache(p, caches)]
-        meta_files += [(f"file name {p.relative_to(git_dir)}", str(p.relative_to(git_dir)).encode())
-                       for p in git_dir.rglob("*") if p.relative_to(git_dir).parts[0] != CACHE_NAME]
-        unlisted, object_side_files = _object_files(git_dir)
-        # mdmem's cache folders, read once: the indexes' files (checked as an index below), and
-        # the rest as bytes: the daemon's log, state files, a moved-aside (broken/) or
-        # half-written (*.tmp) copy, the embedder's graph (models/).
-        for folder in caches:
-            stray_index += _stray_index_files(folder, git_dir)
-            for p in folder.rglob("*"):
-                top = p.parts[len(folder.parts)]
-                if not p.is_file() or p.is_symlink():
-                    continue
-                rel = str(p.relative_to(git_dir))
-                if top in ("fulltext", "versions"):
-                    index_files.append((rel, p.read_bytes()))
-                elif top == "models" and p.suffix == ".onnx" and minilm_graph.cached_path(p) is not None:
-                    continue  # the embedder's graph as built, its sha256 in its check file: weights,
-                    # in which short needles ("Wu") match by chance (attack 13, round 3)
-                elif top not in CACHES_CHECKED_BY_KIND:
-                    other_cache_files.append((rel, p.read_bytes()))
-                    if not _bytes_checkable(p.name):
-                        cannot_check.append(f"{rel} (compressed or encoded: cannot be checked as bytes)")
-                    elif other_cache_files[-1][1].startswith(b"SQLite format 3\0"):
-                        # Its rows too: a needle across an overflow page's seam is in no page's
-                        # bytes (a damaged copy moved aside can only be read as bytes).
-                        other_databases.append((rel, _sqlite_values(p) or []))
+    ref_names = [(f"ref name {name}", name.encode()) for name, _, _ in ops.list_refs(root)]
+    seen = _EraserFiles.read(root, git_dir, caches) if eraser else _EraserFiles()
+    meta_files = ref_names + seen.meta_files
     stash = "\n".join(e.message for e in ops.stash_entries(root))
     report = {"needles": [], "subject": subject, "owner": owner}
     for needle in needles:
@@ -156,8 +119,8 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
                 if kind == "blob" and allow_paths and _explained(text, needle, allowed_texts, links):
                     continue
                 bad_objects.append(f"{kind} {oid}")
-        checks["git_objects"] = _check(bad_objects + unlisted
-                                       + [rel for rel, data in object_side_files if occurs(data, nb)])
+        checks["git_objects"] = _check(bad_objects + seen.unlisted
+                                       + [rel for rel, data in seen.object_side_files if occurs(data, nb)])
         checks["refs_reflogs_stash_notes"] = _check(
             [rel for rel, data in meta_files if occurs(data, nb)]
             + (["stash"] if needle in stash else []))
@@ -165,25 +128,10 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
                                       if occurs(data, nb) and rel not in allow_paths
                                       and not _explained(data.decode("utf-8", "replace"), needle, allowed_texts,
                                                          links)] + away)
-        checks["fulltext_index"] = _index_check(caches, git_dir, index_files, needle, allowed_texts, allow_paths,
-                                                readable, stray_index)
+        checks["fulltext_index"] = _index_check(caches, git_dir, seen.index_files, needle, allowed_texts,
+                                                allow_paths, readable, seen.stray_index)
         if eraser:
-            forms = _raw_forms(needle)
-            # (Named as before in the repository's own cache folder, by their path under .git
-            # in a linked worktree's.)
-            checks["embedding_cache"] = _check([w for f in caches for w in _sqlite_check(
-                f / "embeddings.sqlite", _namer(f, caches, git_dir), forms, [], needle, database_bytes=False)])
-            checks["view_cache"] = _check([w for f in caches for w in _sqlite_check(
-                f / "viewmeta.sqlite", _namer(f, caches, git_dir), forms, allowed_texts, needle)])
-            checks["trust_cache"] = _check([w for f in caches for w in _trust_cache_check(
-                f / "verify.json", _namer(f, caches, git_dir), needle, allow_paths)])
-            texts = [form.decode() for form in forms]
-            checks["other_cache_files"] = _check(
-                [rel for rel, data in other_cache_files if any(occurs(data, form) for form in forms)]
-                + [rel for rel, values in other_databases
-                   if any(occurs(v, text if isinstance(v, str) else form) for v in values
-                          for form, text in zip(forms, texts))]
-                + cannot_check)
+            checks.update(_cache_checks(seen, caches, git_dir, needle, allowed_texts, allow_paths))
         checks["memory_views"] = _check([rel for rel, data in files if rel.endswith("MEMORY.md") and occurs(data, nb)
                                          and not _explained(data.decode("utf-8", "replace"), needle,
                                                             allowed_texts, links)])
@@ -206,6 +154,79 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
     report["passed"] = (all(n["passed"] for n in report["needles"])
                         and all(c["passed"] for c in report["scope"].values()))
     return ProofReport.from_dict(report)
+
+
+@dataclass
+class _EraserFiles:
+    """What only an eraser's proof reads, read once for every needle: git's own files (as
+    bytes), the files under objects/ the object scan does not read, and mdmem's cache folders
+    (the indexes' files, checked as an index; the rest as bytes, databases also row by row;
+    what can be read neither way, named to fail)."""
+
+    meta_files: list[tuple[str, bytes]] = field(default_factory=list)
+    unlisted: list[str] = field(default_factory=list)  # objects git does not list
+    object_side_files: list[tuple[str, bytes]] = field(default_factory=list)
+    index_files: list[tuple[str, bytes]] = field(default_factory=list)
+    stray_index: list[str] = field(default_factory=list)  # index files outside a current index
+    other_cache_files: list[tuple[str, bytes]] = field(default_factory=list)
+    other_databases: list[tuple[str, list]] = field(default_factory=list)
+    cannot_check: list[str] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, root: Path, git_dir: Path, caches: list[Path]) -> _EraserFiles:
+        out = cls()
+        # git's own files; mdmem's caches inside .git are checked by their kind
+        out.meta_files = [(_label(p, root), p.read_bytes()) for p in git_dir.rglob("*")
+                          if p.is_file() and p.relative_to(git_dir).parts[0] not in ("objects", CACHE_NAME)
+                          and not _in_cache(p, caches)]
+        out.meta_files += [(f"file name {p.relative_to(git_dir)}", str(p.relative_to(git_dir)).encode())
+                           for p in git_dir.rglob("*") if p.relative_to(git_dir).parts[0] != CACHE_NAME]
+        out.unlisted, out.object_side_files = _object_files(git_dir)
+        # The daemon's log, state files, a moved-aside (broken/) or half-written (*.tmp) copy,
+        # the embedder's graph (models/) are "other" cache files.
+        for folder in caches:
+            out.stray_index += _stray_index_files(folder, git_dir)
+            for p in folder.rglob("*"):
+                top = p.parts[len(folder.parts)]
+                if not p.is_file() or p.is_symlink():
+                    continue
+                rel = str(p.relative_to(git_dir))
+                if top in ("fulltext", "versions"):
+                    out.index_files.append((rel, p.read_bytes()))
+                elif top == "models" and p.suffix == ".onnx" and minilm_graph.cached_path(p) is not None:
+                    continue  # the embedder's graph as built, its sha256 in its check file: weights,
+                    # in which short needles ("Wu") match by chance (attack 13, round 3)
+                elif top not in CACHES_CHECKED_BY_KIND:
+                    out.other_cache_files.append((rel, p.read_bytes()))
+                    if not _bytes_checkable(p.name):
+                        out.cannot_check.append(f"{rel} (compressed or encoded: cannot be checked as bytes)")
+                    elif out.other_cache_files[-1][1].startswith(b"SQLite format 3\0"):
+                        # Its rows too: a needle across an overflow page's seam is in no page's
+                        # bytes (a damaged copy moved aside can only be read as bytes).
+                        out.other_databases.append((rel, _sqlite_values(p) or []))
+        return out
+
+
+def _cache_checks(seen: _EraserFiles, caches: list[Path], git_dir: Path, needle: str, allowed_texts: list[str],
+                  allow_paths: list[str]) -> dict[str, dict]:
+    """The eraser's checks of mdmem's cache folders for one needle. Files are named as before
+    in the repository's own cache folder, by their path under .git in a linked worktree's."""
+    forms = _raw_forms(needle)
+    texts = [form.decode() for form in forms]
+    return {
+        "embedding_cache": _check([w for f in caches for w in _sqlite_check(
+            f / "embeddings.sqlite", _namer(f, caches, git_dir), forms, [], needle, database_bytes=False)]),
+        "view_cache": _check([w for f in caches for w in _sqlite_check(
+            f / "viewmeta.sqlite", _namer(f, caches, git_dir), forms, allowed_texts, needle)]),
+        "trust_cache": _check([w for f in caches for w in _trust_cache_check(
+            f / "verify.json", _namer(f, caches, git_dir), needle, allow_paths)]),
+        "other_cache_files": _check(
+            [rel for rel, data in seen.other_cache_files if any(occurs(data, form) for form in forms)]
+            + [rel for rel, values in seen.other_databases
+               if any(occurs(v, text if isinstance(v, str) else form) for v in values
+                      for form, text in zip(forms, texts))]
+            + seen.cannot_check),
+    }
 
 
 def _all_roots(scan: HistoryScan) -> set[str]:
