@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .erasure.forget import AUDIT_PATH, erased_blob_ids, erased_commit_ids
+from .erasure.forget import AUDIT_PATH, erased_blob_ids, erased_commit_ids, purge_caches
 from .config import CONFIG_NAME
 from .errors import BadInput, Conflict, GitFailed, MdmemError, Refused
 from .ops.holds import REVIEW_PREFIX
@@ -443,6 +443,10 @@ def _replay_after_erasure(repo, user: str, head: str, their_head: str, remote: s
         if oid != their_head and erased_commit_ids(audit) & store.commit_ids(oid):
             sync_ops.set_ref(store, f"refs/remotes/{remote}/{name}", None)
     sync_ops.drop_unreachable(store)
+    # Its caches hold the old history's texts (the view cache's rows, vectors, index
+    # documents), as the erasing clone's did before its purge: the same purge here (attack 13).
+    repo.reset_caches()
+    purge_caches(repo)
     holding = _refs_holding(store, erased_commit_ids(audit))
     if holding:
         out["still_holding_erased"] = holding

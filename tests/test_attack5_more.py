@@ -453,6 +453,10 @@ def test_sync_replay_carries_unpushed_commits_over_an_erasure(team, tmp_path):
     everything = subprocess.run(["git", "-C", str(bob), "cat-file", "--batch-all-objects", "--batch"],
                                 capture_output=True, check=True).stdout
     assert b"555-0199" not in everything and b"until March" not in everything  # old history gone here too
+    # And its caches (attack 13, round 4: the view cache and vectors of the old history stayed,
+    # and the eraser's proof in this clone failed with nothing to do about it).
+    r = run_cli("prove-gone", "--needle", "until March", "--needle", "555-0199", "--as", "dana", env=ENV, cwd=bob)
+    assert r.returncode == 0, (r.stdout, r.stderr)
     fresh = tmp_path / "fresh"
     git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(fresh))
     r = run_cli("recall", "refund window enterprise", "--as", "dana", env=ENV, cwd=fresh)

@@ -149,7 +149,7 @@ def test_a_persons_proof_covers_what_they_may_read_and_counts_the_rest(world):
     assert theirs.needles[0]["nearest"]["path"] != world["locker"]
     # the index files hold every root's words: only an eraser's proof scans their bytes
     admin = "admin"  # a word of carol's search note only, kept whole in the index's term dictionary
-    assert any(w.startswith("mdmem/fulltext/") for w in failed(repo.prove_gone([admin], as_user="dana").needles[0])
+    assert any(w.startswith(".git/mdmem/fulltext/") for w in failed(repo.prove_gone([admin], as_user="dana").needles[0])
                ["fulltext_index"])
     assert "fulltext_index" not in failed(repo.prove_gone([admin], as_user="bob").needles[0])
     # bob's proof reads every document of the index he may read, past the ones he may not
@@ -346,7 +346,7 @@ def test_an_erasers_proof_reads_index_files_raw_and_gits_objects_only_inflated(t
     assert failed(many) == {"work_tree": [f"scrap-{n:02}.txt" for n in range(50)]}
     # the superseded version: its document in the versions index, and the segment file's bytes
     segment, document = failed(kestrel)["fulltext_index"]
-    assert segment.startswith("mdmem/versions/") and segment.endswith(".seg")
+    assert segment.startswith(".git/mdmem/versions/") and segment.endswith(".seg")
     assert document.startswith("versions: team/payments/service/billing/fact/bird.md@")
     # the allowed note's own words in the index files' bytes are explained by its texts
     allowed = repo.prove_gone(["kestrel"], as_user="dana", allow_paths=["team/payments/service/billing/fact/bird.md"])
@@ -405,7 +405,7 @@ def test_caches_hold_only_history_reads_the_index_documents(tmp_path):
     # and the needle check names that document, marked as a deleted one
     [coffee] = repo.prove_gone(["coffee"], as_user="dana").needles
     index = failed(coffee)["fulltext_index"]
-    assert [w for w in index if not w.startswith("mdmem/fulltext/")] == [f"fulltext: {path} (deleted, lingering)"]
+    assert [w for w in index if not w.startswith(".git/mdmem/fulltext/")] == [f"fulltext: {path} (deleted, lingering)"]
 
 
 def test_cannot_reach_names_an_openai_provider_at_its_default_address(tmp_path):
@@ -455,12 +455,12 @@ def test_the_trust_cache_check_fails_closed_on_a_file_it_cannot_read(tmp_path):
     assert check("zoë-brandt", ["team/x/user/zoë-brandt/fact/a.md"]) == []
     cache.write_text(cache.read_text()[:-3])  # truncated: \u00eb in its bytes, never "ë"
     assert "ë".encode() not in cache.read_bytes()
-    assert check("zoë-brandt") == ["verify.json (damaged: cannot be checked)"]
+    assert check("zoë-brandt") == ["verify.json (damaged: cannot be checked; delete it, it is a cache)"]
     cache.write_text("[" * 100_000)
     assert check("anything") != []
     cache.unlink()
     cache.mkdir()
-    assert check("zoë-brandt") == ["verify.json (cannot be read)"]
+    assert check("zoë-brandt") == ["verify.json (cannot be read; delete it, it is a cache)"]
 
 
 def test_the_rest_of_the_cache_folder_is_checked_and_forget_clears_the_daemon_log(tmp_path):
@@ -486,4 +486,4 @@ def test_the_rest_of_the_cache_folder_is_checked_and_forget_clears_the_daemon_lo
     (caches / "daemon.log").write_text("Quokkaberry\n")
     failed = repo.prove_gone(["Quokkaberry"], as_user="dana", subject="customer:quokka").to_dict()
     assert sorted(failed["needles"][0]["checks"]["other_cache_files"]["where"]) == [
-        "mdmem/broken/viewmeta.sqlite.1", "mdmem/daemon.log"]
+        ".git/mdmem/broken/viewmeta.sqlite.1", ".git/mdmem/daemon.log"]

@@ -104,7 +104,8 @@ def test_a_journal_without_its_database_and_a_folder_in_a_databases_place_fail(c
     assert failures(root)["view_cache"] == {"viewmeta.sqlite"}
     (caches / "viewmeta.sqlite-journal").unlink()
     (caches / "embeddings.sqlite-wal").mkdir()
-    assert failures(root)["embedding_cache"] == {"embeddings.sqlite-wal (not a file that can be read: cannot be checked)"}
+    assert failures(root)["embedding_cache"] == {
+        "embeddings.sqlite-wal (not a file that can be read: cannot be checked; delete it, it is a cache)"}
 
 
 @pytest.mark.parametrize("where", ["pack/pack-{}.pack", "pack/tmp_pack_{}", "incoming-x1/pack/pack-{}.pack"])
@@ -116,7 +117,7 @@ def test_objects_git_does_not_list_fail_the_proof(copy, where):
     target = root / ".git" / "objects" / where.format(old.stem[5:])
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(old, target)
-    assert [w.split(" ")[0] for w in failures(root)["git_objects"]] == [f"objects/{where.format(old.stem[5:])}"]
+    assert [w.split(" ")[0] for w in failures(root)["git_objects"]] == [f".git/objects/{where.format(old.stem[5:])}"]
 
 
 def test_a_linked_worktree_keeps_no_index_and_no_file_with_the_erased_text(tmp_path):
@@ -143,7 +144,7 @@ def test_a_linked_worktree_keeps_no_index_and_no_file_with_the_erased_text(tmp_p
     assert not (linked / "fulltext").exists()
     assert failures(root) == {}
     shutil.copytree(saved, linked / "fulltext")  # a process there wrote it back from its old state
-    assert any(w.startswith("worktrees/side/mdmem/fulltext: ") for w in failures(root)["fulltext_index"])
+    assert any(w.startswith(".git/worktrees/side/mdmem/fulltext: ") for w in failures(root)["fulltext_index"])
     shutil.rmtree(linked / "fulltext")
     (tree / "notes.txt").write_text(f"copied: {TEXT}\n")
     assert failures(root)["work_tree"] == {f"worktree {tree}: notes.txt"}
@@ -158,7 +159,7 @@ def test_files_beside_git_objects_and_in_models_are_read(copy, where):
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(f"kept: {TEXT}\n")
     check = "other_cache_files" if where.startswith("mdmem/") else "git_objects"
-    assert failures(root)[check] == {where}
+    assert failures(root)[check] == {f".git/{where}"}  # named as the person finds it
 
 
 def test_a_database_row_across_an_overflow_seam_and_a_compressed_copy_fail(copy):
@@ -183,11 +184,12 @@ def test_a_database_row_across_an_overflow_seam_and_a_compressed_copy_fail(copy)
     probe = caches / "vectors.sqlite"
     shift = next(s for s in range(2000) if (make(probe, s), b"Quentin" not in probe.read_bytes())[1])
     assert "Quentin" in sqlite3.connect(probe).execute("SELECT v FROM t").fetchone()[0]
-    assert failures(root, ["Quentin"])["other_cache_files"] == {"mdmem/vectors.sqlite"}, shift
+    assert failures(root, ["Quentin"])["other_cache_files"] == {".git/mdmem/vectors.sqlite"}, shift
     probe.unlink()
     (caches / "viewmeta.sqlite.bak.gz").write_bytes(gzip.compress(TEXT.encode()))
     assert failures(root, ["Quentin"])["other_cache_files"] == {
-        "mdmem/viewmeta.sqlite.bak.gz (compressed or encoded: cannot be checked as bytes)"}
+        ".git/mdmem/viewmeta.sqlite.bak.gz (compressed or encoded: cannot be checked as bytes; delete it, "
+        "it is a cache)"}
 
 
 @pytest.mark.parametrize("gone", [False, True], ids=["present", "folder deleted"])
@@ -259,7 +261,7 @@ def test_a_linked_worktrees_embedding_cache_holds_only_texts_history_holds(copy)
     finally:
         repo.close()
     assert report["scope"]["caches_hold_only_history"]["where"] == [
-        "worktrees/gone/mdmem/embeddings.sqlite: 1 entr(y/ies) for texts no longer in history"]
+        ".git/worktrees/gone/mdmem/embeddings.sqlite: 1 entr(y/ies) for texts no longer in history"]
 
 
 def test_an_interrupted_erasure_is_finished_only_in_the_main_worktree(tmp_path, monkeypatch):
@@ -327,3 +329,27 @@ def test_short_needles_do_not_match_the_random_bytes_of_vectors_graphs_and_commi
     report = MemoryRepo.open(root, embedder="none").prove_gone(["Wu"], as_user="dana").to_dict()
     bad = {k for n in report["needles"] for k, c in n["checks"].items() if not c["passed"]}
     assert bad == set()
+
+
+def test_a_folder_where_a_database_keeps_its_journal_is_named_not_crashed_on(copy):
+    """The proof opened the embedding cache as the cache does: it wrote, and a folder at
+    embeddings.sqlite-journal made it move the good database to broken/ and crash (exit 70);
+    `mdmem index --rebuild` crashed the same way (attack 13, round 4)."""
+    import numpy as np
+
+    from mdmem.search.embedding_cache import EmbeddingCache
+
+    root, _ = copy
+    caches = cache_dir(root)
+    cache = EmbeddingCache(caches / "embeddings.sqlite")
+    cache.put_many("m", {"k": np.ones(4, dtype=np.float32)})
+    cache.close()
+    before = (caches / "embeddings.sqlite").read_bytes()
+    (caches / "embeddings.sqlite-journal").mkdir()
+    assert failures(root)["embedding_cache"] == {
+        "embeddings.sqlite-journal (not a file that can be read: cannot be checked; delete it, it is a cache)"}
+    assert (caches / "embeddings.sqlite").read_bytes() == before and not (caches / "broken").exists()
+    reopened = EmbeddingCache(caches / "embeddings.sqlite")  # as an index rebuild opens it
+    assert list(reopened.get_many(["k"])) == ["k"]  # the database kept, the folder moved aside
+    reopened.close()
+    assert not (caches / "embeddings.sqlite-journal").exists()

@@ -128,10 +128,10 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
                                       if occurs(data, nb) and rel not in allow_paths
                                       and not _explained(data.decode("utf-8", "replace"), needle, allowed_texts,
                                                          links)] + away)
-        checks["fulltext_index"] = _index_check(caches, git_dir, seen.index_files, needle, allowed_texts,
+        checks["fulltext_index"] = _index_check(caches, root, seen.index_files, needle, allowed_texts,
                                                 allow_paths, readable, seen.stray_index)
         if eraser:
-            checks.update(_cache_checks(seen, caches, git_dir, needle, allowed_texts, allow_paths))
+            checks.update(_cache_checks(seen, caches, root, needle, allowed_texts, allow_paths))
         checks["memory_views"] = _check([rel for rel, data in files if rel.endswith("MEMORY.md") and occurs(data, nb)
                                          and not _explained(data.decode("utf-8", "replace"), needle,
                                                             allowed_texts, links)])
@@ -181,16 +181,16 @@ class _EraserFiles:
                           and not _in_cache(p, caches)]
         out.meta_files += [(f"file name {p.relative_to(git_dir)}", str(p.relative_to(git_dir)).encode())
                            for p in git_dir.rglob("*") if p.relative_to(git_dir).parts[0] != CACHE_NAME]
-        out.unlisted, out.object_side_files = _object_files(git_dir)
+        out.unlisted, out.object_side_files = _object_files(git_dir, root)
         # The daemon's log, state files, a moved-aside (broken/) or half-written (*.tmp) copy,
         # the embedder's graph (models/) are "other" cache files.
         for folder in caches:
-            out.stray_index += _stray_index_files(folder, git_dir)
+            out.stray_index += _stray_index_files(folder, root)
             for p in folder.rglob("*"):
                 top = p.parts[len(folder.parts)]
                 if not p.is_file() or p.is_symlink():
                     continue
-                rel = str(p.relative_to(git_dir))
+                rel = _label(p, root)  # as the person finds it: .git/mdmem/...
                 if top in ("fulltext", "versions"):
                     out.index_files.append((rel, p.read_bytes()))
                 elif top == "models" and p.suffix == ".onnx" and minilm_graph.cached_path(p) is not None:
@@ -199,7 +199,8 @@ class _EraserFiles:
                 elif top not in CACHES_CHECKED_BY_KIND:
                     out.other_cache_files.append((rel, p.read_bytes()))
                     if not _bytes_checkable(p.name):
-                        out.cannot_check.append(f"{rel} (compressed or encoded: cannot be checked as bytes)")
+                        out.cannot_check.append(f"{rel} (compressed or encoded: cannot be checked as bytes; "
+                                                "delete it, it is a cache)")
                     elif out.other_cache_files[-1][1].startswith(b"SQLite format 3\0"):
                         # Its rows too: a needle across an overflow page's seam is in no page's
                         # bytes (a damaged copy moved aside can only be read as bytes).
@@ -207,7 +208,7 @@ class _EraserFiles:
         return out
 
 
-def _cache_checks(seen: _EraserFiles, caches: list[Path], git_dir: Path, needle: str, allowed_texts: list[str],
+def _cache_checks(seen: _EraserFiles, caches: list[Path], root: Path, needle: str, allowed_texts: list[str],
                   allow_paths: list[str]) -> dict[str, dict]:
     """The eraser's checks of mdmem's cache folders for one needle. Files are named as before
     in the repository's own cache folder, by their path under .git in a linked worktree's."""
@@ -215,11 +216,11 @@ def _cache_checks(seen: _EraserFiles, caches: list[Path], git_dir: Path, needle:
     texts = [form.decode() for form in forms]
     return {
         "embedding_cache": _check([w for f in caches for w in _sqlite_check(
-            f / "embeddings.sqlite", _namer(f, caches, git_dir), forms, [], needle, database_bytes=False)]),
+            f / "embeddings.sqlite", _namer(f, caches, root), forms, [], needle, database_bytes=False)]),
         "view_cache": _check([w for f in caches for w in _sqlite_check(
-            f / "viewmeta.sqlite", _namer(f, caches, git_dir), forms, allowed_texts, needle)]),
+            f / "viewmeta.sqlite", _namer(f, caches, root), forms, allowed_texts, needle)]),
         "trust_cache": _check([w for f in caches for w in _trust_cache_check(
-            f / "verify.json", _namer(f, caches, git_dir), needle, allow_paths)]),
+            f / "verify.json", _namer(f, caches, root), needle, allow_paths)]),
         "other_cache_files": _check(
             [rel for rel, data in seen.other_cache_files if any(occurs(data, form) for form in forms)]
             + [rel for rel, values in seen.other_databases
@@ -239,7 +240,7 @@ def _caches_hold_only_history(repo, scan: HistoryScan, readable, eraser: bool) -
     who may not read every root only the index documents of roots they may read are counted:
     the embedding cache's keys name no root, so a count of them would tell about the others'
     texts (the report says those caches are not checked for them)."""
-    from ..search.embedding_cache import EmbeddingCache, cache_key
+    from ..search.embedding_cache import cache_key
 
     from whoosh import index as windex
 
@@ -247,17 +248,20 @@ def _caches_hold_only_history(repo, scan: HistoryScan, readable, eraser: bool) -
     where = []
     caches = cache_folders(repo.root)
     for base in caches:  # the repository's, then each linked worktree's (named by its path)
-        label = "" if base == caches[0] else f"{base.relative_to(ops.git_dir(repo.root))}/"
+        label = "" if base == caches[0] else f"{_label(base, repo.root)}/"
         cache_path = base / "embeddings.sqlite"
-        if eraser and cache_path.exists():
-            cache = EmbeddingCache(cache_path)
-            try:
-                keep = {cache_key(m, t) for m in cache.models() for t in texts}
-                orphans = sum(1 for k, _ in cache.keys() if k not in keep)
-            finally:
-                cache.close()
-            if orphans:
-                where.append(f"{label}embeddings.sqlite: {orphans} entr(y/ies) for texts no longer in history")
+        if eraser and os.path.lexists(cache_path):
+            # Read without changing it (opening it as the cache does writes, and moved a file
+            # it could not open to broken/: attack 13, round 4).
+            entries = _cache_entries(cache_path)
+            if entries is None:
+                where.append(f"{label}embeddings.sqlite (cannot be read as a database: cannot be checked; "
+                             "delete it, it is a cache)")
+            else:
+                keep = {cache_key(m, t) for m in {m for _, m in entries} for t in texts}
+                orphans = sum(1 for k, _ in entries if k not in keep)
+                if orphans:
+                    where.append(f"{label}embeddings.sqlite: {orphans} entr(y/ies) for texts no longer in history")
         for name in ("fulltext", "versions"):
             folder = base / name
             if not windex.exists_in(str(folder)):
@@ -285,12 +289,12 @@ def _work_tree_files(root: Path) -> list[tuple[str, Path]]:
     return out
 
 
-def _namer(folder: Path, caches: list[Path], git_dir: Path):
+def _namer(folder: Path, caches: list[Path], root: Path):
     """How a check names a file of ``folder``: by its name in the repository's own cache
     folder, by its path under .git in a linked worktree's."""
     if folder == caches[0]:
         return lambda path: path.name
-    return lambda path: str(path.relative_to(git_dir))
+    return lambda path: _label(path, root)
 
 
 def _in_cache(path: Path, caches: list[Path]) -> bool:
@@ -335,7 +339,7 @@ _PACK_FILE = re.compile(r"(?!tmp_)[^/]+\.(pack|idx|rev|bitmap|mtimes|keep|promis
 _LOOSE = re.compile(r"[0-9a-f]{2}/[0-9a-f]{38}(?:[0-9a-f]{24})?")
 
 
-def _object_files(git_dir: Path) -> tuple[list[str], list[tuple[str, bytes]]]:
+def _object_files(git_dir: Path, root: Path) -> tuple[list[str], list[tuple[str, bytes]]]:
     """The files under objects/ the object scan does not read: (those whose objects git does
     not list, each failing the proof: a pack without its index, a killed fetch's tmp_pack_*, a
     killed push's incoming-* quarantine; the rest, read as bytes: objects/info/, a pack's
@@ -357,15 +361,16 @@ def _object_files(git_dir: Path) -> tuple[list[str], list[tuple[str, bytes]]]:
             continue  # binary by format (object ids, offsets, bitmaps): no text to hold, and a
             # short needle matches their random bytes by chance (attack 13, round 3)
         if rel.startswith("info/") or (match and match.group(1) not in ("pack", "idx")):
-            side.append((f"objects/{rel}", p.read_bytes() if p.is_file() else b""))
+            side.append((_label(p, root), p.read_bytes() if p.is_file() else b""))
         elif match and (match.group(1) == "idx" or p.with_suffix(".idx").is_file()):
             continue  # a pack git lists by its index (an index alone names objects, holds none)
         else:
-            unlisted.append(f"objects/{rel} (git does not list its objects: cannot be checked)")
+            unlisted.append(f"{_label(p, root)} (git does not list its objects: cannot be checked; delete it, "
+                            "git cannot read it either)")
     return unlisted, side
 
 
-def _stray_index_files(folder: Path, git_dir: Path) -> list[str]:
+def _stray_index_files(folder: Path, root: Path) -> list[str]:
     """Files in a search index's folders that are not part of its current index (a segment a
     kill left, a folder without its table of contents): Whoosh compresses what it stores, so
     neither reading the index nor a byte scan sees what they hold (attack 13). Each fails."""
@@ -392,12 +397,12 @@ def _stray_index_files(folder: Path, git_dir: Path) -> list[str]:
             if p.is_dir() or p.name in _BYTES_CHECKABLE_NAMES or p.name.endswith(".toc"):
                 continue
             if not any(p.name.startswith(c + ".") for c in current):
-                out.append(f"{p.relative_to(git_dir)} (not part of the current index: cannot be checked; "
+                out.append(f"{_label(p, root)} (not part of the current index: cannot be checked; "
                            "`mdmem index --rebuild` replaces the folder)")
     return out
 
 
-def _index_check(caches: list[Path], git_dir: Path, files: list[tuple[str, bytes]], needle: str,
+def _index_check(caches: list[Path], root: Path, files: list[tuple[str, bytes]], needle: str,
                  allowed_texts: list[str], allow_paths: list[str], readable, stray: list[str]) -> dict:
     """Whoosh compresses stored fields, so a raw byte scan alone would pass with the text
     still there: read every stored document, deleted ones included (they linger in segment
@@ -410,7 +415,7 @@ def _index_check(caches: list[Path], git_dir: Path, files: list[tuple[str, bytes
             index_folder = folder / name
             if not windex.exists_in(str(index_folder)):
                 continue
-            label = str(index_folder.relative_to(git_dir)) if folder != caches[0] else name
+            label = _label(index_folder, root) if folder != caches[0] else name
             with windex.open_dir(str(index_folder)).reader() as reader:
                 for docnum in range(reader.doc_count_all()):
                     fields = reader.stored_fields(docnum)
@@ -440,7 +445,8 @@ def _sqlite_check(path: Path, name_of, forms: list[bytes], allowed_texts: list[s
     for name in (path.name, path.name + "-journal", path.name + "-wal"):
         if name == path.name and not database_bytes:
             if os.path.lexists(path) and (path.is_symlink() or not path.is_file()):
-                where.append(f"{name_of(path)} (not a file that can be read: cannot be checked)")
+                where.append(f"{name_of(path)} (not a file that can be read: cannot be checked; delete it, "
+                             "it is a cache)")
             continue
         part = path.with_name(name)
         if not os.path.lexists(part):
@@ -450,7 +456,7 @@ def _sqlite_check(path: Path, name_of, forms: list[bytes], allowed_texts: list[s
                 raise IsADirectoryError(name)
             data += part.read_bytes()
         except OSError:
-            where.append(f"{name_of(part)} (not a file that can be read: cannot be checked)")
+            where.append(f"{name_of(part)} (not a file that can be read: cannot be checked; delete it, it is a cache)")
     found = sum(occurrences(data, form) for form in forms)
     explained = sum(occurrences(t, needle) for t in allowed_texts)
     if (data or not database_bytes) and not where and path.is_file():
@@ -458,7 +464,7 @@ def _sqlite_check(path: Path, name_of, forms: list[bytes], allowed_texts: list[s
         # needle across that seam is in no page's bytes (attack 13). SQLite reads it whole.
         rows = _sqlite_values(path)
         if rows is None:
-            where.append(f"{name_of(path)} (cannot be read as a database: cannot be checked)")
+            where.append(f"{name_of(path)} (cannot be read as a database: cannot be checked; delete it, it is a cache)")
         else:
             texts = [form.decode() for form in forms]  # JSON rows spell ë as \\u00eb
             rows = rows if database_bytes else [v for v in rows if isinstance(v, str)]
@@ -467,15 +473,37 @@ def _sqlite_check(path: Path, name_of, forms: list[bytes], allowed_texts: list[s
     return where + ([name_of(path)] if found > explained else [])
 
 
+def _read_only(path: Path):
+    """A connection that reads the database at ``path`` as it is: no lock taken, no journal
+    looked at (a stale one beside it made a read-only open fail), nothing written."""
+    import sqlite3
+
+    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True, timeout=5)
+
+
+def _cache_entries(path: Path) -> list[tuple[str, str]] | None:
+    """(key, model) of every entry of the embedding cache at ``path``; None if unreadable."""
+    import sqlite3
+
+    try:
+        db = _read_only(path)
+    except sqlite3.Error:
+        return None
+    try:
+        return [(k, m) for k, m in db.execute("SELECT key, model FROM cache")]
+    except sqlite3.Error:
+        return None
+    finally:
+        db.close()
+
+
 def _sqlite_values(path: Path) -> list | None:
     """Every text and blob value of every table of the database at ``path``, read without
     changing it; None if it cannot be read."""
     import sqlite3
 
     try:
-        # immutable: the file as it is, no lock taken and no journal looked at (a stale one
-        # beside it made a read-only open fail); the journal and log are read as bytes.
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True, timeout=5)
+        db = _read_only(path)  # (its journal and log are read as bytes)
     except sqlite3.Error:
         return None
     try:
@@ -505,9 +533,9 @@ def _trust_cache_check(path: Path, name_of, needle: str, allow_paths: list[str])
     try:
         item = json.loads(path.read_bytes())
     except OSError:
-        return [f"{rel} (cannot be read)"]
+        return [f"{rel} (cannot be read; delete it, it is a cache)"]
     except (ValueError, RecursionError):
-        return [f"{rel} (damaged: cannot be checked)"]
+        return [f"{rel} (damaged: cannot be checked; delete it, it is a cache)"]
     strings: list[str] = []
     stack = [item]
     while stack:
