@@ -129,8 +129,9 @@ def open_sqlite(path: Path, setup: Callable[[sqlite3.Connection], None]) -> sqli
     for suffix in ("-journal", "-wal", "-shm"):
         # A folder (or link) where SQLite keeps its journal made every open fail ("unable to
         # open database file") and the good database was moved aside for it (attack 13).
+        # (A link to a file is left: it may be a hot journal SQLite must roll back.)
         side = path.with_name(path.name + suffix)
-        if os.path.lexists(side) and (side.is_symlink() or not side.is_file()):
+        if os.path.lexists(side) and not side.is_file():
             move_aside(side, "not a file")
     for attempt in (1, 2):
         db = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)

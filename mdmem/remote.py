@@ -434,6 +434,11 @@ def _replay_after_erasure(repo, user: str, head: str, their_head: str, remote: s
     audit = store.show_file(their_head, AUDIT_PATH)
     erased = erased_blob_ids(audit)
     commits = sync_ops.commits_not_in(store, head, known)
+    # The caches are purged before the history is replaced as well as after: killed in between,
+    # the next replay finds this clone still behind and runs again; killed after the history
+    # was replaced, nothing would run the purge again and the old texts stayed (attack 13).
+    repo.reset_caches()
+    purge_caches(repo)
     tip, out = _replay_commits(repo, user, commits, their_head, erased, remote, _erased_needles(store, erased))
     _refuse_dirty(store, store.tree_changes(head, tip), "replay")
     store.fast_forward(tip, expect_tip=head, why="replayed onto the erased history")
@@ -443,8 +448,9 @@ def _replay_after_erasure(repo, user: str, head: str, their_head: str, remote: s
         if oid != their_head and erased_commit_ids(audit) & store.commit_ids(oid):
             sync_ops.set_ref(store, f"refs/remotes/{remote}/{name}", None)
     sync_ops.drop_unreachable(store)
-    # Its caches hold the old history's texts (the view cache's rows, vectors, index
-    # documents), as the erasing clone's did before its purge: the same purge here (attack 13).
+    # Its caches held the old history's texts (the view cache's rows, vectors, index
+    # documents), as the erasing clone's did before its purge: the same purge here (attack 13),
+    # again for what was rebuilt from the old history since the first.
     repo.reset_caches()
     purge_caches(repo)
     holding = _refs_holding(store, erased_commit_ids(audit))

@@ -215,6 +215,12 @@ def test_a_killed_replay_is_cleaned_by_the_next_sync_and_old_branches_are_named(
     assert killed.returncode == 137 and b"QQ-55123" in objects(bob)
     cli(bob, "sync", "--as", "bob")
     assert b"QQ-55123" not in objects(bob)
+    # Nor in its caches: the replay purges them before it replaces the history too (killed
+    # after that, nothing ran the purge again: attack 13, round 5).
+    proof = subprocess.run([str(__import__("sys").executable), "-m", "mdmem.cli.main", "prove-gone", "--needle",
+                            "QQ-55123", "--as", "dana"], cwd=bob, env={**__import__("os").environ, **ENV},
+                           capture_output=True, text=True)
+    assert proof.returncode == 0, proof.stdout
     git(bob, "branch", "wip", "HEAD")  # harmless: on the new history
     assert "refund" in git(bob, "log", "--oneline").stdout
 

@@ -188,3 +188,25 @@ def test_a_cache_path_of_the_wrong_type_is_dropped_not_a_crash(seeded, tmp_path,
                  ["startup", "--as", "bob"]):
         proc = run_cli(*args, "--repo", str(root), "--now", T1)
         assert proc.returncode == 0 and "Traceback" not in proc.stderr, (args, proc.stderr)
+
+
+def test_a_link_to_a_file_at_a_databases_journal_is_left_for_sqlite(tmp_path):
+    """open_sqlite moves a folder, FIFO or dangling link at <db>-journal aside (every open
+    failed on it), but a link to a file may be a hot journal SQLite must roll back: moving it
+    aside handed back a half-written database (attack 13, round 5)."""
+    import os
+    import sqlite3
+
+    from mdmem.cache import open_sqlite
+
+    db_path = tmp_path / "c.sqlite"
+    sqlite3.connect(db_path).close()
+    (tmp_path / "elsewhere").write_bytes(b"")
+    journal = tmp_path / "c.sqlite-journal"
+    journal.symlink_to(tmp_path / "elsewhere")
+    open_sqlite(db_path, lambda db: None).close()
+    assert journal.is_symlink() and not (tmp_path / "broken").exists()
+    journal.unlink()
+    journal.symlink_to(tmp_path / "nowhere")  # dangling: moved aside
+    open_sqlite(db_path, lambda db: None).close()
+    assert not os.path.lexists(journal) and (tmp_path / "broken").exists()
