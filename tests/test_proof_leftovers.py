@@ -37,13 +37,26 @@ def failures(root, needles=NEEDLES) -> dict:
     return out
 
 
+def noted(root) -> MemoryRepo:
+    """A repository at ``root`` holding the note about zoe (TEXT), open."""
+    repo = MemoryRepo.init(root, teams=TEAMS, erasers=["dana"], as_user="alice", embedder="none")
+    repo.remember(TEXT, as_user="bob", kind="fact", subject="customer:zoe", key="manager", scope="team",
+                  team="payments", new_key=True)
+    return repo
+
+
+def erase(root) -> None:
+    """dana forgets customer:zoe in the repository at ``root``."""
+    eraser = MemoryRepo.open(root, embedder="none")
+    eraser.forget(as_user="dana", subject="customer:zoe")
+    eraser.close()
+
+
 @pytest.fixture(scope="module")
 def erased(tmp_path_factory):
     """(the erased repository, the pre-erasure copies of its caches and objects)."""
     base = tmp_path_factory.mktemp("erased")
-    repo = MemoryRepo.init(base / "m", teams=TEAMS, erasers=["dana"], as_user="alice", embedder="none")
-    repo.remember(TEXT, as_user="bob", kind="fact", subject="customer:zoe", key="manager", scope="team",
-                  team="payments", new_key=True)
+    repo = noted(base / "m")
     repo.remember("Acme is a fine customer", as_user="bob", kind="fact", subject="customer:acme", key="status",
                   scope="team", team="payments", new_key=True)
     repo.recall("who manages zoe", as_user="bob")  # the index holds the note
@@ -52,9 +65,7 @@ def erased(tmp_path_factory):
     shutil.copytree(cache_dir(repo.root), saved / "cache")
     git(repo.root, "repack", "-a", "-d", "-q")
     shutil.copytree(repo.root / ".git" / "objects" / "pack", saved / "pack")
-    eraser = MemoryRepo.open(repo.root, embedder="none")
-    eraser.forget(as_user="dana", subject="customer:zoe")
-    eraser.close()
+    erase(repo.root)
     assert failures(repo.root) == {}  # honestly gone
     return repo.root, saved
 
@@ -125,10 +136,7 @@ def test_a_linked_worktree_keeps_no_index_and_no_file_with_the_erased_text(tmp_p
     forget left it (holding the erased note) and the proof only scanned its compressed bytes.
     Files in a linked worktree were not checked at all."""
     root = tmp_path / "m"
-    repo = MemoryRepo.init(root, teams=TEAMS, erasers=["dana"], as_user="alice", embedder="none")
-    repo.remember(TEXT, as_user="bob", kind="fact", subject="customer:zoe", key="manager", scope="team",
-                  team="payments", new_key=True)
-    repo.close()
+    noted(root).close()
     tree = tmp_path / "side"
     git(root, "worktree", "add", "-q", "-b", "side", str(tree))
     side = MemoryRepo.open(tree, embedder="none")
@@ -138,9 +146,7 @@ def test_a_linked_worktree_keeps_no_index_and_no_file_with_the_erased_text(tmp_p
     assert (linked / "fulltext").is_dir()
     saved = tmp_path / "saved"
     shutil.copytree(linked / "fulltext", saved)
-    eraser = MemoryRepo.open(root, embedder="none")
-    eraser.forget(as_user="dana", subject="customer:zoe")
-    eraser.close()
+    erase(root)
     assert not (linked / "fulltext").exists()
     assert failures(root) == {}
     shutil.copytree(saved, linked / "fulltext")  # a process there wrote it back from its old state
@@ -198,17 +204,12 @@ def test_forget_moves_a_detached_linked_worktree_off_the_erased_history(tmp_path
     the erased commit, whose objects then stayed); with its folder deleted the move failed
     silently, and its index kept the erased blobs alive."""
     root = tmp_path / "m"
-    repo = MemoryRepo.init(root, teams=TEAMS, erasers=["dana"], as_user="alice", embedder="none")
-    repo.remember(TEXT, as_user="bob", kind="fact", subject="customer:zoe", key="manager", scope="team",
-                  team="payments", new_key=True)
-    repo.close()
+    noted(root).close()
     tree = tmp_path / "side"
     git(root, "worktree", "add", "-q", "--detach", str(tree))
     if gone:
         shutil.rmtree(tree)
-    eraser = MemoryRepo.open(root, embedder="none")
-    eraser.forget(as_user="dana", subject="customer:zoe")
-    eraser.close()
+    erase(root)
     assert failures(root) == {}
 
 
@@ -219,10 +220,7 @@ def test_a_repository_whose_git_directory_lives_elsewhere_and_its_linked_worktre
     from mdmem.errors import Conflict
 
     root = tmp_path / "m"
-    repo = MemoryRepo.init(root, teams=TEAMS, erasers=["dana"], as_user="alice", embedder="none")
-    repo.remember(TEXT, as_user="bob", kind="fact", subject="customer:zoe", key="manager", scope="team",
-                  team="payments", new_key=True)
-    repo.close()
+    noted(root).close()
     moved = tmp_path / "gitdir"
     shutil.move(root / ".git", moved)
     (root / ".git").write_text(f"gitdir: {moved}\n")
@@ -234,9 +232,7 @@ def test_a_repository_whose_git_directory_lives_elsewhere_and_its_linked_worktre
         linked.forget(as_user="dana", subject="customer:zoe")
     linked.close()
     assert set(failures(tree)) >= {"live_notes", "git_objects"}  # proved from the linked worktree
-    eraser = MemoryRepo.open(root, embedder="none")
-    eraser.forget(as_user="dana", subject="customer:zoe")
-    eraser.close()
+    erase(root)
     assert failures(root) == {}
     assert failures(tree) == {}
 
@@ -276,9 +272,7 @@ def test_an_interrupted_erasure_is_finished_only_in_the_main_worktree(tmp_path, 
     from mdmem.model.clock import parse_time
 
     root = tmp_path / "m"
-    repo = MemoryRepo.init(root, teams=TEAMS, erasers=["dana"], as_user="alice", embedder="none")
-    repo.remember(TEXT, as_user="bob", kind="fact", subject="customer:zoe", key="manager", scope="team",
-                  team="payments", new_key=True)
+    repo = noted(root)
     tree = tmp_path / "side"
     git(root, "worktree", "add", "-q", "-b", "side", str(tree))
     with monkeypatch.context() as m:

@@ -213,7 +213,6 @@ def _cache_checks(seen: _EraserFiles, caches: list[Path], root: Path, needle: st
     """The eraser's checks of mdmem's cache folders for one needle. Files are named as before
     in the repository's own cache folder, by their path under .git in a linked worktree's."""
     forms = _raw_forms(needle)
-    texts = [form.decode() for form in forms]
     return {
         "embedding_cache": _check([w for f in caches for w in _sqlite_check(
             f / "embeddings.sqlite", _namer(f, caches, root), forms, [], needle, database_bytes=False)]),
@@ -223,9 +222,7 @@ def _cache_checks(seen: _EraserFiles, caches: list[Path], root: Path, needle: st
             f / "verify.json", _namer(f, caches, root), needle, allow_paths)]),
         "other_cache_files": _check(
             [rel for rel, data in seen.other_cache_files if any(occurs(data, form) for form in forms)]
-            + [rel for rel, values in seen.other_databases
-               if any(occurs(v, text if isinstance(v, str) else form) for v in values
-                      for form, text in zip(forms, texts))]
+            + [rel for rel, values in seen.other_databases if _occurrences_in_values(values, forms)]
             + seen.cannot_check),
     }
 
@@ -466,58 +463,52 @@ def _sqlite_check(path: Path, name_of, forms: list[bytes], allowed_texts: list[s
         if rows is None:
             where.append(f"{name_of(path)} (cannot be read as a database: cannot be checked; delete it, it is a cache)")
         else:
-            texts = [form.decode() for form in forms]  # JSON rows spell ë as \\u00eb
             rows = rows if database_bytes else [v for v in rows if isinstance(v, str)]
-            found = max(found, sum(occurrences(v, text if isinstance(v, str) else form)
-                                   for v in rows for form, text in zip(forms, texts)))
+            found = max(found, _occurrences_in_values(rows, forms))
     return where + ([name_of(path)] if found > explained else [])
 
 
-def _read_only(path: Path):
-    """A connection that reads the database at ``path`` as it is: no lock taken, no journal
-    looked at (a stale one beside it made a read-only open fail), nothing written."""
+def _read_database(path: Path, read) -> list | None:
+    """``read(connection)`` on the database at ``path`` as it is: no lock taken, no journal
+    looked at (a stale one beside it made a read-only open fail), nothing written; None if it
+    cannot be read."""
     import sqlite3
 
-    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True, timeout=5)
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True, timeout=5)
+    except sqlite3.Error:
+        return None
+    try:
+        return read(db)
+    except sqlite3.Error:
+        return None
+    finally:
+        db.close()
 
 
 def _cache_entries(path: Path) -> list[tuple[str, str]] | None:
     """(key, model) of every entry of the embedding cache at ``path``; None if unreadable."""
-    import sqlite3
-
-    try:
-        db = _read_only(path)
-    except sqlite3.Error:
-        return None
-    try:
-        return [(k, m) for k, m in db.execute("SELECT key, model FROM cache")]
-    except sqlite3.Error:
-        return None
-    finally:
-        db.close()
+    return _read_database(path, lambda db: [(k, m) for k, m in db.execute("SELECT key, model FROM cache")])
 
 
 def _sqlite_values(path: Path) -> list | None:
-    """Every text and blob value of every table of the database at ``path``, read without
-    changing it; None if it cannot be read."""
-    import sqlite3
-
-    try:
-        db = _read_only(path)  # (its journal and log are read as bytes)
-    except sqlite3.Error:
-        return None
-    try:
-        values: list = []
-        tables = [name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        for table in tables:
+    """Every text and blob value of every table of the database at ``path`` (its journal and
+    log are read as bytes); None if it cannot be read."""
+    def values(db) -> list:
+        out: list = []
+        for (table,) in list(db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")):
             quoted = '"' + table.replace('"', '""') + '"'
             for row in db.execute(f"SELECT * FROM {quoted}"):
-                values += [v for v in row if isinstance(v, (str, bytes))]
-        return values
-    except sqlite3.Error:
-        return None
-    finally:
-        db.close()
+                out += [v for v in row if isinstance(v, (str, bytes))]
+        return out
+
+    return _read_database(path, values)
+
+
+def _occurrences_in_values(values: list, forms: list[bytes]) -> int:
+    """How often the needle's forms occur in database values: as text in a text value (JSON
+    rows spell ë as \\u00eb), as bytes in a blob."""
+    return sum(occurrences(v, form.decode() if isinstance(v, str) else form) for v in values for form in forms)
 
 
 def _trust_cache_check(path: Path, name_of, needle: str, allow_paths: list[str]) -> list[str]:

@@ -449,11 +449,8 @@ class Verifier:
         catch-up would save after (SAVE_AFTER_COMMITS; a long-lived writer such as the MCP
         server). Fewer are left to the next process's walk: rewriting verify.json costs ~35 ms at
         10,000 notes, walking a commit ~2 ms."""
-        if (self._state is not None and self._unsaved >= SAVE_AFTER_COMMITS
-                and self._state["head"] == self.repo.store.head()):
-            # Only a state of HEAD as it is: another process may have moved the branch, or
-            # rewritten history (an erasure: the old state names erased paths; attack 12).
-            self._save(self._state)
+        if self._state is not None and self._unsaved >= SAVE_AFTER_COMMITS:
+            self._save(self._state)  # only if it is still HEAD's (an erasure by another process: attack 12)
 
     # --- the rule ---------------------------------------------------------------------
     def flags(self, head: str | None = None) -> dict[str, Flag]:
