@@ -140,10 +140,6 @@ def as_mdmem_error(exc: BaseException) -> MdmemError:
     """The one mapping from whatever reached a boundary (CLI, MCP) to the error tree."""
     if isinstance(exc, MdmemError):
         return exc
-    from filelock import Timeout
-
-    if isinstance(exc, Timeout):
-        return LockTimeout(f"{exc.lock_file}: another process held the lock too long; try again")
     import pygit2
 
     if isinstance(exc, pygit2.GitError):  # libgit2: a corrupt object, a broken ref

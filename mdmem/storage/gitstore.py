@@ -195,7 +195,7 @@ class GitStore(GitQueries):
         path = lock_folder(self.lock_dir) / "write.lock"
         # This process's threads queue on a thread lock first: one waiting behind another (a
         # write behind the deferred flush of git's index, two MCP calls) wakes the moment it
-        # is released, not at filelock's next poll (a remember at 100k waited 50 ms that way).
+        # is released, not at the file lock's next poll (a remember at 100k waited 50 ms that way).
         if not self._threads_lock.acquire(timeout=timeout):
             raise LockTimeout(f"{path}: another thread of this process held this lock for {timeout:.0f}s; try again")
         try:
