@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from ..model.layout import is_note_path
+from ..storage.queries import blob_hash
 from .render import VIEW_NAME, RootEntries, render_root, render_scope, view_path
 
 SCOPES = ("team", "private")
@@ -114,4 +115,7 @@ def read_in(store, rev: str | None, path: str) -> bytes | None:
 
 def changed(store, rev: str | None, views: dict[str, bytes | None]) -> dict[str, bytes | None]:
     """Only the views whose content at ``rev`` differs (nothing to commit for the rest)."""
-    return {p: d for p, d in views.items() if read_in(store, rev, p) != d}
+    # Compared by blob id: the view committed at ``rev`` is not read and inflated for it (25 KB
+    # at 100k notes, ~0.4 ms a write).
+    held = store.blob_ids(list(views), rev) if rev is not None else dict.fromkeys(views)
+    return {p: d for p, d in views.items() if held[p] != (None if d is None else blob_hash(d))}
