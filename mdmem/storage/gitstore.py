@@ -227,8 +227,9 @@ class GitStore(GitQueries):
 
     def renew_after_fork(self) -> None:
         """In a forked child: this process's thread lock and timer anew (locks.renew_after_fork).
-        The write lock stays held only by the thread that forked, if it held it (the child
-        shares its open lock file)."""
+        The thread that forked, if it was inside :meth:`locked`, can leave it as it entered;
+        the file lock itself is the parent's alone (locks.Lock closes its descriptor in the
+        child, so a parent killed mid-write frees it whatever the child does)."""
         self._threads_lock = threading.Lock()
         _HOLDERS.clear()  # in the child only a store's own record counts (attack 9, F3/F4)
         if self._holder == threading.get_ident():
@@ -639,9 +640,9 @@ class GitStore(GitQueries):
                         if path in index:
                             index.remove(path)
                     elif self.worktree_blob_id(path) == str(entry.id):
-                        index.add(path)  # with the file's stat data: git status need not hash it
+                        stage(index, path)  # with the file's stat data: git status need not hash it
                     else:  # a person changed the file since (or a link): the index follows HEAD
-                        index.add(pygit2.IndexEntry(path, entry.id, entry.filemode))
+                        stage(index, pygit2.IndexEntry(path, entry.id, entry.filemode))
                 index.write()
                 self._unjournal(due)
         except Exception as exc:  # noqa: BLE001 -- the journal keeps them; repair finishes
@@ -766,16 +767,16 @@ class GitStore(GitQueries):
                     if path in index:
                         index.remove(path)
                 elif have == want:
-                    index.add(path)
+                    stage(index, path)
                 else:
-                    index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=want), pygit2.GIT_FILEMODE_BLOB))
+                    stage(index, pygit2.IndexEntry(path, pygit2.Oid(hex=want), pygit2.GIT_FILEMODE_BLOB))
                 fixed.append(path)
         # Notes whose index entry disagrees with HEAD while the work tree holds HEAD's
         # version: an index write that failed after its commit (a stale index.lock, a kill).
         # A plain `git commit` would otherwise delete or revert them.
         for path, blob in self._head_notes(tree):
             if staged.get(path) != blob and path not in journal and self.worktree_blob_id(path) == blob:
-                index.add(path)
+                stage(index, path)
                 fixed.append(path)
         if fixed:
             index.write()
@@ -867,7 +868,7 @@ class GitStore(GitQueries):
                 if path in index:
                     index.remove(path)
             else:
-                index.add(path)
+                stage(index, path)
         index.write()
 
     def _write_file(self, path: str, data: bytes | None, folders: set[str] | None = None) -> None:
@@ -972,6 +973,22 @@ _OPEN_STORES: "weakref.WeakSet[GitStore]" = weakref.WeakSet()
 # where only the store the forking thread locked through still holds it.
 _HOLDERS: dict[str, int] = {}
 
+
+
+def stage(index: pygit2.Index, entry: str | pygit2.IndexEntry) -> None:
+    """``index.add(entry)`` (a work-tree path, or an entry), first dropping what git's own
+    ``update-index --replace`` drops: entries under the path (a folder stood there) and a file
+    at a folder on its way. libgit2 keeps them, and git then refuses every commit ("you have
+    both X and X/a"): a view path committed as a folder did that after mdmem's next write
+    (attack 14)."""
+    path = entry if isinstance(entry, str) else entry.path
+    index.remove_directory(path)
+    parts = path.split("/")
+    for end in range(1, len(parts)):
+        folder = "/".join(parts[:end])
+        if folder in index:
+            index.remove(folder)
+    index.add(entry)
 
 
 def _tree_blob_ids(tree: pygit2.Tree, paths, *, blobs_only: bool = True,

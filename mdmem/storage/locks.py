@@ -5,9 +5,12 @@ bookkeeping, singletons, a soft-lock fallback), ~0.5-0.6 ms measured at 100k not
 write paid once; an flock of an existing file here costs ~20 us (session 14)."""
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import shutil
+import stat
+import threading
 import time
 import weakref
 from pathlib import Path
@@ -32,67 +35,101 @@ class Lock:
     ``timeout`` (seconds; negative waits for ever) is the default of :meth:`acquire`, which
     polls every ``poll_interval`` and raises :class:`LockTimeout` naming the file. Nested
     acquires of one Lock count (released by as many releases). Two Lock objects on one file
-    exclude each other, in one process too. A child forked while a Lock was held never unlocks
-    it: the child's copy only closes its descriptor (an flock belongs to the open file, which
-    parent and child share; unlocking it in the child would free the parent's lock)."""
+    exclude each other, in one process too.
+
+    Forks: an flock belongs to the open file, which parent and child share. A child closes
+    every descriptor of a held Lock as it starts (never unlocking: that would free the
+    parent's lock), so a writer killed mid-write frees the lock even while a worker it forked
+    lives on (attack 14); and the child's copy of the Lock is not held.
+
+    The lock's path is mdmem's own, under the cache folder: whatever is there that is not a
+    regular file (a folder, a link, a FIFO) is removed, never followed; a file replaced while we
+    waited for it is opened again (two writers must lock the same file)."""
 
     def __init__(self, lock_file: str | os.PathLike, timeout: float = -1) -> None:
         self.lock_file = str(lock_file)
         self.timeout = timeout
         self._fd: int | None = None
-        self._pid = 0
-        self._count = 0
+        self._depth = 0
 
     @property
     def is_locked(self) -> bool:
-        return self._fd is not None and self._pid == os.getpid()
+        return self._fd is not None
 
     def acquire(self, timeout: float | None = None, poll_interval: float = 0.05) -> "Lock":
         if timeout is None:
             timeout = self.timeout
-        if self.is_locked:
-            self._count += 1
+        if self._fd is not None:
+            self._depth += 1
             return self
-        self._forget_inherited()
-        lock_file = Path(self.lock_file)
-        if lock_file.is_dir() and not lock_file.is_symlink():
-            shutil.rmtree(lock_file, ignore_errors=True)  # a folder where the lock file belongs: a cache to drop
-        fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         deadline = time.monotonic() + timeout
-        try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        while True:
+            fd = self._open()
+            try:
+                if self._wait(fd, deadline, timeout, poll_interval) and self._still_ours(fd):
                     break
-                except BlockingIOError:
-                    if 0 <= timeout and deadline <= time.monotonic():
-                        raise LockTimeout(f"{self.lock_file}: another process held this lock for "
-                                          f"{timeout:.0f}s; try again") from None
-                    time.sleep(poll_interval)
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd, self._pid, self._count = fd, os.getpid(), 1
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)  # replaced while we waited: lock the file that is there now
+        with _HELD_LOCK:
+            self._fd, self._depth = fd, 1
+            _HELD.add(self)
         return self
 
     def release(self) -> None:
-        if not self.is_locked:
-            self._forget_inherited()
+        if self._fd is None:
             return
-        self._count -= 1
-        if self._count > 0:
+        self._depth -= 1
+        if self._depth > 0:
             return
-        fd, self._fd = self._fd, None
-        assert fd is not None
+        with _HELD_LOCK:
+            fd, self._fd = self._fd, None
+            _HELD.discard(self)
         try:
             fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
 
-    def _forget_inherited(self) -> None:
-        """A descriptor inherited across a fork: closed here, never unlocked (the parent's)."""
-        if self._fd is not None and self._pid != os.getpid():
-            fd, self._fd, self._count = self._fd, None, 0
+    def _open(self) -> int:
+        for _ in range(_OPEN_TRIES):
+            try:
+                fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+            except OSError as exc:  # ELOOP: a link; EISDIR: a folder; ENXIO: a socket
+                if exc.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.ENOTDIR):
+                    raise
+                _remove(self.lock_file)
+                continue
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                return fd
+            os.close(fd)  # a FIFO or a device node
+            _remove(self.lock_file)
+        raise LockTimeout(f"{self.lock_file}: something keeps replacing this lock file; try again")
+
+    def _wait(self, fd: int, deadline: float, timeout: float, poll_interval: float) -> bool:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                if 0 <= timeout and deadline <= time.monotonic():
+                    raise LockTimeout(f"{self.lock_file}: another process held this lock for "
+                                      f"{timeout:.0f}s; try again") from None
+                time.sleep(poll_interval)
+
+    def _still_ours(self, fd: int) -> bool:
+        """Whether the path still names the file we locked."""
+        try:
+            here = os.stat(self.lock_file, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        mine = os.fstat(fd)
+        return (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino)
+
+    def _forget_in_child(self) -> None:
+        """In a forked child: the descriptor closed, never unlocked (the parent's)."""
+        fd, self._fd, self._depth = self._fd, None, 0
+        if fd is not None:
             try:
                 os.close(fd)
             except OSError:
@@ -103,6 +140,32 @@ class Lock:
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
+
+
+_OPEN_TRIES = 20
+_HELD: "weakref.WeakSet[Lock]" = weakref.WeakSet()  # every Lock this process holds
+_HELD_LOCK = threading.Lock()
+
+
+def _remove(path: str) -> None:
+    """Whatever is at a lock's path (not a regular file): a cache entry to drop."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _close_held_in_child() -> None:
+    # Runs in the child right after fork, one thread: _HELD_LOCK may have been held by a thread
+    # that is not here, so it is made anew rather than taken.
+    global _HELD_LOCK
+    _HELD_LOCK = threading.Lock()
+    for lock in list(_HELD):
+        lock._forget_in_child()
+    _HELD.clear()
 
 
 def open_files() -> set[str] | None:
@@ -148,3 +211,4 @@ def _renew_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_renew_in_child)
+    os.register_at_fork(after_in_child=_close_held_in_child)

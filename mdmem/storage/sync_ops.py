@@ -9,6 +9,7 @@ from pathlib import Path
 import pygit2
 
 from . import history_ops
+from .gitstore import stage
 
 IN_PROGRESS = (("rebase-merge", "a rebase"), ("rebase-apply", "a rebase or am"), ("MERGE_HEAD", "a merge"),
                ("CHERRY_PICK_HEAD", "a cherry-pick"), ("REVERT_HEAD", "a revert"))
@@ -118,7 +119,7 @@ def merged_tree(store, ours: str, theirs: str, resolved: dict[str, str | None]) 
             if path in index:
                 index.remove(path)
         else:
-            index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=blob), pygit2.GIT_FILEMODE_BLOB))
+            stage(index, pygit2.IndexEntry(path, pygit2.Oid(hex=blob), pygit2.GIT_FILEMODE_BLOB))
     left = sorted(conflicted - set(resolved))
     if left:
         return None, left
@@ -158,8 +159,8 @@ def replay(store, onto: str, commit: str, changes: dict[str, bytes | None], *, s
             if path in index:
                 index.remove(path)
         else:
-            index.add(pygit2.IndexEntry(path, repo.create_blob(bytes(data)),
-                                        getattr(data, "mode", pygit2.GIT_FILEMODE_BLOB)))
+            stage(index, pygit2.IndexEntry(path, repo.create_blob(bytes(data)),
+                                           getattr(data, "mode", pygit2.GIT_FILEMODE_BLOB)))
     source = repo[commit].peel(pygit2.Commit)
     tree = index.write_tree(repo)
     if sign and store.signing_key:
