@@ -165,13 +165,15 @@ def test_a_rebuild_killed_midway_leaves_recall_working(seeded, tmp_path, point):
 
 
 @pytest.mark.parametrize("path,becomes", [("embeddings.sqlite", "folder"), ("viewmeta.sqlite", "folder"),
-                                          ("locks", "file"), ("locks/index.lock", "folder"),
-                                          ("locks/write.lock", "folder"), ("", "file")])
+                                          ("../mdmem-locks", "file"), ("../mdmem-locks/index.lock", "folder"),
+                                          ("../mdmem-locks/write.lock", "folder"),
+                                          ("../mdmem-locks/daemon.lock", "folder"), ("", "file")])
 def test_a_cache_path_of_the_wrong_type_is_dropped_not_a_crash(seeded, tmp_path, path, becomes):
     """Attack F16: a folder where a cache file belongs (or the reverse, .mdmem itself as a
-    file) stopped every command with exit 70 or a bare OS error."""
+    file) stopped every command with exit 70 or a bare OS error. The lock files beside the
+    cache folder (.git/mdmem-locks) likewise."""
     root = copy_of(seeded, tmp_path)
-    target = cache_dir(root) / path if path else cache_dir(root)
+    target = (cache_dir(root) / path).resolve() if path else cache_dir(root)
     if target.is_dir():
         shutil.rmtree(target)
     elif target.exists():

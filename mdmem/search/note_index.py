@@ -32,7 +32,7 @@ from .bulkwriter import BulkWriter
 from .embed_ahead import EmbedAhead, note_texts
 from .embedders import Embedder, make_embedder
 from .embedding_cache import EmbeddingCache, cache_key
-from ..storage.gitdir import cache_dir
+from ..storage.gitdir import cache_dir, cache_locks_dir, clear_cache_path
 from .index_worker import Prebuilt
 from .recent import RecentNotes
 
@@ -673,7 +673,8 @@ def index_lock(root: Path) -> Lock:
 
 def folder_index_lock(cache_folder: Path) -> Lock:
     """:func:`index_lock` by the cache folder (a linked worktree's, whose work tree may be gone)."""
-    return Lock(str(lock_folder(cache_folder / "locks") / "index.lock"), timeout=120)
+    clear_cache_path(cache_folder)
+    return Lock(str(lock_folder(cache_locks_dir(cache_folder)) / "index.lock"), timeout=120)
 
 
 def _valid_state(state: dict) -> bool:

@@ -1,7 +1,8 @@
 """Where a work tree's git directory is, and mdmem's cache folder inside it.
 
-The caches (search index, vectors, verify's verdicts, view metadata, the embedding graph,
-locks) live in ``<git dir>/mdmem/``, never in the work tree: a commit can put any file in
+The caches (search index, vectors, verify's verdicts, view metadata, the embedding graph)
+live in ``<git dir>/mdmem/`` and the lock files in ``<git dir>/mdmem-locks/``, never in the
+work tree: a commit can put any file in
 the work tree -- a teammate committed ``.mdmem/`` (a poisoned index served fake text for a
 real note; a forged ``verify.json`` turned an untrusted edit trusted in every fresh clone)
 or a ``.mdmem`` symlink (every clone wrote its caches, and deleted folders, outside the
@@ -13,6 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 
 CACHE_NAME = "mdmem"
+# The lock files, beside the cache folder and not in it: a lock file deleted while held lets a
+# second process lock a new file at the same path (two writers at once), and the caches are
+# disposable (`rm -rf .git/mdmem` is a fair way to reset them; attack 14b).
+LOCKS_NAME = "mdmem-locks"
 LEGACY_CACHE = ".mdmem"  # where caches lived before: a work-tree folder a commit could fill
 DAEMON_LOG = "daemon.log"  # in the cache folder: the daemon's own output (cli/launch.py)
 
@@ -34,6 +39,29 @@ def git_dir(root: Path) -> Path:
 def cache_dir(root: Path) -> Path:
     """The folder of a repo's disposable caches (created by whoever writes one first)."""
     return git_dir(root) / CACHE_NAME
+
+
+def clear_cache_path(cache_folder: Path) -> None:
+    """A file (or a link to one) where a cache folder belongs is removed: everything there is
+    disposable, and every cache inside failed on it (attack F16). Checked where the locks are
+    taken, which every reader and writer does first."""
+    try:
+        if cache_folder.exists() or cache_folder.is_symlink():
+            if not cache_folder.is_dir():
+                cache_folder.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def locks_dir(root: Path) -> Path:
+    """The folder of a work tree's lock files (the write, index and daemon locks)."""
+    return git_dir(root) / LOCKS_NAME
+
+
+def cache_locks_dir(cache_folder: Path) -> Path:
+    """:func:`locks_dir` by the work tree's cache folder (a linked worktree's, whose work tree
+    may be gone)."""
+    return cache_folder.parent / LOCKS_NAME
 
 
 def common_git_dir(root: Path) -> Path:

@@ -39,7 +39,7 @@ import pygit2
 from ..errors import BranchMoved, Conflict, GitFailed, LockTimeout
 from .locks import Lock, lock_folder, open_files, renew_after_fork
 from .queries import GitQueries, worktree_version
-from .gitdir import cache_dir
+from .gitdir import cache_dir, clear_cache_path, locks_dir
 
 # A git lock file nobody holds open is stale once this old (git closes a ref lock a moment
 # before renaming it, so a young unheld lock may still be a live writer's).
@@ -140,7 +140,7 @@ class GitStore(GitQueries):
         except pygit2.GitError as exc:
             raise GitFailed(f"{self.root}: git cannot open this repository ({exc})") from None
         self.cache_dir = cache_dir(self.root)  # mdmem's caches: storage/gitdir.py says why inside .git
-        self.lock_dir = self.cache_dir / "locks"
+        self.lock_dir = locks_dir(self.root)
         self._index: pygit2.Index | None = None
         # actor -> (author name, email); the repo's [people] table (config.identity) when given
         self.identity = identity or default_identity
@@ -198,6 +198,7 @@ class GitStore(GitQueries):
         if self.holds_lock():
             yield  # this thread holds it already (a flush of git's index inside a write)
             return
+        clear_cache_path(self.cache_dir)
         path = lock_folder(self.lock_dir) / "write.lock"
         # This process's threads queue on a thread lock first: one waiting behind another (a
         # write behind the deferred flush of git's index, two MCP calls) wakes the moment it

@@ -20,13 +20,19 @@ from ..errors import LockTimeout
 
 
 def lock_folder(path: Path) -> Path:
-    """The folder for lock files (``.git/mdmem/locks``), made if missing. A file where it or the
-    cache folder above it belongs is removed first: everything under the cache folder is disposable."""
-    for folder in (path.parent, path):
-        if os.path.lexists(folder) and not folder.is_dir():
-            os.unlink(folder)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """The folder for lock files (``.git/mdmem-locks``, gitdir.locks_dir), made if missing.
+    Anything else at its path (a file, a link) is removed first: the path is mdmem's own, and a
+    link would send the lock files elsewhere."""
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            os.unlink(path)
+    except (FileNotFoundError, IsADirectoryError):
+        pass  # gone, or a folder again: another process is at it too
+    try:
+        os.mkdir(path)
+    except (FileExistsError, FileNotFoundError):
+        pass  # made, or removed, by another process meanwhile: the lock's open tries again
+    return Path(path)
 
 
 class Lock:
@@ -38,9 +44,9 @@ class Lock:
     exclude each other, in one process too.
 
     Forks: an flock belongs to the open file, which parent and child share. A child closes
-    every descriptor of a held Lock as it starts (never unlocking: that would free the
-    parent's lock), so a writer killed mid-write frees the lock even while a worker it forked
-    lives on (attack 14); and the child's copy of the Lock is not held.
+    every descriptor a Lock has open, held or still waited on, as it starts (never unlocking:
+    that would free the parent's lock), so a writer killed mid-write frees the lock even while
+    a worker it forked lives on (attack 14, 14b); and the child's copy of the Lock is not held.
 
     The lock's path is mdmem's own, under the cache folder: whatever is there that is not a
     regular file (a folder, a link, a FIFO) is removed, never followed; a file replaced while we
@@ -69,10 +75,10 @@ class Lock:
                 if self._wait(fd, deadline, timeout, poll_interval) and self._still_ours(fd):
                     break
             except BaseException:
-                os.close(fd)
+                _close(fd)
                 raise
-            os.close(fd)  # replaced while we waited: lock the file that is there now
-        with _HELD_LOCK:
+            _close(fd)  # replaced while we waited: lock the file that is there now
+        with _FDS_LOCK:
             self._fd, self._depth = fd, 1
             _HELD.add(self)
         return self
@@ -83,26 +89,33 @@ class Lock:
         self._depth -= 1
         if self._depth > 0:
             return
-        with _HELD_LOCK:
+        with _FDS_LOCK:
             fd, self._fd = self._fd, None
             _HELD.discard(self)
         try:
             fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
-            os.close(fd)
+            _close(fd)
 
     def _open(self) -> int:
         for _ in range(_OPEN_TRIES):
             try:
-                fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+                # Registered as it opens, under the lock a fork waits for: a child never keeps a
+                # descriptor of ours, even one a thread is still waiting on (attack 14b).
+                with _FDS_LOCK:
+                    fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+                    _FDS.add(fd)
+            except (FileNotFoundError, NotADirectoryError):  # its folder went, or a file stands there
+                lock_folder(Path(self.lock_file).parent)
+                continue
             except OSError as exc:  # ELOOP: a link; EISDIR: a folder; ENXIO: a socket
-                if exc.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.ENOTDIR):
+                if exc.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
                     raise
                 _remove(self.lock_file)
                 continue
             if stat.S_ISREG(os.fstat(fd).st_mode):
                 return fd
-            os.close(fd)  # a FIFO or a device node
+            _close(fd)  # a FIFO or a device node
             _remove(self.lock_file)
         raise LockTimeout(f"{self.lock_file}: something keeps replacing this lock file; try again")
 
@@ -127,13 +140,8 @@ class Lock:
         return (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino)
 
     def _forget_in_child(self) -> None:
-        """In a forked child: the descriptor closed, never unlocked (the parent's)."""
-        fd, self._fd, self._depth = self._fd, None, 0
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        """In a forked child: not held (its descriptor is closed by _after_fork_in_child)."""
+        self._fd, self._depth = None, 0
 
     def __enter__(self) -> "Lock":
         return self.acquire()
@@ -144,7 +152,14 @@ class Lock:
 
 _OPEN_TRIES = 20
 _HELD: "weakref.WeakSet[Lock]" = weakref.WeakSet()  # every Lock this process holds
-_HELD_LOCK = threading.Lock()
+_FDS: set[int] = set()  # every descriptor a Lock has open here, held or waited on
+_FDS_LOCK = threading.Lock()  # taken around a fork: no descriptor is half registered in it
+
+
+def _close(fd: int) -> None:
+    with _FDS_LOCK:
+        _FDS.discard(fd)
+        os.close(fd)
 
 
 def _remove(path: str) -> None:
@@ -158,11 +173,18 @@ def _remove(path: str) -> None:
         pass
 
 
-def _close_held_in_child() -> None:
-    # Runs in the child right after fork, one thread: _HELD_LOCK may have been held by a thread
-    # that is not here, so it is made anew rather than taken.
-    global _HELD_LOCK
-    _HELD_LOCK = threading.Lock()
+def _after_fork_in_child() -> None:
+    # The child has one thread; the parent's thread that forked held _FDS_LOCK (taken before
+    # the fork), so it is made anew. Every descriptor is closed, never unlocked: an flock
+    # belongs to the open file parent and child share, and unlocking would free the parent's.
+    global _FDS_LOCK
+    _FDS_LOCK = threading.Lock()
+    for fd in list(_FDS):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _FDS.clear()
     for lock in list(_HELD):
         lock._forget_in_child()
     _HELD.clear()
@@ -211,4 +233,5 @@ def _renew_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_renew_in_child)
-    os.register_at_fork(after_in_child=_close_held_in_child)
+    os.register_at_fork(before=lambda: _FDS_LOCK.acquire(), after_in_parent=lambda: _FDS_LOCK.release(),
+                        after_in_child=_after_fork_in_child)
