@@ -48,9 +48,10 @@ class Lock:
     that would free the parent's lock), so a writer killed mid-write frees the lock even while
     a worker it forked lives on (attack 14, 14b); and the child's copy of the Lock is not held.
 
-    The lock's path is mdmem's own, under the cache folder: whatever is there that is not a
-    regular file (a folder, a link, a FIFO) is removed, never followed; a file replaced while we
-    waited for it is opened again (two writers must lock the same file)."""
+    The lock's path is mdmem's own (``.git/mdmem-locks/``, beside the disposable cache folder,
+    never in it): whatever is there that is not a regular file (a folder, a link, a FIFO) is
+    removed, never followed; a file replaced while we waited for it is opened again (two
+    writers must lock the same file)."""
 
     def __init__(self, lock_file: str | os.PathLike, timeout: float = -1) -> None:
         self.lock_file = str(lock_file)
