@@ -23,7 +23,7 @@ from ..storage.worktree import scan_notes
 from .journal import Journal
 from .needles import occurrences, occurs
 from .scan import REPO_FILES, HistoryScan, history_texts, root_of
-from ..storage.gitdir import CACHE_NAME, cache_dir, cache_folders
+from ..storage.gitdir import CACHE_NAME, LOCKS_NAME, cache_dir, cache_folders
 
 
 # The files of the cache folder that have a check of their own.
@@ -156,6 +156,14 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
     return ProofReport.from_dict(report)
 
 
+def _named_by_mdmem(parts: tuple[str, ...]) -> bool:
+    """A path (under the git dir) whose name mdmem chose: in a cache folder or a lock folder, the
+    repository's or a linked worktree's. Their names are fixed words ("daemon.log", "index.lock"):
+    a needle like "lock" must not fail every proof on them (attack 14c); what they hold is read."""
+    own = (CACHE_NAME, LOCKS_NAME)
+    return parts[0] in own or (len(parts) > 2 and parts[0] == "worktrees" and parts[2] in own)
+
+
 @dataclass
 class _EraserFiles:
     """What only an eraser's proof reads, read once for every needle: git's own files (as
@@ -180,7 +188,7 @@ class _EraserFiles:
                           if p.is_file() and p.relative_to(git_dir).parts[0] not in ("objects", CACHE_NAME)
                           and not _in_cache(p, caches)]
         out.meta_files += [(f"file name {p.relative_to(git_dir)}", str(p.relative_to(git_dir)).encode())
-                           for p in git_dir.rglob("*") if p.relative_to(git_dir).parts[0] != CACHE_NAME]
+                           for p in git_dir.rglob("*") if not _named_by_mdmem(p.relative_to(git_dir).parts)]
         out.unlisted, out.object_side_files = _object_files(git_dir, root)
         # The daemon's log, state files, a moved-aside (broken/) or half-written (*.tmp) copy,
         # the embedder's graph (models/) are "other" cache files.

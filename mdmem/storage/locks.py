@@ -55,6 +55,7 @@ class Lock:
 
     def __init__(self, lock_file: str | os.PathLike, timeout: float = -1) -> None:
         self.lock_file = str(lock_file)
+        self._folder, self._name = os.path.split(self.lock_file)
         self.timeout = timeout
         self._fd: int | None = None
         self._depth = 0
@@ -71,13 +72,16 @@ class Lock:
             return self
         deadline = time.monotonic() + timeout
         while True:
-            fd = self._open()
+            folder, fd = self._open()
             try:
-                if self._wait(fd, deadline, timeout, poll_interval) and self._still_ours(fd):
-                    break
+                ours = self._wait(fd, deadline, timeout, poll_interval) and self._still_ours(folder, fd)
             except BaseException:
                 _close(fd)
                 raise
+            finally:
+                os.close(folder)
+            if ours:
+                break
             _close(fd)  # replaced while we waited: lock the file that is there now
         with _FDS_LOCK:
             self._fd, self._depth = fd, 1
@@ -98,27 +102,37 @@ class Lock:
         finally:
             _close(fd)
 
-    def _open(self) -> int:
+    def _open(self) -> tuple[int, int]:
+        """(the lock folder, the lock file) opened, neither through a link: the folder by
+        itself (O_DIRECTORY|O_NOFOLLOW), the file inside that very folder (a folder swapped
+        for a link meanwhile cannot send it elsewhere; attack 14c)."""
         for _ in range(_OPEN_TRIES):
+            try:
+                folder = os.open(self._folder or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError as exc:  # gone, a file, or a link (ELOOP, ENOTDIR) where the folder belongs
+                if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                    raise
+                lock_folder(Path(self._folder))
+                continue
             try:
                 # Registered as it opens, under the lock a fork waits for: a child never keeps a
                 # descriptor of ours, even one a thread is still waiting on (attack 14b).
                 with _FDS_LOCK:
-                    fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+                    fd = os.open(self._name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644,
+                                 dir_fd=folder)
                     _FDS.add(fd)
-            except (FileNotFoundError, NotADirectoryError):  # its folder went, or a file stands there
-                lock_folder(Path(self.lock_file).parent)
-                continue
-            except OSError as exc:  # ELOOP: a link; EISDIR: a folder; ENXIO: a socket
-                if exc.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            except OSError as exc:  # ELOOP: a link; EISDIR: a folder; ENXIO: a socket; ENOENT: folder gone
+                os.close(folder)
+                if exc.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.ENOENT):
                     raise
                 _remove(self.lock_file)
                 continue
             if stat.S_ISREG(os.fstat(fd).st_mode):
-                return fd
+                return folder, fd
             _close(fd)  # a FIFO or a device node
+            os.close(folder)
             _remove(self.lock_file)
-        raise LockTimeout(f"{self.lock_file}: something keeps replacing this lock file; try again")
+        raise LockTimeout(f"{self.lock_file}: something keeps replacing this lock file or its folder; try again")
 
     def _wait(self, fd: int, deadline: float, timeout: float, poll_interval: float) -> bool:
         while True:
@@ -131,14 +145,16 @@ class Lock:
                                       f"{timeout:.0f}s; try again") from None
                 time.sleep(poll_interval)
 
-    def _still_ours(self, fd: int) -> bool:
-        """Whether the path still names the file we locked."""
+    def _still_ours(self, folder: int, fd: int) -> bool:
+        """Whether the path still names the folder we opened (not a link to another) and the
+        file in it we locked."""
         try:
-            here = os.stat(self.lock_file, follow_symlinks=False)
-        except FileNotFoundError:
+            here_folder = os.stat(self._folder or ".", follow_symlinks=False)
+            here = os.stat(self._name, dir_fd=folder, follow_symlinks=False)
+        except OSError:  # gone, or a file where the folder was: open again
             return False
-        mine = os.fstat(fd)
-        return (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino)
+        return (_identity(here_folder) == _identity(os.fstat(folder))
+                and _identity(here) == _identity(os.fstat(fd)))
 
     def _forget_in_child(self) -> None:
         """In a forked child: not held (its descriptor is closed by _after_fork_in_child)."""
@@ -155,6 +171,10 @@ _OPEN_TRIES = 20
 _HELD: "weakref.WeakSet[Lock]" = weakref.WeakSet()  # every Lock this process holds
 _FDS: set[int] = set()  # every descriptor a Lock has open here, held or waited on
 _FDS_LOCK = threading.Lock()  # taken around a fork: no descriptor is half registered in it
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
 
 
 def _close(fd: int) -> None:
