@@ -423,6 +423,13 @@ class _CloneBehindErasure(Refused):
     """This clone predates an erasure made elsewhere (``sync --replay`` carries its own work over)."""
 
 
+def _purge_clone_caches(repo) -> None:
+    """This clone's caches purged as forget purges the eraser's (they held the old history's
+    texts: the view cache's rows, vectors, index documents; attack 13)."""
+    repo.reset_caches()
+    purge_caches(repo)
+
+
 def _replay_after_erasure(repo, user: str, head: str, their_head: str, remote: str, branch: str) -> dict:
     """This clone's own commits (made since it last synced) re-applied onto the erased history,
     which replaces the old one here; the old history's objects are dropped (attack 5, A12)."""
@@ -437,8 +444,7 @@ def _replay_after_erasure(repo, user: str, head: str, their_head: str, remote: s
     # The caches are purged before the history is replaced as well as after: killed in between,
     # the next replay finds this clone still behind and runs again; killed after the history
     # was replaced, nothing would run the purge again and the old texts stayed (attack 13).
-    repo.reset_caches()
-    purge_caches(repo)
+    _purge_clone_caches(repo)
     tip, out = _replay_commits(repo, user, commits, their_head, erased, remote, _erased_needles(store, erased))
     _refuse_dirty(store, store.tree_changes(head, tip), "replay")
     store.fast_forward(tip, expect_tip=head, why="replayed onto the erased history")
@@ -451,8 +457,7 @@ def _replay_after_erasure(repo, user: str, head: str, their_head: str, remote: s
     # Its caches held the old history's texts (the view cache's rows, vectors, index
     # documents), as the erasing clone's did before its purge: the same purge here (attack 13),
     # again for what was rebuilt from the old history since the first.
-    repo.reset_caches()
-    purge_caches(repo)
+    _purge_clone_caches(repo)
     holding = _refs_holding(store, erased_commit_ids(audit))
     if holding:
         out["still_holding_erased"] = holding

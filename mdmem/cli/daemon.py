@@ -52,7 +52,7 @@ from ..erasure.journal import pending as erasure_pending
 from ..errors import BadInput, Conflict, LockTimeout
 from ..repo import MemoryRepo
 from ..storage.gitdir import locks_dir
-from ..storage.locks import Lock, lock_folder
+from ..storage.locks import Lock
 from .launch import (ACK, PROTOCOL, READ_ONLY, SOCKET_NAME, code_stamp, exchange, forget_autostart, peer_uid,
                      read_message, send_message, socket_path)
 
@@ -343,7 +343,7 @@ def listen_path(root: Path) -> Path:
 
 
 def _lock(root: Path) -> Lock:
-    return Lock(lock_folder(locks_dir(root)) / "daemon.lock")
+    return Lock(locks_dir(root) / "daemon.lock")
 
 
 def starting(root: Path) -> bool:

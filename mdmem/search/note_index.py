@@ -22,7 +22,7 @@ from ..model.layout import is_note_path
 from ..model.note import Note
 from ..model.validate import validate_note
 from ..results import ProgressCallback
-from ..storage.locks import Lock, lock_folder, renew_after_fork
+from ..storage.locks import Lock, renew_after_fork
 from ..storage.queries import blob_hash
 from ..storage.tree_watch import TreeWatch
 from ..storage.worktree import StoredNote, iter_note_paths, read_note
@@ -674,7 +674,7 @@ def index_lock(root: Path) -> Lock:
 def folder_index_lock(cache_folder: Path) -> Lock:
     """:func:`index_lock` by the cache folder (a linked worktree's, whose work tree may be gone)."""
     clear_cache_path(cache_folder)
-    return Lock(str(lock_folder(cache_locks_dir(cache_folder)) / "index.lock"), timeout=120)
+    return Lock(str(cache_locks_dir(cache_folder) / "index.lock"), timeout=120)
 
 
 def _valid_state(state: dict) -> bool:

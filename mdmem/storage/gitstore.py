@@ -37,7 +37,7 @@ import shutil
 import pygit2
 
 from ..errors import BranchMoved, Conflict, GitFailed, LockTimeout
-from .locks import Lock, lock_folder, open_files, renew_after_fork
+from .locks import Lock, open_files, renew_after_fork
 from .queries import GitQueries, worktree_version
 from .gitdir import cache_dir, clear_cache_path, locks_dir
 
@@ -199,7 +199,7 @@ class GitStore(GitQueries):
             yield  # this thread holds it already (a flush of git's index inside a write)
             return
         clear_cache_path(self.cache_dir)
-        path = lock_folder(self.lock_dir) / "write.lock"
+        path = self.lock_dir / "write.lock"  # Lock makes its folder
         # This process's threads queue on a thread lock first: one waiting behind another (a
         # write behind the deferred flush of git's index, two MCP calls) wakes the moment it
         # is released, not at the file lock's next poll (a remember at 100k waited 50 ms that way).

@@ -58,18 +58,20 @@ class Lock:
         self._folder, self._name = os.path.split(self.lock_file)
         self.timeout = timeout
         self._fd: int | None = None
+        self._pid = 0  # the process holding it: a forked child's copy is not held
         self._depth = 0
 
     @property
     def is_locked(self) -> bool:
-        return self._fd is not None
+        return self._fd is not None and self._pid == os.getpid()
 
     def acquire(self, timeout: float | None = None, poll_interval: float = 0.05) -> "Lock":
         if timeout is None:
             timeout = self.timeout
-        if self._fd is not None:
+        if self.is_locked:
             self._depth += 1
             return self
+        self._fd = None  # a copy forked while held: its descriptor is closed already (never reuse the number)
         deadline = time.monotonic() + timeout
         while True:
             folder, fd = self._open()
@@ -83,20 +85,18 @@ class Lock:
             if ours:
                 break
             _close(fd)  # replaced while we waited: lock the file that is there now
-        with _FDS_LOCK:
-            self._fd, self._depth = fd, 1
-            _HELD.add(self)
+        self._fd, self._pid, self._depth = fd, os.getpid(), 1
         return self
 
     def release(self) -> None:
-        if self._fd is None:
+        if not self.is_locked:
+            self._fd = None
             return
         self._depth -= 1
         if self._depth > 0:
             return
-        with _FDS_LOCK:
-            fd, self._fd = self._fd, None
-            _HELD.discard(self)
+        fd, self._fd = self._fd, None
+        assert fd is not None
         try:
             fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
@@ -156,10 +156,6 @@ class Lock:
         return (_identity(here_folder) == _identity(os.fstat(folder))
                 and _identity(here) == _identity(os.fstat(fd)))
 
-    def _forget_in_child(self) -> None:
-        """In a forked child: not held (its descriptor is closed by _after_fork_in_child)."""
-        self._fd, self._depth = None, 0
-
     def __enter__(self) -> "Lock":
         return self.acquire()
 
@@ -168,7 +164,6 @@ class Lock:
 
 
 _OPEN_TRIES = 20
-_HELD: "weakref.WeakSet[Lock]" = weakref.WeakSet()  # every Lock this process holds
 _FDS: set[int] = set()  # every descriptor a Lock has open here, held or waited on
 _FDS_LOCK = threading.Lock()  # taken around a fork: no descriptor is half registered in it
 
@@ -206,9 +201,6 @@ def _after_fork_in_child() -> None:
         except OSError:
             pass
     _FDS.clear()
-    for lock in list(_HELD):
-        lock._forget_in_child()
-    _HELD.clear()
 
 
 def open_files() -> set[str] | None:
