@@ -315,7 +315,7 @@ class MemoryRepo(RepoState):
 
         user = require_user(as_user)
         when = resolve_now(now)
-        with self.store.locked():
+        with self.store.locked_with_worktrees():  # a rewrite of what every worktree shares
             return forget(self, as_user=user, when=when, subject=subject, owner=owner, paths=paths, texts=texts,
                           dry_run=dry_run, push=push, scrub=scrub, force=force)
 
@@ -326,7 +326,7 @@ class MemoryRepo(RepoState):
 
         if not pending(self.root):
             return None
-        with self.store.locked():
+        with self.store.locked_with_worktrees():
             return finish(self)
 
     def prove_gone(self, needles: list[str], *, as_user: str, subject: str | None = None,

@@ -64,6 +64,16 @@ def cache_locks_dir(cache_folder: Path) -> Path:
     return cache_folder.parent / LOCKS_NAME
 
 
+def worktree_locks_dirs(root: Path) -> list[Path]:
+    """The lock folder of every worktree of the repository, from any of them: the main one's,
+    then each linked one's (``.git/worktrees/<id>/mdmem-locks``: writers there serialise on
+    their own write lock)."""
+    common = common_git_dir(root)
+    worktrees = common / "worktrees"
+    admins = sorted(p for p in worktrees.iterdir() if p.is_dir()) if worktrees.is_dir() else []
+    return [common / LOCKS_NAME, *(admin / LOCKS_NAME for admin in admins)]
+
+
 def common_git_dir(root: Path) -> Path:
     """The git directory every worktree of the repository shares (objects, refs, packed-refs,
     worktrees/): ``git_dir(root)`` itself, unless ``root`` is a linked worktree, whose own git

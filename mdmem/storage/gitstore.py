@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 import weakref
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Callable
 from pathlib import Path
@@ -39,7 +39,7 @@ import pygit2
 from ..errors import BranchMoved, Conflict, GitFailed, LockTimeout
 from .locks import Lock, open_files, renew_after_fork
 from .queries import GitQueries, worktree_version
-from .gitdir import cache_dir, clear_cache_path, locks_dir
+from .gitdir import cache_dir, clear_cache_path, worktree_locks_dirs, locks_dir
 
 # A git lock file nobody holds open is stale once this old (git closes a ref lock a moment
 # before renaming it, so a young unheld lock may still be a live writer's).
@@ -48,6 +48,7 @@ STALE_LOCK_SECONDS = 2.0
 STALE_LOCK_SECONDS_BLIND = 30.0
 LOCK_TIMEOUT_SECONDS = 60.0
 LOCK_POLL_SECONDS = 0.005
+WRITE_LOCK = "write.lock"  # in each worktree's lock folder (gitdir.locks_dir)
 # A ref update that finds the ref locked (git pack-refs, gc, a person's git) retries this long.
 REF_LOCK_RETRY_SECONDS = 10.0
 PENDING_NAME = "mdmem-pending.json"
@@ -199,7 +200,7 @@ class GitStore(GitQueries):
             yield  # this thread holds it already (a flush of git's index inside a write)
             return
         clear_cache_path(self.cache_dir)
-        path = self.lock_dir / "write.lock"  # Lock makes its folder
+        path = self.lock_dir / WRITE_LOCK  # Lock makes its folder
         # This process's threads queue on a thread lock first: one waiting behind another (a
         # write behind the deferred flush of git's index, two MCP calls) wakes the moment it
         # is released, not at the file lock's next poll (a remember at 100k waited 50 ms that way).
@@ -225,6 +226,32 @@ class GitStore(GitQueries):
                 lock.release()
         finally:
             self._threads_lock.release()
+
+    @contextmanager
+    def locked_with_worktrees(self, timeout: float | None = None):
+        """This worktree's write lock, then every other worktree's (a worktree's writers serialise on
+        their own lock, beside its own index and journal): for an erasure, which rewrites the
+        history and prunes the objects all of them share. Holding the main one alone, a write in
+        a linked worktree during git-filter-repo was not waited for and could be lost (attack
+        14c). Only an erasure takes more than one, and only from the main worktree (it refuses to
+        run in a linked one); every writer takes its own alone: no two holders wait on each other."""
+        if timeout is None:
+            timeout = LOCK_TIMEOUT_SECONDS
+        with self.locked(timeout), ExitStack() as held:
+            for folder in worktree_locks_dirs(self.root):
+                if os.path.realpath(folder) == self._lock_key:
+                    continue  # this store's own: held above
+                lock = Lock(str(folder / WRITE_LOCK))
+                try:
+                    lock.acquire(timeout=timeout, poll_interval=LOCK_POLL_SECONDS)
+                except LockTimeout:
+                    if not folder.parent.is_dir():
+                        continue  # the worktree was pruned meanwhile: nobody writes there
+                    raise LockTimeout(f"{folder / WRITE_LOCK}: a process writing in another worktree "
+                                      f"held its write lock for {timeout:.0f}s (an "
+                                      "erasure waits for every worktree's writers); try again") from None
+                held.callback(lock.release)
+            yield
 
     def renew_after_fork(self) -> None:
         """In a forked child: this process's thread lock and timer anew (locks.renew_after_fork).

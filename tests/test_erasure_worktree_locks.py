@@ -1,0 +1,141 @@
+"""An erasure excludes writers in every worktree, not only the main one's (found by attack 14c).
+Each linked worktree's writers serialise on their own write lock (.git/worktrees/<id>/mdmem-locks/
+write.lock); forget held only the main one's, so a write in a linked worktree ran during
+git-filter-repo's rewrite and the prune after it, and could be lost. Real processes and a real
+`git worktree add`."""
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from conftest import T0, T1, team_fact
+
+from mdmem import MemoryRepo
+from mdmem.errors import LockTimeout
+from mdmem.storage import gitstore
+
+SECRET = "Alice's locker code is 4471-XYZZY"
+
+
+def git(root, *args):
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, check=True, text=True).stdout
+
+
+@pytest.fixture
+def setup(repo, tmp_path):
+    repo.remember(SECRET, as_user="alice", kind="profile", subject="user:alice", key="locker", scope="private", now=T0)
+    team_fact(repo, "Deploys happen on Tuesdays")
+    wt = tmp_path / "wt"
+    git(repo.root, "worktree", "add", "-q", str(wt), "-b", "side")
+    return repo, wt
+
+
+def _start(code: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_forget_waits_for_a_write_in_progress_in_a_linked_worktree(setup, monkeypatch):
+    """A process holding the linked worktree's write lock (a write in progress there): forget
+    must not rewrite under it. Without the fix forget ran at once and succeeded."""
+    repo, wt = setup
+    holder = _start(f"""
+        import sys, time
+        from mdmem import MemoryRepo
+        r = MemoryRepo.open({str(wt)!r})
+        with r.store.locked():
+            print("held", flush=True)
+            time.sleep(30)
+    """)
+    try:
+        assert holder.stdout.readline().strip() == "held", holder.stderr.read()
+        monkeypatch.setattr(gitstore, "LOCK_TIMEOUT_SECONDS", 1.0)
+        with pytest.raises(LockTimeout, match="worktrees/wt/mdmem-locks/write.lock"):
+            repo.forget(as_user="alice", owner="alice", subject="user:alice", now=T1)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert SECRET in git(repo.root, "log", "-p", "--all")  # nothing was rewritten half way
+    receipt = repo.forget(as_user="alice", owner="alice", subject="user:alice", now=T1)  # its writer is gone
+    assert receipt.counts
+    assert "XYZZY" not in git(repo.root, "log", "-p", "--all")
+
+
+def test_a_write_in_a_linked_worktree_waits_for_the_erasure_and_lands_after_it(setup):
+    """While an erasure holds its locks, a linked worktree's remember blocks; when the erasure
+    lets go, the write commits on the rewritten branch and nothing erased comes back."""
+    repo, wt = setup
+    writer = _start(f"""
+        import sys, time
+        from mdmem import MemoryRepo
+        r = MemoryRepo.open({str(wt)!r}, finish_erasure=False)
+        print("open", flush=True)
+        sys.stdin = None
+        time.sleep(0.8)  # the erasure holds the locks by now
+        t = time.monotonic()
+        r.remember("Release freeze starts on Friday", as_user="bob", kind="fact", subject="service:billing",
+                   key="freeze", scope="team", team="payments", new_key=True)
+        print(round(time.monotonic() - t, 2), flush=True)
+    """)
+    assert writer.stdout.readline().strip() == "open", writer.stderr.read()
+    with repo.store.locked_with_worktrees():
+        time.sleep(2.5)
+        assert "freeze" not in git(wt, "log", "--format=%s", "side")  # it waits
+    out, err = writer.communicate(timeout=60)
+    assert writer.returncode == 0, err
+    assert float(out.strip()) >= 1.0  # it waited for the locks
+    assert "Release freeze" in git(wt, "show", "side:team/payments/service/billing/fact/freeze.md")
+
+
+def test_forget_takes_the_main_worktrees_lock_too_when_a_store_opens_a_linked_one(setup):
+    """The locks are every worktree's, from any of them: a store opened on a linked worktree,
+    taking them, excludes the main worktree's writers as well."""
+    repo, wt = setup
+    linked = MemoryRepo.open(wt)
+    try:
+        with linked.store.locked_with_worktrees(), pytest.raises(LockTimeout):
+            with repo.store.locked(timeout=0.3):
+                pass
+    finally:
+        linked.close()
+
+
+def test_a_pruned_worktree_is_no_reason_to_wait(setup, monkeypatch):
+    """A linked worktree whose admin folder is gone (pruned while the erasure started) has no
+    writer: forget goes on."""
+    repo, wt = setup
+    git(repo.root, "worktree", "remove", "--force", str(wt))
+    receipt = repo.forget(as_user="alice", owner="alice", subject="user:alice", now=T1)
+    assert receipt.counts
+
+
+def test_finishing_an_interrupted_erasure_waits_for_a_linked_worktrees_writer(setup, monkeypatch):
+    """The recovery of a killed erasure rewrites as forget does: it takes every worktree's lock."""
+    import mdmem.erasure.forget as fm
+    from mdmem.erasure.journal import Journal
+    repo, wt = setup
+    monkeypatch.setattr(fm, "_run", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        repo.forget(as_user="alice", owner="alice", subject="user:alice", now=T1)
+    monkeypatch.undo()
+    assert Journal(repo.root).exists()
+    holder = _start(f"""
+        import time
+        from mdmem import MemoryRepo
+        r = MemoryRepo.open({str(wt)!r}, finish_erasure=False)
+        with r.store.locked():
+            print("held", flush=True)
+            time.sleep(30)
+    """)
+    try:
+        assert holder.stdout.readline().strip() == "held", holder.stderr.read()
+        monkeypatch.setattr(gitstore, "LOCK_TIMEOUT_SECONDS", 1.0)
+        with pytest.raises(LockTimeout, match="worktrees/wt/mdmem-locks/write.lock"):
+            repo.finish_erasure()
+        assert Journal(repo.root).exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert repo.finish_erasure() is not None
+    assert "XYZZY" not in git(repo.root, "log", "-p", "--all")
