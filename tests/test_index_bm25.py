@@ -108,6 +108,46 @@ def test_coverage_counts_findable_words_outside_the_subject():
         assert coverage == {"b": 1.0, "a": 0.5, "c": 0.5}
 
 
+@pytest.mark.parametrize("limit", [1, 3, 7, 40])
+def test_equal_scores_past_the_limit_are_cut_by_docnum_as_whoosh_does(limit):
+    """Only documents scoring at least the limit-th best are sorted (np.partition): of many
+    documents with one score, the lowest docnums come first, as in Whoosh, in every segment."""
+    ix = RamStorage().create_index(fulltext.make_schema())
+    for segment in range(3):
+        w = ix.writer()
+        for i in range(12):
+            body = "refund window" if i % 4 else "refund window refund"  # two scores, many ties each
+            w.add_document(doc_id=f"d{segment}-{i}", path=f"d{segment}-{i}", root="team/a", kind="fact",
+                           subject="service:x", key_text="", subject_text="x", body=body)
+        w.commit(merge=False)
+    with ix.searcher(weighting=fulltext.weighting()) as s:
+        allowed = np.array([d % 5 != 2 for d in range(s.doc_count_all())])
+        for terms in (["refund"], ["window"], ["refund", "window"]):
+            ours = bm25.search(s, terms, fulltext.FIELD_BOOSTS, allowed, limit=limit, B=fulltext.B, K1=fulltext.K1)
+            assert [(h.docnum, pytest.approx(h.score, rel=1e-9)) for h in ours] == whoosh_ranking(s, terms, allowed, limit)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_coverage_of_each_hit_equals_a_count_over_its_fields(seed):
+    """A hit's coverage (computed for the returned documents alone, from the kept lists) is the
+    share of findable words found in its evidence fields, by Whoosh's public postings; asked
+    twice, so the second answer comes from the searcher's kept weights."""
+    ix, rng = corpus_index(seed, segments=1 + seed % 3, deletions=seed % 2 * 5)
+    with ix.searcher(weighting=fulltext.weighting()) as s:
+        for _ in range(4):
+            terms = rng.sample(WORDS, rng.randint(1, 4)) + ["zebra"]
+            allowed = np.array([rng.random() < 0.8 for _ in range(s.doc_count_all())])
+            findable = [t for t in terms if any(s.doc_frequency(f, t) for f in fulltext.FIELD_BOOSTS)]
+            holders = {t: {d for f in fulltext.EVIDENCE_FIELDS if s.doc_frequency(f, t)
+                           for d in s.postings(f, t).all_ids()} for t in findable}
+            for _ in range(2):
+                hits = bm25.search(s, terms, fulltext.FIELD_BOOSTS, allowed, limit=10, B=fulltext.B, K1=fulltext.K1,
+                                   evidence_fields=fulltext.EVIDENCE_FIELDS)
+                assert hits
+                for h in hits:
+                    assert h.coverage == sum(h.docnum in holders[t] for t in findable) / len(findable)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_a_counting_searcher_asks_each_segment_once_per_word_and_ranks_the_same(seed, monkeypatch):
     """The disk searcher counts a term's documents from its segments' kept counts

@@ -59,14 +59,14 @@ def test_postings_kept_per_reader_rank_as_decoding_afresh(repo, monkeypatch):
 
 def test_the_postings_cache_is_bounded_and_drops_the_least_recent(monkeypatch):
     monkeypatch.setattr(bm25, "POSTINGS_CACHE_MAX", 10)
-    cache = bm25._Postings()
+    cache = bm25._Kept()
     lists = {k: (np.arange(n), np.ones(n), np.ones(n)) for k, n in (("a", 4), ("b", 4), ("c", 4))}
-    cache.keep(("a",), lists["a"])
-    cache.keep(("b",), lists["b"])
+    cache.keep(("a",), lists["a"], 4)
+    cache.keep(("b",), lists["b"], 4)
     cache.lists.move_to_end(("a",))  # a used again: b is now the oldest
-    cache.keep(("c",), lists["c"])
+    cache.keep(("c",), lists["c"], 4)
     assert list(cache.lists) == [("a",), ("c",)] and cache.size == 8
-    cache.keep(("huge",), (np.arange(11), np.ones(11), np.ones(11)))  # larger than the bound: not kept
+    cache.keep(("huge",), (np.arange(11), np.ones(11), np.ones(11)), 11)  # larger than the bound: not kept
     assert ("huge",) not in cache.lists and cache.size == 8
 
 

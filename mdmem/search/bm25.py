@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from whoosh.util.numeric import byte_to_length
@@ -34,7 +35,8 @@ _BYTE_TO_LENGTH = np.array([byte_to_length(b) for b in range(256)], dtype=np.flo
 # written and a reader is dropped with its searcher, so a kept list cannot go stale.
 # Decoding (zlib, unpickling, a Python loop per block of 128) was ~40% of a recall's CPU at
 # 10,000 notes of ~60 words; an agent's questions keep meeting the same words (its
-# subjects, names, services). 0 turns the cache off (benchmarks measure both).
+# subjects, names, services). 0 turns the cache off (benchmarks measure both). A searcher
+# keeps as many postings' BM25F weights (16 bytes each), in the same way (_term_weights).
 POSTINGS_CACHE_MAX = 1_000_000
 
 
@@ -62,34 +64,63 @@ def search(searcher, terms: list[str], boosts: dict[str, float], allowed: np.nda
     evidence = frozenset(boosts) if evidence_fields is None else evidence_fields
     total = searcher.doc_count_all()
     scores = np.zeros(total, dtype=np.float64)
-    matched = np.zeros(total, dtype=bool)
-    covered = np.zeros(total, dtype=np.int32)  # how many findable terms each document has
-    findable = 0
+    # Per findable term, its evidence lists (sorted docnums, one per segment and field): the
+    # coverage of the few documents returned is counted from them at the end. Marking every
+    # matching document in arrays the size of the index, per term, was a third of a recall's
+    # CPU at 100,000 notes (a word in 42% of them: ~42,000 postings a list).
+    findable: list[list[np.ndarray]] = []
     for t in terms:
         frequencies = {f: _doc_frequency(searcher, f, t) for f in boosts}
         if not any(frequencies.values()):
             continue
-        findable += 1
-        has_term = np.zeros(total, dtype=bool)
+        lists: list[np.ndarray] = []
+        findable.append(lists)
         for field, boost in boosts.items():
             df = frequencies[field]
             if not df or (prune_above is not None and df > prune_above):
                 continue
-            idf = _idf(searcher, field, t)
-            avgfl = searcher.avg_field_length(field) or 1
-            for ids, tf, fl in _term_postings(searcher, field, t):
-                scores[ids] += boost * idf * (tf * (K1 + 1)) / (tf + K1 * ((1 - B) + B * fl / avgfl))
-                matched[ids] = True
+            for ids, weight in _term_weights(searcher, field, t, boost, B, K1):
+                scores[ids] += weight  # ids are distinct within a list
                 if field in evidence:
-                    has_term[ids] = True
-        covered += has_term
-    candidates = np.flatnonzero(matched & allowed)
+                    lists.append(ids)
+    # Every weight is positive (Whoosh's idf is at least ~1), so a score above 0 is a match.
+    candidates = np.flatnonzero((scores > 0) & allowed)
     if not len(candidates):
         return []
-    # Best score first; equal scores by docnum, as Whoosh orders them.
-    order = np.lexsort((candidates, -scores[candidates]))[:limit]
-    top = candidates[order].tolist()
-    return [Scored(d, float(scores[d]), int(covered[d]) / max(1, findable)) for d in top]
+    # Best score first; equal scores by docnum, as Whoosh orders them. Only the documents
+    # scoring at least the limit-th best are sorted (a common word matches tens of thousands).
+    ranked = scores[candidates]
+    if 0 < limit < len(candidates):
+        kth = np.partition(ranked, len(ranked) - limit)[len(ranked) - limit]
+        keep = ranked >= kth
+        candidates, ranked = candidates[keep], ranked[keep]
+    top = candidates[np.lexsort((candidates, -ranked))[:limit]]
+    covered = np.zeros(len(top), dtype=np.int32)  # how many findable terms each document has
+    for lists in findable:
+        has_term = np.zeros(len(top), dtype=bool)
+        for ids in lists:
+            at = np.minimum(np.searchsorted(ids, top), len(ids) - 1)
+            has_term |= ids[at] == top
+        covered += has_term
+    return [Scored(int(d), float(scores[d]), int(c) / max(1, len(findable)))
+            for d, c in zip(top.tolist(), covered.tolist())]
+
+
+def _term_weights(searcher, field: str, text: str, boost: float, B: float, K1: float):
+    """(global docnums, each one's BM25F weight for the term in the field) per segment holding
+    it; kept per searcher (the field's average length and the idf are the searcher's), so a
+    word met again by a later question costs one addition per posting."""
+    cache = searcher.__dict__.setdefault("_mdmem_weights", _Kept())
+    key = (field, text, boost, B, K1)
+    if key in cache.lists and POSTINGS_CACHE_MAX:
+        cache.lists.move_to_end(key)
+        return cache.lists[key]
+    idf = _idf(searcher, field, text)
+    avgfl = searcher.avg_field_length(field) or 1
+    found = [(ids, boost * idf * (tf * (K1 + 1)) / (tf + K1 * ((1 - B) + B * fl / avgfl)))
+             for ids, tf, fl in _term_postings(searcher, field, text)]
+    cache.keep(key, found, sum(len(ids) for ids, _ in found))
+    return found
 
 
 # Terms whose per-segment counts a reader keeps (a question's words, over a process's life).
@@ -153,14 +184,14 @@ def _term_postings(searcher, field: str, text: str):
         found = _segment_postings(leaf.reader(), field, text)
         if found is not None:
             ids, tf, fl = found
-            yield ids + offset, tf, fl
+            yield (ids + offset if offset else ids), tf, fl  # the kept array itself: not changed
 
 
 def _segment_postings(reader, field: str, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """One segment's (local docnums, term frequencies, field lengths) for a term, None where
     it has none; kept per reader (see POSTINGS_CACHE_MAX). The live count is part of the
     key, in case a reader's deletions ever change under it."""
-    cache = reader.__dict__.setdefault("_mdmem_postings", _Postings())
+    cache = reader.__dict__.setdefault("_mdmem_postings", _Kept())
     key = (field, text, reader.doc_count())
     if key in cache.lists and POSTINGS_CACHE_MAX:
         cache.lists.move_to_end(key)
@@ -180,7 +211,7 @@ def _segment_postings(reader, field: str, text: str) -> tuple[np.ndarray, np.nda
         ids = None
     if ids is not None and len(ids):
         found = (ids, tf, _field_lengths(reader, field, ids))
-    cache.keep(key, found)
+    cache.keep(key, found, len(found[0]) if found is not None else 0)
     return found
 
 
@@ -200,22 +231,23 @@ def _long_postings(long, reader, count: int, field: str, btext: bytes):
         return None
 
 
-class _Postings:
-    """A reader's decoded posting lists, least recently used first."""
+class _Kept:
+    """Lists of postings (a segment's decoded ones, a searcher's weights) by key, at most
+    POSTINGS_CACHE_MAX postings in all, the least recently used dropped first."""
 
     def __init__(self):
-        self.lists: OrderedDict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray] | None] = OrderedDict()
+        self.lists: OrderedDict[tuple, Any] = OrderedDict()
+        self.sizes: dict[tuple, int] = {}
         self.size = 0
 
-    def keep(self, key: tuple, found) -> None:
-        n = len(found[0]) if found is not None else 0
+    def keep(self, key: tuple, found, n: int) -> None:
         if n > POSTINGS_CACHE_MAX:
             return
-        self.lists[key] = found
+        self.lists[key], self.sizes[key] = found, n
         self.size += n
         while self.size > POSTINGS_CACHE_MAX:
-            _, dropped = self.lists.popitem(last=False)
-            self.size -= len(dropped[0]) if dropped is not None else 0
+            dropped, _ = self.lists.popitem(last=False)
+            self.size -= self.sizes.pop(dropped)
 
 
 def _field_lengths(reader, field: str, ids: np.ndarray) -> np.ndarray:
