@@ -311,22 +311,24 @@ class MemoryRepo(RepoState):
                now: TimeLike = None) -> ErasurePlan | ErasureReceipt:
         """Erase notes from every version of history and every copy (see :mod:`mdmem.erasure.forget`).
         Returns the plan (``dry_run``) or the receipt; never the erased text."""
-        from .erasure.forget import forget
+        from .erasure.forget import forget, require_main_worktree
 
         user = require_user(as_user)
         when = resolve_now(now)
-        with self.store.locked_with_worktrees():  # a rewrite of what every worktree shares
+        require_main_worktree(self.root)
+        with self.store.locked(erasure=True):  # alone: every worktree's writers wait
             return forget(self, as_user=user, when=when, subject=subject, owner=owner, paths=paths, texts=texts,
                           dry_run=dry_run, push=push, scrub=scrub, force=force)
 
     def finish_erasure(self) -> ErasureReceipt | None:
         """Finish an erasure a crash interrupted (its journal is in .git); None if there is none."""
-        from .erasure.forget import finish
+        from .erasure.forget import finish, require_main_worktree
         from .erasure.journal import pending
 
         if not pending(self.root):
             return None
-        with self.store.locked_with_worktrees():
+        require_main_worktree(self.root, finishing=True)
+        with self.store.locked(erasure=True):
             return finish(self)
 
     def prove_gone(self, needles: list[str], *, as_user: str, subject: str | None = None,

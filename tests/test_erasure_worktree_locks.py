@@ -1,8 +1,9 @@
 """An erasure excludes writers in every worktree, not only the main one's (found by attack 14c).
 Each linked worktree's writers serialise on their own write lock (.git/worktrees/<id>/mdmem-locks/
 write.lock); forget held only the main one's, so a write in a linked worktree ran during
-git-filter-repo's rewrite and the prune after it, and could be lost. Real processes and a real
-`git worktree add`."""
+git-filter-repo's rewrite and the prune after it, and could be lost. Now every writer holds the
+erasure gate (.git/mdmem-locks/erasure.lock) shared and an erasure holds it alone. Real processes
+and a real `git worktree add`."""
 import subprocess
 import sys
 import textwrap
@@ -51,7 +52,7 @@ def test_forget_waits_for_a_write_in_progress_in_a_linked_worktree(setup, monkey
     try:
         assert holder.stdout.readline().strip() == "held", holder.stderr.read()
         monkeypatch.setattr(gitstore, "LOCK_TIMEOUT_SECONDS", 1.0)
-        with pytest.raises(LockTimeout, match="worktrees/wt/mdmem-locks/write.lock"):
+        with pytest.raises(LockTimeout, match="erasure.lock: writers"):
             repo.forget(as_user="alice", owner="alice", subject="user:alice", now=T1)
     finally:
         holder.kill()
@@ -79,7 +80,7 @@ def test_a_write_in_a_linked_worktree_waits_for_the_erasure_and_lands_after_it(s
         print(round(time.monotonic() - t, 2), flush=True)
     """)
     assert writer.stdout.readline().strip() == "open", writer.stderr.read()
-    with repo.store.locked_with_worktrees():
+    with repo.store.locked(erasure=True):
         time.sleep(2.5)
         assert "freeze" not in git(wt, "log", "--format=%s", "side")  # it waits
     out, err = writer.communicate(timeout=60)
@@ -88,17 +89,26 @@ def test_a_write_in_a_linked_worktree_waits_for_the_erasure_and_lands_after_it(s
     assert "Release freeze" in git(wt, "show", "side:team/payments/service/billing/fact/freeze.md")
 
 
-def test_forget_takes_the_main_worktrees_lock_too_when_a_store_opens_a_linked_one(setup):
-    """The locks are every worktree's, from any of them: a store opened on a linked worktree,
-    taking them, excludes the main worktree's writers as well."""
+def test_the_erasure_gate_is_one_for_every_worktree(setup):
+    """The gate is the repository's, from any worktree: taken alone through a store opened on a
+    linked worktree, it keeps the main worktree's writers out too, and the waiting writer is told
+    an erasure holds it."""
     repo, wt = setup
     linked = MemoryRepo.open(wt)
     try:
-        with linked.store.locked_with_worktrees(), pytest.raises(LockTimeout):
+        with linked.store.locked(erasure=True), pytest.raises(LockTimeout, match="an erasure held it"):
             with repo.store.locked(timeout=0.3):
                 pass
     finally:
         linked.close()
+
+
+def test_an_erasure_inside_another_write_of_its_thread_is_refused(repo):
+    """The gate is held shared by the write: taking it alone there could wait on itself."""
+    from mdmem.errors import Conflict
+    with repo.store.locked(), pytest.raises(Conflict, match="must take the repository's locks first"):
+        with repo.store.locked(erasure=True):
+            pass
 
 
 def test_a_pruned_worktree_is_no_reason_to_wait(setup, monkeypatch):
@@ -131,7 +141,7 @@ def test_finishing_an_interrupted_erasure_waits_for_a_linked_worktrees_writer(se
     try:
         assert holder.stdout.readline().strip() == "held", holder.stderr.read()
         monkeypatch.setattr(gitstore, "LOCK_TIMEOUT_SECONDS", 1.0)
-        with pytest.raises(LockTimeout, match="worktrees/wt/mdmem-locks/write.lock"):
+        with pytest.raises(LockTimeout, match="erasure.lock: writers"):
             repo.finish_erasure()
         assert Journal(repo.root).exists()
     finally:

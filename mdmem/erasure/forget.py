@@ -46,8 +46,7 @@ def forget(repo, *, as_user: str, when: _dt.datetime, subject=None, owner=None, 
            dry_run: bool = False, push: bool = False, scrub: bool = True,
            force: bool = False) -> ErasurePlan | ErasureReceipt:
     """Plan (and unless ``dry_run``, do) an erasure. Call under the repo lock."""
-    _refuse_in_linked_worktree(repo.root, "run the erasure", "it rewrites the history every worktree shares "
-                               "(nothing changed)")
+    require_main_worktree(repo.root)
     journal = Journal(repo.root)
     if journal.exists():
         finish(repo)
@@ -110,11 +109,17 @@ def _push_leases(root: Path) -> dict[str, dict[str, str]]:
     return leases
 
 
-def _refuse_in_linked_worktree(root: Path, what: str, why: str) -> None:
+def require_main_worktree(root: Path, *, finishing: bool = False) -> None:
     """The rewrite, the checkout of the rewritten notes and the journal belong to the main
     worktree: from a linked one, forget crashed half way, and finishing an interrupted one there
     committed the receipt on the linked worktree's branch and left the main one holding the
-    erased notes (attack 13)."""
+    erased notes (attack 13). Checked before any lock is taken (MemoryRepo.forget): a refusal
+    that first waited for every writer blocked its own worktree for as long (attack 15)."""
+    if finishing:
+        what = "an interrupted erasure must be finished (open it there, or run `mdmem forget --resume` there)"
+        why = "until then this worktree is not used"
+    else:
+        what, why = "run the erasure", "it rewrites the history every worktree shares (nothing changed)"
     if git_dir(root) != common_git_dir(root):
         main = common_git_dir(root).parent
         raise Conflict(f"{root} is a linked worktree: {what} in the repository's main worktree ({main}); {why}")
@@ -126,8 +131,7 @@ def finish(repo) -> ErasureReceipt | None:
     if not journal.exists():
         journal.remove()
         return None
-    _refuse_in_linked_worktree(repo.root, "an interrupted erasure must be finished (open it there, or run "
-                               "`mdmem forget --resume` there)", "until then this worktree is not used")
+    require_main_worktree(repo.root, finishing=True)
     ops.remove_stale_locks(repo.root)
     return ErasureReceipt.from_dict(_run(repo, journal, journal.load()))
 

@@ -14,13 +14,14 @@ import time
 from pathlib import Path
 
 from ..errors import BadInput
-from ..storage.gitdir import common_git_dir  # the shared git dir, from any worktree
+from ..storage.gitdir import ERASURE_DONE, common_git_dir, erasure_done_stamp  # the shared git dir
 
 FOLDER = "mdmem-erasure"
 # Rewritten by every erasure that ends: a process holding notes in memory (the daemon) that
 # sees it move lets go of everything -- also after an erasure that rewrote no commit (text only
-# in the work tree), which its check of the branch cannot see.
-DONE = "mdmem-erasure.done"
+# in the work tree), which its check of the branch cannot see; a writer drops what it kept of
+# the old history (GitStore.follow_erasures).
+DONE = ERASURE_DONE
 
 
 class Journal:
@@ -82,11 +83,7 @@ class Journal:
 
 def done_stamp(root: Path) -> tuple[int, int, int] | None:
     """What changes when an erasure ends here (one stat; None: none has yet)."""
-    try:
-        st = os.stat(common_git_dir(root) / DONE)
-    except OSError:
-        return None
-    return st.st_ino, st.st_mtime_ns, st.st_size
+    return erasure_done_stamp(root)
 
 
 def pending(root: Path) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ..config import CONFIG_NAME, Config, UserConfig, check_backend, check_fusion
 from ..errors import BadInput, Conflict
@@ -48,7 +48,7 @@ class RepoState:
         self.user_config = user_config or UserConfig()
         self._overrides = (embedder, fusion)
         self._trust: Verifier | None = None
-        self.store = GitStore(root, Config().identity)
+        self.store = self._open_store(Config().identity)
         self._load_config()
         self.store.signing_key = self.user_config.signing_key
         if self.store.pending_path.exists():
@@ -115,7 +115,9 @@ class RepoState:
         """Take up a change of mdmem.toml made since it was read -- an admin's commit removing
         someone from a team, a pull, a hand edit -- as a fresh process would: a repo kept open
         (the MCP server, the daemon, a program using the API) must not go on answering by the
-        teams and roles it opened with. Called before every operation that names who acts."""
+        teams and roles it opened with. Called before every operation that names who acts;
+        so is the check for another process's erasure (GitStore.follow_erasures: one stat)."""
+        self.store.follow_erasures()
         if self._config_stamp() == self._loaded_stamp:
             return
         before = self.config
@@ -219,9 +221,23 @@ class RepoState:
         self.close()
         self._index = self._recall = self._meta_cache = self._root_blobs = None
         delay = self.store.index_delay  # the MCP server's deferral, kept across a forget or sync
-        self.store = GitStore(self.root, self.config.identity)
+        self.store = self._open_store(self.config.identity)
         self.store.signing_key = self.user_config.signing_key
         self.store.index_delay = delay
+
+    def _open_store(self, identity: Callable[[str], tuple[str, str]]) -> GitStore:
+        store = GitStore(self.root, identity)
+        store.on_rewritten = self._history_rewritten
+        return store
+
+    def _history_rewritten(self) -> None:
+        """Another process's erasure ended (the store saw its stamp move, maybe inside a write
+        that waited for it): the views' kept entries and trust's verdicts name commits that are
+        gone, so they are dropped and made again from git. The search index finds its recorded
+        commit gone by itself (the store's repository was opened anew) and rebuilds."""
+        self._trust = None
+        self._root_blobs = None
+        self._recall = None
 
     def reload(self) -> None:
         """Forget every in-process cache (history was rewritten under us)."""

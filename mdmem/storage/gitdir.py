@@ -11,6 +11,7 @@ A linked worktree (``.git`` is a file naming its git dir) has caches of its own.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 CACHE_NAME = "mdmem"
@@ -18,6 +19,7 @@ CACHE_NAME = "mdmem"
 # second process lock a new file at the same path (two writers at once), and the caches are
 # disposable (`rm -rf .git/mdmem` is a fair way to reset them; attack 14b).
 LOCKS_NAME = "mdmem-locks"
+ERASURE_DONE = "mdmem-erasure.done"  # in the shared git dir: see erasure_done_stamp
 LEGACY_CACHE = ".mdmem"  # where caches lived before: a work-tree folder a commit could fill
 DAEMON_LOG = "daemon.log"  # in the cache folder: the daemon's own output (cli/launch.py)
 
@@ -64,14 +66,25 @@ def cache_locks_dir(cache_folder: Path) -> Path:
     return cache_folder.parent / LOCKS_NAME
 
 
-def worktree_locks_dirs(root: Path) -> list[Path]:
-    """The lock folder of every worktree of the repository, from any of them: the main one's,
-    then each linked one's (``.git/worktrees/<id>/mdmem-locks``: writers there serialise on
-    their own write lock)."""
-    common = common_git_dir(root)
-    worktrees = common / "worktrees"
-    admins = sorted(p for p in worktrees.iterdir() if p.is_dir()) if worktrees.is_dir() else []
-    return [common / LOCKS_NAME, *(admin / LOCKS_NAME for admin in admins)]
+def erasure_lock_path(root: Path) -> Path:
+    """The erasure gate, one for the whole repository (in the main worktree's lock folder, from
+    any worktree): every writer holds it shared while it holds its own worktree's write lock, an
+    erasure holds it alone. Each worktree's writers serialise on their own write lock, so an
+    erasure holding only its own let a linked worktree's write run under git-filter-repo and
+    `gc --prune=now` (attack 14c); a list of the worktrees' locks missed a worktree added while
+    the erasure waited (attack 15). With the gate no list is needed."""
+    return common_git_dir(root) / LOCKS_NAME / "erasure.lock"
+
+
+def erasure_done_stamp(root: Path) -> tuple[int, int, int] | None:
+    """What changes when an erasure ends in this repository (one stat; None: none has yet).
+    erasure/journal.py rewrites the file; a process holding commits in memory that sees the
+    stamp move knows history was rewritten under it (GitStore.follow_erasures)."""
+    try:
+        st = os.stat(common_git_dir(root) / ERASURE_DONE)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def common_git_dir(root: Path) -> Path:

@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 import weakref
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 from pathlib import Path
@@ -39,7 +39,7 @@ import pygit2
 from ..errors import BranchMoved, Conflict, GitFailed, LockTimeout
 from .locks import Lock, open_files, renew_after_fork
 from .queries import GitQueries, worktree_version
-from .gitdir import cache_dir, clear_cache_path, worktree_locks_dirs, locks_dir
+from .gitdir import cache_dir, clear_cache_path, erasure_done_stamp, erasure_lock_path, locks_dir
 
 # A git lock file nobody holds open is stale once this old (git closes a ref lock a moment
 # before renaming it, so a young unheld lock may still be a live writer's).
@@ -162,6 +162,10 @@ class GitStore(GitQueries):
         # and parse; libgit2 caches no tree over 4 KB) to check the note's version, to edit it
         # and to journal it -- three times before this, once now.
         self._trees: dict[pygit2.Oid, pygit2.Tree] | None = None
+        self._erasing = False  # the thread holding the lock took it for an erasure
+        self._erasures_seen = erasure_done_stamp(self.root)  # see follow_erasures
+        # Called when another process's erasure is seen (the facade drops what it keeps).
+        self.on_rewritten: Callable[[], None] | None = None
         self._threads_lock = threading.Lock()
         renew_after_fork(self)
 
@@ -189,14 +193,22 @@ class GitStore(GitQueries):
 
     # --- locking --------------------------------------------------------------------
     @contextmanager
-    def locked(self, timeout: float | None = None):
+    def locked(self, timeout: float | None = None, *, erasure: bool = False):
         """The repo's write lock; writers in several processes serialise on it. Taking it
         recovers git locks a dead writer left and replays an unfinished write's journal.
         ``timeout``: LOCK_TIMEOUT_SECONDS, read at the call (a default bound at definition made
-        the module's value a dead letter: a test setting it to 0.2 s waited the whole 60)."""
+        the module's value a dead letter: a test setting it to 0.2 s waited the whole 60).
+
+        The erasure gate (gitdir.erasure_lock_path) is taken first: shared by writers, alone by
+        an ``erasure``, which so waits for every worktree's writers and keeps them all out
+        until it ends. Everyone takes the gate before a write lock: no two wait on each other."""
         if timeout is None:
             timeout = LOCK_TIMEOUT_SECONDS
         if self.holds_lock():
+            if erasure and not self._erasing:
+                # The gate is held shared: taking it alone now could wait on itself.
+                raise Conflict("an erasure must take the repository's locks first; it was started "
+                               "inside another write of this thread")
             yield  # this thread holds it already (a flush of git's index inside a write)
             return
         clear_cache_path(self.cache_dir)
@@ -207,51 +219,60 @@ class GitStore(GitQueries):
         if not self._threads_lock.acquire(timeout=timeout):
             raise LockTimeout(f"{path}: another thread of this process held this lock for {timeout:.0f}s; try again")
         try:
-            lock = Lock(str(path))
-            # Another process's write: polled every LOCK_POLL_SECONDS (a try of flock costs ~us).
-            lock.acquire(timeout=timeout, poll_interval=LOCK_POLL_SECONDS)  # LockTimeout names the file
-            self._holder = _HOLDERS[self._lock_key] = threading.get_ident()
-            self._trees = {}
+            gate = self._enter_gate(timeout, erasure)
             try:
+                lock = Lock(str(path))
+                # Another process's write: polled every LOCK_POLL_SECONDS (a try of flock costs ~us).
+                lock.acquire(timeout=timeout, poll_interval=LOCK_POLL_SECONDS)  # LockTimeout names the file
+                self._holder = _HOLDERS[self._lock_key] = threading.get_ident()
+                self._trees, self._erasing = {}, erasure
                 try:
-                    self.recover_stale_locks()
-                    if self.pending_path.exists() and not self._index_due:
-                        self.repair()  # another process's unfinished write (ours are due, not lost)
-                except Exception as exc:  # noqa: BLE001 -- a live git's lock: the journal stays for next time
-                    self.last_repair_error = f"{type(exc).__name__}: {exc}"
-                yield
+                    self.follow_erasures()
+                    try:
+                        self.recover_stale_locks()
+                        if self.pending_path.exists() and not self._index_due:
+                            self.repair()  # another process's unfinished write (ours are due, not lost)
+                    except Exception as exc:  # noqa: BLE001 -- a live git's lock: the journal stays for next time
+                        self.last_repair_error = f"{type(exc).__name__}: {exc}"
+                    yield
+                finally:
+                    self._holder, self._trees, self._erasing = None, None, False
+                    _HOLDERS.pop(self._lock_key, None)
+                    lock.release()
             finally:
-                self._holder, self._trees = None, None
-                _HOLDERS.pop(self._lock_key, None)
-                lock.release()
+                gate.release()
         finally:
             self._threads_lock.release()
 
-    @contextmanager
-    def locked_with_worktrees(self, timeout: float | None = None):
-        """This worktree's write lock, then every other worktree's (a worktree's writers serialise on
-        their own lock, beside its own index and journal): for an erasure, which rewrites the
-        history and prunes the objects all of them share. Holding the main one alone, a write in
-        a linked worktree during git-filter-repo was not waited for and could be lost (attack
-        14c). Only an erasure takes more than one, and only from the main worktree (it refuses to
-        run in a linked one); every writer takes its own alone: no two holders wait on each other."""
-        if timeout is None:
-            timeout = LOCK_TIMEOUT_SECONDS
-        with self.locked(timeout), ExitStack() as held:
-            for folder in worktree_locks_dirs(self.root):
-                if os.path.realpath(folder) == self._lock_key:
-                    continue  # this store's own: held above
-                lock = Lock(str(folder / WRITE_LOCK))
-                try:
-                    lock.acquire(timeout=timeout, poll_interval=LOCK_POLL_SECONDS)
-                except LockTimeout:
-                    if not folder.parent.is_dir():
-                        continue  # the worktree was pruned meanwhile: nobody writes there
-                    raise LockTimeout(f"{folder / WRITE_LOCK}: a process writing in another worktree "
-                                      f"held its write lock for {timeout:.0f}s (an "
-                                      "erasure waits for every worktree's writers); try again") from None
-                held.callback(lock.release)
-            yield
+    def _enter_gate(self, timeout: float, erasure: bool) -> Lock:
+        """The erasure gate, shared (a write) or alone (an erasure); see :meth:`locked`."""
+        gate = Lock(str(erasure_lock_path(self.root)), shared=not erasure)
+        try:
+            return gate.acquire(timeout=timeout, poll_interval=LOCK_POLL_SECONDS)
+        except LockTimeout:
+            if erasure:
+                raise LockTimeout(f"{gate.lock_file}: writers in this repository's worktrees held it for "
+                                  f"{timeout:.0f}s; the erasure waits for every write in progress; try again") from None
+            raise LockTimeout(f"{gate.lock_file}: an erasure held it for {timeout:.0f}s (no worktree of the "
+                              "repository is written while one runs); try again when it ends") from None
+
+    def follow_erasures(self) -> None:
+        """Another process's erasure ended since this store last looked (its stamp moved, one
+        stat): what this process kept of the old history names commits that are gone. libgit2's
+        object and pack lists included: it still found the erased tip in a pack gc had
+        deleted, and a linked worktree's writer that waited for the erasure then failed every
+        write with a raw NotFoundError (attack 15). The repository is opened anew and
+        ``on_rewritten`` (the facade's caches) is told."""
+        stamp = erasure_done_stamp(self.root)
+        if stamp == self._erasures_seen:
+            return
+        self._erasures_seen = stamp
+        self.repo = pygit2.Repository(str(self.root))
+        self._index = None
+        if self._trees is not None:
+            self._trees = {}
+        if self.on_rewritten is not None:
+            self.on_rewritten()
 
     def renew_after_fork(self) -> None:
         """In a forked child: this process's thread lock and timer anew (locks.renew_after_fork).

@@ -41,7 +41,8 @@ class Lock:
     ``timeout`` (seconds; negative waits for ever) is the default of :meth:`acquire`, which
     polls every ``poll_interval`` and raises :class:`LockTimeout` naming the file. Nested
     acquires of one Lock count (released by as many releases). Two Lock objects on one file
-    exclude each other, in one process too.
+    exclude each other, in one process too. ``shared``: any number of shared holders at once,
+    none while an exclusive one holds it (the erasure gate, gitdir.erasure_lock_path).
 
     Forks: an flock belongs to the open file, which parent and child share. A child closes
     every descriptor a Lock has open, held or still waited on, as it starts (never unlocking:
@@ -53,8 +54,9 @@ class Lock:
     removed, never followed; a file replaced while we waited for it is opened again (two
     writers must lock the same file)."""
 
-    def __init__(self, lock_file: str | os.PathLike, timeout: float = -1) -> None:
+    def __init__(self, lock_file: str | os.PathLike, timeout: float = -1, *, shared: bool = False) -> None:
         self.lock_file = str(lock_file)
+        self._mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
         self._folder, self._name = os.path.split(self.lock_file)
         self.timeout = timeout
         self._fd: int | None = None
@@ -137,7 +139,7 @@ class Lock:
     def _wait(self, fd: int, deadline: float, timeout: float, poll_interval: float) -> bool:
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, self._mode | fcntl.LOCK_NB)
                 return True
             except BlockingIOError:
                 if 0 <= timeout and deadline <= time.monotonic():
