@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .config import CONFIG_NAME, UserConfig
-from .errors import BadInput, NoteInvalid
+from .errors import BadInput, Conflict, NoteInvalid
 from .model.clock import SpanLike, TimeLike, resolve_now
 from .ops import consolidate as consolidating
 from .ops import founding, lifecycle, read, render, review, searching, write
@@ -327,7 +327,17 @@ class MemoryRepo(RepoState):
 
         if not pending(self.root):
             return None
-        require_main_worktree(self.root, finishing=True)
+        try:
+            require_main_worktree(self.root, finishing=True)
+        except Conflict:
+            # A linked worktree: the journal is also there while an erasure RUNS in the main
+            # one, which holds the gate. Wait for it as a writer would; still there once it is
+            # free, the erasure was interrupted (attack 15b: told so while one ran).
+            with self.store.locked():
+                pass
+            if pending(self.root):
+                raise
+            return None
         with self.store.locked(erasure=True):
             return finish(self)
 

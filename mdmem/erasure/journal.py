@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from ..errors import BadInput
-from ..storage.gitdir import ERASURE_DONE, common_git_dir, erasure_done_stamp  # the shared git dir
+from ..storage.gitdir import ERASURE_DONE, common_git_dir, erasure_done_path, file_stamp  # the shared git dir
 
 FOLDER = "mdmem-erasure"
 # Rewritten by every erasure that ends: a process holding notes in memory (the daemon) that
@@ -83,7 +83,7 @@ class Journal:
 
 def done_stamp(root: Path) -> tuple[int, int, int] | None:
     """What changes when an erasure ends here (one stat; None: none has yet)."""
-    return erasure_done_stamp(root)
+    return file_stamp(erasure_done_path(root))
 
 
 def pending(root: Path) -> bool:

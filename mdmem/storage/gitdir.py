@@ -19,7 +19,7 @@ CACHE_NAME = "mdmem"
 # second process lock a new file at the same path (two writers at once), and the caches are
 # disposable (`rm -rf .git/mdmem` is a fair way to reset them; attack 14b).
 LOCKS_NAME = "mdmem-locks"
-ERASURE_DONE = "mdmem-erasure.done"  # in the shared git dir: see erasure_done_stamp
+ERASURE_DONE = "mdmem-erasure.done"  # in the shared git dir: see erasure_done_path
 LEGACY_CACHE = ".mdmem"  # where caches lived before: a work-tree folder a commit could fill
 DAEMON_LOG = "daemon.log"  # in the cache folder: the daemon's own output (cli/launch.py)
 
@@ -76,12 +76,25 @@ def erasure_lock_path(root: Path) -> Path:
     return common_git_dir(root) / LOCKS_NAME / "erasure.lock"
 
 
-def erasure_done_stamp(root: Path) -> tuple[int, int, int] | None:
-    """What changes when an erasure ends in this repository (one stat; None: none has yet).
-    erasure/journal.py rewrites the file; a process holding commits in memory that sees the
-    stamp move knows history was rewritten under it (GitStore.follow_erasures)."""
+def erasure_turnstile_path(root: Path) -> Path:
+    """Beside the gate: an erasure holds it alone from before it waits for the gate; a writer
+    passes it (shared, let go at once) before it takes the gate. flock favours no one, so
+    without it writers taking turns on the gate kept an erasure waiting for ever (attack 15b:
+    two agents writing in a loop, every forget timed out)."""
+    return common_git_dir(root) / LOCKS_NAME / "erasure-waiting.lock"
+
+
+def erasure_done_path(root: Path) -> Path:
+    """Rewritten when an erasure ends (erasure/journal.py); see :func:`file_stamp`."""
+    return common_git_dir(root) / ERASURE_DONE
+
+
+def file_stamp(path: Path) -> tuple[int, int, int] | None:
+    """What changes when a file is replaced (inode, mtime, size; None: no file). On the
+    erasure_done_path, one stat says whether an erasure ended since: a process holding commits
+    in memory that sees it move knows history was rewritten under it (GitStore.follow_erasures)."""
     try:
-        st = os.stat(common_git_dir(root) / ERASURE_DONE)
+        st = os.stat(path)
     except OSError:
         return None
     return st.st_ino, st.st_mtime_ns, st.st_size

@@ -39,7 +39,8 @@ import pygit2
 from ..errors import BranchMoved, Conflict, GitFailed, LockTimeout
 from .locks import Lock, open_files, renew_after_fork
 from .queries import GitQueries, worktree_version
-from .gitdir import cache_dir, clear_cache_path, erasure_done_stamp, erasure_lock_path, locks_dir
+from .gitdir import (cache_dir, clear_cache_path, erasure_done_path, erasure_lock_path, erasure_turnstile_path,
+                     file_stamp, locks_dir)
 
 # A git lock file nobody holds open is stale once this old (git closes a ref lock a moment
 # before renaming it, so a young unheld lock may still be a live writer's).
@@ -163,7 +164,10 @@ class GitStore(GitQueries):
         # and to journal it -- three times before this, once now.
         self._trees: dict[pygit2.Oid, pygit2.Tree] | None = None
         self._erasing = False  # the thread holding the lock took it for an erasure
-        self._erasures_seen = erasure_done_stamp(self.root)  # see follow_erasures
+        # The erasure gate, its turnstile and stamp (paths found once: each reads .git and commondir)
+        self._gate = (str(erasure_lock_path(self.root)), str(erasure_turnstile_path(self.root)))
+        self._erasure_done = erasure_done_path(self.root)
+        self._erasures_seen = file_stamp(self._erasure_done)  # see follow_erasures
         # Called when another process's erasure is seen (the facade drops what it keeps).
         self.on_rewritten: Callable[[], None] | None = None
         self._threads_lock = threading.Lock()
@@ -201,7 +205,9 @@ class GitStore(GitQueries):
 
         The erasure gate (gitdir.erasure_lock_path) is taken first: shared by writers, alone by
         an ``erasure``, which so waits for every worktree's writers and keeps them all out
-        until it ends. Everyone takes the gate before a write lock: no two wait on each other."""
+        until it ends (its turnstile keeps new writers from taking turns on the gate meanwhile:
+        :meth:`_enter_gate`). Everyone takes the gate before a write lock: no two wait on each
+        other."""
         if timeout is None:
             timeout = LOCK_TIMEOUT_SECONDS
         if self.holds_lock():
@@ -219,7 +225,7 @@ class GitStore(GitQueries):
         if not self._threads_lock.acquire(timeout=timeout):
             raise LockTimeout(f"{path}: another thread of this process held this lock for {timeout:.0f}s; try again")
         try:
-            gate = self._enter_gate(timeout, erasure)
+            gate = self._enter_gate(timeout, erasure)  # (with the turnstile, for an erasure)
             try:
                 lock = Lock(str(path))
                 # Another process's write: polled every LOCK_POLL_SECONDS (a try of flock costs ~us).
@@ -240,21 +246,48 @@ class GitStore(GitQueries):
                     _HOLDERS.pop(self._lock_key, None)
                     lock.release()
             finally:
-                gate.release()
+                for held in gate:
+                    held.release()
         finally:
             self._threads_lock.release()
 
-    def _enter_gate(self, timeout: float, erasure: bool) -> Lock:
-        """The erasure gate, shared (a write) or alone (an erasure); see :meth:`locked`."""
-        gate = Lock(str(erasure_lock_path(self.root)), shared=not erasure)
+    def _enter_gate(self, timeout: float, erasure: bool) -> list[Lock]:
+        """The erasure gate, shared (a write) or alone (an erasure), and what to let go after
+        the write lock. An erasure first takes the turnstile alone and keeps it: writers arriving
+        then wait there, and those already past it end their writes and let the gate go. A
+        writer passes the turnstile (shared, a moment) before it takes the gate."""
+        gate_path, turnstile_path = self._gate
+        turnstile = Lock(turnstile_path, shared=not erasure)
         try:
-            return gate.acquire(timeout=timeout, poll_interval=LOCK_POLL_SECONDS)
+            turnstile.acquire(timeout=timeout, poll_interval=LOCK_POLL_SECONDS)
         except LockTimeout:
             if erasure:
-                raise LockTimeout(f"{gate.lock_file}: writers in this repository's worktrees held it for "
-                                  f"{timeout:.0f}s; the erasure waits for every write in progress; try again") from None
-            raise LockTimeout(f"{gate.lock_file}: an erasure held it for {timeout:.0f}s (no worktree of the "
-                              "repository is written while one runs); try again when it ends") from None
+                raise LockTimeout(f"{turnstile_path}: another erasure held it for {timeout:.0f}s; try again when it "
+                                  "ends") from None
+            raise self._gate_timeout(turnstile_path, timeout, erasure) from None
+        held = [turnstile]
+        try:
+            if not erasure:
+                turnstile.release()
+                held = []
+            gate = Lock(gate_path, shared=not erasure)
+            try:
+                gate.acquire(timeout=timeout, poll_interval=LOCK_POLL_SECONDS)
+            except LockTimeout:
+                raise self._gate_timeout(gate_path, timeout, erasure) from None
+            return [gate, *held]
+        except BaseException:
+            for lock in held:
+                lock.release()
+            raise
+
+    @staticmethod
+    def _gate_timeout(path: str, timeout: float, erasure: bool) -> LockTimeout:
+        if erasure:
+            return LockTimeout(f"{path}: writers in this repository's worktrees held it for {timeout:.0f}s; the "
+                               "erasure waits for every write in progress; try again")
+        return LockTimeout(f"{path}: an erasure held it for {timeout:.0f}s (no worktree of the repository is "
+                           "written while one runs); try again when it ends")
 
     def follow_erasures(self) -> None:
         """Another process's erasure ended since this store last looked (its stamp moved, one
@@ -263,7 +296,7 @@ class GitStore(GitQueries):
         deleted, and a linked worktree's writer that waited for the erasure then failed every
         write with a raw NotFoundError (attack 15). The repository is opened anew and
         ``on_rewritten`` (the facade's caches) is told."""
-        stamp = erasure_done_stamp(self.root)
+        stamp = file_stamp(self._erasure_done)
         if stamp == self._erasures_seen:
             return
         self._erasures_seen = stamp
@@ -463,8 +496,12 @@ class GitStore(GitQueries):
                 found.setdefault(path, []).append((commit, email, None if blob.strip("0") == "" else blob))
         return found
 
-    def git(self, *args: str, input: bytes | None = None, check: bool = True) -> str:
-        self.flush_index()  # git may read its index (status, stash, checkout, filter-repo...)
+    def git(self, *args: str, input: bytes | None = None, check: bool = True, flush: bool = True) -> str:
+        """git itself in the work tree. ``flush``: this process's deferred entries are written into
+        git's index first (git may read it: status, stash, checkout, filter-repo...), which takes
+        the write lock; a reader that needs no up-to-date index says False."""
+        if flush:
+            self.flush_index()
         proc = subprocess.run(["git", "-C", str(self.root), *args], input=input, capture_output=True)
         if check and proc.returncode != 0:
             raise GitFailed(f"{self.root}: git {' '.join(args)} failed: {proc.stderr.decode(errors='replace').strip()}")

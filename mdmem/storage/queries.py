@@ -71,7 +71,7 @@ class GitQueries:
     root: Path
 
     if TYPE_CHECKING:  # provided by GitStore, which this class is mixed into
-        def git(self, *args: str, input: bytes | None = None, check: bool = True) -> str: ...
+        def git(self, *args: str, input: bytes | None = None, check: bool = True, flush: bool = True) -> str: ...
 
         def head(self) -> str | None: ...
 
@@ -191,15 +191,31 @@ class GitQueries:
         return result
 
     def dirty_note_paths(self) -> dict[str, str]:
-        """Note files whose work-tree content differs from HEAD: path -> blob id or "deleted"."""
-        self.flush_index()  # status compares with git's index: this process's entries first
+        """Note files whose work-tree content differs from HEAD: path -> blob id or "deleted".
+
+        git's status compares the work tree with git's index, which may lag HEAD (this
+        process's commits whose entries are deferred, another's not flushed yet): a file whose
+        content is HEAD's is not dirty. The deferred entries used to be flushed first, which
+        took the write lock under the search index's lock: a reader then waited for a forget
+        that waited for the index lock (a deadlock of two lock timeouts, attack 15b), and a
+        recall paid for the rewrite of git's index (~90 ms at 100k notes)."""
         self.refresh_stat_if_moved()
-        out = {}
+        out: dict[str, str] = {}
+        head: pygit2.Tree | None | bool = False  # read at the first path status names
         for path, flags in self.repo.status(untracked_files="all").items():
             if not is_note_path(path) or flags == pygit2.GIT_STATUS_IGNORED:
                 continue
             full = self.root / path
-            out[path] = blob_hash(full.read_bytes()) if full.exists() else "deleted"
+            version = blob_hash(full.read_bytes()) if full.exists() else "deleted"
+            if head is False:
+                tip = self.head()
+                head = self.repo[tip].peel(pygit2.Commit).tree if tip else None
+            try:
+                committed = str(head[path].id) if isinstance(head, pygit2.Tree) else "deleted"
+            except KeyError:
+                committed = "deleted"
+            if version != committed:
+                out[path] = version
         return out
 
     def refresh_stat_if_moved(self) -> None:
@@ -218,7 +234,9 @@ class GitQueries:
         except OSError:
             pass
         try:
-            self.git("update-index", "-q", "--refresh")
+            # Not flushed first: it refreshes the stat data of entries whatever they hold, and a
+            # reader (under the search index's lock) must not wait for the write lock (attack 15b).
+            self.git("update-index", "-q", "--refresh", flush=False)
         except GitFailed:
             return  # git's index locked (a write in progress): tried again next time
         try:

@@ -1,0 +1,219 @@
+"""Attack 15b: the erasure gate (commit d86c6c5: GitStore.locked takes .git/mdmem-locks/erasure.lock
+shared, MemoryRepo.forget/finish_erasure take it alone; require_main_worktree before any lock;
+GitStore.follow_erasures).
+
+Real processes, real git, real `git worktree add`. Each test failed on d86c6c5; its docstring says
+what broke, why it matters and where. Fixed: an erasure holds a turnstile beside the gate
+(gitdir.erasure_turnstile_path) that writers pass before taking the gate (B1); the work tree's
+dirty notes are told from HEAD without flushing git's index first, and the stat refresh does not
+flush either, so a reader under the index lock never waits for the write lock (B2); a linked
+worktree opened while an erasure runs waits for it like a writer, and is told "interrupted" only
+if the journal is still there once the gate is free (B3)."""
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+from conftest import T0, T1, team_fact
+
+from mdmem import MemoryRepo
+from mdmem.errors import Conflict, LockTimeout
+from mdmem.search.note_index import index_lock
+from mdmem.storage import gitstore
+
+SECRET = "Alice's locker code is 4471-XYZZY"
+
+
+def git(root, *args, check=True):
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, check=check, text=True)
+
+
+@pytest.fixture
+def setup(repo, tmp_path):
+    repo.remember(SECRET, as_user="alice", kind="profile", subject="user:alice", key="locker", scope="private", now=T0)
+    team_fact(repo, "Deploys happen on Tuesdays")
+    wt = tmp_path / "wt"
+    git(repo.root, "worktree", "add", "-q", str(wt), "-b", "side")
+    return repo, wt
+
+
+def _start(code: str, **kw) -> subprocess.Popen:
+    env = {**os.environ, "MDMEM_DAEMON_AUTOSTART": "0"}
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True, env=env, **kw)
+
+
+def _stop(*procs):
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def _journal(repo):
+    return repo.root / ".git" / "mdmem-erasure" / "journal.json"
+
+
+# --- B1: two busy writers starve the erasure for ever -----------------------------------------------
+
+def test_two_writers_in_a_loop_starve_forget(setup, monkeypatch):
+    """B1. Two processes remembering in a loop in the same worktree (two agents, an MCP server
+    and a script): `forget` in the main worktree never gets the gate and fails with LockTimeout
+    ("writers in this repository's worktrees held it for 60s; try again") -- and trying again
+    fails the same way for as long as they write. Measured: with LOCK_TIMEOUT_SECONDS=10 it
+    fails every time on d86c6c5; on its parent (b880321, forget taking the write locks) the same
+    forget succeeded in ~5 s. An erasure (a GDPR-style request) that cannot run while the memory
+    is in use is a real failure.
+
+    Cause: GitStore.locked (mdmem/storage/gitstore.py:222-226) takes the gate SHARED before
+    waiting (up to 60 s) for its worktree's write lock: a writer queued behind another keeps the
+    gate held the whole time it waits, so with two writers the gate is never free (each takes it
+    again before the other lets it go). flock has no writer preference, and the eraser only
+    polls LOCK_EX|LOCK_NB every 5 ms (gitstore.py:249-251, storage/locks.py:139-148), so it
+    never wins. Writers should not hold the gate while queuing (take the write lock first and
+    the gate with a try, or let a waiting eraser announce itself so new writers back off)."""
+    repo, _ = setup
+    writers = [_start(f"""
+        import time
+        from mdmem import MemoryRepo
+        r = MemoryRepo.open({str(repo.root)!r}, finish_erasure=False)
+        print("open", flush=True)
+        t, i = time.monotonic(), 0
+        while time.monotonic() - t < 40:
+            try:
+                r.remember(f"Writer {k} fact {{i}}", as_user="bob", kind="fact", subject="service:billing",
+                           key=f"w{k}-{{i}}", scope="team", team="payments", new_key=True)
+            except Exception as e:
+                print("err", type(e).__name__, e, flush=True)
+            i += 1
+    """) for k in range(2)]
+    try:
+        for w in writers:
+            assert w.stdout.readline().strip() == "open", w.stderr.read()
+        time.sleep(1.0)
+        monkeypatch.setattr(gitstore, "LOCK_TIMEOUT_SECONDS", 10.0)
+        t = time.monotonic()
+        try:
+            repo.forget(as_user="alice", owner="alice", subject="user:alice", now=T1)
+            error = None
+        except LockTimeout as exc:
+            error = exc
+        waited = time.monotonic() - t
+    finally:
+        _stop(*writers)
+    assert error is None, f"forget starved by two writers, after {waited:.1f}s: {error}"
+
+
+# --- B2: the index lock and the gate: forget waits two minutes, then fails half way ----------------
+
+def test_forget_deadlocks_with_a_reader_holding_the_index_lock(setup):
+    """B2. A long-lived process with deferred index entries (the MCP server sets
+    store.index_delay; here 30 s so the window is certain) remembers a note, then runs a
+    recall that walks the work tree (its first call; also after a watch overflow or without
+    inotify) while another process's forget holds the gate. The recall takes the search index
+    lock (search/note_index.py:200 -> _rebuild -> _worktree_dirty:388 -> queries.py:195
+    dirty_note_paths -> flush_index) and waits for the gate (gitstore.py:671 -> locked); the
+    forget, holding the gate, reaches purge_caches and waits for that same index lock
+    (erasure/forget.py:331, folder_index_lock, 120 s). Neither moves until the reader's
+    flush times out -- and flush_index swallows the LockTimeout, so the reader then waits again
+    at the next self.git() (refresh_stat_if_moved): measured 2 x LOCK_TIMEOUT_SECONDS = 120 s,
+    exactly the index lock's 120 s, so at the defaults forget itself may fail with LockTimeout
+    half way (journal left at "cleaned", every linked worktree refused until it is resumed).
+    Not new in d86c6c5 (its parent deadlocks the same way on the write lock), but the gate did
+    not fix it. A normal forget here takes ~1-2 s; this one must finish within 25 s."""
+    repo, _ = setup
+    reader = _start(f"""
+        import sys, time
+        from mdmem import MemoryRepo
+        r = MemoryRepo.open({str(repo.root)!r}, finish_erasure=False)
+        r.store.index_delay = 30  # the MCP server defers git's index entries (0.2 s there)
+        r.remember("Bob likes coffee", as_user="bob", kind="profile", subject="user:bob", key="drink",
+                   scope="private")
+        print("ready", flush=True)
+        sys.stdin.readline()
+        t = time.monotonic()
+        r.recall("coffee", as_user="bob")
+        print("recall", time.monotonic() - t, flush=True)
+    """)
+    result = {}
+
+    def erase():
+        t = time.monotonic()
+        try:
+            repo.forget(as_user="alice", owner="alice", subject="user:alice", now=T1)
+            result["ok"] = time.monotonic() - t
+        except Exception as exc:  # noqa: BLE001
+            result["error"] = f"{type(exc).__name__}: {exc}"
+
+    eraser = threading.Thread(target=erase, daemon=True)
+    try:
+        assert reader.stdout.readline().strip() == "ready", reader.stderr.read()
+        eraser.start()
+        t = time.monotonic()
+        while not _journal(repo).exists() and time.monotonic() - t < 20:  # forget holds the gate
+            time.sleep(0.01)
+        assert _journal(repo).exists(), result
+        reader.stdin.write("go\n")
+        reader.stdin.flush()
+        eraser.join(timeout=25)
+        stalled = eraser.is_alive()
+    finally:
+        _stop(reader)  # frees the index lock: the forget can end
+        eraser.join(timeout=120)
+    assert not stalled, "forget stalled > 25 s: it holds the gate and waits for the index lock a reader " \
+                        "holds while that reader waits for the gate"
+    assert "error" not in result, result
+
+
+# --- B3: a linked worktree cannot be opened while an erasure runs ---------------------------------
+
+def test_a_linked_worktree_opened_while_forget_runs_is_told_the_erasure_was_interrupted(setup):
+    """B3. While a forget runs in the main worktree, opening the repository in a linked worktree
+    (MemoryRepo.open, every `mdmem` CLI command there, starting the MCP server or the daemon
+    there) fails at once with Conflict: "<wt> is a linked worktree: an interrupted erasure must be
+    finished (open it there, or run `mdmem forget --resume` there) in the repository's main
+    worktree ...; until then this worktree is not used". Nothing was interrupted: the erasure
+    is running and ends a moment later. The user is told to run `forget --resume`, which, run
+    during the live erasure, would race it. (Measured with the CLI: `mdmem recall` in the linked
+    worktree exits 5 with that message; the same open in the main worktree waits and succeeds.)
+
+    Cause: MemoryRepo.__init__ (mdmem/repo.py:82-83) calls finish_erasure when
+    erasure/journal.pending() -- the journal exists from the plan to the end of every erasure,
+    running or interrupted -- and MemoryRepo.finish_erasure (repo.py:330) now calls
+    require_main_worktree(finishing=True) before taking any lock (d86c6c5 moved it out of the
+    lock), so a running erasure is reported as an interrupted one. It should wait for the gate
+    (shared) and look at the journal again: only a journal nobody's gate protects is interrupted.
+    The forget is kept running by a reader holding the index lock (purge_caches waits for it),
+    released after 3 s; the open must wait for the erasure and then succeed."""
+    repo, wt = setup
+    repo.close()
+    held = index_lock(repo.root)
+    held.acquire(timeout=10)
+    env = {**os.environ, "MDMEM_USER": "alice", "MDMEM_DAEMON_AUTOSTART": "0"}
+    eraser = subprocess.Popen([sys.executable, "-m", "mdmem.cli.main", "forget", "--owner", "alice",
+                               "--subject", "user:alice"], cwd=repo.root, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    releaser = threading.Timer(3.0, held.release)
+    try:
+        t = time.monotonic()
+        while not _journal(repo).exists() and time.monotonic() - t < 30:
+            time.sleep(0.02)
+        assert _journal(repo).exists(), "the forget never started"
+        releaser.start()
+        try:
+            linked = MemoryRepo.open(wt)
+            error = None
+        except Conflict as exc:
+            error = exc
+        else:
+            linked.close()
+        out, err = eraser.communicate(timeout=120)
+    finally:
+        releaser.cancel()
+        held.release()
+        _stop(eraser)
+    assert eraser.returncode == 0, err
+    assert error is None, f"opening the linked worktree during a running erasure: {error}"
