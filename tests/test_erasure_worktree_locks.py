@@ -149,3 +149,43 @@ def test_finishing_an_interrupted_erasure_waits_for_a_linked_worktrees_writer(se
         holder.wait()
     assert repo.finish_erasure() is not None
     assert "XYZZY" not in git(repo.root, "log", "-p", "--all")
+
+
+def test_writers_make_no_turnstile_and_an_erasure_leaves_none(setup):
+    """A writer only looks for the erasure's turnstile (one failed open); an erasure makes it,
+    holds it and removes it before it lets go: writers after it find none again."""
+    repo, _ = setup
+    turnstile = repo.root / ".git" / "mdmem-locks" / "erasure-waiting.lock"
+    team_fact(repo, "Deploys happen on Wednesdays now")
+    assert not turnstile.exists()
+    with repo.store.locked(erasure=True):
+        assert turnstile.exists()
+    assert not turnstile.exists()
+    repo.forget(as_user="alice", owner="alice", subject="user:alice", now=T1)
+    assert not turnstile.exists()
+
+
+def test_a_killed_erasures_turnstile_does_not_stop_writers(setup):
+    """kill -9 of an erasure holding the turnstile leaves the file behind, unlocked: writers pass
+    it at once (the flock went with the process)."""
+    repo, _ = setup
+    eraser = _start(f"""
+        import time
+        from mdmem import MemoryRepo
+        r = MemoryRepo.open({str(repo.root)!r})
+        with r.store.locked(erasure=True):
+            print("held", flush=True)
+            time.sleep(60)
+    """)
+    try:
+        assert eraser.stdout.readline().strip() == "held", eraser.stderr.read()
+        with pytest.raises(LockTimeout, match="erasure"):
+            with repo.store.locked(timeout=0.5):
+                pass
+    finally:
+        eraser.kill()
+        eraser.wait()
+    assert (repo.root / ".git" / "mdmem-locks" / "erasure-waiting.lock").exists()
+    t = time.monotonic()
+    team_fact(repo, "Deploys happen on Thursdays now")
+    assert time.monotonic() - t < 5

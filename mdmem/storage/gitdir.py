@@ -12,6 +12,7 @@ A linked worktree (``.git`` is a file naming its git dir) has caches of its own.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 CACHE_NAME = "mdmem"
@@ -48,9 +49,10 @@ def clear_cache_path(cache_folder: Path) -> None:
     disposable, and every cache inside failed on it (attack F16). Checked where the locks are
     taken, which every reader and writer does first."""
     try:
-        if cache_folder.exists() or cache_folder.is_symlink():
-            if not cache_folder.is_dir():
-                cache_folder.unlink()
+        mode = os.lstat(cache_folder).st_mode  # one stat: every write comes here
+        if stat.S_ISDIR(mode) or (stat.S_ISLNK(mode) and os.path.isdir(cache_folder)):
+            return
+        os.unlink(cache_folder)
     except FileNotFoundError:
         pass
 

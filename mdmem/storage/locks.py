@@ -165,6 +165,35 @@ class Lock:
         self.release()
 
 
+def pass_turnstile(path: str, timeout: float, poll_interval: float = 0.05) -> None:
+    """Wait while someone holds the lock file at ``path`` alone, without ever making it: no file
+    (the common case, one failed open) means nobody is waiting there. The holder removes the
+    file before it lets go, so writers pay one stat-like open until an erasure waits
+    (gitdir.erasure_turnstile_path; a Lock cycle here was ~30-90 us on every write). Anything
+    but a regular file at the path is not waited on (the holder's Lock removes it); a FIFO is
+    opened without blocking. LockTimeout names the file."""
+    with _FDS_LOCK:  # registered: a child forked meanwhile closes it (see _after_fork_in_child)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return  # none there (or a link, or its folder gone): nobody waits
+        _FDS.add(fd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return  # free, or its holder let go (the file is gone by then): never held past here
+            except BlockingIOError:
+                if 0 <= timeout and deadline <= time.monotonic():
+                    raise LockTimeout(f"{path}: held for {timeout:.0f}s; try again") from None
+                time.sleep(poll_interval)
+    finally:
+        _close(fd)  # closing drops the shared lock taken above
+
+
 _OPEN_TRIES = 20
 _FDS: set[int] = set()  # every descriptor a Lock has open here, held or waited on
 _FDS_LOCK = threading.Lock()  # taken around a fork: no descriptor is half registered in it
