@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .config import CONFIG_NAME, UserConfig
-from .errors import BadInput, Conflict, NoteInvalid
+from .errors import BadInput, NoteInvalid
 from .model.clock import SpanLike, TimeLike, resolve_now
 from .ops import consolidate as consolidating
 from .ops import founding, lifecycle, read, render, review, searching, write
@@ -322,24 +322,9 @@ class MemoryRepo(RepoState):
 
     def finish_erasure(self) -> ErasureReceipt | None:
         """Finish an erasure a crash interrupted (its journal is in .git); None if there is none."""
-        from .erasure.forget import finish, require_main_worktree
-        from .erasure.journal import pending
+        from .erasure.forget import finish_interrupted
 
-        if not pending(self.root):
-            return None
-        try:
-            require_main_worktree(self.root, finishing=True)
-        except Conflict:
-            # A linked worktree: the journal is also there while an erasure RUNS in the main
-            # one, which holds the gate. Wait for it as a writer would; still there once it is
-            # free, the erasure was interrupted (attack 15b: told so while one ran).
-            with self.store.locked():
-                pass
-            if pending(self.root):
-                raise
-            return None
-        with self.store.locked(erasure=True):
-            return finish(self)
+        return finish_interrupted(self)
 
     def prove_gone(self, needles: list[str], *, as_user: str, subject: str | None = None,
                    owner: str | None = None, allow_paths: list[str] | None = None) -> ProofReport:

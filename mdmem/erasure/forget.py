@@ -30,7 +30,7 @@ from ..model.layout import is_note_path
 from ..results import ErasurePlan, ErasureReceipt
 from ..storage import history_ops as ops
 from . import receipt as rc
-from .journal import Journal
+from .journal import Journal, pending
 from .needles import REMOVED, replace_all
 from .plan import HOLD_PREFIX, LEFTOVERS, Plan, build_plan
 from .rewrite import run as run_rewrite
@@ -123,6 +123,26 @@ def require_main_worktree(root: Path, *, finishing: bool = False) -> None:
     if git_dir(root) != common_git_dir(root):
         main = common_git_dir(root).parent
         raise Conflict(f"{root} is a linked worktree: {what} in the repository's main worktree ({main}); {why}")
+
+
+def finish_interrupted(repo) -> ErasureReceipt | None:
+    """Finish an interrupted erasure under the repository's locks (the gate alone); None if
+    there is none. In a linked worktree the journal is also there while an erasure RUNS in the
+    main one, which holds the gate: wait for it as a writer would; still there once the gate is
+    free, the erasure was interrupted, and only the main worktree may finish it (attack 15b: a
+    linked worktree opened during a forget was told it had been interrupted)."""
+    if not pending(repo.root):
+        return None
+    try:
+        require_main_worktree(repo.root, finishing=True)
+    except Conflict:
+        with repo.store.locked():
+            pass
+        if pending(repo.root):
+            raise
+        return None
+    with repo.store.locked(erasure=True):
+        return finish(repo)
 
 
 def finish(repo) -> ErasureReceipt | None:
