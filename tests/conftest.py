@@ -4,6 +4,7 @@ import atexit
 import os
 import shutil
 import subprocess
+import textwrap
 import sys
 import tempfile
 import threading
@@ -60,6 +61,43 @@ def git(root, *args, check=True):
     if check:
         assert r.returncode == 0, (args, r.stdout, r.stderr)
     return r
+
+
+LOCKER_SECRET = "Alice's locker code is 4471-XYZZY"
+
+
+@pytest.fixture
+def with_worktree(repo, tmp_path):
+    """(repo, wt): ``repo`` holding alice's private note LOCKER_SECRET and a team fact, and a
+    linked worktree ``wt`` on branch ``side`` (`git worktree add`): the erasure-lock tests."""
+    repo.remember(LOCKER_SECRET, as_user="alice", kind="profile", subject="user:alice", key="locker",
+                  scope="private", now=T0)
+    team_fact(repo, "Deploys happen on Tuesdays")
+    wt = tmp_path / "wt"
+    git(repo.root, "worktree", "add", "-q", str(wt), "-b", "side")
+    return repo, wt
+
+
+def start_python(code: str, **kw) -> subprocess.Popen:
+    """``code`` (dedented) in a new Python process, pipes on stdin, stdout and stderr, no daemon."""
+    env = {**os.environ, "MDMEM_DAEMON_AUTOSTART": "0"}
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True, env=env, **kw)
+
+
+def hold_write_lock(root, seconds: float) -> subprocess.Popen:
+    """A process in the worktree at ``root`` in the middle of a write (holding its locks), once it
+    says so."""
+    p = start_python(f"""
+        import time
+        from mdmem import MemoryRepo
+        r = MemoryRepo.open({str(root)!r}, finish_erasure=False)
+        with r.store.locked():
+            print("held", flush=True)
+            time.sleep({seconds})
+    """)
+    assert p.stdout.readline().strip() == "held", p.stderr.read()
+    return p
 
 
 def git_status(root: Path) -> str:

@@ -9,49 +9,15 @@ drops its views' and trust's state)."""
 import os
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
-from conftest import T0, T1, team_fact
+from conftest import git, hold_write_lock, start_python, T1
 
 from mdmem import MemoryRepo
 from mdmem.errors import Conflict
 from mdmem.storage import gitstore
 
-SECRET = "Alice's locker code is 4471-XYZZY"
-
-
-def git(root, *args, check=True):
-    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, check=check, text=True)
-
-
-@pytest.fixture
-def setup(repo, tmp_path):
-    repo.remember(SECRET, as_user="alice", kind="profile", subject="user:alice", key="locker", scope="private", now=T0)
-    team_fact(repo, "Deploys happen on Tuesdays")
-    wt = tmp_path / "wt"
-    git(repo.root, "worktree", "add", "-q", str(wt), "-b", "side")
-    return repo, wt
-
-
-def _start(code: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kw)
-
-
-def _hold_lock(root, seconds: float) -> subprocess.Popen:
-    """A process in the worktree at ``root`` in the middle of a write (holding its write lock)."""
-    p = _start(f"""
-        import time
-        from mdmem import MemoryRepo
-        r = MemoryRepo.open({str(root)!r}, finish_erasure=False)
-        with r.store.locked():
-            print("held", flush=True)
-            time.sleep({seconds})
-    """)
-    assert p.stdout.readline().strip() == "held", p.stderr.read()
-    return p
 
 
 def _stop(*procs):
@@ -63,7 +29,7 @@ def _stop(*procs):
 
 def _add_worktree_later_and_hold(repo, wt2, delay: float, seconds: float) -> subprocess.Popen:
     """After ``delay``: `git worktree add` a new worktree, open it and hold its write lock."""
-    return _start(f"""
+    return start_python(f"""
         import subprocess, time
         time.sleep({delay})
         subprocess.run(["git", "-C", {str(repo.root)!r}, "worktree", "add", "-q", {str(wt2)!r}, "-b", "side2"],
@@ -79,7 +45,7 @@ def _add_worktree_later_and_hold(repo, wt2, delay: float, seconds: float) -> sub
 
 # --- D1: the worktree list is read once, before waiting ----------------------------------------------
 
-def test_a_worktree_added_while_forget_waits_is_not_locked(setup, monkeypatch, tmp_path):
+def test_a_worktree_added_while_forget_waits_is_not_locked(with_worktree, monkeypatch, tmp_path):
     """D1. forget waits for a write in progress in worktree `wt`; meanwhile `git worktree add wt2`
     and a process there starts a write (holds wt2's write lock, as every write does). When `wt`'s
     writer lets go, forget goes on and rewrites + prunes the history *while wt2's writer is
@@ -92,10 +58,10 @@ def test_a_worktree_added_while_forget_waits_is_not_locked(setup, monkeypatch, t
     Expected: wt2's write never overlaps the erasure. With the erasure gate and its turnstile,
     the erasure (waiting for wt's writer) holds the turnstile, so wt2's writer waits there and
     writes only once the erasure has ended."""
-    repo, wt = setup
+    repo, wt = with_worktree
     wt2 = tmp_path / "wt2"
     monkeypatch.setattr(gitstore, "LOCK_TIMEOUT_SECONDS", 8.0)
-    holder = _hold_lock(wt, 3.0)  # a write in progress in wt: forget waits ~3 s for it
+    holder = hold_write_lock(wt, 3.0)  # a write in progress in wt: forget waits ~3 s for it
     late = _add_worktree_later_and_hold(repo, wt2, delay=1.0, seconds=30)  # wt2 appears during that wait
     try:
         repo.forget(as_user="alice", owner="alice", subject="user:alice", now=T1)
@@ -108,7 +74,7 @@ def test_a_worktree_added_while_forget_waits_is_not_locked(setup, monkeypatch, t
     assert "XYZZY" not in git(repo.root, "log", "-p", "--all").stdout
 
 
-def test_writes_in_a_worktree_added_while_forget_waits_corrupt_the_repository(setup, monkeypatch, tmp_path):
+def test_writes_in_a_worktree_added_while_forget_waits_corrupt_the_repository(with_worktree, monkeypatch, tmp_path):
     """D1, the damage. Same race as above with a real writer: a worktree added while forget waits
     for `wt`'s writer, and an agent there remembering notes in a loop (each acknowledged).
     Observed on e3b2753 (every run): either `git gc --prune=now` deletes a commit the writer had just
@@ -117,10 +83,10 @@ def test_writes_in_a_worktree_added_while_forget_waits_corrupt_the_repository(se
     or git-filter-repo fails half way ("cannot lock ref refs/heads/side2: is at X but expected Y")
     and leaves an erasure journal that every later command trips on.
     Cause: gitstore.py:241 (worktree_locks_dirs read once, before waiting), as above."""
-    repo, wt = setup
+    repo, wt = with_worktree
     wt2 = tmp_path / "wt2"
-    holder = _hold_lock(wt, 2.0)
-    writer = _start(f"""
+    holder = hold_write_lock(wt, 2.0)
+    writer = start_python(f"""
         import subprocess, time
         time.sleep(0.7)
         subprocess.run(["git", "-C", {str(repo.root)!r}, "worktree", "add", "-q", {str(wt2)!r}, "-b", "side2"],
@@ -160,7 +126,7 @@ def test_writes_in_a_worktree_added_while_forget_waits_corrupt_the_repository(se
 
 # --- D2: a forget from a linked worktree takes every lock before it refuses ----------------------
 
-def test_forget_from_a_linked_worktree_refuses_at_once_not_after_the_main_writers(setup, monkeypatch):
+def test_forget_from_a_linked_worktree_refuses_at_once_not_after_the_main_writers(with_worktree, monkeypatch):
     """D2. `forget` run in a linked worktree must be refused ("run the erasure in the main
     worktree"). It is, but only after it has taken its own worktree's write lock and then waited
     for the main worktree's: with a writer busy in the main worktree it sits there (up to 60 s,
@@ -173,9 +139,9 @@ def test_forget_from_a_linked_worktree_refuses_at_once_not_after_the_main_writer
     refusal at forget.py:129). The docstring of locked_with_worktrees (gitstore.py:235-236)
     relies on "only from the main worktree (it refuses to run in a linked one)" -- the refusal
     comes too late to make that true."""
-    repo, wt = setup
+    repo, wt = with_worktree
     monkeypatch.setattr(gitstore, "LOCK_TIMEOUT_SECONDS", 6.0)
-    holder = _hold_lock(repo.root, 30)  # a long write in the main worktree
+    holder = hold_write_lock(repo.root, 30)  # a long write in the main worktree
     linked = MemoryRepo.open(wt)
     try:
         t = time.monotonic()
@@ -189,7 +155,7 @@ def test_forget_from_a_linked_worktree_refuses_at_once_not_after_the_main_writer
     assert waited < 3.0, f"the refusal waited {waited:.1f}s for the main worktree's writer"
 
 
-def test_forget_in_main_and_forget_in_a_linked_worktree_deadlock(setup, monkeypatch):
+def test_forget_in_main_and_forget_in_a_linked_worktree_deadlock(with_worktree, monkeypatch):
     """D2, the deadlock. A forget in the main worktree held the main lock and wanted the linked
     worktree's; a forget (or an open with an interrupted erasure pending, or `forget --resume`) in
     the linked worktree held the linked lock and wanted the main one. Neither could go on: the real
@@ -197,7 +163,7 @@ def test_forget_in_main_and_forget_in_a_linked_worktree_deadlock(setup, monkeypa
     going to be refused anyway.
     Here the main erasure holds its locks (the gate alone and its write lock) while the linked
     `mdmem forget` CLI starts: it must be refused at once, and the main forget then succeeds."""
-    repo, wt = setup
+    repo, wt = with_worktree
     monkeypatch.setattr(gitstore, "LOCK_TIMEOUT_SECONDS", 4.0)
     env = {**os.environ, "MDMEM_USER": "alice", "MDMEM_DAEMON_AUTOSTART": "0"}
     with repo.store.locked(erasure=True):  # the main erasure has its locks
@@ -214,7 +180,7 @@ def test_forget_in_main_and_forget_in_a_linked_worktree_deadlock(setup, monkeypa
 
 # --- D3: a symlink at a worktree's lock folder makes the erasure skip that worktree ----------------
 
-def test_a_symlinked_worktree_lock_folder_is_skipped_not_locked(setup):
+def test_a_symlinked_worktree_lock_folder_is_skipped_not_locked(with_worktree):
     """D3. A linked worktree whose `.git/worktrees/wt/mdmem-locks` is a symlink to the main
     worktree's lock folder: locked_with_worktrees compares `os.path.realpath(folder)` with its own
     lock folder (gitstore.py:242), finds them equal and skips the worktree ("this store's own: held
@@ -224,14 +190,14 @@ def test_a_symlinked_worktree_lock_folder_is_skipped_not_locked(setup):
     rewrite (the loss commit e3b2753 was made to prevent).
     Cause: the realpath comparison at mdmem/storage/gitstore.py:242 follows a link the lock
     itself refuses to follow; it should compare the unresolved path (or lstat identity)."""
-    repo, wt = setup
+    repo, wt = with_worktree
     admin_locks = repo.root / ".git" / "worktrees" / "wt" / "mdmem-locks"
     if admin_locks.exists() and not admin_locks.is_symlink():
         import shutil
         shutil.rmtree(admin_locks)
     os.symlink(repo.root / ".git" / "mdmem-locks", admin_locks)
     with repo.store.locked(erasure=True):
-        p = _start(f"""
+        p = start_python(f"""
             from mdmem import MemoryRepo
             from mdmem.errors import LockTimeout
             r = MemoryRepo.open({str(wt)!r}, finish_erasure=False)
@@ -247,7 +213,7 @@ def test_a_symlinked_worktree_lock_folder_is_skipped_not_locked(setup):
 
 # --- D4: a linked-worktree writer that waited for the erasure fails every later write ------------------
 
-def test_a_linked_worktree_writer_that_waited_for_the_erasure_can_write_again(setup, tmp_path):
+def test_a_linked_worktree_writer_that_waited_for_the_erasure_can_write_again(with_worktree, tmp_path):
     """D4. A long-running process in a linked worktree (an agent's open MemoryRepo) writing while
     the main worktree runs forget: the change now makes its write wait for the erasure (good), but
     when it gets the lock its in-memory view state still names the pre-erasure tip of its branch,
@@ -260,9 +226,9 @@ def test_a_linked_worktree_writer_that_waited_for_the_erasure_can_write_again(se
     nothing tells a process outside the eraser that history was rewritten (only the daemon checks
     erasure/journal.done_stamp, cli/daemon.py:163) -- e3b2753 made linked-worktree writers wait
     through the erasure without making them drop what it invalidated (ops/state.py reset_caches)."""
-    repo, wt = setup
+    repo, wt = with_worktree
     done = tmp_path / "erasure-done"
-    writer = _start(f"""
+    writer = start_python(f"""
         import os, time
         from mdmem import MemoryRepo
         r = MemoryRepo.open({str(wt)!r}, finish_erasure=False)

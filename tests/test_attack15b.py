@@ -12,38 +12,16 @@ if the journal is still there once the gate is free (B3)."""
 import os
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 
-import pytest
-from conftest import T0, T1, team_fact
+from conftest import start_python, T1
 
 from mdmem import MemoryRepo
 from mdmem.errors import Conflict, LockTimeout
 from mdmem.search.note_index import index_lock
 from mdmem.storage import gitstore
 
-SECRET = "Alice's locker code is 4471-XYZZY"
-
-
-def git(root, *args, check=True):
-    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, check=check, text=True)
-
-
-@pytest.fixture
-def setup(repo, tmp_path):
-    repo.remember(SECRET, as_user="alice", kind="profile", subject="user:alice", key="locker", scope="private", now=T0)
-    team_fact(repo, "Deploys happen on Tuesdays")
-    wt = tmp_path / "wt"
-    git(repo.root, "worktree", "add", "-q", str(wt), "-b", "side")
-    return repo, wt
-
-
-def _start(code: str, **kw) -> subprocess.Popen:
-    env = {**os.environ, "MDMEM_DAEMON_AUTOSTART": "0"}
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True, env=env, **kw)
 
 
 def _stop(*procs):
@@ -59,7 +37,7 @@ def _journal(repo):
 
 # --- B1: two busy writers starve the erasure for ever -----------------------------------------------
 
-def test_two_writers_in_a_loop_starve_forget(setup, monkeypatch):
+def test_two_writers_in_a_loop_starve_forget(with_worktree, monkeypatch):
     """B1. Two processes remembering in a loop in the same worktree (two agents, an MCP server
     and a script): `forget` in the main worktree never gets the gate and fails with LockTimeout
     ("writers in this repository's worktrees held it for 60s; try again") -- and trying again
@@ -75,8 +53,8 @@ def test_two_writers_in_a_loop_starve_forget(setup, monkeypatch):
     polls LOCK_EX|LOCK_NB every 5 ms (gitstore.py:249-251, storage/locks.py:139-148), so it
     never wins. Writers should not hold the gate while queuing (take the write lock first and
     the gate with a try, or let a waiting eraser announce itself so new writers back off)."""
-    repo, _ = setup
-    writers = [_start(f"""
+    repo, _ = with_worktree
+    writers = [start_python(f"""
         import time
         from mdmem import MemoryRepo
         r = MemoryRepo.open({str(repo.root)!r}, finish_erasure=False)
@@ -109,7 +87,7 @@ def test_two_writers_in_a_loop_starve_forget(setup, monkeypatch):
 
 # --- B2: the index lock and the gate: forget waits two minutes, then fails half way ----------------
 
-def test_forget_deadlocks_with_a_reader_holding_the_index_lock(setup):
+def test_forget_deadlocks_with_a_reader_holding_the_index_lock(with_worktree):
     """B2. A long-lived process with deferred index entries (the MCP server sets
     store.index_delay; here 30 s so the window is certain) remembers a note, then runs a
     recall that walks the work tree (its first call; also after a watch overflow or without
@@ -124,8 +102,8 @@ def test_forget_deadlocks_with_a_reader_holding_the_index_lock(setup):
     half way (journal left at "cleaned", every linked worktree refused until it is resumed).
     Not new in d86c6c5 (its parent deadlocks the same way on the write lock), but the gate did
     not fix it. A normal forget here takes ~1-2 s; this one must finish within 25 s."""
-    repo, _ = setup
-    reader = _start(f"""
+    repo, _ = with_worktree
+    reader = start_python(f"""
         import sys, time
         from mdmem import MemoryRepo
         r = MemoryRepo.open({str(repo.root)!r}, finish_erasure=False)
@@ -170,7 +148,7 @@ def test_forget_deadlocks_with_a_reader_holding_the_index_lock(setup):
 
 # --- B3: a linked worktree cannot be opened while an erasure runs ---------------------------------
 
-def test_a_linked_worktree_opened_while_forget_runs_is_told_the_erasure_was_interrupted(setup):
+def test_a_linked_worktree_opened_while_forget_runs_is_told_the_erasure_was_interrupted(with_worktree):
     """B3. While a forget runs in the main worktree, opening the repository in a linked worktree
     (MemoryRepo.open, every `mdmem` CLI command there, starting the MCP server or the daemon
     there) fails at once with Conflict: "<wt> is a linked worktree: an interrupted erasure must be
@@ -188,7 +166,7 @@ def test_a_linked_worktree_opened_while_forget_runs_is_told_the_erasure_was_inte
     (shared) and look at the journal again: only a journal nobody's gate protects is interrupted.
     The forget is kept running by a reader holding the index lock (purge_caches waits for it),
     released after 3 s; the open must wait for the erasure and then succeed."""
-    repo, wt = setup
+    repo, wt = with_worktree
     repo.close()
     held = index_lock(repo.root)
     held.acquire(timeout=10)
