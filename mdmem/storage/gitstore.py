@@ -60,6 +60,7 @@ PENDING_NAME = "mdmem-pending.json"
 # rewrite for a burst of writes) by a timer thread, or before anything reads the index, or on
 # close/exit; until then the journal lists them, and a kill is repaired on the next open.
 INDEX_DELAY_SECONDS = 0.2
+FLUSH_RETRIES = 8  # a failed flush of git's index is tried again after 0.2, 0.4, ... 5 s
 _REF_READ_TRIES = 20
 _OBJECT_WRITE_TRIES = 5
 _COMMITTER = ("mdmem", "mdmem@localhost")
@@ -154,6 +155,7 @@ class GitStore(GitQueries):
         # None (the default): with every commit, so git status is clean when a call returns.
         self.index_delay: float | None = None
         self._index_due: set[str] = set()
+        self._flush_failures = 0  # flush_index's failures in a row (each tried again later)
         self._index_timer: threading.Timer | None = None
         # This repo's entry in _HOLDERS: the lock folder's real path (a symlink or `..` in the
         # way the repo was reached names the same lock).
@@ -507,10 +509,15 @@ class GitStore(GitQueries):
                 found.setdefault(path, []).append((commit, email, None if blob.strip("0") == "" else blob))
         return found
 
-    def git(self, *args: str, input: bytes | None = None, check: bool = True, flush: bool = True) -> str:
+    def git(self, *args: str, input: bytes | None = None, check: bool = True, flush: bool | None = None) -> str:
         """git itself in the work tree. ``flush``: this process's deferred entries are written into
-        git's index first (git may read it: status, stash, checkout, filter-repo...), which takes
-        the write lock; a reader that needs no up-to-date index says False."""
+        git's index first (git may read it: status, stash, grep, checkout, filter-repo...), which
+        takes the write lock; by default unless the command never reads the index
+        (_INDEX_FREE_COMMANDS). A reader must not wait for the write lock: trust's catch-up ran
+        `git log` under the search index's lock, flushing, while a forget holding the gate
+        waited for that index lock (attack 15c)."""
+        if flush is None:
+            flush = _subcommand(args) not in _INDEX_FREE_COMMANDS
         if flush:
             self.flush_index()
         proc = subprocess.run(["git", "-C", str(self.root), *args], input=input, capture_output=True)
@@ -704,17 +711,24 @@ class GitStore(GitQueries):
             self._write_file(path, data, folders)
             self._index_due.add(path)
         if self._index_timer is None:
-            self._index_timer = threading.Timer(self.index_delay or 0.0, _flush_later, (weakref.ref(self),))
-            self._index_timer.daemon = True
-            self._index_timer.start()
-            _OPEN_STORES.add(self)
+            self._arm_flush(self.index_delay or 0.0)
+
+    def _arm_flush(self, delay: float) -> None:
+        self._index_timer = threading.Timer(delay, _flush_later, (weakref.ref(self),))
+        self._index_timer.daemon = True
+        self._index_timer.start()
+        _OPEN_STORES.add(self)
 
     def flush_index(self) -> None:
         """Write the index entries of this process's commits into git's index (one rewrite
-        for all of them) and drop them from the journal. Never raises: what fails stays in
-        the journal for repair."""
+        for all of them) and drop them from the journal. Never raises: what fails is kept and
+        tried again a little later (git's own index.lock -- a person's git, or the stat refresh
+        mdmem runs in a copied repository -- made the write fail, and the entries were dropped:
+        git status stayed dirty until some later write, attack 15c), and stays in the journal
+        for repair meanwhile."""
         if not self._index_due:
             return
+        due: set[str] = set()
         try:
             with self.locked():
                 due, self._index_due = set(self._index_due), set()
@@ -742,8 +756,17 @@ class GitStore(GitQueries):
                         stage(index, pygit2.IndexEntry(path, entry.id, entry.filemode))
                 index.write()
                 self._unjournal(due)
+                due = set()
+            self._flush_failures = 0
         except Exception as exc:  # noqa: BLE001 -- the journal keeps them; repair finishes
             self.last_repair_error = f"{type(exc).__name__}: {exc}"
+            self._index_due |= due
+            self._flush_failures += 1
+            if self._flush_failures <= FLUSH_RETRIES:  # then the next write or open repairs
+                timer = self._index_timer
+                if timer is not None and timer is not threading.current_thread():
+                    timer.cancel()
+                self._arm_flush(min(5.0, 0.1 * 2 ** self._flush_failures))
 
     def _lookup_ref(self, name: str):
         """The reference, or None if it does not exist (read again if pack-refs hid it)."""
@@ -1111,6 +1134,19 @@ def _tree_blob_ids(tree: pygit2.Tree, paths, *, blobs_only: bool = True,
         entry = sub[base] if sub is not None and base in sub else None
         out[path] = None if entry is None or (blobs_only and entry.type_str != "blob") else str(entry.id)
     return out
+
+
+# git commands that never read git's index (history, objects, refs, config, remotes).
+_INDEX_FREE_COMMANDS = frozenset({"log", "show", "rev-list", "rev-parse", "merge-base", "ls-tree", "cat-file",
+                                  "for-each-ref", "show-ref", "config", "remote", "fetch", "push"})
+
+
+def _subcommand(args: tuple[str, ...]) -> str:
+    """The git command in ``args`` past global options (``-c key=value``, ``-C path``)."""
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        i += 2 if args[i] in ("-c", "-C") else 1
+    return args[i] if i < len(args) else ""
 
 
 def _flush_later(ref) -> None:
