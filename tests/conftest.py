@@ -67,22 +67,41 @@ LOCKER_SECRET = "Alice's locker code is 4471-XYZZY"
 
 
 @pytest.fixture
-def with_worktree(repo, tmp_path):
-    """(repo, wt): ``repo`` holding alice's private note LOCKER_SECRET and a team fact, and a
-    linked worktree ``wt`` on branch ``side`` (`git worktree add`): the erasure-lock tests."""
+def with_secret(repo):
+    """``repo`` holding alice's private note LOCKER_SECRET and a team fact (for erasures)."""
     repo.remember(LOCKER_SECRET, as_user="alice", kind="profile", subject="user:alice", key="locker",
                   scope="private", now=T0)
     team_fact(repo, "Deploys happen on Tuesdays")
+    return repo
+
+
+@pytest.fixture
+def with_worktree(with_secret, tmp_path):
+    """(repo, wt): :func:`with_secret`'s repo and a linked worktree ``wt`` on branch ``side``
+    (`git worktree add`): the erasure-lock tests."""
     wt = tmp_path / "wt"
-    git(repo.root, "worktree", "add", "-q", str(wt), "-b", "side")
-    return repo, wt
+    git(with_secret.root, "worktree", "add", "-q", str(wt), "-b", "side")
+    return with_secret, wt
 
 
-def start_python(code: str, **kw) -> subprocess.Popen:
-    """``code`` (dedented) in a new Python process, pipes on stdin, stdout and stderr, no daemon."""
-    env = {**os.environ, "MDMEM_DAEMON_AUTOSTART": "0"}
+def start_python(code: str, env: dict | None = None, **kw) -> subprocess.Popen:
+    """``code`` (dedented) in a new Python process, pipes on stdin, stdout and stderr, no daemon
+    (``env``: more variables)."""
+    env = {**os.environ, "MDMEM_DAEMON_AUTOSTART": "0", **(env or {})}
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True, env=env, **kw)
+
+
+def stop(*procs: subprocess.Popen) -> None:
+    """Kill what still runs and reap all."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def erasure_journal(repo) -> Path:
+    return repo.root / ".git" / "mdmem-erasure" / "journal.json"
 
 
 def hold_write_lock(root, seconds: float) -> subprocess.Popen:

@@ -12,19 +12,12 @@ import sys
 import time
 
 import pytest
-from conftest import git, hold_write_lock, start_python, T1
+from conftest import git, hold_write_lock, start_python, stop, T1
 
 from mdmem import MemoryRepo
 from mdmem.errors import Conflict
 from mdmem.storage import gitstore
 
-
-
-def _stop(*procs):
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
 
 
 def _add_worktree_later_and_hold(repo, wt2, delay: float, seconds: float) -> subprocess.Popen:
@@ -69,7 +62,7 @@ def test_a_worktree_added_while_forget_waits_is_not_locked(with_worktree, monkey
         first = late.stdout.readline().split()
         assert first and first[0] == "held", late.stderr.read()
     finally:
-        _stop(holder, late)
+        stop(holder, late)
     assert float(first[1]) >= ended - 0.05, "wt2's writer held its lock while the erasure ran"
     assert "XYZZY" not in git(repo.root, "log", "-p", "--all").stdout
 
@@ -112,7 +105,7 @@ def test_writes_in_a_worktree_added_while_forget_waits_corrupt_the_repository(wi
             error = f"{type(exc).__name__}: {exc}"
         out, err = writer.communicate(timeout=120)
     finally:
-        _stop(holder, writer)
+        stop(holder, writer)
     acked = [line.split()[1] for line in out.splitlines() if line.startswith("ok ")]
     failures = [line for line in out.splitlines() if line.startswith("err ")]
     fsck = git(repo.root, "fsck", check=False)
@@ -150,7 +143,7 @@ def test_forget_from_a_linked_worktree_refuses_at_once_not_after_the_main_writer
         waited = time.monotonic() - t
     finally:
         linked.close()
-        _stop(holder)
+        stop(holder)
     assert "linked worktree" in str(caught.value), f"{type(caught.value).__name__}: {caught.value}"
     assert waited < 3.0, f"the refusal waited {waited:.1f}s for the main worktree's writer"
 
@@ -255,7 +248,7 @@ def test_a_linked_worktree_writer_that_waited_for_the_erasure_can_write_again(wi
         done.write_text("1")
         out, err = writer.communicate(timeout=120)
     finally:
-        _stop(writer)
+        stop(writer)
     failures = [line for line in out.splitlines() if line.startswith("err ")]
     assert not failures, f"{len(failures)} writes failed after the erasure, first: {failures[0]}"
     assert git(repo.root, "fsck", check=False).returncode == 0

@@ -15,24 +15,13 @@ import sys
 import threading
 import time
 
-from conftest import start_python, T1
+from conftest import erasure_journal, start_python, stop, T1
 
 from mdmem import MemoryRepo
 from mdmem.errors import Conflict, LockTimeout
 from mdmem.search.note_index import index_lock
 from mdmem.storage import gitstore
 
-
-
-def _stop(*procs):
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
-
-
-def _journal(repo):
-    return repo.root / ".git" / "mdmem-erasure" / "journal.json"
 
 
 # --- B1: two busy writers starve the erasure for ever -----------------------------------------------
@@ -81,7 +70,7 @@ def test_two_writers_in_a_loop_starve_forget(with_worktree, monkeypatch):
             error = exc
         waited = time.monotonic() - t
     finally:
-        _stop(*writers)
+        stop(*writers)
     assert error is None, f"forget starved by two writers, after {waited:.1f}s: {error}"
 
 
@@ -131,15 +120,15 @@ def test_forget_deadlocks_with_a_reader_holding_the_index_lock(with_worktree):
         assert reader.stdout.readline().strip() == "ready", reader.stderr.read()
         eraser.start()
         t = time.monotonic()
-        while not _journal(repo).exists() and time.monotonic() - t < 20:  # forget holds the gate
+        while not erasure_journal(repo).exists() and time.monotonic() - t < 20:  # forget holds the gate
             time.sleep(0.01)
-        assert _journal(repo).exists(), result
+        assert erasure_journal(repo).exists(), result
         reader.stdin.write("go\n")
         reader.stdin.flush()
         eraser.join(timeout=25)
         stalled = eraser.is_alive()
     finally:
-        _stop(reader)  # frees the index lock: the forget can end
+        stop(reader)  # frees the index lock: the forget can end
         eraser.join(timeout=120)
     assert not stalled, "forget stalled > 25 s: it holds the gate and waits for the index lock a reader " \
                         "holds while that reader waits for the gate"
@@ -177,9 +166,9 @@ def test_a_linked_worktree_opened_while_forget_runs_is_told_the_erasure_was_inte
     releaser = threading.Timer(3.0, held.release)
     try:
         t = time.monotonic()
-        while not _journal(repo).exists() and time.monotonic() - t < 30:
+        while not erasure_journal(repo).exists() and time.monotonic() - t < 30:
             time.sleep(0.02)
-        assert _journal(repo).exists(), "the forget never started"
+        assert erasure_journal(repo).exists(), "the forget never started"
         releaser.start()
         try:
             linked = MemoryRepo.open(wt)
@@ -192,6 +181,6 @@ def test_a_linked_worktree_opened_while_forget_runs_is_told_the_erasure_was_inte
     finally:
         releaser.cancel()
         held.release()
-        _stop(eraser)
+        stop(eraser)
     assert eraser.returncode == 0, err
     assert error is None, f"opening the linked worktree during a running erasure: {error}"

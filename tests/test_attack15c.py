@@ -6,48 +6,15 @@ Real processes, real git. Each test failed on f6d547d; its docstring says what b
 and where. Fixed: GitStore.git flushes git's index first only for commands that read it (not log,
 show, rev-list...: a reader never waits for the write lock that way); a flush that fails (git's own
 index.lock) keeps its entries and is tried again later (FLUSH_RETRIES)."""
-import os
 import subprocess
-import sys
-import textwrap
 import threading
 import time
 
-import pytest
-from conftest import T0, T1, team_fact
+from conftest import erasure_journal, git, start_python, stop, T1, team_fact
 
 from mdmem import MemoryRepo
 from mdmem.storage import gitstore
 
-SECRET = "Alice's locker code is 4471-XYZZY"
-
-
-def git(root, *args, check=True):
-    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, check=check, text=True)
-
-
-@pytest.fixture
-def setup(repo):
-    repo.remember(SECRET, as_user="alice", kind="profile", subject="user:alice", key="locker", scope="private", now=T0)
-    team_fact(repo, "Deploys happen on Tuesdays")
-    return repo
-
-
-def _start(code: str, **kw) -> subprocess.Popen:
-    env = {**os.environ, "MDMEM_DAEMON_AUTOSTART": "0", "MDMEM_EMBEDDER": "none"}
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True, env=env, **kw)
-
-
-def _stop(*procs):
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
-
-
-def _journal(repo):
-    return repo.root / ".git" / "mdmem-erasure" / "journal.json"
 
 
 def _erase_in_thread(repo, result):
@@ -65,7 +32,7 @@ def _erase_in_thread(repo, result):
 
 # --- C1: the index lock and the gate, through trust's catch-up --------------------------------------
 
-def test_forget_deadlocks_with_a_reader_whose_trust_catches_up_under_the_index_lock(setup):
+def test_forget_deadlocks_with_a_reader_whose_trust_catches_up_under_the_index_lock(with_secret):
     """C1. B2's deadlock (attack 15b) is still there by another road. A long-lived process with
     deferred index entries (store.index_delay, as the MCP server; 30 s here so the window is
     certain -- at 0.2 s it is a recall within 0.2 s of a remember, or any time after the timer's
@@ -85,8 +52,8 @@ def test_forget_deadlocks_with_a_reader_whose_trust_catches_up_under_the_index_l
     (Observed stack of the reader: note_index._sync:215 -> verify.flags:463 -> _current:144 ->
     changes_by_commit -> git:515 -> flush_index:719 -> locked:230 -> _enter_gate:273 ->
     pass_turnstile:192.)"""
-    repo = setup
-    reader = _start(f"""
+    repo = with_secret
+    reader = start_python(f"""
         import sys, time
         from mdmem import MemoryRepo
         r = MemoryRepo.open({str(repo.root)!r}, finish_erasure=False)
@@ -99,7 +66,7 @@ def test_forget_deadlocks_with_a_reader_whose_trust_catches_up_under_the_index_l
         t = time.monotonic()
         r.recall("coffee", as_user="bob")
         print("recall", time.monotonic() - t, flush=True)
-    """)
+    """, env={"MDMEM_EMBEDDER": "none"})
     result = {}
     eraser = None
     try:
@@ -108,15 +75,15 @@ def test_forget_deadlocks_with_a_reader_whose_trust_catches_up_under_the_index_l
         team_fact(repo, "Deploys happen on Wednesdays now", key="deploy.window2", new_key=True)
         eraser = _erase_in_thread(repo, result)
         t = time.monotonic()
-        while not _journal(repo).exists() and time.monotonic() - t < 20:
+        while not erasure_journal(repo).exists() and time.monotonic() - t < 20:
             time.sleep(0.01)
-        assert _journal(repo).exists(), result
+        assert erasure_journal(repo).exists(), result
         reader.stdin.write("go\n")
         reader.stdin.flush()
         eraser.join(timeout=25)
         stalled = eraser.is_alive()
     finally:
-        _stop(reader)
+        stop(reader)
         if eraser is not None:
             eraser.join(timeout=120)
     assert not stalled, "forget stalled > 25 s"
