@@ -548,6 +548,9 @@ def _refuse_config_removed(store, head, their_head, remote, branch) -> None:
 
 
 def _refuse_dirty(store, changes: dict, what: str) -> None:
+    # This process's deferred index entries first (the MCP server's): git status compares the
+    # work tree with git's index, where our own last commit would read as an uncommitted edit.
+    store.flush_index()
     clash = sorted(sync_ops.dirty_paths(store) & set(changes))
     if clash:
         raise Conflict(f"sync: uncommitted edits to {', '.join(clash[:10])} would be overwritten by the {what}; "

@@ -711,6 +711,7 @@ class GitStore(GitQueries):
             self._write_file(path, data, folders)
             self._index_due.add(path)
         if self._index_timer is None:
+            self._flush_failures = 0
             self._arm_flush(self.index_delay or 0.0)
 
     def _arm_flush(self, delay: float) -> None:
@@ -740,6 +741,7 @@ class GitStore(GitQueries):
                 index = self._git_index()
                 head = self.head()
                 tree = self.repo[head].peel(pygit2.Commit).tree if head else None
+                before = self._read_journal()  # each path's blob before our write
                 for path in due:
                     # What HEAD holds now (a later commit, ours or another process's, may have
                     # changed the path again since).
@@ -747,6 +749,8 @@ class GitStore(GitQueries):
                         entry = tree[path] if tree is not None else None
                     except KeyError:
                         entry = None
+                    if self._staged_by_a_person(index, path, entry, before):
+                        continue
                     if entry is None:
                         if path in index:
                             index.remove(path)
@@ -761,12 +765,25 @@ class GitStore(GitQueries):
         except Exception as exc:  # noqa: BLE001 -- the journal keeps them; repair finishes
             self.last_repair_error = f"{type(exc).__name__}: {exc}"
             self._index_due |= due
+            # No timer left behind (a LockTimeout before the flush cleared it kept the finished
+            # one, and no later write armed another: attack 15d).
+            timer, self._index_timer = self._index_timer, None
+            if timer is not None and timer is not threading.current_thread():
+                timer.cancel()
             self._flush_failures += 1
-            if self._flush_failures <= FLUSH_RETRIES:  # then the next write or open repairs
-                timer = self._index_timer
-                if timer is not None and timer is not threading.current_thread():
-                    timer.cancel()
+            if self._flush_failures <= FLUSH_RETRIES:  # then the next write arms it again
                 self._arm_flush(min(5.0, 0.1 * 2 ** self._flush_failures))
+
+    def _staged_by_a_person(self, index: pygit2.Index, path: str, entry, before: dict[str, str | None]) -> bool:
+        """Whether git's index holds, for a path of ours still due, a version a person staged
+        since our write: neither HEAD's, nor the one before our write (the journal's), while the
+        work tree is not HEAD's either. It is theirs and stays, as repair and the hook leave it
+        (a retried flush staged HEAD's over a person's `git add`: attack 15d)."""
+        staged = str(index[path].id) if path in index else None
+        want = str(entry.id) if entry is not None else None
+        if staged == want or staged == before.get(path, staged):
+            return False
+        return self.worktree_blob_id(path) != want
 
     def _lookup_ref(self, name: str):
         """The reference, or None if it does not exist (read again if pack-refs hid it)."""
