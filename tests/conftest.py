@@ -4,10 +4,11 @@ import atexit
 import os
 import shutil
 import subprocess
-import textwrap
 import sys
 import tempfile
+import textwrap
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -102,6 +103,41 @@ def stop(*procs: subprocess.Popen) -> None:
 
 def erasure_journal(repo) -> Path:
     return repo.root / ".git" / "mdmem-erasure" / "journal.json"
+
+
+def erase_in_thread(repo, result: dict) -> threading.Thread:
+    """alice's erasure of her own notes, started on a thread; ``result`` gets "ok" (seconds) or
+    "error"."""
+    def erase():
+        t = time.monotonic()
+        try:
+            repo.forget(as_user="alice", owner="alice", subject="user:alice", now=T1)
+            result["ok"] = time.monotonic() - t
+        except Exception as exc:  # noqa: BLE001 -- the test names it
+            result["error"] = f"{type(exc).__name__}: {exc}"
+    thread = threading.Thread(target=erase, daemon=True)
+    thread.start()
+    return thread
+
+
+def deferring_reader(root, *, recall_first: bool = False, env: dict | None = None) -> subprocess.Popen:
+    """A long-lived process that defers git's index entries (as the MCP server does; 30 s here)
+    and writes a note (after a recall with ``recall_first``), says "ready", then recalls once a
+    line comes on its stdin and says "recall <seconds>"."""
+    first = '        r.recall("deploys", as_user="bob")\n' if recall_first else ""
+    return start_python(f"""
+        import sys, time
+        from mdmem import MemoryRepo
+        r = MemoryRepo.open({str(root)!r}, finish_erasure=False)
+        r.store.index_delay = 30
+{first}        r.remember("Bob likes coffee", as_user="bob", kind="profile", subject="user:bob", key="drink",
+                   scope="private")
+        print("ready", flush=True)
+        sys.stdin.readline()
+        t = time.monotonic()
+        r.recall("coffee", as_user="bob")
+        print("recall", time.monotonic() - t, flush=True)
+    """, env=env)
 
 
 def hold_write_lock(root, seconds: float) -> subprocess.Popen:

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from conftest import erasure_journal, start_python, stop, T1
+from conftest import deferring_reader, erase_in_thread, erasure_journal, start_python, stop, T1
 
 from mdmem import MemoryRepo
 from mdmem.errors import Conflict, LockTimeout
@@ -92,33 +92,12 @@ def test_forget_deadlocks_with_a_reader_holding_the_index_lock(with_worktree):
     Not new in d86c6c5 (its parent deadlocks the same way on the write lock), but the gate did
     not fix it. A normal forget here takes ~1-2 s; this one must finish within 25 s."""
     repo, _ = with_worktree
-    reader = start_python(f"""
-        import sys, time
-        from mdmem import MemoryRepo
-        r = MemoryRepo.open({str(repo.root)!r}, finish_erasure=False)
-        r.store.index_delay = 30  # the MCP server defers git's index entries (0.2 s there)
-        r.remember("Bob likes coffee", as_user="bob", kind="profile", subject="user:bob", key="drink",
-                   scope="private")
-        print("ready", flush=True)
-        sys.stdin.readline()
-        t = time.monotonic()
-        r.recall("coffee", as_user="bob")
-        print("recall", time.monotonic() - t, flush=True)
-    """)
-    result = {}
-
-    def erase():
-        t = time.monotonic()
-        try:
-            repo.forget(as_user="alice", owner="alice", subject="user:alice", now=T1)
-            result["ok"] = time.monotonic() - t
-        except Exception as exc:  # noqa: BLE001
-            result["error"] = f"{type(exc).__name__}: {exc}"
-
-    eraser = threading.Thread(target=erase, daemon=True)
+    reader = deferring_reader(repo.root)
+    result: dict = {}
+    eraser = None
     try:
         assert reader.stdout.readline().strip() == "ready", reader.stderr.read()
-        eraser.start()
+        eraser = erase_in_thread(repo, result)
         t = time.monotonic()
         while not erasure_journal(repo).exists() and time.monotonic() - t < 20:  # forget holds the gate
             time.sleep(0.01)
@@ -129,7 +108,8 @@ def test_forget_deadlocks_with_a_reader_holding_the_index_lock(with_worktree):
         stalled = eraser.is_alive()
     finally:
         stop(reader)  # frees the index lock: the forget can end
-        eraser.join(timeout=120)
+        if eraser is not None:
+            eraser.join(timeout=120)
     assert not stalled, "forget stalled > 25 s: it holds the gate and waits for the index lock a reader " \
                         "holds while that reader waits for the gate"
     assert "error" not in result, result

@@ -7,27 +7,13 @@ and where. Fixed: GitStore.git flushes git's index first only for commands that 
 show, rev-list...: a reader never waits for the write lock that way); a flush that fails (git's own
 index.lock) keeps its entries and is tried again later (FLUSH_RETRIES)."""
 import subprocess
-import threading
 import time
 
-from conftest import erasure_journal, git, start_python, stop, T1, team_fact
+from conftest import deferring_reader, erase_in_thread, erasure_journal, git, stop, team_fact
 
 from mdmem import MemoryRepo
 from mdmem.storage import gitstore
 
-
-
-def _erase_in_thread(repo, result):
-    def erase():
-        t = time.monotonic()
-        try:
-            repo.forget(as_user="alice", owner="alice", subject="user:alice", now=T1)
-            result["ok"] = time.monotonic() - t
-        except Exception as exc:  # noqa: BLE001
-            result["error"] = f"{type(exc).__name__}: {exc}"
-    th = threading.Thread(target=erase, daemon=True)
-    th.start()
-    return th
 
 
 # --- C1: the index lock and the gate, through trust's catch-up --------------------------------------
@@ -53,27 +39,14 @@ def test_forget_deadlocks_with_a_reader_whose_trust_catches_up_under_the_index_l
     changes_by_commit -> git:515 -> flush_index:719 -> locked:230 -> _enter_gate:273 ->
     pass_turnstile:192.)"""
     repo = with_secret
-    reader = start_python(f"""
-        import sys, time
-        from mdmem import MemoryRepo
-        r = MemoryRepo.open({str(repo.root)!r}, finish_erasure=False)
-        r.store.index_delay = 30  # the MCP server defers git's index entries (0.2 s there)
-        r.recall("deploys", as_user="bob")
-        r.remember("Bob likes coffee", as_user="bob", kind="profile", subject="user:bob", key="drink",
-                   scope="private")
-        print("ready", flush=True)
-        sys.stdin.readline()
-        t = time.monotonic()
-        r.recall("coffee", as_user="bob")
-        print("recall", time.monotonic() - t, flush=True)
-    """, env={"MDMEM_EMBEDDER": "none"})
+    reader = deferring_reader(repo.root, recall_first=True, env={"MDMEM_EMBEDDER": "none"})
     result = {}
     eraser = None
     try:
         assert reader.stdout.readline().strip() == "ready", reader.stderr.read()
         # Another process's commit: the reader's trust state (at its own commit) must catch up.
         team_fact(repo, "Deploys happen on Wednesdays now", key="deploy.window2", new_key=True)
-        eraser = _erase_in_thread(repo, result)
+        eraser = erase_in_thread(repo, result)
         t = time.monotonic()
         while not erasure_journal(repo).exists() and time.monotonic() - t < 20:
             time.sleep(0.01)

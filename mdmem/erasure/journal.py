@@ -14,14 +14,9 @@ import time
 from pathlib import Path
 
 from ..errors import BadInput
-from ..storage.gitdir import ERASURE_DONE, common_git_dir, erasure_done_path, file_stamp  # the shared git dir
+from ..storage.gitdir import common_git_dir, erasure_done_path, file_stamp  # the shared git dir
 
 FOLDER = "mdmem-erasure"
-# Rewritten by every erasure that ends: a process holding notes in memory (the daemon) that
-# sees it move lets go of everything -- also after an erasure that rewrote no commit (text only
-# in the work tree), which its check of the branch cannot see; a writer drops what it kept of
-# the old history (GitStore.follow_erasures).
-DONE = ERASURE_DONE
 
 
 class Journal:
@@ -70,11 +65,15 @@ class Journal:
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def finished(self) -> None:
-        """The erasure ended: the journal goes and :func:`done_stamp` moves."""
+        """The erasure ended: the journal goes and :func:`done_stamp` moves. A process holding
+        notes in memory (the daemon) that sees it move lets go of everything -- also after an
+        erasure that rewrote no commit (text only in the work tree), which its check of the
+        branch cannot see; a writer drops what it kept of the old history
+        (GitStore.follow_erasures)."""
         self.remove()
-        done = common_git_dir(self.root) / DONE
+        done = erasure_done_path(self.root)
         try:
-            tmp = done.with_name(DONE + ".new")
+            tmp = done.with_name(done.name + ".new")
             tmp.write_text(f"{time.time_ns()}\n", encoding="utf-8")
             os.replace(tmp, done)
         except OSError:  # (a linked worktree's .git is a file: no journal there either)

@@ -286,14 +286,14 @@ class GitStore(GitQueries):
             self._leave_turnstile(held)
             raise
 
-    def _leave_turnstile(self, held: list[Lock]) -> None:
-        """An erasure's turnstile: its file goes first (writers then find none to wait on, and
-        those waiting wake as it is let go), then the lock."""
-        for lock in held:
-            if lock.lock_file == self._gate[1]:
-                with contextlib.suppress(OSError):
-                    os.unlink(lock.lock_file)
-            lock.release()
+    @staticmethod
+    def _leave_turnstile(held: list[Lock]) -> None:
+        """An erasure's turnstile (none for a writer): its file goes first (writers then find
+        none to wait on, and those waiting wake as it is let go), then the lock."""
+        for turnstile in held:
+            with contextlib.suppress(OSError):
+                os.unlink(turnstile.lock_file)
+            turnstile.release()
 
     @staticmethod
     def _gate_timeout(path: str, timeout: float, erasure: bool) -> LockTimeout:

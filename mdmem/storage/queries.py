@@ -75,6 +75,8 @@ class GitQueries:
 
         def head(self) -> str | None: ...
 
+        def blob_ids(self, paths, rev: str | None = None) -> dict[str, str | None]: ...
+
         def flush_index(self) -> None: ...
 
     # --- objects and refs ---------------------------------------------------------------
@@ -201,22 +203,13 @@ class GitQueries:
         recall paid for the rewrite of git's index (~90 ms at 100k notes)."""
         self.refresh_stat_if_moved()
         out: dict[str, str] = {}
-        head: pygit2.Tree | None | bool = False  # read at the first path status names
         for path, flags in self.repo.status(untracked_files="all").items():
             if not is_note_path(path) or flags == pygit2.GIT_STATUS_IGNORED:
                 continue
             full = self.root / path
-            version = blob_hash(full.read_bytes()) if full.exists() else "deleted"
-            if head is False:
-                tip = self.head()
-                head = self.repo[tip].peel(pygit2.Commit).tree if tip else None
-            try:
-                committed = str(head[path].id) if isinstance(head, pygit2.Tree) else "deleted"
-            except KeyError:
-                committed = "deleted"
-            if version != committed:
-                out[path] = version
-        return out
+            out[path] = blob_hash(full.read_bytes()) if full.exists() else "deleted"
+        committed = self.blob_ids(out) if out else {}
+        return {path: version for path, version in out.items() if version != (committed[path] or "deleted")}
 
     def refresh_stat_if_moved(self) -> None:
         """git's index keeps each file's stat data (inode, ctime, ...) to know an unchanged file
