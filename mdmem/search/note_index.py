@@ -42,8 +42,6 @@ SCHEMA_VERSION = 12  # 10: context; 11: tags; 12: B 0.3, a context's mean vector
 # reader reopened); into a Whoosh RAM segment ~28 ms; as plain postings ~0.6 ms (load ~14).
 RECENT_MAX = 200
 WRITTEN_MAX = 64  # a larger commit (a bulk batch) is not hashed here: its catch-up reads git
-# Small segments tolerated before a catch-up merges them (see _merge_when_many).
-MERGE_AFTER_SEGMENTS = 8
 WORKTREE_CHECK_SECONDS = 1.0
 
 
@@ -408,10 +406,10 @@ class NoteIndex:
                     writer.delete_by_term("doc_id", path)
                 fulltext.add_documents(writer, docs, fresh=fresh, progress=progress)
                 if prebuilt is None:
-                    writer.commit(mergetype=_merge_when_many)
+                    writer.commit(mergetype=fulltext.merge_when_many)
                 else:
                     writer.commit(mergetype=fulltext.adopt_segments(self.base / "fulltext", prebuilt.folder,
-                                                                    prebuilt.segments, _merge_when_many))
+                                                                    prebuilt.segments, fulltext.merge_when_many))
             except BaseException:
                 writer.cancel()
                 raise
@@ -681,14 +679,3 @@ def _valid_state(state: dict) -> bool:
     return (isinstance(state.get("schema", 0), int) and isinstance(state.get("model", ""), str)
             and isinstance(state.get("commit") or "", str) and isinstance(state.get("dirty", {}), dict)
             and isinstance(state.get("broken", {}), dict))
-
-
-def _merge_when_many(writer, segments):
-    """Whoosh merges small segments on every commit by default: after one write that is a
-    rewrite of the recent segments, paid by the first recall. Leave them until a few have
-    piled up (each costs a recall little: its columns are read once, then kept)."""
-    from whoosh.writing import MERGE_SMALL, NO_MERGE
-
-    if len(segments) < MERGE_AFTER_SEGMENTS:
-        return NO_MERGE(writer, segments)
-    return MERGE_SMALL(writer, segments)

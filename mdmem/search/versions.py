@@ -122,7 +122,7 @@ class VersionsIndex:
             writer.update_document(**doc)
         for doc in docs:
             writer.update_document(**doc)
-        writer.commit()
+        writer.commit(mergetype=fulltext.merge_when_many)
         if self._searcher is not None:
             self._searcher.close()
             self._searcher = None
