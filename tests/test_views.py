@@ -141,7 +141,7 @@ def random_entries(rng, n, now_ts):
     def bound():
         return rng.choice([NEVER] * 6 + [now_ts + 3600, now_ts - 3600])
 
-    out = [Entry(f"team/t/service/s{rng.randint(0, 30)}/{kind}/k{i}.md", kind, f"service:s{rng.randint(0, 30)}",
+    out = [Entry(f"team/t/service/s{rng.randint(0, 30)}/{kind}/k{i}.md", kind, f"service:s{rng.randint(0, n // 4)}",
                  f"k{i}", f"note {i} " + "x" * rng.randint(0, 120), "user", "2026-01-01",
                  rng.choice([0, 0, 0, now_ts + 60]), bound(), bound())
            for i, kind in enumerate(rng.choice(["fact"] * 8 + ["profile", "procedure", "working", "episode"])
@@ -184,6 +184,9 @@ def test_a_view_rendered_from_totals_equals_one_rendered_by_passing_over_every_e
         kw = dict(readers=["bob"], max_lines=rng.choice([40, 200]), max_bytes=rng.choice([4_000, 25_000]))
         assert render_scope("team/t", entries, now, totals=Totals.of(entries), **kw) == \
             render_scope("team/t", entries, now, **kw)
+        # The committed view (no `now`) too: its subject list comes from the totals' sorted names.
+        assert render_scope("team/t", entries, None, totals=Totals.of(entries), **kw) == \
+            render_scope("team/t", entries, None, **kw)
 
 
 def test_a_note_cannot_fake_a_provenance_tag_or_a_link_in_a_view(repo):
