@@ -29,6 +29,10 @@ cache removed), per --modes; wall and CPU seconds with the load average (--skip 
 "(writes N)": when the last batch was committed (the rest is the catch-up that makes them searchable).
 --fixtures DIR keeps each size's filled repo there (built once, reused; with --skip rebuild the
 index is only caught up), so a 100k run need not fill 100,000 notes every time.
+Temporary repos (the bulk import, sizes without --fixtures) go under $TMPDIR (Python's tempfile):
+on session 16's machine /tmp made and filled folders ~8x slower than the same disk elsewhere
+(mkdir 0.39-0.77 ms against 0.04-0.09, a 500-byte file 0.46-0.63 against 0.04-0.07), which a
+bulk import (a file and ~0.7 folders a note) pays; say where the run was made.
 """
 from __future__ import annotations
 
@@ -371,7 +375,7 @@ def bulk(n: int, mode: str, *, rebuild: bool = True) -> dict:
         hits = repo.recall(items[-1]["text"] if "text" in items[-1] else question(2), as_user="dana", k=3)
         out = {"notes": n, "embedder": mode, "how": how, "seconds": secs, "cpu_seconds": cpu,
                "worker_cpu_seconds": worker_cpu, "load": load, "writes_seconds": written[0] if written else None,
-               "load_end": os.getloadavg()[0], "found_last": bool(hits)}
+               "load_end": os.getloadavg()[0], "found_last": bool(hits), "tmpdir": tempfile.gettempdir()}
         repo.close()
         if rebuild:
             root = Path(tmp) / "mem"
