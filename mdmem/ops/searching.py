@@ -54,11 +54,22 @@ def recall(repo: RepoState, query: str, *, as_user: str, k: int = 5, kinds: list
         hits = repo.recaller(query, **args)
     except MdmemError:
         raise
-    except Exception as exc:  # noqa: BLE001 -- an index file that cannot be read
-        # The index is a cache: a damaged one (truncated table of contents, a missing
-        # segment, garbage) is moved aside with one warning and rebuilt, then asked again.
-        repo.index.recover(exc)
+    except Exception:  # noqa: BLE001 -- an index file that cannot be read, or a passing race
+        # Asked once more from the index as it is on disk now before it is called damaged:
+        # another process's commit deleted the table of contents just listed, or a note was
+        # rewritten while git status hashed it (attack 16 P4, P5: a healthy index was moved
+        # aside and rebuilt from every note, minutes at 100k).
+        repo.index.reopen()
         repo.reset_recaller()
-        hits = repo.recaller(query, **args)
+        try:
+            hits = repo.recaller(query, **args)
+        except MdmemError:
+            raise
+        except Exception as exc:  # noqa: BLE001 -- an index file that cannot be read
+            # The index is a cache: a damaged one (truncated table of contents, a missing
+            # segment, garbage) is moved aside with one warning and rebuilt, then asked again.
+            repo.index.recover(exc)
+            repo.reset_recaller()
+            hits = repo.recaller(query, **args)
     flags = repo.trust.flags_of({h.path for h in hits if h.current})
     return [replace(h, untrusted=flags[h.path].detail) if h.current and h.path in flags else h for h in hits]

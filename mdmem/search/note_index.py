@@ -203,6 +203,11 @@ class NoteIndex:
             if self._needs_rebuild(state) or (state.get("commit") and not self.repo.store.has_object(state["commit"])):
                 self._touched.clear()
                 return self._rebuild(progress=progress or self.progress, prebuilt=prebuilt)
+            # HEAD again, under the lock: another process may have caught the index up past the
+            # HEAD read above while this one waited. Saving that older commit moved state.json
+            # back, and the next catch-up added notes already indexed without removing their
+            # old versions (superseded text found by every process; attack 16 P1).
+            head = self.repo.store.head()
             changed, fresh, dirty = self._changes(state, head, scan=scan)
             report = self._apply(sorted(changed), state.get("broken", {}), progress=progress or self.progress,
                                  fresh=fresh, prebuilt=self._usable(prebuilt, set(changed), dirty))
@@ -622,6 +627,12 @@ class NoteIndex:
         shutil.rmtree(self.base / "versions", ignore_errors=True)
         (self.base / "versions.json").unlink(missing_ok=True)
         self.state_path.unlink(missing_ok=True)
+
+    def reopen(self) -> None:
+        """Let go of what this process holds open of the index (searcher, table of contents,
+        long lists, notes in memory): the next call opens it as it is on disk now."""
+        with self.mutex:
+            self._close_index()
 
     def recover(self, exc: BaseException) -> None:
         """A read of the index failed (a truncated or missing segment, garbage in a file):
