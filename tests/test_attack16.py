@@ -6,9 +6,10 @@ Real processes and repositories where the defect needs them. Each test failed on
 docstring says what broke, how, and whether d0895c5 brought it (M) or it was there before (P:
 reproduced on 3876086 with the same stress script). Fixed since: P1 (HEAD read again under the
 index lock), P4 and P5 (recall asks once more from the index as it is on disk before calling it
-damaged), M1 (a merge budget per commit), M3 (dead segments dropped). Still open, marked xfail
+damaged), M1 (a merge budget per commit), M3 (dead segments dropped), P3 (state.json
+marks a catch-up pending before its index commit). Still open, marked xfail
 (strict, so a fix shows): P2a/P2b (a catch-up between a commit's ref move and its work-tree
-write), P3 (a kill between the index commit and state.json), M2 (merged segments' quantised
+write), M2 (merged segments' quantised
 lengths). Kill points and pauses are put into the child process by wrapping the named function
 (as test_crash_safety.py does): the wrapped code still runs, only its moment is chosen."""
 from __future__ import annotations
@@ -206,16 +207,17 @@ KILLED_CATCH_UP = """
     import os, signal
     from mdmem import MemoryRepo
     from mdmem.search import note_index
-    def die(self, state):
-        os.kill(os.getpid(), signal.SIGKILL)  # the index is committed; state.json not yet
-    note_index.NoteIndex._save_state = die
+    def die(self, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGKILL)
+    # _save_state: the index is committed, state.json not yet; _apply: marked pending, nothing committed
+    setattr(note_index.NoteIndex, {where!r}, die)
     r = MemoryRepo.open({root!r})
     r.recall("vault", as_user="bob")
 """
 
 
-@pytest.mark.xfail(strict=True, reason='known gap (session 16): a kill between the index commit and state.json leaves a superseded version')
-def test_a_catch_up_killed_after_its_index_commit_leaves_a_superseded_note_found(repo):
+@pytest.mark.parametrize("where", ["_save_state", "_apply"])
+def test_a_catch_up_killed_after_its_index_commit_leaves_a_superseded_note_found(repo, where):
     """P3 (there before d0895c5). _apply commits the index (note_index.py:409), _sync then saves
     state.json (:209). A kill -9 in between (a CLI call killed just after its catch-up's commit;
     a kill DURING the commit, merge included, is safe) leaves notes in the index that state.json says are not
@@ -225,7 +227,7 @@ def test_a_catch_up_killed_after_its_index_commit_leaves_a_superseded_note_found
     team_fact(repo, "Deploys happen on Tuesdays")
     repo.recall("deploys", as_user="bob", now=T0)
     team_fact(repo, "The vault codename is alpha1", new_key=True, **VAULT)
-    killed = start_python(KILLED_CATCH_UP.format(root=str(repo.root)))
+    killed = start_python(KILLED_CATCH_UP.format(root=str(repo.root), where=where))
     killed.communicate(timeout=60)
     assert killed.returncode == -9
     team_fact(repo, "The vault codename is beta2", **VAULT)

@@ -209,6 +209,16 @@ class NoteIndex:
             # old versions (superseded text found by every process; attack 16 P1).
             head = self.repo.store.head()
             changed, fresh, dirty = self._changes(state, head, scan=scan)
+            if state.get("pending"):
+                # A catch-up was killed around its index commit: the notes "new in HEAD" may be
+                # in the index already, so each replaces what is there (no add without delete).
+                fresh, prebuilt = set(), None
+            elif changed:
+                # Said before the index commit: a kill between it and the save below left notes
+                # in the index that state.json said were not, and the next catch-up added the
+                # "fresh" ones again beside them (duplicates, a superseded version kept; attack
+                # 16 P3). The save below drops the mark.
+                cachefiles.write_state(self.state_path, {**state, "pending": head})
             report = self._apply(sorted(changed), state.get("broken", {}), progress=progress or self.progress,
                                  fresh=fresh, prebuilt=self._usable(prebuilt, set(changed), dirty))
             self._save_state({"schema": SCHEMA_VERSION, "model": self.model_id, "commit": head,
