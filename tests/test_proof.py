@@ -387,12 +387,17 @@ def test_caches_hold_only_history_reads_the_index_documents(tmp_path):
     half of the check survived; only the embedding cache's half was tested)."""
     repo = MemoryRepo.init(tmp_path / "m", teams=TEAMS, erasers=["dana"], as_user="dana", now=T0, embedder="none")
     path = repo.remember("Bob likes tea", as_user="bob", kind="profile", subject="user:bob", key="drink", now=T0).path
+    other = repo.remember("Bob walks to work", as_user="bob", kind="profile", subject="user:bob", key="commute",
+                          new_key=True, now=T0).path
     repo.reindex()
     assert repo.prove_gone(["ABSENT-1"], as_user="dana").scope["caches_hold_only_history"] == {
         "passed": True, "where": []}
     note = repo.root / path
     committed = note.read_text()
     note.write_text(committed.replace("Bob likes tea", "Bob likes coffee"))
+    # A second hand edit, kept: its document keeps the catch-up's segment alive (a segment left
+    # with no live document is dropped at the next commit, and its deleted ones with it).
+    (repo.root / other).write_text((repo.root / other).read_text().replace("walks", "cycles"))
     repo.close()
     repo = MemoryRepo.open(repo.root)  # a new process: its first catch-up reads the work tree
     assert repo.prove_gone(["ABSENT-1"], as_user="dana").scope["caches_hold_only_history"]["passed"] is True
