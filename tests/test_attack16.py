@@ -7,10 +7,9 @@ docstring says what broke, how, and whether d0895c5 brought it (M) or it was the
 reproduced on 3876086 with the same stress script). Fixed since: P1 (HEAD read again under the
 index lock), P4 and P5 (recall asks once more from the index as it is on disk before calling it
 damaged), M1 (a merge budget per commit), M3 (dead segments dropped), P3 (state.json
-marks a catch-up pending before its index commit). Still open, marked xfail
-(strict, so a fix shows): P2a/P2b (a catch-up between a commit's ref move and its work-tree
-write), M2 (merged segments' quantised
-lengths). Kill points and pauses are put into the child process by wrapping the named function
+marks a catch-up pending before its index commit), P2a/P2b (a catch-up compares the moved
+commits' own files with HEAD). Still open, marked xfail (strict, so a fix shows): M2 (merged
+segments' quantised lengths). Kill points and pauses are put into the child process by wrapping the named function
 (as test_crash_safety.py does): the wrapped code still runs, only its moment is chosen."""
 from __future__ import annotations
 
@@ -173,7 +172,6 @@ def _lagging_work_tree(repo, recent_max):
     return during, after, reader
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (session 16): a catch-up between a commit's ref move and its work-tree write indexes the old file")
 def test_a_long_lived_process_that_recalls_mid_write_keeps_the_old_version_for_good(repo):
     """P2a (there before d0895c5; found by the stress's long-lived reader). GitStore.commit moves
     the branch (gitstore.py:693) and only then writes the work tree (:696-702). A catch-up in
@@ -188,7 +186,6 @@ def test_a_long_lived_process_that_recalls_mid_write_keeps_the_old_version_for_g
     assert any("beta2" in t for t in after), after
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (session 16): a catch-up between a commit's ref move and its work-tree write indexes the old file")
 def test_a_catch_up_on_disk_mid_write_leaves_the_old_version_in_the_index_for_every_process(repo):
     """P2b: the same window when the catch-up goes to disk (more than RECENT_MAX changes held, or
     here RECENT_MAX = 0 in the long-lived process): the old text is committed to the index and
@@ -197,7 +194,8 @@ def test_a_catch_up_on_disk_mid_write_leaves_the_old_version_in_the_index_for_ev
     during, after, reader = _lagging_work_tree(repo, recent_max=0)
     stop(reader)
     fresh = MemoryRepo.open(repo.root)
-    hits = fresh.recall("vault codename alpha1 beta2", as_user="bob", k=5, now=T1)
+    # Asked now (no `now=`): the writer process wrote "beta2" on the real clock, after T1.
+    hits = fresh.recall("vault codename alpha1 beta2", as_user="bob", k=5)
     assert [t for t in _texts(hits) if "vault" in t] == ["The vault codename is beta2"]
 
 

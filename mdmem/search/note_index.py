@@ -42,6 +42,9 @@ SCHEMA_VERSION = 12  # 10: context; 11: tags; 12: B 0.3, a context's mean vector
 # reader reopened); into a Whoosh RAM segment ~28 ms; as plain postings ~0.6 ms (load ~14).
 RECENT_MAX = 200
 WRITTEN_MAX = 64  # a larger commit (a bulk batch) is not hashed here: its catch-up reads git
+# A catch-up compares at most this many of the commits' files with HEAD (see _changes): a bulk
+# import's catch-up would read each file twice.
+RECHECK_COMMITTED_MAX = 200
 WORKTREE_CHECK_SECONDS = 1.0
 
 
@@ -235,6 +238,7 @@ class NoteIndex:
         changed: set[str] = set()
         moved = state.get("commit") != head
         fresh: set[str] = set()
+        committed: set[str] = set()
         dirty = dict(state.get("dirty", {}))
         if moved:
             committed, added = self._committed_changes(state.get("commit"), head)
@@ -252,8 +256,14 @@ class NoteIndex:
             fresh -= set(dirty)
         else:
             # Only the files the kernel saw written (and, after a commit, the ones that
-            # were dirty, which may now match HEAD): no walk over the work tree.
+            # were dirty, which may now match HEAD): no walk over the work tree. And the
+            # commit's own files, when few: a commit moves the branch before it writes the work
+            # tree, and a catch-up in between read the old file as HEAD's, for good (the file's
+            # event then found it "equal to HEAD", as recorded; attack 16 P2). Compared here,
+            # such a file is recorded as differing, and its event indexes it again.
             recheck = set(self._touched) | (set(dirty) if moved else set())
+            if len(committed) <= RECHECK_COMMITTED_MAX:
+                recheck |= committed
             for path in recheck:
                 now_state = self._tree_state(path)
                 if now_state != dirty.get(path):
