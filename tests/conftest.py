@@ -120,6 +120,28 @@ def erase_in_thread(repo, result: dict) -> threading.Thread:
     return thread
 
 
+def forget_stalls_beside(repo, reader: subprocess.Popen, result: dict, *, seconds: float = 25) -> bool:
+    """alice's erasure started on a thread; once it holds the gate (its journal is there)
+    ``reader`` is told to go (a line on its stdin). True if the erasure still ran ``seconds``
+    later. The reader is then stopped (freeing what it holds) and the erasure waited for;
+    ``result`` as :func:`erase_in_thread` fills it."""
+    eraser = None
+    try:
+        eraser = erase_in_thread(repo, result)
+        t = time.monotonic()
+        while not erasure_journal(repo).exists() and time.monotonic() - t < 20:
+            time.sleep(0.01)
+        assert erasure_journal(repo).exists(), result
+        reader.stdin.write("go\n")
+        reader.stdin.flush()
+        eraser.join(timeout=seconds)
+        return eraser.is_alive()
+    finally:
+        stop(reader)
+        if eraser is not None:
+            eraser.join(timeout=120)
+
+
 def deferring_reader(root, *, recall_first: bool = False, env: dict | None = None) -> subprocess.Popen:
     """A long-lived process that defers git's index entries (as the MCP server does; 30 s here)
     and writes a note (after a recall with ``recall_first``), says "ready", then recalls once a

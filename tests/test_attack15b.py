@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from conftest import deferring_reader, erase_in_thread, erasure_journal, start_python, stop, T1
+from conftest import deferring_reader, erasure_journal, forget_stalls_beside, start_python, stop, T1
 
 from mdmem import MemoryRepo
 from mdmem.errors import Conflict, LockTimeout
@@ -94,22 +94,12 @@ def test_forget_deadlocks_with_a_reader_holding_the_index_lock(with_worktree):
     repo, _ = with_worktree
     reader = deferring_reader(repo.root)
     result: dict = {}
-    eraser = None
     try:
         assert reader.stdout.readline().strip() == "ready", reader.stderr.read()
-        eraser = erase_in_thread(repo, result)
-        t = time.monotonic()
-        while not erasure_journal(repo).exists() and time.monotonic() - t < 20:  # forget holds the gate
-            time.sleep(0.01)
-        assert erasure_journal(repo).exists(), result
-        reader.stdin.write("go\n")
-        reader.stdin.flush()
-        eraser.join(timeout=25)
-        stalled = eraser.is_alive()
-    finally:
-        stop(reader)  # frees the index lock: the forget can end
-        if eraser is not None:
-            eraser.join(timeout=120)
+    except BaseException:
+        stop(reader)
+        raise
+    stalled = forget_stalls_beside(repo, reader, result)  # stopping the reader frees the index lock
     assert not stalled, "forget stalled > 25 s: it holds the gate and waits for the index lock a reader " \
                         "holds while that reader waits for the gate"
     assert "error" not in result, result

@@ -9,7 +9,7 @@ index.lock) keeps its entries and is tried again later (FLUSH_RETRIES)."""
 import subprocess
 import time
 
-from conftest import deferring_reader, erase_in_thread, erasure_journal, git, stop, team_fact
+from conftest import deferring_reader, forget_stalls_beside, git, stop, team_fact
 
 from mdmem import MemoryRepo
 from mdmem.storage import gitstore
@@ -40,25 +40,15 @@ def test_forget_deadlocks_with_a_reader_whose_trust_catches_up_under_the_index_l
     pass_turnstile:192.)"""
     repo = with_secret
     reader = deferring_reader(repo.root, recall_first=True, env={"MDMEM_EMBEDDER": "none"})
-    result = {}
-    eraser = None
+    result: dict = {}
     try:
         assert reader.stdout.readline().strip() == "ready", reader.stderr.read()
         # Another process's commit: the reader's trust state (at its own commit) must catch up.
         team_fact(repo, "Deploys happen on Wednesdays now", key="deploy.window2", new_key=True)
-        eraser = erase_in_thread(repo, result)
-        t = time.monotonic()
-        while not erasure_journal(repo).exists() and time.monotonic() - t < 20:
-            time.sleep(0.01)
-        assert erasure_journal(repo).exists(), result
-        reader.stdin.write("go\n")
-        reader.stdin.flush()
-        eraser.join(timeout=25)
-        stalled = eraser.is_alive()
-    finally:
+    except BaseException:
         stop(reader)
-        if eraser is not None:
-            eraser.join(timeout=120)
+        raise
+    stalled = forget_stalls_beside(repo, reader, result)
     assert not stalled, "forget stalled > 25 s"
     assert "error" not in result, result
 
