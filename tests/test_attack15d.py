@@ -118,11 +118,15 @@ def test_a_retried_flush_undoes_a_persons_git_add_of_the_note(repo):
         time.sleep(2.5)  # the next retry (at 1.6 s) has run
         after = git(root, "ls-files", "-s", NOTE).stdout.split()[1]
         status = git_status(root)
+        child.stdin.write("?\n")
+        child.stdin.flush()
+        retried = child.stdout.readline().strip()  # the retry worked: no failure, no stale message
     finally:
         if fd is not None:
             os.close(fd)
         stop(child)
     assert after == staged, f"the person's `git add` was undone by mdmem's flush:\n{status}"
+    assert retried == "0", retried
 
 
 def test_flush_retries_ended_by_lock_timeouts_leave_every_later_write_unflushed(repo):

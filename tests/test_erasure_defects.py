@@ -382,3 +382,37 @@ def test_the_recovery_of_a_killed_erasure_waits_for_the_git_gc_it_started(tmp_pa
     started = time.monotonic()
     ops.remove_stale_locks(repo.root)  # the same pid, now dead: no wait
     assert time.monotonic() - started < 0.5 and not lock.exists()
+
+
+def test_a_note_whose_index_entry_is_deferred_is_tracked_for_the_plan(repo):
+    """A long-lived process (the MCP server) defers git's index entry of a note it just committed.
+    `git ls-files --others` reads git's index: a forget that read it before the entry was written
+    would take that note for an UNTRACKED file ("an untracked copy of an erased note: deleted",
+    "untracked or ignored file holding erased text"). A file HEAD holds is tracked, whatever
+    git's index says; the plan and the erasure treat both notes as notes."""
+    from conftest import git, start_python, stop
+
+    root = repo.root
+    secret = "Bob's locker combination is 4471-XYZZY-9-KESTREL-LANTERN"
+    writer = start_python(f"""
+        import sys
+        from mdmem import MemoryRepo
+        r = MemoryRepo.open({str(root)!r}, finish_erasure=False)
+        r.store.index_delay = 30
+        r.remember({secret!r}, as_user="bob", kind="profile", subject="user:bob", key="locker", scope="private")
+        r.remember("Bob's gym bag holds the locker code " + {secret[-28:]!r}, as_user="bob", kind="profile",
+                   subject="user:bob", key="gym", scope="private", new_key=True)
+        print("ready", flush=True)
+        sys.stdin.readline()
+    """)
+    try:
+        assert writer.stdout.readline().strip() == "ready", writer.stderr.read()
+        notes = ["private/bob/user/bob/profile/gym.md", "private/bob/user/bob/profile/locker.md"]
+        assert set(notes) <= set(git(root, "ls-files", "--others").stdout.split())  # deferred: the premise
+        plan = repo.forget(as_user="bob", texts=["4471-XYZZY-9-KESTREL-LANTERN"], dry_run=True)
+        assert [f for f in plan.local_files if f["path"] in notes] == []
+        repo.forget(as_user="bob", texts=["4471-XYZZY-9-KESTREL-LANTERN"])
+        assert git(root, "status", "--porcelain").stdout == ""
+        assert "4471-XYZZY-9-KESTREL-LANTERN" not in git(root, "log", "--all", "-p").stdout
+    finally:
+        stop(writer)

@@ -148,7 +148,9 @@ class GitStore(GitQueries):
         self._index: pygit2.Index | None = None
         # actor -> (author name, email); the repo's [people] table (config.identity) when given
         self.identity = identity or default_identity
-        self.last_repair_error: str | None = None  # why the last write's work-tree sync failed
+        # Why the last work-tree sync or flush of git's index failed; None again once a flush
+        # succeeds (a retry that worked left the old message behind, attack 15d).
+        self.last_repair_error: str | None = None
         self.signing_key: str | None = None  # an SSH private key: sign every commit with it
         # Paths of this process's commits whose entries are not yet in git's index, written by
         # flush_index() index_delay seconds later (see INDEX_DELAY_SECONDS).
@@ -762,6 +764,7 @@ class GitStore(GitQueries):
                 self._unjournal(due)
                 due = set()
             self._flush_failures = 0
+            self.last_repair_error = None
         except Exception as exc:  # noqa: BLE001 -- the journal keeps them; repair finishes
             self.last_repair_error = f"{type(exc).__name__}: {exc}"
             self._index_due |= due
