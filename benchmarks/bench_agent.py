@@ -15,11 +15,15 @@ unique notes takes tens of minutes on 2 cores, so 100k is measured BM25 only (sa
 basic-memory (a peer) has no side-by-side row: every release on PyPI requires Python >= 3.12
 and this project runs on 3.11, so it cannot be installed into this process.
 
+The process keeps its search caches warm, as the MCP server and the daemon do (NoteIndex.keep_warm,
+search/warm.py: every long posting list read and weighed when it starts, again when idle after a
+write); "warm" says how long that took; --skip warm measures a process that does not.
+
 "(git index deferred)": the same writes with GitStore.index_delay set, as the MCP server runs
 (git's index written 0.2 s after a burst of writes instead of with every commit).
 
 Usage: bench_agent.py [--sizes 1000,10000,100000] [--modes minilm,none] [--pause 1.2]
-                      [--skip import,cli,rebuild] [--embed-100k] [--cache DIR] [--bulk N]
+                      [--skip import,cli,rebuild,warm] [--embed-100k] [--cache DIR] [--bulk N]
                       [--fixtures DIR] [--bulk-only] [--json]
 --cache DIR keeps each size's embedding cache there between runs (the rebuild column then
 says "cached vectors": it measures reading, indexing and cache lookups, not the embedder).
@@ -190,6 +194,9 @@ def measure(n: int, mode: str, pause: float, skip: set[str], cache: Path | None 
             repo.reindex()  # a reused fixture's index is caught up, not rebuilt
         else:
             out["rebuild_s"] = ms(lambda: repo.reindex(rebuild=True))[0] / 1000
+        if "warm" not in skip:
+            # As the MCP server and the daemon do when they start (search/warm.py).
+            out["warm_ms"] = ms(repo.index.keep_warm)[0]
         for i in range(3):
             repo.recall(question(i), as_user="dana")
         cpu0 = time.process_time()
@@ -459,7 +466,8 @@ if __name__ == "__main__":
             results.append(r)
             deferred = (f" ({r['deferred_remember_p50']:.1f})" if "deferred_remember_p50" in r else "",
                         f" ({r['deferred_until_p50']:.1f}, {r['deferred_found']})" if "deferred_until_p50" in r else "")
-            cpu = f" ({r['recall_cpu_ms']:.1f} CPU)" if "recall_cpu_ms" in r else ""
+            warmed = f"; warmed in {r['warm_ms']:.0f} ms" if "warm_ms" in r else "; not warmed"
+            cpu = f" ({r['recall_cpu_ms']:.1f} CPU{warmed})" if "recall_cpu_ms" in r else ""
             rows.append([f"{n:,}", mode, f"{r['recall_p50']:.1f} / {r['recall_p95']:.1f}{cpu}",
                          f"{r['idle_p50']:.1f} / {r['idle_p95']:.1f}", f"{r['remember_p50']:.1f}{deferred[0]}",
                          f"{r['until_p50']:.1f} / {r['until_p95']:.1f}{deferred[1]}", r["found"],

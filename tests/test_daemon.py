@@ -346,6 +346,7 @@ def test_a_started_daemon_watches_the_tree_instead_of_walking_it(running):
     assert "Traceback" not in log
     info = daemon.ask(running, "ping")
     assert info["served"] == 3 and info["walks"] == 2, info
+    assert info["warm_passes"] >= 1, info  # its caches warmed when it started (search/warm.py)
 
 
 # --- attack 8 (notes/attack8.md): each finding a test ---------------------------------------

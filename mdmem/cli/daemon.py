@@ -247,6 +247,7 @@ class Daemon:
         return {"pid": os.getpid(), "root": str(self.root), "code": self.code, "served": self.served,
                 "started": self.started, "idle_seconds": self.idle_seconds,
                 "walks": sum(h.repo.index.tree_walks for h in self._held),  # whole work-tree walks made
+                "warm_passes": sum(h.repo.index.warm_passes for h in self._held),  # search/warm.py
                 "open": [{k: v for k, v in h.settings.items() if k != "user_config"} for h in self._held]}
 
     # --- the loop -----------------------------------------------------------------------

@@ -172,6 +172,10 @@ def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | 
             pass
         finally:
             ready.set()
+        try:
+            repo.index.keep_warm()  # a long-lived process: first-time words cost nothing later
+        except Exception:  # noqa: BLE001 -- a cache: recall reads the lists itself
+            pass
 
     builder = threading.Thread(target=start, name="mdmem-index-build", daemon=True)
     builder.start()

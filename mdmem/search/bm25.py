@@ -29,15 +29,23 @@ except ImportError:  # pragma: no cover - another Whoosh: the public path below
     LENGTHS_COLUMN = _lenfield = None
 
 _BYTE_TO_LENGTH = np.array([byte_to_length(b) for b in range(256)], dtype=np.float64)
+# The length BM25F takes for a length byte: Whoosh's scorer asks with default 1, but its reader
+# answers None for a zero byte.
+_SCORED_LENGTH = np.where(_BYTE_TO_LENGTH == 0, 1.0, _BYTE_TO_LENGTH)
 
-# Decoded posting lists kept per segment reader, at most this many postings (24 bytes each:
-# ~24 MB) per reader, least recently used dropped first. A segment never changes once
-# written and a reader is dropped with its searcher, so a kept list cannot go stale.
-# Decoding (zlib, unpickling, a Python loop per block of 128) was ~40% of a recall's CPU at
-# 10,000 notes of ~60 words; an agent's questions keep meeting the same words (its
-# subjects, names, services). 0 turns the cache off (benchmarks measure both). A searcher
-# keeps as many postings' BM25F weights (16 bytes each), in the same way (_term_weights).
+# Decoded posting lists kept per segment reader, at most this many postings per reader, least
+# recently used dropped first. A list is kept as it is stored: docnums as int32, term
+# frequencies as Whoosh's float32, field lengths as the length column's bytes (9 bytes a
+# posting, ~9 MB; widened to float64 only while weights are computed, so every weight is the
+# one full-width arrays gave). A segment never changes once written and a reader is dropped
+# with its searcher, so a kept list cannot go stale. Decoding (zlib, unpickling, a Python loop
+# per block of 128) was ~40% of a recall's CPU at 10,000 notes of ~60 words; an agent's
+# questions keep meeting the same words (its subjects, names, services). 0 turns the cache off
+# (benchmarks measure both). A searcher keeps as many postings' BM25F weights (8 bytes each, the
+# docnums shared), in the same way (_term_weights). A process that warms its caches
+# (warm_postings, warm_weights) gives each cache room for what it warmed, up to WARM_POSTINGS_MAX.
 POSTINGS_CACHE_MAX = 1_000_000
+WARM_POSTINGS_MAX = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -115,12 +123,89 @@ def _term_weights(searcher, field: str, text: str, boost: float, B: float, K1: f
     if key in cache.lists and POSTINGS_CACHE_MAX:
         cache.lists.move_to_end(key)
         return cache.lists[key]
-    idf = _idf(searcher, field, text)
-    avgfl = searcher.avg_field_length(field) or 1
-    found = [(ids, boost * idf * (tf * (K1 + 1)) / (tf + K1 * ((1 - B) + B * fl / avgfl)))
-             for ids, tf, fl in _term_postings(searcher, field, text)]
+    found = _weighed(searcher, field, text, boost, B, K1)
     cache.keep(key, found, sum(len(ids) for ids, _ in found))
     return found
+
+
+def _weighed(searcher, field: str, text: str, boost: float, B: float, K1: float) -> list:
+    idf = _idf(searcher, field, text)
+    avgfl = searcher.avg_field_length(field) or 1
+    return [(ids, _bm25f_weights(tf, lengths, boost * idf, avgfl, B, K1))
+            for ids, tf, lengths in _term_postings(searcher, field, text)]
+
+
+def _bm25f_weights(tf: np.ndarray, lengths: np.ndarray, scale: float, avgfl: float, B: float, K1: float) -> np.ndarray:
+    """Each posting's BM25F weight, in float64 whatever the kept arrays' widths (``scale``: the
+    field's boost times the term's idf; ``lengths``: length bytes or lengths)."""
+    tf = tf.astype(np.float64)
+    fl = _SCORED_LENGTH[lengths] if lengths.dtype == np.uint8 else lengths
+    return scale * (tf * (K1 + 1)) / (tf + K1 * ((1 - B) + B * fl / avgfl))
+
+
+# --- warming: a long-lived process's background thread (search/warm.py) ----------------------
+def long_lists(searcher, boosts: dict[str, float], limit: int) -> list[tuple[Any, str, str]]:
+    """The lists worth warming in ``searcher``: its big segments' long lists (postings.py) in the
+    ``boosts`` fields, longest first (a first meeting costs ~100 ns a posting: the long ones are
+    a first-time question's tail), at most ``limit`` postings in all, leaving out those search
+    prunes anyway (in more than nine in ten documents). (reader, field, term) each."""
+    count = searcher.doc_count()
+    found = []
+    for leaf, _ in searcher.leaf_searchers():
+        reader = leaf.reader()
+        long = reader.__dict__.get("_mdmem_long")
+        if long is None:
+            continue
+        for field, btext, n in long.lists():
+            if field in boosts and n <= 0.9 * count:
+                found.append((n, reader, field, reader.schema[field].from_bytes(btext)))
+    found.sort(key=lambda x: -x[0])
+    picked, total = [], 0
+    for n, reader, field, text in found:
+        if total + n > limit:
+            break
+        picked.append((reader, field, text))
+        total += n
+    return picked
+
+
+def warm_postings(reader, field: str, text: str) -> int:
+    """One long list into ``reader``'s kept postings, as a question would keep it (call under the
+    index's mutex). Returns the postings kept: 0 if kept already, if the caches are off, or if
+    the file fails a check (the recall's own read then finds it so and removes it)."""
+    cache = reader.__dict__.setdefault("_mdmem_postings", _Kept())
+    key = (field, text, reader.doc_count())
+    long = reader.__dict__.get("_mdmem_long")
+    column = _length_bytes(reader, field)
+    if key in cache.lists or long is None or column is None or not POSTINGS_CACHE_MAX:
+        return 0
+    try:
+        listed = long.get(field, reader.schema[field].to_bytes(text))
+    except (ValueError, OSError):  # damaged, or closed meanwhile
+        return 0
+    if listed is None or len(listed[0]) != segment_doc_frequency(reader, field, text):
+        return 0
+    ids, tf = postings.without(*listed, reader.deleted_docs_set)
+    if not len(ids):
+        return 0
+    cache.room_for_warmed(len(ids))
+    cache.keep(key, _kept_form(ids, tf, column[ids]), len(ids))
+    return len(ids)
+
+
+def warm_weights(searcher, field: str, text: str, boost: float, B: float, K1: float) -> int:
+    """The term's BM25F weights into ``searcher``'s kept weights, as a question would keep them
+    (call under the index's mutex, after :func:`warm_postings`: then only arithmetic, ~0.3 ms a
+    list of 50,000). Returns the postings weighed (0 if kept already)."""
+    cache = searcher.__dict__.setdefault("_mdmem_weights", _Kept())
+    key = (field, text, boost, B, K1)
+    if key in cache.lists or not POSTINGS_CACHE_MAX:
+        return 0
+    found = _weighed(searcher, field, text, boost, B, K1)
+    n = sum(len(ids) for ids, _ in found)
+    cache.room_for_warmed(n)
+    cache.keep(key, found, n)
+    return n
 
 
 # Terms whose per-segment counts a reader keeps (a question's words, over a process's life).
@@ -210,9 +295,14 @@ def _segment_postings(reader, field: str, text: str) -> tuple[np.ndarray, np.nda
     else:
         ids = None
     if ids is not None and len(ids):
-        found = (ids, tf, _field_lengths(reader, field, ids))
+        found = _kept_form(ids, tf, _lengths(reader, field, ids))
     cache.keep(key, found, len(found[0]) if found is not None else 0)
     return found
+
+
+def _kept_form(ids: np.ndarray, tf: np.ndarray, lengths: np.ndarray):
+    """A segment's list as the caches keep it (see POSTINGS_CACHE_MAX)."""
+    return ids.astype(np.int32, copy=False), tf.astype(np.float32, copy=False), lengths
 
 
 def _long_postings(long, reader, count: int, field: str, btext: bytes):
@@ -233,32 +323,40 @@ def _long_postings(long, reader, count: int, field: str, btext: bytes):
 
 class _Kept:
     """Lists of postings (a segment's decoded ones, a searcher's weights) by key, at most
-    POSTINGS_CACHE_MAX postings in all, the least recently used dropped first."""
+    ``cap`` postings in all (POSTINGS_CACHE_MAX, and what was warmed), the least recently used
+    dropped first."""
 
     def __init__(self):
         self.lists: OrderedDict[tuple, Any] = OrderedDict()
         self.sizes: dict[tuple, int] = {}
         self.size = 0
+        self.cap = POSTINGS_CACHE_MAX
 
     def keep(self, key: tuple, found, n: int) -> None:
-        if n > POSTINGS_CACHE_MAX:
+        if n > self.cap or not POSTINGS_CACHE_MAX:
             return
+        if key in self.lists:
+            self.size -= self.sizes[key]
         self.lists[key], self.sizes[key] = found, n
         self.size += n
-        while self.size > POSTINGS_CACHE_MAX:
+        while self.size > self.cap:
             dropped, _ = self.lists.popitem(last=False)
             self.size -= self.sizes.pop(dropped)
 
+    def room_for_warmed(self, n: int) -> None:
+        """``n`` more postings warmed into this cache: room made for them (a warm that pushed
+        out the lists questions use would cost more than it saves)."""
+        self.cap = min(self.cap + n, POSTINGS_CACHE_MAX + WARM_POSTINGS_MAX)
 
-def _field_lengths(reader, field: str, ids: np.ndarray) -> np.ndarray:
-    """Each document's length in the field, quantised to a byte as Whoosh stores it."""
+
+def _lengths(reader, field: str, ids: np.ndarray) -> np.ndarray:
+    """Each document's length in the field: the length column's bytes (quantised as Whoosh
+    stores them; _bm25f_weights reads them through _SCORED_LENGTH), or off that path the lengths."""
     column = _length_bytes(reader, field)
     if column is not None:
-        lengths = _BYTE_TO_LENGTH[column[ids]]
-    else:
-        lengths = np.asarray([reader.doc_field_length(int(d), field) or 0 for d in ids], dtype=np.float64)
-    # Whoosh's scorer asks with default 1 but its reader answers None for a zero byte.
-    lengths[lengths == 0] = 1
+        return column[ids]
+    lengths = np.asarray([reader.doc_field_length(int(d), field) or 0 for d in ids], dtype=np.float64)
+    lengths[lengths == 0] = 1  # as _SCORED_LENGTH
     return lengths
 
 

@@ -35,6 +35,7 @@ from .embedding_cache import EmbeddingCache, cache_key
 from ..storage.gitdir import cache_dir, cache_locks_dir, clear_cache_path
 from .index_worker import Prebuilt
 from .recent import RecentNotes
+from .warm import Warmer
 
 SCHEMA_VERSION = 12  # 10: context; 11: tags; 12: B 0.3, a context's mean vector
 # Notes a process keeps in memory (search/recent.py) before a catch-up writes them to disk.
@@ -100,14 +101,36 @@ class NoteIndex:
         # One thread at a time in this process (the MCP server's watcher and its tool calls
         # share one index); other processes are kept out by the index file lock.
         self.mutex = threading.RLock()
+        self._warmer: Warmer | None = None  # keep_warm: a long-lived process's caches (search/warm.py)
+        self.last_used = time.monotonic()  # the last catch-up asked for (a warm waits for quiet)
         renew_after_fork(self)
         # Progress for work the caller did not ask for: the first recall on a fresh clone
         # builds the whole index (11.5 s at 1,980 notes, silent before). The CLI sets it.
         self.progress: ProgressCallback | None = None
 
     def renew_after_fork(self) -> None:
-        """A forked child's mutex anew (storage.locks.renew_after_fork)."""
+        """A forked child's mutex anew (storage.locks.renew_after_fork); the parent's warming
+        thread is not the child's."""
         self.mutex = threading.RLock()
+        self._warmer = None
+
+    def keep_warm(self) -> None:
+        """Warm this process's search caches now, and keep them warm when idle on a thread of
+        its own (see search/warm.py): for a process that lives (the MCP server, the daemon),
+        not a one-shot call."""
+        if self._warmer is None:
+            self._warmer = Warmer(self)
+        self._warmer.warm_now()
+        self._warmer.start()
+
+    @property
+    def warm_passes(self) -> int:
+        """Whole warming passes made (keep_warm's, then the idle ones); 0 if never asked."""
+        return self._warmer.passes if self._warmer is not None else 0
+
+    def open_searcher(self):
+        """The searcher recall would use now if it is open already, else None (opens nothing)."""
+        return self._combined if self._recent is not None else self._searcher
 
     # --- parts ----------------------------------------------------------------------
     @property
@@ -140,6 +163,9 @@ class NoteIndex:
         self._state_seen = state
 
     def close(self) -> None:
+        if self._warmer is not None:
+            self._warmer.stop()
+            self._warmer = None
         self._ahead.close()
         if self._watch is not None:
             self._watch.close()
@@ -165,6 +191,7 @@ class NoteIndex:
         instead of reading and indexing its notes again when it holds exactly the versions
         HEAD and the work tree hold for its paths; else ignored."""
         with self.mutex:
+            self.last_used = time.monotonic()
             return self._sync(worktree=worktree, progress=progress, prebuilt=prebuilt)
 
     def _sync(self, *, worktree: bool | None, progress: ProgressCallback | None,

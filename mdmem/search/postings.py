@@ -100,10 +100,10 @@ def _w3_blocks(m) -> tuple[np.ndarray, np.ndarray]:
         m._read_data()
         id_parts.append(np.cumsum(np.asarray(m._data[0], dtype=np.int64)))
         m._read_weights()
-        tf_parts.append(np.asarray(m._weights, dtype=np.float64))
+        tf_parts.append(np.asarray(m._weights, dtype=np.float32))  # Whoosh keeps them as float32
         m._next_block()
     if not id_parts:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
     return np.concatenate(id_parts), np.concatenate(tf_parts)
 
 
@@ -195,11 +195,22 @@ class LongPostings:
         tf_bytes = self._read(self._tf_from + 4 * start, 4 * (end - start))
         if zlib.crc32(tf_bytes, zlib.crc32(id_bytes)) != int(self._crcs[i]):
             raise ValueError("a list fails its checksum")
-        ids = np.frombuffer(id_bytes, dtype="<u4").astype(np.int64)
-        tf = np.frombuffer(tf_bytes, dtype="<f4").astype(np.float64)
-        if (np.diff(ids) <= 0).any() or int(ids[-1]) >= self.docs or not (np.isfinite(tf) & (tf > 0)).all():
+        # Views of what was read, as the caches keep lists (bm25.POSTINGS_CACHE_MAX): no copy.
+        ids = np.frombuffer(id_bytes, dtype="<u4").view(np.int32)
+        tf = np.frombuffer(tf_bytes, dtype="<f4")
+        if (int(ids[0]) < 0 or (np.diff(ids) <= 0).any() or int(ids[-1]) >= self.docs
+                or not (np.isfinite(tf) & (tf > 0)).all()):
             raise ValueError("a list no segment has")
         return ids, tf
+
+    def lists(self) -> list[tuple[str, bytes, int]]:
+        """(field, term bytes, number of postings) of every list the file holds."""
+        lengths = np.diff(self._post_at).tolist()
+        out = []
+        for key, i in self._index.items():
+            field, _, btext = key.partition(b"\0")
+            out.append((field.decode(), btext, lengths[i]))
+        return out
 
     def discard(self) -> None:
         """This file failed a check: closed, and removed if it is still the one read (not

@@ -1,0 +1,121 @@
+"""A long-lived process's search caches, warmed in the background (issue 13).
+
+A question's words met for the first time by a process cost ~100 ns a posting: the long list
+read from the big segment's file (postings.py), checked, and its BM25F weights computed
+(bm25.py). At 100,000 notes a first-time question touching five such words took 12-17 ms where
+the same question took 3-5 ms once they were kept: the whole p95 of recall (session 17, scratch
+warm3.py on the bench's fixture: p95 12-13 ms without, 4.4-4.8 with every long list warmed, p50
+3.7-5.8 -> 2.3-3.2).
+
+So a process that will live (the MCP server, the daemon: :meth:`NoteIndex.keep_warm`) keeps
+every long list (up to bm25.WARM_POSTINGS_MAX postings, longest first) in its caches: the
+big segments' postings (per reader: they outlive the searchers a write makes), then the
+weights of the current searcher. A one-shot CLI call never warms (one question cannot repay it).
+
+- Every pass works a list at a time under the index's mutex (~1 ms a list of 50,000 read
+  and weighed), so a recall waits at most one list and never runs beside the pass: a first
+  version read the files outside the mutex, beside the first questions, and made them slower,
+  not faster (b2b p50 4.3 -> 8.7-9.4 ms at 100k): the pass's Python steps between its numpy
+  calls held the GIL, and a recall waiting for it waited out the interpreter's 5 ms switch
+  interval.
+- The first pass, :meth:`Warmer.warm_now`, runs when the process starts (the daemon before it
+  listens, the MCP server once its first catch-up is done).
+- Later passes, for a searcher a write or a catch-up made anew, run on a thread of their own
+  once the index has been idle WARM_IDLE_SECONDS, and stop at once when a call comes
+  (``last_used`` moved).
+
+At 100k notes of the bench's fixture a pass is ~0.4 s of CPU and ~50 MB (9 bytes a kept
+posting, 8 a weight); at 10k, ~40 ms.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from typing import Any
+
+from . import bm25, fulltext
+
+WARM_IDLE_SECONDS = 0.5  # a later pass waits for this long without a call
+POLL_SECONDS = 0.25  # how often the thread looks for a new searcher or an idle index
+
+
+class Warmer:
+    """The warming thread of one NoteIndex (started by :meth:`start`, ended by :meth:`stop`)."""
+
+    def __init__(self, index: Any):
+        self._index = weakref.ref(index)  # the thread never keeps a closed index alive
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._warmed: Any = None  # weakref to the last searcher fully warmed
+        self.passes = 0  # completed passes (measured by tests)
+        self.postings_warmed = 0
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="mdmem-warm", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=2)
+
+    def warm_now(self) -> None:
+        """A whole pass over the current searcher (opened if it is not), in this thread."""
+        index = self._index()
+        if index is None:
+            return
+        with index.mutex:
+            searcher = index.searcher()
+        if self._pass(index, searcher, since=None):
+            self._warmed = weakref.ref(searcher)
+            self.passes += 1
+
+    def _run(self) -> None:
+        while not self._stop.wait(POLL_SECONDS):
+            if not self._idle_pass():
+                return
+
+    def _idle_pass(self) -> bool:
+        """A pass if the index is idle and its searcher not warmed yet; False once it is gone."""
+        index = self._index()
+        if index is None:
+            return False
+        since = index.last_used
+        searcher = index.open_searcher()
+        if (searcher is None or time.monotonic() - since < WARM_IDLE_SECONDS
+                or (self._warmed is not None and self._warmed() is searcher)):
+            return True
+        try:
+            if self._pass(index, searcher, since=since):
+                self._warmed = weakref.ref(searcher)
+                self.passes += 1
+        except Exception:  # noqa: BLE001 -- a cache: a reader closed under the pass, a file replaced
+            pass
+        return True
+
+    def _pass(self, index: Any, searcher: Any, *, since: float | None) -> bool:
+        """Warm ``searcher``, a list at a time under the index's mutex; False if it stopped being
+        the current one, the index was used since ``since`` (None: a pass asked for), or the
+        warmer was stopped."""
+        mutex = index.mutex
+
+        def interrupted() -> bool:
+            return (self._stop.is_set() or index.open_searcher() is not searcher
+                    or (since is not None and index.last_used != since))
+
+        with mutex:
+            lists = bm25.long_lists(searcher, fulltext.FIELD_BOOSTS, bm25.WARM_POSTINGS_MAX)
+        for reader, field, text in lists:
+            with mutex:
+                if interrupted():
+                    return False
+                self.postings_warmed += bm25.warm_postings(reader, field, text)
+        for _reader, field, text in lists:
+            with mutex:
+                if interrupted():
+                    return False
+                bm25.warm_weights(searcher, field, text, fulltext.FIELD_BOOSTS[field], fulltext.B, fulltext.K1)
+        return True
