@@ -61,7 +61,7 @@ def test_a_warmed_process_answers_as_one_that_never_warmed(tmp_path, small_lists
     cold.close()
     warmed = MemoryRepo.open(repo.root)
     try:
-        warmed.index.keep_warm()
+        warmed.keep_warm()
         assert warmed.index.warm_passes == 1
         readers = [leaf.reader() for leaf, _ in warmed.index.open_searcher().leaf_searchers()]
         kept = sum(len(r.__dict__.get("_mdmem_postings", bm25._Kept()).lists) for r in readers)
@@ -77,7 +77,7 @@ def test_an_idle_process_warms_the_searcher_a_write_made(tmp_path, small_lists, 
     repo = filled(tmp_path)
     repo.reindex(rebuild=True)
     try:
-        repo.index.keep_warm()
+        repo.keep_warm()
         first = repo.index.open_searcher()
         assert repo.index.warm_passes == 1
         team_fact(repo, "Note 3: webhook retries wait for the ledger codename freeze", key="rule.n3", now=T1)
@@ -97,7 +97,7 @@ def test_an_idle_process_warms_the_searcher_a_write_made(tmp_path, small_lists, 
 def test_a_call_stops_an_idle_pass_and_closing_ends_the_thread(tmp_path, small_lists):  # noqa: F811
     repo = filled(tmp_path)
     repo.reindex(rebuild=True)
-    repo.index.keep_warm()
+    repo.keep_warm()
     warmer = repo.index._warmer
     searcher = repo.index.open_searcher()
     since = repo.index.last_used
@@ -106,7 +106,33 @@ def test_a_call_stops_an_idle_pass_and_closing_ends_the_thread(tmp_path, small_l
     thread = warmer._thread
     assert thread is not None and thread.is_alive()
     repo.close()
+    thread.join(5)  # it ends at its next step (close does not wait: it may hold the mutex)
     assert not thread.is_alive()
+
+
+def test_an_index_made_anew_after_a_forget_is_kept_warm_too(tmp_path, small_lists, monkeypatch):  # noqa: F811
+    """A forget resets every cache of the process (the MCP server's, with the delete capability):
+    the index it opens next is warmed when idle, and the reset does not wait for the thread."""
+    monkeypatch.setattr(warm, "WARM_IDLE_SECONDS", 0.2)
+    monkeypatch.setattr(warm, "POLL_SECONDS", 0.05)
+    repo = filled(tmp_path)
+    repo.reindex(rebuild=True)
+    r = repo.remember("Bob's locker code is 4471", as_user="bob", kind="profile", subject="user:bob", key="locker",
+                      scope="private")
+    try:
+        repo.keep_warm()
+        old = repo.index
+        t = time.monotonic()
+        repo.forget(as_user="bob", paths=[r.path])
+        assert time.monotonic() - t < 30
+        assert repo.index is not old and old._warmer is None
+        answers(repo)
+        deadline = time.monotonic() + 10
+        while repo.index.warm_passes < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert repo.index.warm_passes == 1
+    finally:
+        repo.close()
 
 
 def test_a_one_shot_process_does_not_warm(tmp_path, small_lists):  # noqa: F811

@@ -50,7 +50,7 @@ def run(ctx) -> int:
             assert repo.recaller is not None and repo.trust is not None  # made now, not by the first call
             if repo.index.embedder is not None:
                 repo.index.embedder.embed_query("warm up")
-            repo.index.keep_warm()  # first-time words read and weighed now (search/warm.py)
+            repo.keep_warm()  # first-time words read and weighed now (search/warm.py)
 
         return daemon.run(root, idle_seconds=ctx.args.idle, warm=warm)
     if action == "status":

@@ -60,6 +60,7 @@ class RepoState:
             except Conflict:
                 pass
         self._index: NoteIndex | None = None
+        self._keep_warm = False  # keep_warm: every index this state opens is kept warm
         self._recall: Recall | None = None
         self._meta_cache: MetaCache | None = None
         self._root_blobs: RootEntries | None = None
@@ -144,7 +145,15 @@ class RepoState:
         if self._index is None:
             from ..search.note_index import NoteIndex
             self._index = NoteIndex(self)  # type: ignore[no-untyped-call]  # search/ is not strict
+            if self._keep_warm:  # one made anew (a forget, a sync, another embedder): warmed when idle
+                self._index.keep_warm(now=False)
         return self._index
+
+    def keep_warm(self) -> None:
+        """This process will live (the MCP server, the daemon): its search caches are warmed now
+        and kept warm, also in the indexes it opens anew later (search/warm.py)."""
+        self._keep_warm = True
+        self.index.keep_warm()
 
     @property
     def recaller(self) -> Recall:

@@ -114,13 +114,14 @@ class NoteIndex:
         self.mutex = threading.RLock()
         self._warmer = None
 
-    def keep_warm(self) -> None:
-        """Warm this process's search caches now, and keep them warm when idle on a thread of
-        its own (see search/warm.py): for a process that lives (the MCP server, the daemon),
-        not a one-shot call."""
+    def keep_warm(self, *, now: bool = True) -> None:
+        """Warm this process's search caches (``now``: in this thread, before returning), and keep
+        them warm when idle on a thread of its own (see search/warm.py): for a process that lives
+        (the MCP server, the daemon), not a one-shot call."""
         if self._warmer is None:
             self._warmer = Warmer(self)
-        self._warmer.warm_now()
+        if now:
+            self._warmer.warm_now()
         self._warmer.start()
 
     @property

@@ -57,10 +57,10 @@ class Warmer:
             self._thread.start()
 
     def stop(self) -> None:
+        """The thread ends at its next step (within one list). Not joined: the caller may hold
+        the index's mutex (a forget's reset), which the thread may be waiting for."""
         self._stop.set()
-        thread, self._thread = self._thread, None
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=2)
+        self._thread = None
 
     def warm_now(self) -> None:
         """A whole pass over the current searcher (opened if it is not), in this thread."""
