@@ -52,7 +52,9 @@ def run(ctx) -> int:
     ctx.emit(d, "\n".join(lines))
     if not (d["held"] or d["refused"]):
         return 0
-    if d["committed"]:
-        return PARTIAL_EXIT_CODE  # some written, others held or refused (each listed)
+    if d["committed"] or (d["held"] and d["refused"]):
+        # Some written or held, others held or refused (each listed). Held-and-refused is not 3:
+        # 3 says nothing was written, and a script retrying on it made the same hold again.
+        return PARTIAL_EXIT_CODE
     # Nothing written: the import as a whole was refused (3), or all of it waits for review (4).
     return Refused.exit_code if d["refused"] else HELD_EXIT_CODE

@@ -301,7 +301,7 @@ def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, text
     target_set = set(plan.targets)
     for commit, message in _messages(repo.root).items():
         touches_target = bool(scan.commit_paths.get(commit, set()) & target_set)
-        if not (any(n in message for n in needle_bytes) or any(i in message for i in id_bytes)
+        if not (any(nd.may_hold(message, n) for n in needle_bytes) or any(i in message for i in id_bytes)
                 or (touches_target and any(k in message for k in key_bytes))):
             continue
         roots = scan.commit_roots.get(commit, set())

@@ -50,7 +50,10 @@ def check_name(value: str, what: str = "name") -> str:
 
 
 def check_key(key: str) -> str:
-    return _check_part(key, "key", max_len=120)
+    _check_part(key, "key", max_len=120)
+    if key == "MEMORY":  # MEMORY.md in any folder is a view's name: a note there is never read as one
+        raise BadInput("key: MEMORY is reserved (MEMORY.md is the name of mdmem's views); choose another key")
+    return key
 
 
 def check_subject(subject: str) -> str:

@@ -21,8 +21,16 @@ from .state import RepoState
 
 # --- where a note lives, and reading it ----------------------------------------------
 def root_for(user: str, scope: str, team: str | None, owner: str | None) -> str:
+    # An argument that does not apply is refused, not dropped: `--scope private --team payments`
+    # wrote a private note where no teammate saw it (attack 17).
     if scope == "private":
+        if team:
+            raise BadInput(f"team: --team {team} names a team note's team, but --scope is private; "
+                           "say --scope team for the team's note, or drop --team")
         return layout.scope_root("private", owner=owner or user)
+    if owner:
+        raise BadInput(f"owner: --owner {owner} names a private note's owner; a {scope} note's owner is "
+                       "whoever writes it (drop --owner)")
     return layout.scope_root(scope, team=team)
 
 
