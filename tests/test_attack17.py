@@ -27,7 +27,6 @@ def forged_note(key, owner, source, text):
             f"valid_from: '{T0}'\nvalid_until: null\nexpires_at: null\nderived_from: []\n---\n\n{text}\n")
 
 
-@open_defect("verify judges who last changed a note, not the owner or human source its frontmatter claims")
 @pytest.mark.parametrize("owner,source", [("alice", "human:alice"), ("bob", "system:consolidate")])
 def test_a_hand_commit_may_not_attribute_a_note_to_another_person_or_to_mdmem(repo, owner, source):
     """bob commits (as himself) a team note whose frontmatter says alice (or mdmem's own job) wrote
@@ -43,6 +42,26 @@ def test_a_hand_commit_may_not_attribute_a_note_to_another_person_or_to_mdmem(re
     view = (repo.root / "team/payments/MEMORY.md").read_text()
     repo.close()
     assert path in str(flags) or f"[source: {source}" not in view, view
+
+
+def test_a_hand_edit_of_a_teammates_note_and_mdmems_own_digest_stay_trusted(repo):
+    """The other side of the attribution rule: bob fixing alice's team note by hand keeps her name
+    (the version before said it), and consolidate's digest (system:consolidate, a summary) read
+    back from git by a fresh process is mdmem's own."""
+    r = team_fact(repo, "Billing deploys any weekday before 3pm", user="alice")
+    repo.consolidate(as_user="bob", subject="service:billing", team="payments", now=T1)
+    note = repo.root / r.path
+    note.write_text(note.read_text().replace("3pm", "4pm"))
+    hand_commit(repo.root, "bob", "fix the deploy cut-off")
+    repo.close()
+    fresh = MemoryRepo.open(repo.root)
+    (fresh.store.cache_dir / "verify.json").unlink(missing_ok=True)
+    try:
+        assert fresh.verify(as_user="dana")["untrusted"] == []
+        assert "4pm" in (repo.root / "team/payments/MEMORY.md").read_text() or "4pm" in str(
+            fresh.recall("deploy cut-off", as_user="bob"))
+    finally:
+        fresh.close()
 
 
 def _bob_scores(tmp_path, name, private_word):

@@ -40,7 +40,9 @@ from ..model.validate import validate_note
 # 2: the config entry; 3: the founder; 4: deletions, erasure vouchers; 5: the allowed-signers
 # file's entry and base, config entries with why not, merges attributed to their sides' writers;
 # 6: erasure receipts' attested commits
-CACHE_VERSION = 6
+# A frontmatter problem that is about who wrote the note, not its path (_claim_problem).
+ATTRIBUTION = "attribution: "
+CACHE_VERSION = 7  # 7: a note's claims (owner, human source) judged against its writer
 # verify.json is rewritten whole (19 MB, ~0.5 s of CPU at 100,000 notes). A catch-up or
 # validation of fewer notes than this is left to be redone by the next process (a `git log`
 # of a few commits, a few notes read) instead: every CLI write at 100k paid two rewrites.
@@ -407,15 +409,49 @@ class Verifier:
                 attested += [c for c in listed if isinstance(c, str) and len(c) == 40]
         return pseudonyms, attested
 
-    def _frontmatter_problem(self, path: str, rev: str) -> str:
+    def _frontmatter_problem(self, path: str, rev: str, entry: list | None = None) -> str:
+        """Why the note's frontmatter cannot be taken as written ("" if it can): it breaks its
+        path or contract, or (ATTRIBUTION, with ``entry``: who last changed it) it says someone
+        else wrote it."""
         data = self.repo.store.read_at(path, rev)
         if data is None:
             return ""
         try:
-            validate_note(path, data, self.repo.contracts)
+            note = validate_note(path, data, self.repo.contracts)
         except NoteInvalid as exc:
             return f"{exc.field}: {exc.reason}"
-        return ""
+        return self._claim_problem(path, note, entry) if entry else ""
+
+    def _claim_problem(self, path: str, note, entry: list) -> str:
+        """A note names its writer (owner, and a ``human:`` source): mdmem's gate refuses a write
+        saying another, and an approval refuses a hold that does. A commit made by hand (plain
+        git) is held to the same: the version it made says its committer, or keeps what the
+        version before it said (a person fixing a teammate's note keeps the teammate's name).
+        Without this, bob committed a team note "owner: alice, source: human:alice" and every
+        view showed it as alice's word (attack 17)."""
+        if len(entry) > 2:
+            return ""  # an erasure's pseudonym, vouched for by its eraser: its claims went with it
+        user = self.repo.config.committer(entry[1])
+        if user is None:
+            return ""  # an unknown writer: flagged as such by the judge
+        claims = (note.owner, note.source)
+        names_writer = not note.source.startswith("human:") or note.source == f"human:{user}"
+        # system:<job> is mdmem's own work: the only note a job writes is consolidate's digest.
+        mdmems = not note.source.startswith("system:") or (note.source == "system:consolidate"
+                                                            and note.kind == "summary")
+        if note.owner == user and names_writer and mdmems:
+            return ""
+        parents = self.repo.store.parents(entry[0])
+        before = self.repo.store.read_at(path, parents[0]) if parents else None
+        if before is not None:
+            try:
+                prior = validate_note(path, before, self.repo.contracts)
+                if (prior.owner, prior.source) == claims:
+                    return ""  # an edit that keeps what the note said
+            except NoteInvalid:
+                pass
+        return (f"{ATTRIBUTION}owner {note.owner}, source {note.source}, but {user} made this version "
+                "(a note names who wrote it; an edit keeps what it said)")
 
     def committed(self, commit: str, parent: str | None, changes: dict[str, bytes | None], email: str) -> None:
         """mdmem itself committed ``changes`` as ``email``: move the cache on without git."""
@@ -465,7 +501,7 @@ class Verifier:
             self._unchecked = {p for p, problem in state["fm"].items() if problem is None}
         pending = sorted(self._unchecked)
         for path in pending:
-            state["fm"][path] = self._frontmatter_problem(path, state["head"])
+            state["fm"][path] = self._frontmatter_problem(path, state["head"], state["touch"].get(path))
         self._unchecked = set()
         if len(pending) >= SAVE_AFTER:
             self._save(state)
@@ -616,6 +652,8 @@ class _Judge:
         ok, who = self.permitted(root, email, entry[2] if len(entry) > 2 else None)
         if not ok:
             return Flag(path, "committer", f"last changed by {who}, who may not write {root}", commit)
+        if problem.startswith(ATTRIBUTION):
+            return Flag(path, "attribution", f"frontmatter says {problem[len(ATTRIBUTION):]}", commit)
         if problem:
             return Flag(path, "frontmatter", f"frontmatter disagrees with its path: {problem}", commit)
         if self.cfg.trust.require_signed:
