@@ -254,7 +254,6 @@ def test_the_pre_commit_hooks_views_are_fresh_after_a_membership_change(tmp_path
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-@open_defect("check does not compare note roots with the teams the config declares")
 def test_check_names_notes_left_in_a_team_root_the_config_no_longer_declares(tmp_path):
     """The admin renames team payments to pay in mdmem.toml and commits: every note under
     team/payments/ is now readable by nobody through mdmem; the hook commits it without a word

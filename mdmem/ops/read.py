@@ -174,8 +174,16 @@ def check(repo: RepoState) -> tuple[list[StoredNote], list[NoteInvalid]]:
     good, bad = scan_notes(repo.root, repo.contracts, max_bytes=repo.config.note_max_bytes)
     head = repo.store.head()
     misplaced = repo.store.misplaced(head) if head else []
-    return good, bad + [NoteInvalid(path, "path", f"must be {what}, not this (a plain-git commit made it)")
-                        for path, what in misplaced]
+    bad += [NoteInvalid(path, "path", f"must be {what}, not this (a plain-git commit made it)")
+            for path, what in misplaced]
+    # A team the config no longer declares (renamed, removed): its notes are read by no one
+    # through mdmem, and nothing said so (attack 17).
+    teams = repo.config.teams
+    orphaned = [s for s in good if s.note.scope == "team" and s.note.team not in teams]
+    bad += [NoteInvalid(s.path, "team", f"team {s.note.team!r} is not declared in {CONFIG_NAME} ([teams]): no one "
+                        "reads this note; declare the team again or move the note to a team that is")
+            for s in orphaned]
+    return [s for s in good if s not in orphaned], bad
 
 
 def history(repo: RepoState, *, as_user: str, path: str | None = None, subject: str | None = None,
