@@ -138,7 +138,6 @@ def test_an_admins_unrelated_config_edit_does_not_silently_ratify_a_members_self
     assert warned or r.returncode != 0 or bob_sees == [], (r.stdout, r.stderr, bob_sees)
 
 
-@open_defect("a needle found only in a note's context erases the whole note (erasure/plan.py)")
 def test_forget_text_found_only_in_a_notes_context_scrubs_it_and_keeps_the_team_fact(tmp_path):
     """README: `forget --text "555-0142"` scrubs a string everywhere (quoted copies become
     [removed]); a needle in a note's text is scrubbed so. The same needle in the note's `context`
@@ -152,7 +151,8 @@ def test_forget_text_found_only_in_a_notes_context_scrubs_it_and_keeps_the_team_
     assert receipt.counts["notes"] == 0
     assert (repo.root / r.path).exists()
     note = repo.get(as_user="bob", path=r.path, now=T1)
-    assert note.text == "Escalation goes to the on-call lead"
+    assert note.note.text == "Escalation goes to the on-call lead"
+    assert "555-0177" not in (note.note.context or "") and "[removed]" in (note.note.context or "")
     assert repo.prove_gone(["555-0177"], as_user="dana").passed
     repo.close()
 

@@ -148,6 +148,16 @@ def context_block(front: bytes) -> bytes:
     return b"\n".join(lines[i] for i in _context_rows(lines))
 
 
+def outside_context(front: bytes) -> bytes:
+    """A note's frontmatter without its ``context`` block: the fields a needle cannot be
+    scrubbed from without breaking the note (a needle only in the context is scrubbed there,
+    and the note kept: attack 17 found a team fact erased whole, every version, for a phone
+    number its context quoted)."""
+    lines = front.split(b"\n")
+    inside = set(_context_rows(lines))
+    return b"\n".join(line for i, line in enumerate(lines) if i not in inside)
+
+
 def scrub_context(front: bytes, needles: list[bytes]) -> bytes:
     """Needles replaced in the ``context`` block only, so the other fields (id, subject,
     times) stay as they were."""

@@ -212,7 +212,8 @@ def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, text
         # Their whole root goes, its MEMORY view (every version) included.
         targets |= {p for p in scan.path_blobs if p.startswith(f"private/{owner}/")}
     text_bytes = [t.encode() for t in texts]
-    # A text naming a note (its path or key) or sitting in its frontmatter: the note goes whole.
+    # A text naming a note (its path or key) or sitting in its frontmatter (but for the context,
+    # scrubbed like a body): the note goes whole.
     for p in ever:
         if any(t in p for t in texts):
             targets.add(p)
@@ -220,7 +221,8 @@ def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, text
     data = scan.blobs(readable_blobs)
     if text_bytes:
         for p in ever:
-            if p not in targets and any(any(t in split_note(data.get(b, b""))[0] for t in text_bytes)
+            if p not in targets and any(any(t in nd.outside_context(split_note(data.get(b, b""))[0])
+                                                for t in text_bytes)
                                         for b in scan.path_blobs[p]):
                 targets.add(p)
     plan.targets = sorted(targets)
