@@ -144,3 +144,21 @@ def test_a_one_shot_process_does_not_warm(tmp_path, small_lists):  # noqa: F811
         assert not [t for t in threading.enumerate() if t.name == "mdmem-warm"]
     finally:
         repo.close()
+
+
+def test_a_warm_that_fails_never_stops_the_process_starting(tmp_path, small_lists, monkeypatch):  # noqa: F811
+    """keep_warm runs where the daemon and the MCP server start: a pass that fails (a reader closed
+    under it, a file that cannot be read) leaves the caches cold, and everything else working."""
+    repo = filled(tmp_path)
+    repo.reindex(rebuild=True)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a reader closed under the pass")
+
+    monkeypatch.setattr(bm25, "warm_postings", broken)
+    try:
+        repo.keep_warm()
+        assert repo.index.warm_passes == 0
+        assert answers(repo)
+    finally:
+        repo.close()

@@ -67,11 +67,14 @@ class Warmer:
         index = self._index()
         if index is None:
             return
-        with index.mutex:
-            searcher = index.searcher()
-        if self._pass(index, searcher, since=None):
-            self._warmed = weakref.ref(searcher)
-            self.passes += 1
+        try:
+            with index.mutex:
+                searcher = index.searcher()
+            if self._pass(index, searcher, since=None):
+                self._warmed = weakref.ref(searcher)
+                self.passes += 1
+        except Exception:  # noqa: BLE001 -- a cache: the daemon or server starts all the same, and recall
+            pass           # opens (or rebuilds) the index itself
 
     def _run(self) -> None:
         while not self._stop.wait(POLL_SECONDS):
