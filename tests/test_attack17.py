@@ -77,7 +77,6 @@ def _bob_scores(tmp_path, name, private_word):
     return [(h.path, round(h.score, 6)) for h in hits]
 
 
-@open_defect("BM25F's statistics (idf, average field length) count every note, not only the reader's")
 def test_recall_scores_do_not_depend_on_notes_the_reader_may_not_see(tmp_path):
     """Candidates are filtered by visibility before ranking, but the BM25 statistics still count
     alice's private notes: bob's score for his own team note changes with whether alice's private

@@ -40,8 +40,6 @@ def test_warmed_lists_score_and_rank_as_whoosh_does(seed, tmp_path, small_lists)
         for reader, field, text in lists:
             with lock:
                 kept += bm25.warm_postings(reader, field, text)
-        for _reader, field, text in lists:
-            bm25.warm_weights(s, field, text, fulltext.FIELD_BOOSTS[field], fulltext.B, fulltext.K1)
         assert kept
         # Kept as the caches keep lists: int32 docnums, float32 frequencies, length bytes.
         for leaf, _ in s.leaf_searchers():
@@ -61,8 +59,11 @@ def test_a_warmed_process_answers_as_one_that_never_warmed(tmp_path, small_lists
     cold.close()
     warmed = MemoryRepo.open(repo.root)
     try:
+        warmed.recall("ledger", as_user="dana", now=T1)  # whose statistics to keep: dana's
         warmed.keep_warm()
         assert warmed.index.warm_passes == 1
+        weights = warmed.index.open_searcher().__dict__.get("_mdmem_weights")
+        assert weights is not None and len(weights.lists) > 3, "no weights were warmed"
         readers = [leaf.reader() for leaf, _ in warmed.index.open_searcher().leaf_searchers()]
         kept = sum(len(r.__dict__.get("_mdmem_postings", bm25._Kept()).lists) for r in readers)
         assert kept, "nothing was warmed"

@@ -14,6 +14,7 @@ slow path through the public matcher API, which gives the same numbers.
 from __future__ import annotations
 
 from collections import OrderedDict
+from math import log
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +44,7 @@ _SCORED_LENGTH = np.where(_BYTE_TO_LENGTH == 0, 1.0, _BYTE_TO_LENGTH)
 # questions keep meeting the same words (its subjects, names, services). 0 turns the cache off
 # (benchmarks measure both). A searcher keeps as many postings' BM25F weights (8 bytes each, the
 # docnums shared), in the same way (_term_weights). A process that warms its caches
-# (warm_postings, warm_weights) gives each cache room for what it warmed, up to WARM_POSTINGS_MAX.
+# (warm_postings, Visible.weights) gives each cache room for what it warmed, up to WARM_POSTINGS_MAX.
 POSTINGS_CACHE_MAX = 1_000_000
 WARM_POSTINGS_MAX = 4_000_000
 
@@ -57,11 +58,15 @@ class Scored:
 
 def search(searcher, terms: list[str], boosts: dict[str, float], allowed: np.ndarray, *, limit: int,
            B: float = 0.75, K1: float = 1.2, prune_above: float | None = None,
-           evidence_fields: frozenset[str] | None = None) -> list[Scored]:
+           evidence_fields: frozenset[str] | None = None, visible: np.ndarray | None = None,
+           visible_key: Any = None) -> list[Scored]:
     """The ``limit`` best allowed documents for an OR of ``terms`` over the boosted fields.
 
     ``allowed`` is the filter, a mask over docnums (what the caller may see); only those
-    are ranked.
+    are ranked. ``visible``: the documents the reader may see at all (a mask); BM25F's
+    statistics (document count, each word's document frequency, average field lengths) are then
+    theirs alone (:class:`Visible`), so no score depends on a note the reader may not see.
+    Without it they are the whole index's, as Whoosh's own.
     ``prune_above``: a (field, term) found in more documents than this is left out — its
     IDF is near zero. Coverage counts only terms some document has in some field (a word
     no note contains cannot be matched by any of them) and only matches in
@@ -69,6 +74,7 @@ def search(searcher, terms: list[str], boosts: dict[str, float], allowed: np.nda
     """
     if not terms or not allowed.any():
         return []
+    stats = Visible(searcher, visible, visible_key) if visible is not None else None
     evidence = frozenset(boosts) if evidence_fields is None else evidence_fields
     total = searcher.doc_count_all()
     scores = np.zeros(total, dtype=np.float64)
@@ -78,7 +84,7 @@ def search(searcher, terms: list[str], boosts: dict[str, float], allowed: np.nda
     # CPU at 100,000 notes (a word in 42% of them: ~42,000 postings a list).
     findable: list[list[np.ndarray]] = []
     for t in terms:
-        frequencies = {f: _doc_frequency(searcher, f, t) for f in boosts}
+        frequencies = {f: stats.doc_frequency(f, t) if stats else _doc_frequency(searcher, f, t) for f in boosts}
         if not any(frequencies.values()):
             continue
         lists: list[np.ndarray] = []
@@ -87,7 +93,8 @@ def search(searcher, terms: list[str], boosts: dict[str, float], allowed: np.nda
             df = frequencies[field]
             if not df or (prune_above is not None and df > prune_above):
                 continue
-            for ids, weight in _term_weights(searcher, field, t, boost, B, K1):
+            for ids, weight in (stats.weights(field, t, boost, B, K1) if stats
+                                else _term_weights(searcher, field, t, boost, B, K1)):
                 scores[ids] += weight  # ids are distinct within a list
                 if field in evidence:
                     lists.append(ids)
@@ -143,6 +150,74 @@ def _bm25f_weights(tf: np.ndarray, lengths: np.ndarray, scale: float, avgfl: flo
     return scale * (tf * (K1 + 1)) / (tf + K1 * ((1 - B) + B * fl / avgfl))
 
 
+class Visible:
+    """BM25F's statistics over the documents one reader may see (attack 17): the number of them,
+    each word's number among them, and each field's average length among them. Over the whole
+    index (Whoosh's own) bob's score for his own team note changed with whether alice's private
+    notes held the word he asked about: an oracle for text he may not read. Lengths are the
+    length column's quantised bytes (Whoosh's average uses exact totals, of every document).
+    ``key`` names the set of documents (the readable roots) for the searcher's caches; None:
+    nothing kept."""
+
+    def __init__(self, searcher, visible: np.ndarray, key: Any = None):
+        self.searcher, self.visible, self.key = searcher, visible, key
+        self.count = int(visible.sum())
+        self._kept: dict = _searcher_cache(searcher) if key is not None else {}
+
+    def doc_frequency(self, field: str, text: str) -> int:
+        k = ("visible df", self.key, field, text)
+        if k not in self._kept:
+            lists = _term_postings(self.searcher, field, text)
+            self._kept[k] = sum(int(self.visible[ids].sum()) for ids, _, _ in lists)
+        return self._kept[k]
+
+    def avg_field_length(self, field: str) -> float:
+        k = ("visible avgfl", self.key, field)
+        if k not in self._kept:
+            total = float(_all_lengths(self.searcher, field)[self.visible].sum())
+            self._kept[k] = (total / self.count if self.count else 0.0) or 1.0
+        return self._kept[k]
+
+    def idf(self, field: str, text: str) -> float:
+        return log(max(self.count, 1) / (self.doc_frequency(field, text) + 1)) + 1
+
+    def weights(self, field: str, text: str, boost: float, B: float, K1: float, *, warm: bool = False) -> list:
+        """Each segment's (docnums, BM25F weights) for the term; kept per searcher and ``key``.
+        ``warm``: a warming pass asks (search/warm.py), and the cache makes room for it."""
+        cache = self.searcher.__dict__.setdefault("_mdmem_weights", _Kept())
+        key = (field, text, boost, B, K1, self.key)
+        if self.key is not None and key in cache.lists and POSTINGS_CACHE_MAX:
+            cache.lists.move_to_end(key)
+            return cache.lists[key]
+        scale, avgfl = boost * self.idf(field, text), self.avg_field_length(field)
+        found = [(ids, _bm25f_weights(tf, lengths, scale, avgfl, B, K1))
+                 for ids, tf, lengths in _term_postings(self.searcher, field, text)]
+        if self.key is not None:
+            n = sum(len(ids) for ids, _ in found)
+            if warm:
+                cache.room_for_warmed(n)
+            cache.keep(key, found, n)
+        return found
+
+
+def _all_lengths(searcher, field: str) -> np.ndarray:
+    """Every document's length in the field (quantised as stored), by global docnum; kept per
+    searcher."""
+    kept = searcher.__dict__.setdefault("_mdmem_all_lengths", {})
+    if field not in kept:
+        out = np.zeros(searcher.doc_count_all(), dtype=np.float64)
+        for leaf, offset in searcher.leaf_searchers():
+            reader = leaf.reader()
+            n = reader.doc_count_all()
+            column = _length_bytes(reader, field)
+            if column is not None:
+                out[offset:offset + n] = _BYTE_TO_LENGTH[column[:n]]
+            else:
+                out[offset:offset + n] = [reader.doc_field_length(d, field) or 0 for d in range(n)]
+        kept[field] = out
+    return kept[field]
+
+
 # --- warming: a long-lived process's background thread (search/warm.py) ----------------------
 def long_lists(searcher, boosts: dict[str, float], limit: int) -> list[tuple[Any, str, str]]:
     """The lists worth warming in ``searcher``: its big segments' long lists (postings.py) in the
@@ -191,21 +266,6 @@ def warm_postings(reader, field: str, text: str) -> int:
     cache.room_for_warmed(len(ids))
     cache.keep(key, _kept_form(ids, tf, column[ids]), len(ids))
     return len(ids)
-
-
-def warm_weights(searcher, field: str, text: str, boost: float, B: float, K1: float) -> int:
-    """The term's BM25F weights into ``searcher``'s kept weights, as a question would keep them
-    (call under the index's mutex, after :func:`warm_postings`: then only arithmetic, ~0.3 ms a
-    list of 50,000). Returns the postings weighed (0 if kept already)."""
-    cache = searcher.__dict__.setdefault("_mdmem_weights", _Kept())
-    key = (field, text, boost, B, K1)
-    if key in cache.lists or not POSTINGS_CACHE_MAX:
-        return 0
-    found = _weighed(searcher, field, text, boost, B, K1)
-    n = sum(len(ids) for ids, _ in found)
-    cache.room_for_warmed(n)
-    cache.keep(key, found, n)
-    return n
 
 
 # Terms whose per-segment counts a reader keeps (a question's words, over a process's life).

@@ -135,9 +135,11 @@ PRUNE_SHARE = 0.5
 PRUNE_SHARE_BM25_ONLY = 0.9
 
 
-def search(searcher, text: str, allowed, *, limit: int, bm25_only: bool = False, fill: int = 0) -> list:
+def search(searcher, text: str, allowed, *, limit: int, bm25_only: bool = False, fill: int = 0,
+           visible=None, visible_key=None) -> list:
     """The best ``limit`` of the ``allowed`` docnums for an OR of the text's analysed terms in
-    each field (BM25F); the user's text is never parsed as query syntax.
+    each field (BM25F); the user's text is never parsed as query syntax. ``visible``: the
+    documents the reader may see, whose statistics BM25F then takes (bm25.Visible).
 
     With 50+ notes (enough for document frequency to say anything), a term found in more
     than PRUNE_SHARE of the notes (PRUNE_SHARE_BM25_ONLY when ``bm25_only``) is left out.
@@ -145,12 +147,13 @@ def search(searcher, text: str, allowed, *, limit: int, bm25_only: bool = False,
     never dropped for speed.
     """
     terms = query_terms(text)
-    count = searcher.doc_count()
+    count = int(visible.sum()) if visible is not None else searcher.doc_count()
 
     def scored(share: float | None) -> list:
         prune_above = count * share if share is not None and count >= 50 else None
         return bm25.search(searcher, terms, FIELD_BOOSTS, allowed, limit=limit, B=B, K1=K1,
-                           prune_above=prune_above, evidence_fields=EVIDENCE_FIELDS)
+                           prune_above=prune_above, evidence_fields=EVIDENCE_FIELDS, visible=visible,
+                           visible_key=visible_key)
 
     hits = scored(PRUNE_SHARE_BM25_ONLY if bm25_only else PRUNE_SHARE)
     if len(hits) < fill and count >= 50:

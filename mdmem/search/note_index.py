@@ -103,6 +103,7 @@ class NoteIndex:
         self.mutex = threading.RLock()
         self._warmer: Warmer | None = None  # keep_warm: a long-lived process's caches (search/warm.py)
         self.last_used = time.monotonic()  # the last catch-up asked for (a warm waits for quiet)
+        self.reader_roots: tuple[str, ...] | None = None  # the roots the last recall could read (warm.py)
         renew_after_fork(self)
         # Progress for work the caller did not ask for: the first recall on a fresh clone
         # builds the whole index (11.5 s at 1,980 notes, silent before). The CLI sets it.

@@ -155,6 +155,7 @@ class Recall:
         contracts = [self.repo.contracts.resolve(x) for x in (kinds or [])]
         kind_names = sorted({c.name for c in contracts}) or None
         roots = self.repo.access.readable_roots(user)  # the one visibility rule
+        self.index.reader_roots = tuple(sorted(roots))  # whose statistics a warming pass keeps
         if tags is not None and (isinstance(tags, str) or not all(isinstance(t, str) for t in tags)):
             raise BadInput("tags: a list of tags (like [\"billing\"])")
         if key:
@@ -190,7 +191,9 @@ class Recall:
             exempt = set(np.flatnonzero(allowed & table.of_kind("working")).tolist())
         ranked, scores, cos, have_vectors = self._rank(searcher, table, query, query_vector, allowed, candidates(k),
                                                        exempt=exempt, favour=_in_spans(table, query), fill=k,
-                                                       meanwhile=lambda docnums: load.read(docnums[:2 * k]))
+                                                       meanwhile=lambda docnums: load.read(docnums[:2 * k]),
+                                                       visible=table.visible(roots),
+                                                       visible_key=self.index.reader_roots)
         weighted = self._weigh(ranked, table, explicit=kind_names is not None, events=event_intent(query),
                                working=bool(exempt))
         weights = dict(weighted)
@@ -218,7 +221,8 @@ class Recall:
 
     def _rank(self, searcher, table, query: str, query_vector: Future, allowed: np.ndarray, limit: int,
               exempt: set[int] = frozenset(), favour: np.ndarray | None = None, fill: int = 0,
-              meanwhile: Callable[[list[int]], None] | None = None,
+              meanwhile: Callable[[list[int]], None] | None = None, visible: np.ndarray | None = None,
+              visible_key: Hashable = None,
               ) -> tuple[list[tuple[int, float]], dict[int, float], dict[int, float], bool]:
         """BM25F and cosine over the same allowed docnums, fused: (ranked docnums with fused
         scores, BM25F scores, cosines, whether vectors were compared). ``query_vector`` is
@@ -227,25 +231,27 @@ class Recall:
         use the wait (the hits' stored fields are read then: ~0.5 ms of a 10k MiniLM recall,
         which waited ~4 ms for the vector). ``exempt`` docnums skip the floor and get a
         cosine. ``favour`` (the notes in a span of time the question names) proposes its own
-        best candidates too, and they rank TIME_BOOST higher."""
+        best candidates too, and they rank TIME_BOOST higher. ``visible`` (named by
+        ``visible_key``): every document the reader may see, whose statistics BM25F takes."""
         # Without vectors, a common word is still evidence, and the list is filled to k
         # whenever notes match (see fulltext.search).
         expected = table.dim is not None and self.index.embedder is not None
+        seen_by = {"visible": visible, "visible_key": visible_key}
         bm25 = fulltext.search(searcher, query, allowed, limit=limit, bm25_only=not expected,
-                               fill=0 if expected else fill)
+                               fill=0 if expected else fill, **seen_by)
         if meanwhile is not None and not query_vector.done():
             meanwhile([h.docnum for h in bm25])
         qv = query_vector.result()
         have_vectors = table.has_vectors(qv)
         if have_vectors != expected:  # a vector of another width than the index holds
             bm25 = fulltext.search(searcher, query, allowed, limit=limit, bm25_only=not have_vectors,
-                                   fill=0 if have_vectors else fill)
+                                   fill=0 if have_vectors else fill, **seen_by)
         vec = table.nearest(qv, allowed, limit) if have_vectors else []
         inside = allowed & favour if favour is not None else None
         if inside is not None and inside.any():
             seen = {h.docnum for h in bm25}
-            bm25 += [h for h in fulltext.search(searcher, query, inside, limit=limit, bm25_only=not have_vectors)
-                     if h.docnum not in seen]
+            bm25 += [h for h in fulltext.search(searcher, query, inside, limit=limit, bm25_only=not have_vectors,
+                                                **seen_by) if h.docnum not in seen]
             if have_vectors:
                 seen = {d for d, _ in vec}
                 vec += [(d, c) for d, c in table.nearest(qv, inside, limit) if d not in seen]
@@ -337,7 +343,8 @@ class Recall:
                                               until=fulltext.ts(when), kinds=kind_names, subject=subject)
         if tags:
             allowed = allowed & fulltext.tag_mask(s, tags, len(allowed))
-        ranked, scores, cos, _ = self._rank(s, table, query, query_vector, allowed, CANDIDATES, fill=k)
+        ranked, scores, cos, _ = self._rank(s, table, query, query_vector, allowed, CANDIDATES, fill=k,
+                                            visible=table.visible(roots), visible_key=self.index.reader_roots)
         fused = dict(ranked)
         now_ts = fulltext.ts(when)
         out = []

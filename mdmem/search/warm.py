@@ -10,7 +10,9 @@ warm3.py on the bench's fixture: p95 12-13 ms without, 4.4-4.8 with every long l
 So a process that will live (the MCP server, the daemon: :meth:`NoteIndex.keep_warm`) keeps
 every long list (up to bm25.WARM_POSTINGS_MAX postings, longest first) in its caches: the
 big segments' postings (per reader: they outlive the searchers a write makes), then the
-weights of the current searcher. A one-shot CLI call never warms (one question cannot repay it).
+weights of the current searcher as the last reader sees them (BM25F's statistics are each
+reader's: bm25.Visible; a pass before any question keeps postings only). A one-shot CLI call
+never warms (one question cannot repay it).
 
 - Every pass works a list at a time under the index's mutex (~1 ms a list of 50,000 read
   and weighed), so a recall waits at most one list and never runs beside the pass: a first
@@ -47,7 +49,7 @@ class Warmer:
         self._index = weakref.ref(index)  # the thread never keeps a closed index alive
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._warmed: Any = None  # weakref to the last searcher fully warmed
+        self._warmed: Any = None  # (weakref to the last searcher fully warmed, the reader's roots then)
         self.passes = 0  # completed passes (measured by tests)
         self.postings_warmed = 0
 
@@ -71,7 +73,7 @@ class Warmer:
             with index.mutex:
                 searcher = index.searcher()
             if self._pass(index, searcher, since=None):
-                self._warmed = weakref.ref(searcher)
+                self._warmed = (weakref.ref(searcher), index.reader_roots)
                 self.passes += 1
         except Exception:  # noqa: BLE001 -- a cache: the daemon or server starts all the same, and recall
             pass           # opens (or rebuilds) the index itself
@@ -88,12 +90,13 @@ class Warmer:
             return False
         since = index.last_used
         searcher = index.open_searcher()
+        roots = index.reader_roots
         if (searcher is None or time.monotonic() - since < WARM_IDLE_SECONDS
-                or (self._warmed is not None and self._warmed() is searcher)):
+                or (self._warmed is not None and self._warmed[0]() is searcher and self._warmed[1] == roots)):
             return True
         try:
             if self._pass(index, searcher, since=since):
-                self._warmed = weakref.ref(searcher)
+                self._warmed = (weakref.ref(searcher), roots)
                 self.passes += 1
         except Exception:  # noqa: BLE001 -- a cache: a reader closed under the pass, a file replaced
             pass
@@ -116,9 +119,16 @@ class Warmer:
                 if interrupted():
                     return False
                 self.postings_warmed += bm25.warm_postings(reader, field, text)
+        roots = index.reader_roots
+        if roots is None:
+            return True  # no question asked yet: whose weights to keep is not known
+        with mutex:
+            if interrupted():
+                return False
+            stats = bm25.Visible(searcher, index.table().visible(list(roots)), roots)
         for _reader, field, text in lists:
             with mutex:
                 if interrupted():
                     return False
-                bm25.warm_weights(searcher, field, text, fulltext.FIELD_BOOSTS[field], fulltext.B, fulltext.K1)
+                stats.weights(field, text, fulltext.FIELD_BOOSTS[field], fulltext.B, fulltext.K1, warm=True)
         return True
