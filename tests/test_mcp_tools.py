@@ -335,9 +335,10 @@ def test_an_agents_write_goes_over_the_agent_channel(repo):
 
 
 def test_remember_scope_reaches_the_write(repo):
-    """``scope`` decides the root even when ``team`` is also given, and ``scope=team`` without
-    a team is refused (mutmut: the tool dropping ``scope`` survived: a team write infers its
-    scope from ``team``)."""
+    """``scope`` reaches the write: ``scope=private`` with a ``team`` is refused (it wrote a
+    private note where no teammate saw it: attack 17), and ``scope=team`` without a team is
+    refused (mutmut: the tool dropping ``scope`` survived: a team write infers its scope from
+    ``team``, and would commit the first call)."""
     head = repo.store.head()
     _, r = call(build_server(repo, "alice", ALL, label="ops-bot"), [
         ("remember", {"text": "Deployed billing v3", "kind": "episode", "subject": "service:billing",
@@ -345,9 +346,7 @@ def test_remember_scope_reaches_the_write(repo):
         ("remember", {"text": "Deployed billing v4", "kind": "episode", "subject": "service:billing",
                       "scope": "team"}),
     ])
-    mine = answer(r[0])
-    assert mine["status"] == "committed" and mine["path"].startswith("private/alice/service/billing/episode/")
-    assert repo.get(as_user="alice", path=mine["path"]).note.team is None
+    assert error(r[0], "remember").startswith("bad_input: team: ") and "private" in error(r[0], "remember")
     assert error(r[1], "remember").startswith("bad_input: ")
     assert "team" in error(r[1], "remember")
-    assert len(repo.store.git("rev-list", f"{head}..HEAD").split()) == 1
+    assert repo.store.git("rev-list", f"{head}..HEAD").split() == []
