@@ -377,7 +377,6 @@ def test_a_one_note_catch_up_never_rewrites_more_than_the_merge_budget(tmp_path)
 
 # --- M2: merged segments' statistics are not a rebuild's ----------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="known (session 16): Whoosh's add_reader sums quantised field lengths; scores drift ~2e-4 from a rebuild")
 def test_notes_written_by_a_few_processes_rank_as_a_rebuild_once_merged(repo, tmp_path):
     """M2 (d0895c5, low). Whoosh's add_reader copies each document's field length as the byte it
     stored (quantised: 11, 15, 19, 22, 24, 27... come back different) and sums those into the
@@ -386,7 +385,9 @@ def test_notes_written_by_a_few_processes_rank_as_a_rebuild_once_merged(repo, tm
     every score) differ from a rebuild of the same notes (~2-3e-4 relative here), with no
     update or deletion at all. The repository holds recall to "ranks exactly as a full reindex"
     (tests/test_recent_notes.py, exact bm25); before d0895c5 these 5 segments were not merged
-    (NO_MERGE below 8) and the scores were equal."""
+    (NO_MERGE below 8) and the scores were equal. Fixed in session 17 by the way: recall's BM25F
+    statistics are the reader's (bm25.Visible), summed from each document's stored length byte,
+    which a merge copies as it is."""
     from test_recent_notes import QUERIES, corpus, ranked
 
     corpus(repo)
