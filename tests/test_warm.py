@@ -59,8 +59,7 @@ def test_a_warmed_process_answers_as_one_that_never_warmed(tmp_path, small_lists
     cold.close()
     warmed = MemoryRepo.open(repo.root)
     try:
-        warmed.recall("ledger", as_user="dana", now=T1)  # whose statistics to keep: dana's
-        warmed.keep_warm()
+        warmed.keep_warm(as_user="dana")  # whose statistics to keep: dana's, as the MCP server says
         assert warmed.index.warm_passes == 1
         weights = warmed.index.open_searcher().__dict__.get("_mdmem_weights")
         assert weights is not None and len(weights.lists) > 3, "no weights were warmed"

@@ -173,7 +173,7 @@ def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | 
         finally:
             ready.set()
         try:
-            repo.keep_warm()  # a long-lived process: first-time words cost nothing later
+            repo.keep_warm(as_user=user)  # a long-lived process: first-time words cost nothing later
         except Exception:  # noqa: BLE001 -- a cache: recall reads the lists itself
             pass
 

@@ -149,10 +149,14 @@ class RepoState:
                 self._index.keep_warm(now=False)
         return self._index
 
-    def keep_warm(self) -> None:
+    def keep_warm(self, *, as_user: str | None = None) -> None:
         """This process will live (the MCP server, the daemon): its search caches are warmed now
-        and kept warm, also in the indexes it opens anew later (search/warm.py)."""
+        and kept warm, also in the indexes it opens anew later (search/warm.py). ``as_user``:
+        who will ask (the MCP server's one user), so their BM25F weights are warmed too (else
+        those of whoever asks last, once idle)."""
         self._keep_warm = True
+        if as_user is not None:
+            self.index.reader_roots = tuple(sorted(self.access.readable_roots(self.check_user(as_user))))
         self.index.keep_warm()
 
     @property
