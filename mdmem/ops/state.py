@@ -156,7 +156,9 @@ class RepoState:
         those of whoever asks last, once idle)."""
         self._keep_warm = True
         if as_user is not None:
-            self.index.reader_roots = tuple(sorted(self.access.readable_roots(self.check_user(as_user))))
+            roots = tuple(sorted(self.access.readable_roots(self.check_user(as_user))))
+            with self.index.mutex:  # not in the middle of another reader's recall
+                self.index.reader_roots = roots
         self.index.keep_warm()
 
     @property

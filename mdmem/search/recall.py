@@ -140,7 +140,7 @@ class Recall:
     def __call__(self, query: str, *, as_user: str, k: int = 5, kinds=None, subject: str | None = None,
                  key: str | None = None, at=None, include_history: bool = False, now=None,
                  tags: list[str] | None = None) -> list[Hit]:
-        with self.index.mutex:
+        with self.index.held():  # a warming pass gives way (search/warm.py)
             return self._recall(query, as_user=as_user, k=k, kinds=kinds, subject=subject, key=key, at=at,
                                 include_history=include_history, now=now, tags=tags)
 
@@ -155,7 +155,10 @@ class Recall:
         contracts = [self.repo.contracts.resolve(x) for x in (kinds or [])]
         kind_names = sorted({c.name for c in contracts}) or None
         roots = self.repo.access.readable_roots(user)  # the one visibility rule
-        self.index.reader_roots = tuple(sorted(roots))  # whose statistics a warming pass keeps
+        # BM25F's statistics are kept under the very roots they are counted over (a shared
+        # setting read later could name another reader's: attack 17b); the warm keeps these.
+        seen_by = tuple(sorted(roots))
+        self.index.reader_roots = seen_by
         if tags is not None and (isinstance(tags, str) or not all(isinstance(t, str) for t in tags)):
             raise BadInput("tags: a list of tags (like [\"billing\"])")
         if key:
@@ -193,7 +196,7 @@ class Recall:
                                                        exempt=exempt, favour=_in_spans(table, query), fill=k,
                                                        meanwhile=lambda docnums: load.read(docnums[:2 * k]),
                                                        visible=table.visible(roots),
-                                                       visible_key=self.index.reader_roots)
+                                                       visible_key=seen_by)
         weighted = self._weigh(ranked, table, explicit=kind_names is not None, events=event_intent(query),
                                working=bool(exempt))
         weights = dict(weighted)
@@ -344,7 +347,7 @@ class Recall:
         if tags:
             allowed = allowed & fulltext.tag_mask(s, tags, len(allowed))
         ranked, scores, cos, _ = self._rank(s, table, query, query_vector, allowed, CANDIDATES, fill=k,
-                                            visible=table.visible(roots), visible_key=self.index.reader_roots)
+                                            visible=table.visible(roots), visible_key=tuple(sorted(roots)))
         fused = dict(ranked)
         now_ts = fulltext.ts(when)
         out = []

@@ -110,11 +110,21 @@ class Warmer:
 
         def interrupted() -> bool:
             return (self._stop.is_set() or index.open_searcher() is not searcher
-                    or (since is not None and index.last_used != since))
+                    or (since is not None and (index.last_used != since or index.wanting)))
+
+        def give_way() -> None:
+            # A call waiting for the mutex gets it first: Python's locks favour the thread that
+            # just let go, and a recall waited out most of a pass (attack 17b). An idle pass
+            # stops instead (interrupted). The GIL is let go first, so a call wanting it can get
+            # as far as asking for the mutex (held() counts it).
+            time.sleep(0)
+            while index.wanting and since is None and not self._stop.is_set():
+                time.sleep(0.0005)
 
         with mutex:
             lists = bm25.long_lists(searcher, fulltext.FIELD_BOOSTS, bm25.WARM_POSTINGS_MAX)
         for reader, field, text in lists:
+            give_way()
             with mutex:
                 if interrupted():
                     return False
@@ -127,6 +137,7 @@ class Warmer:
                 return False
             stats = bm25.Visible(searcher, index.table().visible(list(roots)), roots)
         for _reader, field, text in lists:
+            give_way()
             with mutex:
                 if interrupted():
                     return False
