@@ -33,7 +33,7 @@ def test_warmed_lists_score_and_rank_as_whoosh_does(seed, tmp_path, small_lists)
             path = postings.write(tmp_path, reader, fulltext.FIELD_BOOSTS)
             reader.__dict__["_mdmem_long"] = postings.LongPostings(
                 path, reader.doc_count_all(), reader.segment().segment_id(), 1 << 30)
-        lists = bm25.long_lists(s, fulltext.FIELD_BOOSTS, bm25.WARM_POSTINGS_MAX)
+        lists = bm25.long_lists(s, fulltext.FIELD_BOOSTS, bm25.WARM_POSTINGS_MAX, fulltext.PRUNE_SHARE_BM25_ONLY)
         assert lists
         lock = threading.RLock()
         kept = 0

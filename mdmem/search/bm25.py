@@ -123,22 +123,32 @@ def search(searcher, terms: list[str], boosts: dict[str, float], allowed: np.nda
 
 def _term_weights(searcher, field: str, text: str, boost: float, B: float, K1: float):
     """(global docnums, each one's BM25F weight for the term in the field) per segment holding
-    it; kept per searcher (the field's average length and the idf are the searcher's), so a
-    word met again by a later question costs one addition per posting."""
+    it, by the whole index's statistics (Whoosh's own); kept per searcher (the field's average
+    length and the idf are the searcher's), so a word met again by a later question costs one
+    addition per posting."""
+    return _kept_weights(searcher, (field, text, boost, B, K1), lambda: _weighed(
+        searcher, field, text, boost * _idf(searcher, field, text), searcher.avg_field_length(field) or 1, B, K1))
+
+
+def _kept_weights(searcher, key: tuple, compute, *, keep: bool = True, warm: bool = False) -> list:
+    """The searcher's kept weights under ``key``, else ``compute()``'s, kept (``keep``); ``warm``:
+    a warming pass asks (search/warm.py), and the cache makes room for it."""
     cache = searcher.__dict__.setdefault("_mdmem_weights", _Kept())
-    key = (field, text, boost, B, K1)
-    if key in cache.lists and POSTINGS_CACHE_MAX:
+    if keep and key in cache.lists and POSTINGS_CACHE_MAX:
         cache.lists.move_to_end(key)
         return cache.lists[key]
-    found = _weighed(searcher, field, text, boost, B, K1)
-    cache.keep(key, found, sum(len(ids) for ids, _ in found))
+    found = compute()
+    if keep:
+        n = sum(len(ids) for ids, _ in found)
+        if warm:
+            cache.room_for_warmed(n)
+        cache.keep(key, found, n)
     return found
 
 
-def _weighed(searcher, field: str, text: str, boost: float, B: float, K1: float) -> list:
-    idf = _idf(searcher, field, text)
-    avgfl = searcher.avg_field_length(field) or 1
-    return [(ids, _bm25f_weights(tf, lengths, boost * idf, avgfl, B, K1))
+def _weighed(searcher, field: str, text: str, scale: float, avgfl: float, B: float, K1: float) -> list:
+    """Each segment's (docnums, BM25F weights) for the term (``scale``: boost times idf)."""
+    return [(ids, _bm25f_weights(tf, lengths, scale, avgfl, B, K1))
             for ids, tf, lengths in _term_postings(searcher, field, text)]
 
 
@@ -184,20 +194,9 @@ class Visible:
     def weights(self, field: str, text: str, boost: float, B: float, K1: float, *, warm: bool = False) -> list:
         """Each segment's (docnums, BM25F weights) for the term; kept per searcher and ``key``.
         ``warm``: a warming pass asks (search/warm.py), and the cache makes room for it."""
-        cache = self.searcher.__dict__.setdefault("_mdmem_weights", _Kept())
-        key = (field, text, boost, B, K1, self.key)
-        if self.key is not None and key in cache.lists and POSTINGS_CACHE_MAX:
-            cache.lists.move_to_end(key)
-            return cache.lists[key]
-        scale, avgfl = boost * self.idf(field, text), self.avg_field_length(field)
-        found = [(ids, _bm25f_weights(tf, lengths, scale, avgfl, B, K1))
-                 for ids, tf, lengths in _term_postings(self.searcher, field, text)]
-        if self.key is not None:
-            n = sum(len(ids) for ids, _ in found)
-            if warm:
-                cache.room_for_warmed(n)
-            cache.keep(key, found, n)
-        return found
+        return _kept_weights(self.searcher, (field, text, boost, B, K1, self.key), lambda: _weighed(
+            self.searcher, field, text, boost * self.idf(field, text), self.avg_field_length(field), B, K1),
+            keep=self.key is not None, warm=warm)
 
 
 def _all_lengths(searcher, field: str) -> np.ndarray:
@@ -219,11 +218,11 @@ def _all_lengths(searcher, field: str) -> np.ndarray:
 
 
 # --- warming: a long-lived process's background thread (search/warm.py) ----------------------
-def long_lists(searcher, boosts: dict[str, float], limit: int) -> list[tuple[Any, str, str]]:
+def long_lists(searcher, boosts: dict[str, float], limit: int, prune_share: float) -> list[tuple[Any, str, str]]:
     """The lists worth warming in ``searcher``: its big segments' long lists (postings.py) in the
     ``boosts`` fields, longest first (a first meeting costs ~100 ns a posting: the long ones are
     a first-time question's tail), at most ``limit`` postings in all, leaving out those search
-    prunes anyway (in more than nine in ten documents). (reader, field, term) each."""
+    always prunes (in more than ``prune_share`` of the documents). (reader, field, term) each."""
     count = searcher.doc_count()
     found = []
     for leaf, _ in searcher.leaf_searchers():
@@ -232,7 +231,7 @@ def long_lists(searcher, boosts: dict[str, float], limit: int) -> list[tuple[Any
         if long is None:
             continue
         for field, btext, n in long.lists():
-            if field in boosts and n <= 0.9 * count:
+            if field in boosts and n <= prune_share * count:
                 found.append((n, reader, field, reader.schema[field].from_bytes(btext)))
     found.sort(key=lambda x: -x[0])
     picked, total = [], 0

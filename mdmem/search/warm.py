@@ -122,7 +122,8 @@ class Warmer:
                 time.sleep(0.0005)
 
         with mutex:
-            lists = bm25.long_lists(searcher, fulltext.FIELD_BOOSTS, bm25.WARM_POSTINGS_MAX)
+            lists = bm25.long_lists(searcher, fulltext.FIELD_BOOSTS, bm25.WARM_POSTINGS_MAX,
+                                    fulltext.PRUNE_SHARE_BM25_ONLY)
         for reader, field, text in lists:
             give_way()
             with mutex:
