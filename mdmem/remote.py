@@ -12,12 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .erasure.forget import AUDIT_PATH, erased_blob_ids, erased_commit_ids, purge_caches
+from .erasure import erased as erased_record
+from .erasure.erased import known_blobs, known_commits
+from .erasure.receipt import receipt_ids
 from .config import CONFIG_NAME
 from .errors import BadInput, Conflict, GitFailed, MdmemError, Refused
+from .model.layout import is_note_path
 from .ops.holds import REVIEW_PREFIX
 from .storage import sync_ops
 from .storage.gitstore import parse_trailers
-from .storage.queries import blob_hash, run_git_at
+from .storage.queries import blob_hash, is_ancestor_at, run_git_at
 
 
 @dataclass(frozen=True)
@@ -168,8 +172,8 @@ def _sync_holds(repo, remote: str, *, push: bool, closed: set[str]) -> dict:
     fetched = sync_ops.refs_under(store, scratch)
     theirs = {n: o for n, o in fetched.items() if HOLD_ID.fullmatch(n)}
     audit = store.show_file("HEAD", AUDIT_PATH) if store.head() else ""
-    erased = erased_commit_ids(audit) | erased_blob_ids(audit)
-    needles = _erased_needles(store, erased_blob_ids(audit)) if erased else []
+    erased = known_commits(store.root, audit) | known_blobs(store.root, audit)
+    needles = _erased_needles(store, known_blobs(store.root, audit)) if erased else []
     seen: dict[str, bool] = {}  # one object walk per branch tip, however often it is asked about
 
     def on_erased(oid: str) -> bool:
@@ -238,7 +242,7 @@ def _drop_erased_leftovers(store) -> None:
     """Objects of history an erasure removed that only reflogs still reach (a replay killed
     before it dropped them: attack 6, F7) go at the next sync."""
     audit = store.show_file("HEAD", AUDIT_PATH) if store.head() else ""
-    left = sorted(sync_ops.present(store, erased_commit_ids(audit))) if audit else []
+    left = sorted(sync_ops.present(store, known_commits(store.root, audit))) if audit else []
     if left and not sync_ops.refs_containing(store, left[0]):
         sync_ops.drop_unreachable(store)
 
@@ -383,7 +387,7 @@ def _refuse_erased(store, head, their_head, remote, branch) -> None:
     if not (here or there) or not their_head:
         return
     incoming = sync_ops.object_ids(store, their_head, exclude=head)
-    erased_here = erased_commit_ids(here)
+    erased_here = known_commits(store.root, here)
     behind = sorted(incoming & erased_here)
     if behind:
         others = store.commit_ids(their_head, exclude=head) - erased_here
@@ -399,10 +403,11 @@ def _refuse_erased(store, head, their_head, remote, branch) -> None:
     # A receipt names commits its erasure rewrote away: one its own history still holds is no
     # erasure (a forged or broken receipt line -- any teammate can append one), and believing it
     # would stop every clone's sync for good, fresh clones included (attack 5, A15).
-    claimed = erased_commit_ids(there)
+    claimed = (erased_commit_ids(there) | erased_record.commit_ids(store.root)
+               | _derive_erasure(store, head, their_head, here, there, remote, branch))
     stale = sorted(store.commit_ids("HEAD") & (claimed - store.commit_ids(their_head))) if head and claimed else []
     if stale:
-        known = sync_ops.rev(store, f"refs/remotes/{remote}/{branch}")
+        known = last_synced(store, head, remote, branch)
         own = sync_ops.commits_not_in(store, head, known) if known else []
         mine = (f"; {len(own)} commit(s) of yours are not on {remote} ("
                 + ", ".join(f"{c[:10]} {store.subject_of(c)}" for c, _ in own[:3]) + (", ..." if len(own) > 3 else "")
@@ -411,12 +416,42 @@ def _refuse_erased(store, head, their_head, remote, branch) -> None:
             f"sync: this clone holds {len(stale)} commit(s) that {remote} erased (first {stale[0][:10]}){mine}; "
             "`mdmem sync --replay` re-applies your own commits onto the erased history and drops the old one "
             "(any touching an erased note are left out and named); or re-clone; nothing changed")
-    back = incoming & (erased_blob_ids(here) | erased_blob_ids(there))
+    back = incoming & (known_blobs(store.root, here) | erased_blob_ids(there))
     if back:
         raise Refused(f"sync: {remote}/{branch} brings back {len(back)} erased note version(s) under new commits "
                       "(an old clone rebased or cherry-picked erased history); nothing was merged and the "
                       f"fetched history was dropped. Erase them from {remote} again (forget in a fresh clone of it, "
                       "with --push), and install `mdmem guard` on it")
+
+
+def last_synced(store, head: str | None, remote: str, branch: str) -> str | None:
+    """Where ``remote``'s branch was when this clone last had it on the history it still holds:
+    the newest value of its remote-tracking ref that ``head`` contains (a plain `git fetch` may
+    already have moved the ref onto the erased history; its reflog keeps the one before)."""
+    ref = f"refs/remotes/{remote}/{branch}"
+    for oid in [sync_ops.rev(store, ref)] + sync_ops.reflog(store, ref):
+        if oid and head and sync_ops.is_ancestor(store, oid, head):
+            return oid
+    return None
+
+
+def _derive_erasure(store, head, their_head, here: str, there: str, remote: str, branch: str) -> set[str]:
+    """Receipts carry no erased ids; a clone meeting an erasure made elsewhere derives them: the
+    remote brings a receipt this clone lacks, and the history this clone last synced from it is
+    no longer in the remote's. What only that old history holds was erased: its commits and its
+    note versions are recorded in this clone (erasure/erased.py) for the replay, the holds and
+    any later sync. Returns the erased commits (none: no erasure arrived)."""
+    new = receipt_ids(there) - receipt_ids(here) - erased_record.receipts(store.root)
+    if not head or not their_head or not new:
+        return set()
+    old = last_synced(store, head, remote, branch)
+    if old is None or sync_ops.is_ancestor(store, old, their_head):
+        return set()
+    commits = store.commit_ids(old, exclude=their_head)
+    blobs = sync_ops.note_blobs_only_in(store, old, their_head)
+    for rid in sorted(new):
+        erased_record.record(store.root, rid, commits=commits, blobs=blobs)
+    return commits
 
 
 class _CloneBehindErasure(Refused):
@@ -434,12 +469,12 @@ def _replay_after_erasure(repo, user: str, head: str, their_head: str, remote: s
     """This clone's own commits (made since it last synced) re-applied onto the erased history,
     which replaces the old one here; the old history's objects are dropped (attack 5, A12)."""
     store = repo.store
-    known = sync_ops.rev(store, f"refs/remotes/{remote}/{branch}")
+    known = last_synced(store, head, remote, branch)
     if not known:
         raise Refused(f"sync --replay: this clone does not know where {remote}/{branch} was when it last synced; "
                       "re-clone it (save your own notes first); nothing changed")
     audit = store.show_file(their_head, AUDIT_PATH)
-    erased = erased_blob_ids(audit)
+    erased = known_blobs(store.root, audit)
     commits = sync_ops.commits_not_in(store, head, known)
     # The caches are purged before the history is replaced as well as after: killed in between,
     # the next replay finds this clone still behind and runs again; killed after the history
@@ -451,14 +486,14 @@ def _replay_after_erasure(repo, user: str, head: str, their_head: str, remote: s
     sync_ops.set_ref(store, f"refs/remotes/{remote}/{branch}", their_head)
     # git's own copies of the remote's old branches go with the old history they hold.
     for name, oid in sync_ops.refs_under(store, f"refs/remotes/{remote}/").items():
-        if oid != their_head and erased_commit_ids(audit) & store.commit_ids(oid):
+        if oid != their_head and known_commits(store.root, audit) & store.commit_ids(oid):
             sync_ops.set_ref(store, f"refs/remotes/{remote}/{name}", None)
     sync_ops.drop_unreachable(store)
     # Its caches held the old history's texts (the view cache's rows, vectors, index
     # documents), as the erasing clone's did before its purge: the same purge here (attack 13),
     # again for what was rebuilt from the old history since the first.
     _purge_clone_caches(repo)
-    holding = _refs_holding(store, erased_commit_ids(audit))
+    holding = _refs_holding(store, known_commits(store.root, audit))
     if holding:
         out["still_holding_erased"] = holding
     return out
@@ -468,7 +503,7 @@ def _replay_theirs_onto_erasure(repo, user: str, head: str, their_head: str, era
     """Teammates' commits on the history this clone erased, re-applied onto the erasure so it
     can be published without losing them (attack 5, A17)."""
     store = repo.store
-    erased = erased_blob_ids(store.show_file("HEAD", AUDIT_PATH))
+    erased = known_blobs(store.root, store.show_file("HEAD", AUDIT_PATH))
     commits = [(c, p) for c, p in sync_ops.commits_not_in(store, their_head, head) if c not in erased_commits]
     tip, out = _replay_commits(repo, user, commits, head, erased, "this clone", _erased_needles(store, erased))
     _refuse_dirty(store, store.tree_changes(head, tip), "replay")
@@ -706,32 +741,52 @@ def open_conflicts(repo, *, as_user: str) -> list[dict]:
 
 
 GUARD_MEMORY = "mdmem-guard-erasures.jsonl"  # in the bare repo's own folder: no push can change it
+GUARD_ERASED = "mdmem-guard-erased-ids"  # the ids erasures removed here, one a line: no fetch can read it
+GUARD_PENDING = "mdmem-guard-housekeeping"  # an erasure arrived: the post-receive hook prunes
 GUARD_CHAINED = "pre-receive.before-mdmem"  # a pre-receive hook the server had, run first
+GUARD_MARKER = "# Installed by `mdmem guard`"
+
+
+def _guard_hook(hooks: Path, name: str, what: str, command: str) -> Path:
+    """Write mdmem's ``name`` hook; a hook of that name the server had is kept as
+    ``<name>.before-mdmem`` and runs first (its refusal stands)."""
+    hook = hooks / name
+    previous = hook.with_name(f"{name}.before-mdmem")
+    if hook.exists() and GUARD_MARKER not in hook.read_text(errors="replace"):
+        if previous.exists():
+            raise BadInput(f"guard: {hook} and {previous} both exist and neither is mdmem's; merge them by hand "
+                           "(nothing changed)")
+        hook.rename(previous)  # the server's own hook (branch protection...) keeps running, first
+    hook.write_text("#!/bin/sh\n" + GUARD_MARKER + f": {what}.\n"
+                    "refs=$(cat)\n"
+                    f'if [ -x "$(dirname "$0")/{previous.name}" ]; then\n'
+                    f'  printf \'%s\\n\' "$refs" | "$(dirname "$0")/{previous.name}" || exit $?\n'
+                    "fi\n"
+                    f'printf \'%s\\n\' "$refs" | exec {shlex.quote(sys.executable)} -I -m mdmem.cli.main '
+                    f'guard {command} "$PWD"\n')
+    hook.chmod(0o755)
+    return hook
 
 
 def install_guard(bare: str | None) -> Path:
+    """A pre-receive hook refusing pushes that bring erased history back, and a post-receive
+    hook that makes an arriving erasure complete on the server: reflogs expired and the
+    erased objects pruned, so nobody can fetch them by id."""
     if not bare:
         raise BadInput("guard: give the path of the bare repository to protect")
     path = Path(bare)
     if run_git_at(path, "rev-parse", "--is-bare-repository", check=False).strip() != "true":
         raise BadInput(f"{path}: not a bare git repository")
-    hook = path / "hooks" / "pre-receive"
-    hook.parent.mkdir(parents=True, exist_ok=True)
-    marker = "# Installed by `mdmem guard`"
-    previous = hook.with_name(GUARD_CHAINED)
-    if hook.exists() and marker not in hook.read_text(errors="replace"):
-        if previous.exists():
-            raise BadInput(f"guard: {hook} and {previous} both exist and neither is mdmem's; merge them by hand "
-                           "(nothing changed)")
-        hook.rename(previous)  # the server's own hook (branch protection...) keeps running, first
-    hook.write_text("#!/bin/sh\n" + marker + ": refuse pushes that bring erased history back.\n"
-                    "refs=$(cat)\n"
-                    f'if [ -x "$(dirname "$0")/{GUARD_CHAINED}" ]; then\n'
-                    f'  printf \'%s\\n\' "$refs" | "$(dirname "$0")/{GUARD_CHAINED}" || exit $?\n'
-                    "fi\n"
-                    f'printf \'%s\\n\' "$refs" | exec {shlex.quote(sys.executable)} -I -m mdmem.cli.main '
-                    'guard --check "$PWD"\n')
-    hook.chmod(0o755)
+    hooks = path / "hooks"
+    hooks.mkdir(parents=True, exist_ok=True)
+    for name in ("pre-receive", "post-receive"):
+        previous = hooks / f"{name}.before-mdmem"
+        if (hooks / name).exists() and previous.exists() and \
+                GUARD_MARKER not in (hooks / name).read_text(errors="replace"):
+            raise BadInput(f"guard: {hooks / name} and {previous} both exist and neither is mdmem's; merge them by "
+                           "hand (nothing changed)")
+    hook = _guard_hook(hooks, "pre-receive", "refuse pushes that bring erased history back", "--check")
+    _guard_hook(hooks, "post-receive", "finish an erasure that arrived (expire reflogs, prune)", "--after")
     _remember_erasures(path, _audits(path, ("refs/heads/main", "HEAD")))
     return hook
 
@@ -751,14 +806,23 @@ def _remember_erasures(bare: str | Path, audit: str) -> None:
             f.write("".join(line + "\n" for line in new))
 
 
+def _erased_here(bare: str | Path) -> set[str]:
+    path = Path(bare) / GUARD_ERASED
+    return set(path.read_text().split()) if path.exists() else set()
+
+
 def check_push(bare: str, refs_text: str) -> list[str]:
     """For each pushed ref: the erased commits its new history would contain, the erased note
-    versions (by blob id) it would bring back under new commit ids, and receipts it would drop
-    from the audit log (append-only). Erasures are known from every receipt the guard has seen."""
+    versions it would bring back under new commit ids, and receipts it would drop from the
+    audit log (append-only). A push that brings a new receipt over history it rewrites is an
+    erasure arriving: the objects only the old history held are recorded here (the server
+    derives them itself: receipts carry no erased id) and pruned after the push."""
     memory = Path(bare) / GUARD_MEMORY
     here = (memory.read_text() if memory.exists() else "") + "\n" + _audits(bare, ("refs/heads/main", "HEAD"))
+    erased = _erased_here(bare)
     problems = []
     arriving = []
+    removed: set[str] = set()
     for line in refs_text.splitlines():
         parts = line.split()
         if len(parts) != 3 or set(parts[1]) == {"0"}:
@@ -767,25 +831,54 @@ def check_push(bare: str, refs_text: str) -> list[str]:
         pushed = run_git_at(bare, "show", f"{new}:{AUDIT_PATH}", check=False)
         arriving.append(pushed)
         if set(old) != {"0"}:
+            before = run_git_at(bare, "show", f"{old}:{AUDIT_PATH}", check=False)
             kept = set(pushed.splitlines())
-            dropped = [ln for ln in run_git_at(bare, "show", f"{old}:{AUDIT_PATH}", check=False).splitlines()
-                       if ln.strip() and ln not in kept]
+            dropped = [ln for ln in before.splitlines() if ln.strip() and ln not in kept]
             if dropped:
                 problems.append(f"{ref} removes {len(dropped)} erasure receipt(s) from {AUDIT_PATH}; the audit log "
                                 "is append-only")
                 continue
+            rewrites = not is_ancestor_at(bare, old, new)
+            if rewrites and receipt_ids(pushed) - receipt_ids(before) - receipt_ids(here):
+                # The commits and note versions only the old history held (views are derived:
+                # the same render may come again).
+                removed |= set(run_git_at(bare, "rev-list", old, f"^{new}", check=False).split())
+                listing = run_git_at(bare, "rev-list", "--objects", "--filter=object:type=blob", old, f"^{new}",
+                                     check=False)
+                removed |= {oid for oid, _, path in (ln.partition(" ") for ln in listing.splitlines())
+                            if path and is_note_path(path)}
         audit = here + "\n" + pushed
-        found = sorted(set(run_git_at(bare, "rev-list", new, check=False).split()) & erased_commit_ids(audit))
+        found = sorted(set(run_git_at(bare, "rev-list", new, check=False).split())
+                       & (erased_commit_ids(audit) | erased))
         if found:
             problems.append(f"{ref} contains {len(found)} erased commit(s) (first {found[0][:10]}); "
                             "re-clone instead of pushing an old clone")
             continue
         listing = run_git_at(bare, "rev-list", "--objects", new, check=False)
         objects = {ln.split(" ", 1)[0] for ln in listing.splitlines()}
-        back = objects & erased_blob_ids(audit)
+        back = objects & (erased_blob_ids(audit) | erased)
         if back:
             problems.append(f"{ref} brings back {len(back)} erased note version(s) under new commits (a rebase or "
                             "cherry-pick of erased history); re-clone and re-apply only your own changes")
     if not problems:
         _remember_erasures(bare, "\n".join(arriving))
+        if removed:
+            with open(Path(bare) / GUARD_ERASED, "a") as f:
+                f.write("".join(oid + "\n" for oid in sorted(removed - erased)))
+            (Path(bare) / GUARD_PENDING).write_text("erasure arrived\n")
     return problems
+
+
+def after_push(bare: str) -> bool:
+    """(post-receive) An erasure arrived: expire every reflog and prune what no ref reaches, so
+    the erased objects are gone from the server, not only unreferenced (git serves any object
+    it has to a fetch that names its id). True when it ran."""
+    pending = Path(bare) / GUARD_PENDING
+    if not pending.exists():
+        return False
+    run_git_at(bare, "reflog", "expire", "--expire=now", "--expire-unreachable=now", "--all", check=False)
+    for keep in (Path(bare) / "objects" / "pack").glob("*.keep"):
+        keep.unlink(missing_ok=True)  # a kept pack would keep erased objects
+    run_git_at(bare, "gc", "--prune=now", "--quiet", check=False)
+    pending.unlink(missing_ok=True)
+    return True

@@ -289,7 +289,6 @@ def test_forget_text_and_prove_gone_catch_a_copy_that_differs_only_in_case(tmp_p
     repo.close()
 
 
-@open_defect("the receipt's erased blob ids (and rewritten commit ids) are hashes of the erased content")
 def test_the_erasure_receipt_does_not_let_a_reader_recover_the_scrubbed_text(tmp_path):
     """forget --text scrubs "555-0173" in a team note to [removed] and keeps the note; the receipt
     (committed, append-only, kept for good by the guard) lists the old version's blob id. A blob id

@@ -36,6 +36,12 @@ def worktree_version(data: bytes) -> str:
     return blob_hash(data.replace(b"\r\n", b"\n") if b"\r\n" in data else data)
 
 
+def is_ancestor_at(path: str | Path, ancestor: str, tip: str) -> bool:
+    """In a repository that is not a memory repo's store: ``ancestor`` is in ``tip``'s history."""
+    return subprocess.run(["git", "-C", str(path), "merge-base", "--is-ancestor", ancestor, tip],
+                          capture_output=True).returncode == 0
+
+
 def run_git_at(path: str | Path, *args: str, check: bool = True) -> str:
     """git in a repository that is not a memory repo's store (a bare remote the guard protects)."""
     proc = subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True)

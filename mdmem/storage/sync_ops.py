@@ -181,3 +181,20 @@ def present(store, ids: set[str]) -> set[str]:
                           input="\n".join(sorted(ids)) + "\n", capture_output=True, text=True)
     return {line.strip() for line in proc.stdout.splitlines() if line.strip() in ids}
 
+
+
+def reflog(store, ref: str) -> list[str]:
+    """The values ``ref`` had, newest first (its reflog; empty without one)."""
+    return _run(store, "reflog", "show", "--format=%H", ref, "--").stdout.split()
+
+
+def is_ancestor(store, ancestor: str, tip: str) -> bool:
+    return _run(store, "merge-base", "--is-ancestor", ancestor, tip).returncode == 0
+
+
+def note_blobs_only_in(store, rev: str, exclude: str) -> set[str]:
+    """The note versions (blob ids at note paths) ``rev``'s history holds and ``exclude``'s does not."""
+    from ..model.layout import is_note_path
+
+    out = _run(store, "rev-list", "--objects", "--filter=object:type=blob", rev, f"^{exclude}").stdout
+    return {oid for oid, _, path in (line.partition(" ") for line in out.splitlines()) if path and is_note_path(path)}
