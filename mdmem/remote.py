@@ -240,11 +240,18 @@ def _sync_holds(repo, remote: str, *, push: bool, closed: set[str]) -> dict:
 
 def _drop_erased_leftovers(store) -> None:
     """Objects of history an erasure removed that only reflogs still reach (a replay killed
-    before it dropped them: attack 6, F7) go at the next sync."""
+    before it dropped them: attack 6, F7) go at the next sync; so does whatever unreachable a
+    clone holds when it first meets a receipt (a local `git clone` copies every object of the
+    remote, erased ones too, and receipts no longer say which those are)."""
     audit = store.show_file("HEAD", AUDIT_PATH) if store.head() else ""
-    left = sorted(sync_ops.present(store, known_commits(store.root, audit))) if audit else []
-    if left and not sync_ops.refs_containing(store, left[0]):
+    if not audit:
+        return
+    unseen = receipt_ids(audit) - erased_record.receipts(store.root)
+    left = sorted(sync_ops.present(store, known_commits(store.root, audit)))
+    if unseen or (left and not sync_ops.refs_containing(store, left[0])):
         sync_ops.drop_unreachable(store)
+        for rid in sorted(unseen):
+            erased_record.record(store.root, rid, commits=(), blobs=())
 
 
 def _erased_needles(store, erased: set[str]) -> list[str]:

@@ -223,7 +223,8 @@ def test_erasure_results_say_actor_and_read_old_receipts(repo):
     assert ErasureReceipt.from_dict(old).actor == "bob"
     report = repo.prove_gone(["555-0199"], as_user="bob")
     assert isinstance(report, ProofReport) and report.passed and report.to_dict()["passed"] is True
-    assert set(report.to_dict()) == {"needles", "subject", "owner", "scope", "not_checked", "cannot_reach", "passed"}
+    assert set(report.to_dict()) == {"needles", "subject", "owner", "scope", "not_checked", "cannot_reach", "passed",
+                                     "verdict", "complete_by"}
 
 
 def test_an_erasure_interrupted_under_the_old_receipt_word_finishes_with_actor(repo, monkeypatch):

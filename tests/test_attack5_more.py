@@ -439,7 +439,7 @@ def test_sync_replay_carries_unpushed_commits_over_an_erasure(team, tmp_path):
     assert run_cli("remember", "Alice is on leave until April", "--subject", "user:alice", "--key", "leave",
                    *team_fact, env=ENV, cwd=bob).returncode == 0
     r = run_cli("forget", "--owner", "alice", "--subject", "user:alice", "--as", "dana", "--push", env=ENV, cwd=root)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 11, r.stderr  # erased here; the unguarded remote still serves the old objects by id
     r = run_cli("sync", "--push", "--as", "bob", env=ENV, cwd=bob)
     assert r.returncode == 3 and "--replay" in r.stderr and "2 commit(s) of yours are not on origin" in r.stderr, r.stderr
     r = run_cli("sync", "--replay", "--push", "--as", "bob", "--json", env=ENV, cwd=bob)

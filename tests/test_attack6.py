@@ -126,7 +126,8 @@ def test_holds_on_history_an_erasure_removed_are_remade_or_dropped(clones):
     cli(dana, "sync", "--as", "dana")
     kept = hold(bob, "p99 is 180ms", "latency")                       # unrelated: made again
     quoting = hold(bob, "Copied: Secret pin GG-42424 for vault", "backup")  # quotes erased text: dropped
-    cli(dana, "forget", "--path", "team/payments/service/billing/fact/pin.md", "--push", "--as", "dana")
+    cli(dana, "forget", "--path", "team/payments/service/billing/fact/pin.md", "--push", "--as", "dana",
+        code=11)  # erased here; the unguarded remote still serves the old objects by id
     cli(bob, "sync", "--as", "bob", code=3)
     out = cli(bob, "sync", "--replay", "--push", "--as", "bob", "--json")
     assert out["holds"]["remade"] == [kept] and out["holds"]["dropped_erased"] == [quoting]
@@ -191,7 +192,8 @@ def test_replay_leaves_out_commits_quoting_erased_text(clones):
         "--key", "vendor.copy",
         "--as", "bob")
     cli(bob, "remember", "Refunds within 30 days", *FACT, "--key", "refund", "--as", "bob")
-    cli(dana, "forget", "--path", "team/payments/service/billing/fact/vendor.md", "--push", "--as", "dana")
+    cli(dana, "forget", "--path", "team/payments/service/billing/fact/vendor.md", "--push", "--as", "dana",
+        code=11)  # erased here; the unguarded remote still serves the old objects by id
     out = cli(bob, "sync", "--replay", "--push", "--as", "bob", "--json")
     assert [c["subject"] for c in out["replayed"]] == ["remember fact service:billing/refund"]
     assert [c["why"] for c in out["left_out"]] == ["it quotes erased text"]
@@ -206,7 +208,8 @@ def test_a_killed_replay_is_cleaned_by_the_next_sync_and_old_branches_are_named(
     cli(bob, "sync", "--push", "--as", "bob")
     cli(dana, "sync", "--as", "dana")
     cli(bob, "remember", "Refunds within 30 days", *FACT, "--key", "refund", "--as", "bob")
-    cli(dana, "forget", "--path", "team/payments/service/billing/fact/pin.md", "--push", "--as", "dana")
+    cli(dana, "forget", "--path", "team/payments/service/billing/fact/pin.md", "--push", "--as", "dana",
+        code=11)  # erased here; the unguarded remote still serves the old objects by id
     killed = subprocess.run(
         [str(__import__("sys").executable), "-c",
          "import os, sys; import mdmem.storage.sync_ops as s; s.drop_unreachable = lambda store: os._exit(137); "
