@@ -627,6 +627,10 @@ def cannot_reach(repo) -> list[str]:
     for name, url in ops.remotes(repo.root).items():
         out.append(f"remote {name} ({url}): holds whatever was last pushed; after `forget --push` it must "
                    "also expire its reflogs and gc before old objects are gone there")
+    from .processes import running
+
+    out += [f"running process pid {pid} ({what}): it drops its caches after an erasure, but memory it freed may "
+            "still hold erased text until it exits; restart it" for pid, what in running(repo.root)]
     out.append("other clones of this repository (each must re-clone or run `mdmem sync`, which refuses erased history)")
     out.append("backups, snapshots and freed disk blocks of this machine")
     backend = repo.config.embedder.backend
