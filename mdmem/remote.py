@@ -411,7 +411,7 @@ def _refuse_erased(store, head, their_head, remote, branch) -> None:
     # erasure (a forged or broken receipt line -- any teammate can append one), and believing it
     # would stop every clone's sync for good, fresh clones included (attack 5, A15).
     claimed = (erased_commit_ids(there) | erased_record.commit_ids(store.root)
-               | _derive_erasure(store, head, their_head, here, there, remote, branch))
+               | _derive_erasure(store, head, their_head, there, remote, branch))
     stale = sorted(store.commit_ids("HEAD") & (claimed - store.commit_ids(their_head))) if head and claimed else []
     if stale:
         known = last_synced(store, head, remote, branch)
@@ -442,23 +442,32 @@ def last_synced(store, head: str | None, remote: str, branch: str) -> str | None
     return None
 
 
-def _derive_erasure(store, head, their_head, here: str, there: str, remote: str, branch: str) -> set[str]:
-    """Receipts carry no erased ids; a clone meeting an erasure made elsewhere derives them: the
-    remote brings a receipt this clone lacks, and the history this clone last synced from it is
-    no longer in the remote's. What only that old history holds was erased: its commits and its
-    note versions are recorded in this clone (erasure/erased.py) for the replay, the holds and
-    any later sync. Returns the erased commits (none: no erasure arrived)."""
-    new = receipt_ids(there) - receipt_ids(here) - erased_record.receipts(store.root)
-    if not head or not their_head or not new:
+def _derive_erasure(store, head, their_head, there: str, remote: str, branch: str) -> set[str]:
+    """Receipts carry no erased ids; a clone meeting an erasure made elsewhere derives them.
+    Where the remote's branch was before (its remote-tracking ref and that ref's reflog: a plain
+    `git pull` may have merged the new history in already), on history this clone still holds
+    and the remote no longer does, with a receipt the remote has and it lacked: what only that
+    old history holds was erased. Its commits and note versions are recorded in this clone
+    (erasure/erased.py) for the replay, the holds and any later sync. Returns the commits."""
+    theirs = receipt_ids(there)
+    if not head or not their_head or not theirs or theirs <= erased_record.receipts(store.root):
         return set()
-    old = last_synced(store, head, remote, branch)
-    if old is None or sync_ops.is_ancestor(store, old, their_head):
-        return set()
-    commits = store.commit_ids(old, exclude=their_head)
-    blobs = sync_ops.note_blobs_only_in(store, old, their_head)
-    for rid in sorted(new):
-        erased_record.record(store.root, rid, commits=commits, blobs=blobs)
-    return commits
+    ref = f"refs/remotes/{remote}/{branch}"
+    for old in list(dict.fromkeys([sync_ops.rev(store, ref)] + sync_ops.reflog(store, ref)))[:REFLOG_LOOKS]:
+        if not old or sync_ops.is_ancestor(store, old, their_head) or not sync_ops.is_ancestor(store, old, head):
+            continue
+        new = theirs - receipt_ids(store.show_file(old, AUDIT_PATH))
+        if not new:
+            continue
+        commits = store.commit_ids(old, exclude=their_head)
+        blobs = sync_ops.note_blobs_only_in(store, old, their_head)
+        for rid in sorted(new):
+            erased_record.record(store.root, rid, commits=commits, blobs=blobs)
+        return commits
+    return set()
+
+
+REFLOG_LOOKS = 50  # values of the remote-tracking ref looked at for the history an erasure replaced
 
 
 class _CloneBehindErasure(Refused):

@@ -184,8 +184,22 @@ def present(store, ids: set[str]) -> set[str]:
 
 
 def reflog(store, ref: str) -> list[str]:
-    """The values ``ref`` had, newest first (its reflog; empty without one)."""
-    return _run(store, "reflog", "show", "--format=%H", ref, "--").stdout.split()
+    """The values ``ref`` had, newest first, as its reflog tells: each entry's new value and the
+    one it replaced (a clone's first value is only ever an entry's old one: `git clone` writes
+    no reflog for remote-tracking refs, the first fetch after it does)."""
+    from .gitdir import common_git_dir
+
+    path = common_git_dir(store.root) / "logs" / ref  # refs/remotes/* are the shared git dir's
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    out: list[str] = []
+    for line in reversed(lines):
+        parts = line.split(" ", 2)
+        if len(parts) >= 2:
+            out += [oid for oid in (parts[1], parts[0]) if set(oid) != {"0"}]
+    return list(dict.fromkeys(out))
 
 
 def is_ancestor(store, ancestor: str, tip: str) -> bool:
