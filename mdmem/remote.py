@@ -533,38 +533,67 @@ def _refs_holding(store, erased_commits: set[str]) -> list[str]:
     return sorted({ref for commit in held for ref in sync_ops.refs_containing(store, commit)})
 
 
+def _scrubbed(data, needles: list[bytes]):
+    """``data`` with every quote of erased text replaced (its git mode kept), as forget scrubs."""
+    from .erasure.needles import replace_all
+    from .storage.gitstore import with_mode
+
+    if data is None:
+        return None
+    out, count = replace_all(bytes(data), needles)
+    return with_mode(out, getattr(data, "mode", 0o100644)) if count else data
+
+
 def _replay_commits(repo, user: str, commits: list[tuple[str, list[str]]], onto: str, erased: set[str],
                     where: str, needles: list[str]) -> tuple[str, dict]:
     """``commits`` (oldest first) re-applied on ``onto``: each the same change with its author and
-    message. A commit touching an erased note version is left out and named; one whose change
-    meets a different version of its file on ``onto`` (a both-sides edit), or a merge, needs a
-    person (nothing changed). Views are left to the render after sync."""
+    message, keeping what it can. Quotes of erased text are scrubbed to [removed] (in the files
+    and the message, as forget scrubs history); a file whose change meets an erased note version
+    (its version before or after is one) cannot be re-applied: it is left out, saved scrubbed
+    under .git/mdmem-left-out/<commit>/ and named, and the commit's other files are replayed.
+    One whose change meets a different version of its file on ``onto`` (a both-sides edit), or a
+    merge, needs a person (nothing changed). Views are left to the render after sync."""
+    from .erasure.needles import REMOVED
     from .views.fresh import is_view_path
 
     store = repo.store
+    raw = [n.encode() for n in needles]
     tip, replayed, left_out = onto, [], []
     for commit, parents in commits:
         subject = store.subject_of(commit)
         if len(parents) != 1:
             raise Conflict(f"sync --replay: {commit[:10]} is a merge; re-apply it by hand; nothing changed")
         changes = {p: d for p, d in store.tree_changes(parents[0], commit).items() if not is_view_path(p)}
-        why = _erased_change(store, parents[0], changes, erased, needles, store.message_of(commit))
-        if why:
-            left_out.append({"commit": commit, "subject": subject, "why": why})
+        touching = {p for p, d in changes.items()
+                    if {store.blob_id(p, parents[0]), None if d is None else blob_hash(d)} & erased}
+        kept = {p: _scrubbed(d, raw) for p, d in changes.items() if p not in touching}
+        quoted = sorted(p for p in kept if kept[p] is not changes[p])
+        message = store.message_of(commit)
+        clean_message = _scrubbed(message.encode(), raw).decode("utf-8", "replace")
+        if touching:
+            saved = sync_ops.save_left_out(store, commit, {p: _scrubbed(changes[p], raw) for p in sorted(touching)})
+            left_out.append({"commit": commit, "subject": _scrubbed(subject.encode(), raw).decode("utf-8", "replace"),
+                             "why": "it changes an erased note version", "paths": sorted(touching),
+                             "saved": saved})
+        if not kept:
             continue
-        base = {p: store.blob_id(p, parents[0]) for p in changes}
-        new = {p: None if d is None else blob_hash(d) for p, d in changes.items()}
-        if all(store.blob_id(path, tip) == new[path] for path in changes):
+        base = {p: store.blob_id(p, parents[0]) for p in kept}
+        new = {p: None if d is None else blob_hash(d) for p, d in kept.items()}
+        if all(store.blob_id(path, tip) == new[path] for path in kept):
             continue  # already there (a commit the remote had before its rewrite: attack 6, F18)
-        for path in changes:
+        for path in kept:
             if store.blob_id(path, tip) not in (base[path], new[path]):
                 raise Conflict(f"sync --replay: {path} differs in {where} from the version {commit[:10]} changed; "
                                "re-apply that change by hand; nothing changed")
-        if changes:
-            # Signed again only when the person replaying wrote it (their key is theirs alone).
-            mine = repo.config.committer(store.author_email_of(commit)) == user
-            tip = sync_ops.replay(store, tip, commit, changes, sign=mine)
-            replayed.append({"commit": commit, "as": tip, "subject": subject})
+        # Signed again only when the person replaying wrote it (their key is theirs alone).
+        mine = repo.config.committer(store.author_email_of(commit)) == user
+        tip = sync_ops.replay(store, tip, commit, kept, sign=mine,
+                              message=clean_message if clean_message != message else None)
+        entry = {"commit": commit, "as": tip, "subject": store.subject_of(tip)}
+        if quoted or clean_message != message:
+            entry["scrubbed"] = quoted + (["(commit message)"] if clean_message != message else [])
+            entry["why"] = f"it quoted erased text, replaced by {REMOVED}"
+        replayed.append(entry)
     return tip, {"replayed": replayed, "left_out": left_out}
 
 

@@ -145,7 +145,8 @@ def commits_not_in(store, head: str, known: str) -> list[tuple[str, list[str]]]:
     return [(line.split()[0], line.split()[1:]) for line in out.splitlines() if line.strip()]
 
 
-def replay(store, onto: str, commit: str, changes: dict[str, bytes | None], *, sign: bool = False) -> str:
+def replay(store, onto: str, commit: str, changes: dict[str, bytes | None], *, sign: bool = False,
+           message: str | None = None) -> str:
     """A commit on ``onto`` with ``changes`` applied and ``commit``'s author, committer and
     message (its trailers say what it was): the same write on another history. No ref moves.
     ``sign``: signed with the store's key (the person replaying is its author: under
@@ -163,9 +164,32 @@ def replay(store, onto: str, commit: str, changes: dict[str, bytes | None], *, s
                                            getattr(data, "mode", pygit2.GIT_FILEMODE_BLOB)))
     source = repo[commit].peel(pygit2.Commit)
     tree = index.write_tree(repo)
+    text = source.message if message is None else message
     if sign and store.signing_key:
-        return str(store.signed_commit(source.author, source.committer, source.message, tree, [base.id]))
-    return str(repo.create_commit(None, source.author, source.committer, source.message, tree, [base.id]))
+        return str(store.signed_commit(source.author, source.committer, text, tree, [base.id]))
+    return str(repo.create_commit(None, source.author, source.committer, text, tree, [base.id]))
+
+
+LEFT_OUT = "mdmem-left-out"  # in the git dir: a replay's files it could not re-apply, scrubbed
+
+
+def save_left_out(store, commit: str, files: dict[str, bytes | None]) -> list[str]:
+    """Save what a replay could not re-apply (already scrubbed) where its person finds it:
+    ``.git/mdmem-left-out/<commit>/<path>`` (0700; a deletion is saved as ``<path>.deleted``).
+    Returns the paths as the person types them (from the work tree)."""
+    import os
+
+    from .gitdir import common_git_dir
+
+    folder = common_git_dir(store.root) / LEFT_OUT / commit[:12]
+    out = []
+    for path, data in files.items():
+        target = folder / (path + (".deleted" if data is None else ""))
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        target.write_bytes(b"" if data is None else bytes(data))
+        os.chmod(target, 0o600)
+        out.append(os.path.relpath(target, store.root))
+    return out
 
 
 def refs_containing(store, commit: str) -> list[str]:
