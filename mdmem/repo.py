@@ -263,6 +263,14 @@ class MemoryRepo(RepoState):
         """Every view (and the root guide) as a fresh render of HEAD would have it, where it differs."""
         return render.fresh_view_changes(self)
 
+    def forged_views(self) -> list[dict[str, str]]:
+        """Views at HEAD that differ from a fresh render, with who last changed each (verify)."""
+        return render.forged_views(self)
+
+    def replace_forged_views(self, *, as_user: str | None, now: TimeLike = None) -> list[dict[str, str]]:
+        """A fresh render in place of each forged view (committed when ``as_user`` is given)."""
+        return render.replace_forged_views(self, as_user=as_user, now=now)
+
     def stale_views(self) -> list[str]:
         """Views committed at HEAD that differ from a fresh render of HEAD (`mdmem check`)."""
         return render.stale_views(self)
