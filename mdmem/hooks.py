@@ -159,7 +159,7 @@ def install(repo, *, as_user: str, python: str, now=None) -> dict:
     """``mdmem hooks install``: install mdmem's hooks into .git/hooks, and commit the
     attributes naming the view merge driver if they are missing or differ."""
     from .model.clock import resolve_now
-    from .storage.gitstore import Trailers
+    from .storage.trailers import Trailers
 
     as_user = repo.access.check_user(as_user)
     when = resolve_now(now)
@@ -363,7 +363,8 @@ def post_merge(root: Path, *, squash: bool = False) -> HookReport:
 def post_rewrite(root: Path, *, kind: str, actor: str, author: tuple[str, str] | None) -> HookReport:
     """After a rebase, one commit that regenerates the views the replayed commits left stale."""
     from .model.clock import resolve_now
-    from .storage.gitstore import GitStore, Trailers
+    from .storage.gitstore import GitStore
+    from .storage.trailers import Trailers
     from .views.fresh import changed
 
     report = HookReport()

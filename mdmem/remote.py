@@ -16,7 +16,7 @@ from .config import CONFIG_NAME
 from .errors import BadInput, Conflict, GitFailed, MdmemError, Refused
 from .ops.holds import REVIEW_PREFIX
 from .storage import sync_ops
-from .storage.gitstore import parse_trailers
+from .storage.trailers import parse_trailers
 from .storage.queries import blob_hash, run_git_at
 
 
@@ -610,7 +610,7 @@ def _resolve(repo, path: str, base: str, ours: str, theirs: str, mine: str | Non
 def _merge(repo, user: str, when, head: str, their_head: str, base: str, label: str) -> list[ConflictPair]:
     """Merge in memory, resolve what policy resolves, commit with the views regenerated."""
     from .model.layout import is_note_path
-    from .storage.gitstore import Trailers
+    from .storage.trailers import Trailers
     from .views.fresh import Views, changed, is_view_path
 
     store = repo.store
@@ -665,7 +665,7 @@ def _merge(repo, user: str, when, head: str, their_head: str, base: str, label: 
 
 
 def _render_if_stale(repo, user: str, when) -> list[str]:
-    from .storage.gitstore import Trailers
+    from .storage.trailers import Trailers
 
     repo.reset_caches()
     changes = repo.fresh_view_changes()

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from ..config import CONFIG_NAME, render_config
 from ..errors import BadInput
-from ..storage.gitstore import GitStore, Trailers
+from ..storage.gitstore import GitStore
+from ..storage.trailers import Trailers
 from ..template import read_template
 
 

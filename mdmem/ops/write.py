@@ -22,7 +22,7 @@ from ..policy.access import require_user
 from ..policy.gate import AGENT, HUMAN, Provenance, check_key_reuse, judge_source
 from ..results import BatchResult, ProgressCallback, WriteResult
 from ..search.index_worker import IndexWorker, spare_core
-from ..storage.gitstore import Trailers
+from ..storage.trailers import Trailers
 from ..storage.queries import blob_hash
 from ..storage.worktree import StoredNote, live_in_dir
 from . import holds, read, render
