@@ -22,7 +22,7 @@ def found(path: str | Path, *, teams: dict[str, list[str]] | None, erasers: list
         raise BadInput(f"{root}: already a git repository; mdmem init makes a new one")
     if root.exists() and any(root.iterdir()):
         raise BadInput(f"{root}: folder is not empty; give mdmem init an empty or new folder")
-    from .. import hooks
+    from ..hooks import install as hooks
 
     teams = teams or {}
     files = {

@@ -15,7 +15,7 @@ from ..model import layout
 from ..model.clock import SpanLike, TimeLike, add_span, parse_duration, parse_time, resolve_write_time
 from ..model.kinds import SUMMARY_KEY, Contract
 from ..model.note import FIELDS as NOTE_FIELDS, Note, check_source, new_id
-from ..model.text import check_unicode
+from ..model.validate import check_unicode
 from ..model.validate import validate_note
 from ..policy import gate
 from ..policy.access import require_user
