@@ -1,0 +1,165 @@
+"""The project's own documentation, checked like code: MEMORY.md stays within the 200 lines an
+agent reads at startup, every package on disk is on its map and in docs/architecture.md, every
+repository path the docs name exists, no path of one particular machine appears in them, and
+each package says in its docstring what lives there and what it may not do.
+
+The packages are read from disk, so a new package fails here until the docs describe it."""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "mdmem"
+MEMORY = ROOT / "MEMORY.md"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+MEMORY_BUDGET = 200
+
+# Paths of one machine: home folders, the workspace the project was built in, scratch files.
+MACHINE_PATHS = [
+    re.compile(r"/work/"),
+    re.compile(r"/home/"),
+    re.compile(r"/Users/"),
+    re.compile(r"/root/"),
+    re.compile(r"/tmp/\w"),
+    re.compile(r"\bnotes/(issue|attack)"),
+    re.compile(r"\bscratch/"),
+    re.compile(r"\bs\d{1,2}/\w+\.py\b"),
+    re.compile(r"\bclosing\d+\.md\b"),
+]
+# README's Python example runs as written (tests/test_readme.py puts it in a temporary folder).
+ALLOWED_MACHINE_PATHS = {"README.md": ['"/tmp/mem"']}
+
+
+def packages() -> list[str]:
+    """Every package under mdmem/, as its path below mdmem/ ("cli", "mcp/tools")."""
+    return sorted(p.parent.relative_to(PKG).as_posix() for p in PKG.rglob("__init__.py") if p.parent != PKG)
+
+
+def memory_map() -> str:
+    """The indented block of MEMORY.md's "Map of the code" section (the map itself, not the prose
+    around it: a package only promised in a sentence is not on the map)."""
+    section = MEMORY.read_text(encoding="utf-8").split("## Map of the code", 1)[1].split("\n## ", 1)[0]
+    return "\n".join(line for line in section.splitlines() if line.startswith("    "))
+
+
+def names_package(text: str, rel: str) -> bool:
+    return re.search(rf"(?<![\w/.-])(mdmem/)?{re.escape(rel)}/", text) is not None
+
+
+def sentences(text: str) -> list[str]:
+    return [s for s in re.split(r"(?<=[.!?])\s+", " ".join(text.split())) if re.search(r"[A-Za-z]{2}", s)]
+
+
+def repository_entries() -> set[str]:
+    """What may start a repository path: the checkout's top-level entries (not tool folders)."""
+    return {p.name for p in ROOT.iterdir()
+            if not (p.name.startswith(".") and p.name != ".ci") and not p.name.endswith(".egg-info")
+            and p.name != "__pycache__"}
+
+
+def mentioned_paths(text: str) -> list[str]:
+    """Backticked spans that read as a path in this repository: one word, no placeholder, and
+    starting at a top-level entry of the checkout, at a package or module under mdmem/, or a
+    bare Python file name. Runtime paths (``.git/mdmem/``, ``audit/erasures.jsonl``,
+    ``team/<team>/...``) start elsewhere and are not checked."""
+    top = repository_entries()
+    inner = {p.name for p in PKG.iterdir() if p.name != "__pycache__"}
+    found = []
+    for span in re.findall(r"`([^`\n]+)`", text):
+        span = span.strip().rstrip(".,:;")
+        if not span or re.search(r"[\s<>*{}$~]", span) or span.startswith(("/", "..")):
+            continue
+        first = span.split("/", 1)[0]
+        if "/" in span and (first in top or first in inner):
+            found.append(span)
+        elif "/" not in span and span.endswith(".py"):
+            found.append(span)
+    return found
+
+
+def exists(path: str) -> bool:
+    if "/" not in path:  # a bare module or test file name: somewhere in the code, tests or benchmarks
+        return any(any(base.rglob(path)) for base in (PKG, ROOT / "tests", ROOT / "benchmarks"))
+    first = path.split("/", 1)[0]
+    base = ROOT if first in repository_entries() else PKG
+    return (base / path).exists()
+
+
+def test_memory_md_fits_the_startup_budget():
+    lines = MEMORY.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= MEMORY_BUDGET, (
+        f"MEMORY.md has {len(lines)} lines; its budget is {MEMORY_BUDGET}: move detail to docs/ and point at it")
+
+
+def test_the_docs_the_memory_points_at_exist():
+    assert {p.name for p in DOCS} >= {"architecture.md", "decisions.md", "known-gaps.md"}
+    text = MEMORY.read_text(encoding="utf-8")
+    for doc in DOCS:
+        assert f"docs/{doc.name}" in text, f"MEMORY.md does not point at docs/{doc.name}"
+
+
+@pytest.mark.parametrize("rel", packages())
+def test_every_package_is_on_the_memory_map(rel):
+    assert names_package(memory_map(), rel), (
+        f"mdmem/{rel}/ is not on MEMORY.md's map (the indented block under 'Map of the code'): add a line saying "
+        "what it holds")
+
+
+@pytest.mark.parametrize("rel", packages())
+def test_every_package_has_a_section_in_the_architecture(rel):
+    headings = [line for line in ARCHITECTURE.read_text(encoding="utf-8").splitlines() if line.startswith("### ")]
+    assert any(names_package(h, rel) for h in headings), (
+        f"docs/architecture.md has no '### {rel}/' section: say what the package holds, each module's job and what "
+        "it may import")
+
+
+def test_the_package_list_is_read_from_disk():
+    """The checks above follow the packages as they are: a package that appears is demanded."""
+    assert {"cli", "mcp/tools", "storage", "search", "erasure", "remote", "hooks"} <= set(packages())
+    assert not names_package("    mdmem/\n      clix/  not the cli\n", "cli")
+    assert names_package("      mcp/tools/   one tool per module", "mcp/tools")
+
+
+@pytest.mark.parametrize("doc", [MEMORY, *DOCS], ids=lambda p: p.name)
+def test_every_repository_path_the_docs_name_exists(doc):
+    missing = [p for p in mentioned_paths(doc.read_text(encoding="utf-8")) if not exists(p)]
+    assert not missing, f"{doc.name} names paths that are not in the repository: {missing}"
+
+
+def test_the_path_check_tells_a_repository_path_from_a_runtime_one():
+    text = ("`mdmem/storage/gitstore.py` `storage/nowhere.py` `tests/test_gone.py` `.git/mdmem/` "
+            "`audit/erasures.jsonl` `team/<team>/MEMORY.md` `gitdir.py` `missing_module.py` `mdmem.toml`")
+    assert [p for p in mentioned_paths(text) if not exists(p)] == [
+        "storage/nowhere.py", "tests/test_gone.py", "missing_module.py"]
+
+
+@pytest.mark.parametrize("doc", [MEMORY, ROOT / "README.md", *DOCS], ids=lambda p: p.name)
+def test_no_path_of_one_machine_in_the_docs(doc):
+    text = doc.read_text(encoding="utf-8")
+    for allowed in ALLOWED_MACHINE_PATHS.get(doc.name, []):
+        text = text.replace(allowed, "")
+    found = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1)
+             if any(p.search(line) for p in MACHINE_PATHS)]
+    assert not found, f"{doc.name}: paths of a particular machine (scratch files, home folders): {found}"
+
+
+def test_the_machine_path_check_finds_scratch_paths():
+    for line in ["see /work/notes/issue-13.md", "scratch s17/w4.py", "/tmp/atk16/run.sh", "~ is /home/alice",
+                 "notes/attack9.md", "closing note /work/closing17.md"]:
+        assert any(p.search(line) for p in MACHINE_PATHS), line
+    for line in ["reads /proc/stat", "`.git/mdmem/daemon.sock`", "fetch to scratch refs"]:
+        assert not any(p.search(line) for p in MACHINE_PATHS), line
+
+
+@pytest.mark.parametrize("rel", ["", *packages()])
+def test_each_package_says_what_lives_there_in_two_sentences(rel):
+    init = PKG / rel / "__init__.py"
+    doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+    assert len(sentences(doc)) >= 2, (
+        f"{init.relative_to(ROOT)}: its docstring should say in two sentences what lives there and what it may "
+        f"not do; it says: {doc!r}")
