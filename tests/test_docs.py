@@ -163,3 +163,16 @@ def test_each_package_says_what_lives_there_in_two_sentences(rel):
     assert len(sentences(doc)) >= 2, (
         f"{init.relative_to(ROOT)}: its docstring should say in two sentences what lives there and what it may "
         f"not do; it says: {doc!r}")
+
+
+@pytest.mark.parametrize("question,path,defines", [
+    ("score floor", "mdmem/search/recall.py", "COSINE_FLOOR"),
+    ("erasure journal", "mdmem/erasure/journal.py", "def "),
+    ("guard hook", "mdmem/remote/guard.py", "def install_guard"),
+])
+def test_a_newcomer_finds_where_to_change_it_from_the_memory_alone(question, path, defines):
+    """MEMORY.md's "Where to look" answers these without a search, and its answer is where the code is."""
+    rows = [line for line in MEMORY.read_text(encoding="utf-8").split("## Where to look", 1)[1].splitlines()
+            if line.startswith("|") and question in line]
+    assert rows and f"`{path}`" in rows[0], f"MEMORY.md's 'Where to look' does not send a newcomer to {path} for {question}"
+    assert defines in (ROOT / path).read_text(encoding="utf-8"), f"{path} no longer holds the {question}"
