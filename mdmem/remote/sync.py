@@ -1,4 +1,4 @@
-"""Team sync through an ordinary git remote, and the guard that keeps erased history out.
+"""Team sync through an ordinary git remote: fetch, fast-forward or merge in memory, push.
 
 The erasure record (audit/erasures.jsonl) keeps the ids of rewritten commits, never their
 content. A stale clone still has those commits; sync refuses to merge or push from it,
@@ -6,22 +6,18 @@ and the pre-receive guard on the shared remote refuses any push that contains th
 """
 from __future__ import annotations
 
-import shlex
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
-from .erasure.forget import AUDIT_PATH, erased_blob_ids, erased_commit_ids, purge_caches
-from .erasure import erased as erased_record
-from .erasure.erased import known_blobs, known_commits
-from .erasure.receipt import receipt_ids
-from .config import CONFIG_NAME
-from .errors import BadInput, Conflict, GitFailed, MdmemError, Refused
-from .model.layout import is_note_path
-from .ops.holds import REVIEW_PREFIX
-from .storage import sync_ops
-from .storage.gitstore import parse_trailers
-from .storage.queries import blob_hash, is_ancestor_at, run_git_at
+from ..erasure.forget import AUDIT_PATH, erased_blob_ids, erased_commit_ids, purge_caches
+from ..erasure import erased as erased_record
+from ..erasure.erased import known_blobs, known_commits
+from ..erasure.receipt import receipt_ids
+from ..config import CONFIG_NAME
+from ..errors import BadInput, Conflict, GitFailed, MdmemError, Refused
+from ..ops.holds import REVIEW_PREFIX
+from ..storage import sync_ops
+from ..storage.trailers import parse_trailers
+from ..storage.queries import blob_hash
 
 
 @dataclass(frozen=True)
@@ -57,7 +53,7 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
     index and work tree exactly as they were. No rebase or merge is ever left in progress:
     the merge commit is built in memory and the branch moves by compare-and-swap.
     """
-    from .model.clock import resolve_now
+    from ..model.clock import resolve_now
 
     user = repo.access.check_user(as_user)  # declared in the trusted mdmem.toml, not only non-empty
     when = resolve_now(now)
@@ -116,7 +112,7 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
                 sync_ops.set_ref(store, f"refs/remotes/{remote}/{branch}", store.head())
         # Holds are pushed (and closed ones deleted there) only beside a main the remote took:
         # the approval that closes a hold travels on main (attack 6, F19).
-        from .ops.holds import decisions
+        from ..ops.holds import decisions
 
         decided = decisions(store)  # history's approve/reject commits, read once for both uses below
         holds = _sync_holds(repo, remote, push=push and pushed in (None, "pushed"), closed=set(decided))
@@ -160,7 +156,7 @@ def _sync_holds(repo, remote: str, *, push: bool, closed: set[str]) -> dict:
     After an erasure a local hold on the old history is made again on the erased one (the
     same held change), or dropped and named when it touches an erased version; the remote's
     copy on the old history is replaced (with a lease) or deleted."""
-    from .ops.holds import HOLD_ID
+    from ..ops.holds import HOLD_ID
 
     store = repo.store
     local, scratch = f"refs/heads/{REVIEW_PREFIX}", f"refs/mdmem-sync/{remote}/{REVIEW_PREFIX}"
@@ -257,8 +253,8 @@ def _drop_erased_leftovers(store) -> None:
 def _erased_needles(store, erased: set[str]) -> list[str]:
     """The distinctive sentences of the erased note versions (blob ids) this clone still holds
     (an old history not dropped yet): what a replayed change or a remade hold must not quote."""
-    from .erasure import needles as nd
-    from .erasure.scan import split_note
+    from ..erasure import needles as nd
+    from ..erasure.scan import split_note
 
     found: set[str] = set()
     for blob in sorted(sync_ops.present(store, erased)):
@@ -267,7 +263,7 @@ def _erased_needles(store, erased: set[str]) -> list[str]:
 
 
 def _quotes(data: bytes | str, needles: list[str]) -> bool:
-    from .erasure.needles import occurs
+    from ..erasure.needles import occurs
 
     text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
     return any(occurs(text, n) for n in needles)
@@ -303,9 +299,9 @@ def _remake_hold(store, oid: str, erased: set[str], needles: list[str]) -> str |
 def _not_a_hold(repo, oid: str) -> str | None:
     """Why a fetched branch is not a hold mdmem made (one regular note within the size limit,
     that parses and agrees with its path), or None."""
-    from .errors import MdmemError
-    from .model.layout import is_note_path
-    from .model.validate import validate_note
+    from ..errors import MdmemError
+    from ..model.layout import is_note_path
+    from ..model.validate import validate_note
 
     store = repo.store
     parents = store.parents(oid)
@@ -327,7 +323,7 @@ def _not_a_hold(repo, oid: str) -> str | None:
 
 
 def _readable(repo, user: str, path: str) -> bool:
-    from .model.layout import root_of
+    from ..model.layout import root_of
 
     return repo.access.may_read_root(user, root_of(path))
 
@@ -535,8 +531,8 @@ def _refs_holding(store, erased_commits: set[str]) -> list[str]:
 
 def _scrubbed(data, needles: list[bytes]):
     """``data`` with every quote of erased text replaced (its git mode kept), as forget scrubs."""
-    from .erasure.needles import replace_all
-    from .storage.gitstore import with_mode
+    from ..erasure.needles import replace_all
+    from ..storage.objects import with_mode
 
     if data is None:
         return None
@@ -553,8 +549,8 @@ def _replay_commits(repo, user: str, commits: list[tuple[str, list[str]]], onto:
     under .git/mdmem-left-out/<commit>/ and named, and the commit's other files are replayed.
     One whose change meets a different version of its file on ``onto`` (a both-sides edit), or a
     merge, needs a person (nothing changed). Views are left to the render after sync."""
-    from .erasure.needles import REMOVED
-    from .views.fresh import is_view_path
+    from ..erasure.needles import REMOVED
+    from ..views.fresh import is_view_path
 
     store = repo.store
     raw = [n.encode() for n in needles]
@@ -600,7 +596,7 @@ def _replay_commits(repo, user: str, commits: list[tuple[str, list[str]]], onto:
 def _refuse_converting_attributes(store, head, their_head, remote, branch) -> None:
     """A .gitattributes line that converts notes in the work tree would make every note
     unreadable here after the checkout (attack 6, F10): refused, naming it and its commit."""
-    from .hooks import ATTRIBUTES, converting_attributes
+    from ..hooks.install import ATTRIBUTES, converting_attributes
 
     if not their_head:
         return
@@ -654,9 +650,9 @@ def _resolve(repo, path: str, base: str, ours: str, theirs: str, mine: str | Non
     why a person is needed. A version valid at ``when`` beats one that is not valid yet (a
     skewed clock or a typo must not leave the note with no live version); then the later
     valid_from, then the later commit."""
-    from .errors import NoteInvalid
-    from .model.layout import parse_path
-    from .model.note import parse_note
+    from ..errors import NoteInvalid
+    from ..model.layout import parse_path
+    from ..model.note import parse_note
 
     store = repo.store
     try:
@@ -689,9 +685,9 @@ def _resolve(repo, path: str, base: str, ours: str, theirs: str, mine: str | Non
 
 def _merge(repo, user: str, when, head: str, their_head: str, base: str, label: str) -> list[ConflictPair]:
     """Merge in memory, resolve what policy resolves, commit with the views regenerated."""
-    from .model.layout import is_note_path
-    from .storage.gitstore import Trailers
-    from .views.fresh import Views, changed, is_view_path
+    from ..model.layout import is_note_path
+    from ..storage.trailers import Trailers
+    from ..views.fresh import Views, changed, is_view_path
 
     store = repo.store
     conflicted = sync_ops.conflicted_paths(store, head, their_head)
@@ -745,7 +741,7 @@ def _merge(repo, user: str, when, head: str, their_head: str, base: str, label: 
 
 
 def _render_if_stale(repo, user: str, when) -> list[str]:
-    from .storage.gitstore import Trailers
+    from ..storage.trailers import Trailers
 
     repo.reset_caches()
     changes = repo.fresh_view_changes()
@@ -759,7 +755,7 @@ def _render_if_stale(repo, user: str, when) -> list[str]:
 def open_conflicts(repo, *, as_user: str) -> list[dict]:
     """Pairs resolved by sync that nobody has looked at since: the live version is still the
     one the merge chose. Only pairs in roots the user may read."""
-    from .model.layout import parse_path
+    from ..model.layout import parse_path
 
     user = repo.access.check_user(as_user)
     store = repo.store
@@ -783,147 +779,3 @@ def open_conflicts(repo, *, as_user: str) -> list[dict]:
             out.append({"path": path, "live": live, "superseded": superseded, "merge": sha,
                         "rule": " ".join(parts[3:]).strip("()")})
     return out
-
-
-GUARD_MEMORY = "mdmem-guard-erasures.jsonl"  # in the bare repo's own folder: no push can change it
-GUARD_ERASED = "mdmem-guard-erased-ids"  # the ids erasures removed here, one a line: no fetch can read it
-GUARD_PENDING = "mdmem-guard-housekeeping"  # an erasure arrived: the post-receive hook prunes
-GUARD_CHAINED = "pre-receive.before-mdmem"  # a pre-receive hook the server had, run first
-GUARD_MARKER = "# Installed by `mdmem guard`"
-
-
-def _guard_hook(hooks: Path, name: str, what: str, command: str) -> Path:
-    """Write mdmem's ``name`` hook; a hook of that name the server had is kept as
-    ``<name>.before-mdmem`` and runs first (its refusal stands)."""
-    hook = hooks / name
-    previous = hook.with_name(f"{name}.before-mdmem")
-    if hook.exists() and GUARD_MARKER not in hook.read_text(errors="replace"):
-        if previous.exists():
-            raise BadInput(f"guard: {hook} and {previous} both exist and neither is mdmem's; merge them by hand "
-                           "(nothing changed)")
-        hook.rename(previous)  # the server's own hook (branch protection...) keeps running, first
-    hook.write_text("#!/bin/sh\n" + GUARD_MARKER + f": {what}.\n"
-                    "refs=$(cat)\n"
-                    f'if [ -x "$(dirname "$0")/{previous.name}" ]; then\n'
-                    f'  printf \'%s\\n\' "$refs" | "$(dirname "$0")/{previous.name}" || exit $?\n'
-                    "fi\n"
-                    f'printf \'%s\\n\' "$refs" | exec {shlex.quote(sys.executable)} -I -m mdmem.cli.main '
-                    f'guard {command} "$PWD"\n')
-    hook.chmod(0o755)
-    return hook
-
-
-def install_guard(bare: str | None) -> Path:
-    """A pre-receive hook refusing pushes that bring erased history back, and a post-receive
-    hook that makes an arriving erasure complete on the server: reflogs expired and the
-    erased objects pruned, so nobody can fetch them by id."""
-    if not bare:
-        raise BadInput("guard: give the path of the bare repository to protect")
-    path = Path(bare)
-    if run_git_at(path, "rev-parse", "--is-bare-repository", check=False).strip() != "true":
-        raise BadInput(f"{path}: not a bare git repository")
-    hooks = path / "hooks"
-    hooks.mkdir(parents=True, exist_ok=True)
-    for name in ("pre-receive", "post-receive"):
-        previous = hooks / f"{name}.before-mdmem"
-        if (hooks / name).exists() and previous.exists() and \
-                GUARD_MARKER not in (hooks / name).read_text(errors="replace"):
-            raise BadInput(f"guard: {hooks / name} and {previous} both exist and neither is mdmem's; merge them by "
-                           "hand (nothing changed)")
-    hook = _guard_hook(hooks, "pre-receive", "refuse pushes that bring erased history back", "--check")
-    _guard_hook(hooks, "post-receive", "finish an erasure that arrived (expire reflogs, prune)", "--after")
-    _remember_erasures(path, _audits(path, ("refs/heads/main", "HEAD")))
-    return hook
-
-
-def _audits(bare: str | Path, revs) -> str:
-    return "\n".join(run_git_at(bare, "show", f"{rev}:{AUDIT_PATH}", check=False) for rev in revs)
-
-
-def _remember_erasures(bare: str | Path, audit: str) -> None:
-    """The guard keeps every receipt it has seen in a file of its own: a later commit that
-    deletes or empties the audit log must not make it forget an erasure (attack F26)."""
-    memory = Path(bare) / GUARD_MEMORY
-    known = set(memory.read_text().splitlines()) if memory.exists() else set()
-    new = [line for line in dict.fromkeys(audit.splitlines()) if line.strip().startswith("{") and line not in known]
-    if new:
-        with open(memory, "a") as f:
-            f.write("".join(line + "\n" for line in new))
-
-
-def _erased_here(bare: str | Path) -> set[str]:
-    path = Path(bare) / GUARD_ERASED
-    return set(path.read_text().split()) if path.exists() else set()
-
-
-def check_push(bare: str, refs_text: str) -> list[str]:
-    """For each pushed ref: the erased commits its new history would contain, the erased note
-    versions it would bring back under new commit ids, and receipts it would drop from the
-    audit log (append-only). A push that brings a new receipt over history it rewrites is an
-    erasure arriving: the objects only the old history held are recorded here (the server
-    derives them itself: receipts carry no erased id) and pruned after the push."""
-    memory = Path(bare) / GUARD_MEMORY
-    here = (memory.read_text() if memory.exists() else "") + "\n" + _audits(bare, ("refs/heads/main", "HEAD"))
-    erased = _erased_here(bare)
-    problems = []
-    arriving = []
-    removed: set[str] = set()
-    for line in refs_text.splitlines():
-        parts = line.split()
-        if len(parts) != 3 or set(parts[1]) == {"0"}:
-            continue
-        old, new, ref = parts
-        pushed = run_git_at(bare, "show", f"{new}:{AUDIT_PATH}", check=False)
-        arriving.append(pushed)
-        if set(old) != {"0"}:
-            before = run_git_at(bare, "show", f"{old}:{AUDIT_PATH}", check=False)
-            kept = set(pushed.splitlines())
-            dropped = [ln for ln in before.splitlines() if ln.strip() and ln not in kept]
-            if dropped:
-                problems.append(f"{ref} removes {len(dropped)} erasure receipt(s) from {AUDIT_PATH}; the audit log "
-                                "is append-only")
-                continue
-            rewrites = not is_ancestor_at(bare, old, new)
-            if rewrites and receipt_ids(pushed) - receipt_ids(before) - receipt_ids(here):
-                # The commits and note versions only the old history held (views are derived:
-                # the same render may come again).
-                removed |= set(run_git_at(bare, "rev-list", old, f"^{new}", check=False).split())
-                listing = run_git_at(bare, "rev-list", "--objects", "--filter=object:type=blob", old, f"^{new}",
-                                     check=False)
-                removed |= {oid for oid, _, path in (ln.partition(" ") for ln in listing.splitlines())
-                            if path and is_note_path(path)}
-        audit = here + "\n" + pushed
-        found = sorted(set(run_git_at(bare, "rev-list", new, check=False).split())
-                       & (erased_commit_ids(audit) | erased))
-        if found:
-            problems.append(f"{ref} contains {len(found)} erased commit(s) (first {found[0][:10]}); "
-                            "re-clone instead of pushing an old clone")
-            continue
-        listing = run_git_at(bare, "rev-list", "--objects", new, check=False)
-        objects = {ln.split(" ", 1)[0] for ln in listing.splitlines()}
-        back = objects & (erased_blob_ids(audit) | erased)
-        if back:
-            problems.append(f"{ref} brings back {len(back)} erased note version(s) under new commits (a rebase or "
-                            "cherry-pick of erased history); re-clone and re-apply only your own changes")
-    if not problems:
-        _remember_erasures(bare, "\n".join(arriving))
-        if removed:
-            with open(Path(bare) / GUARD_ERASED, "a") as f:
-                f.write("".join(oid + "\n" for oid in sorted(removed - erased)))
-            (Path(bare) / GUARD_PENDING).write_text("erasure arrived\n")
-    return problems
-
-
-def after_push(bare: str) -> bool:
-    """(post-receive) An erasure arrived: expire every reflog and prune what no ref reaches, so
-    the erased objects are gone from the server, not only unreferenced (git serves any object
-    it has to a fetch that names its id). True when it ran."""
-    pending = Path(bare) / GUARD_PENDING
-    if not pending.exists():
-        return False
-    run_git_at(bare, "reflog", "expire", "--expire=now", "--expire-unreachable=now", "--all", check=False)
-    for keep in (Path(bare) / "objects" / "pack").glob("*.keep"):
-        keep.unlink(missing_ok=True)  # a kept pack would keep erased objects
-    run_git_at(bare, "gc", "--prune=now", "--quiet", check=False)
-    pending.unlink(missing_ok=True)
-    return True
