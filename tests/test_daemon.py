@@ -814,3 +814,22 @@ def test_a_repo_in_a_deep_folder_gets_a_daemon_with_its_socket_in_the_runtime_fo
     finally:
         cli("daemon", "stop", cwd=deep / "mem", env=env)
         shutil.rmtree(runtime, ignore_errors=True)
+
+
+def test_after_a_killed_daemon_the_next_call_starts_a_new_one_at_once(stop_after):
+    """A daemon killed (kill -9, the OOM killer) left its socket; the next call ran in its own
+    process and, the autostart mark being recent, started none for 60 s (issue 35): a daemon
+    that came up and is gone is started again at once."""
+    mem = stop_after
+    env = default_env()
+    assert call("recall", "bluebird", "--as", "bob", cwd=mem, env=env).returncode == 0
+    first = wait_for_daemon(mem)
+    os.kill(first["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while _alive(first["pid"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert os.path.exists(launch.socket_path(str(mem)))  # left behind
+    r = call("recall", "bluebird", "--as", "bob", cwd=mem, env=env)
+    assert r.returncode == 0 and "bluebird" in r.stdout
+    second = wait_for_daemon(mem, seconds=20)
+    assert second["pid"] != first["pid"]

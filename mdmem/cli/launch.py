@@ -317,7 +317,7 @@ def autostart(root: str) -> bool:
         st = os.lstat(mark)
         if not stat.S_ISREG(st.st_mode):
             _drop_mark(mark)  # not ours to read a time from: replaced by a mark of our own below
-        elif time.time() - st.st_mtime < AUTOSTART_RETRY_SECONDS:
+        elif time.time() - st.st_mtime < AUTOSTART_RETRY_SECONDS and not _died(root):
             return False  # tried a moment ago: it is warming up, or it could not start
     except FileNotFoundError:
         pass
@@ -336,6 +336,32 @@ def autostart(root: str) -> bool:
     finally:
         os.close(log)
     return True
+
+
+def _died(root: str) -> bool:
+    """A daemon came up (its socket is there) and is gone (its lock is free: killed, crashed):
+    started again at once, not after AUTOSTART_RETRY_SECONDS. One that never came up left no
+    socket, and one warming up holds its lock: both wait for the retry time."""
+    import fcntl
+
+    from ..storage.gitdir import locks_dir
+
+    path = socket_path(root)
+    if path is None or not os.path.exists(path):
+        return False
+    try:
+        fd = os.open(str(locks_dir(root) / "daemon.lock"), os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)  # type: ignore[arg-type]
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # held: a daemon runs (or starts)
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return True
+    finally:
+        os.close(fd)
 
 
 def code_stamp() -> str:
