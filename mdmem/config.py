@@ -339,7 +339,9 @@ def _people_tables(people: list[str], teams: dict[str, list[str]], erasers: list
     commit they make by hand with git is theirs, not an unknown writer's."""
     declared = set(erasers).union(*teams.values()) if teams or erasers else set()
     creator, others = (people[0], people[1:]) if people else (None, [])
-    wanted = ([creator] if creator and (declared or others or emails.get(creator)) else []) + list(others)
+    # A repo that declares nobody takes any name (a fresh single-user repo): its founder's
+    # address is not recorded either, which would declare them and only them.
+    wanted = ([creator] if creator and (declared or others) else []) + list(others)
     out = []
     for user in dict.fromkeys(wanted):
         check_name(user, "people")
