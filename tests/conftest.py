@@ -211,3 +211,17 @@ def lock_held_by_another_thread(repo):
     finally:
         release.set()
         thread.join()
+
+
+ENV = {"MDMEM_EMBEDDER": "none"}
+
+
+@pytest.fixture
+def two_teams(tmp_path) -> MemoryRepo:
+    repo = MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice", "bob", "dana"], "search": ["carol"]},
+                           erasers=["dana"], now=T0, as_user="alice", embedder="none")
+    repo.remember("Alice home phone 555-0142", as_user="alice", kind="profile", subject="user:alice", key="phone",
+                  now=T0)
+    repo.remember("Search reindexes nightly", as_user="carol", kind="fact", subject="service:search",
+                  key="reindex", scope="team", team="search", now=T0)
+    return repo

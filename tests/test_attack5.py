@@ -11,7 +11,7 @@ ENV = {"MDMEM_EMBEDDER": "none"}
 
 
 @pytest.fixture
-def team(tmp_path) -> MemoryRepo:
+def two_teams(tmp_path) -> MemoryRepo:
     repo = MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice", "bob", "dana"], "search": ["carol"]},
                            erasers=["dana"], now=T0, as_user="alice", embedder="none")
     repo.remember("Alice home phone 555-0142", as_user="alice", kind="profile", subject="user:alice", key="phone",
@@ -35,8 +35,8 @@ def widen_locally(root):
 # A1. An uncommitted edit of mdmem.toml gave its author every role in his clone: he erased
 # another person's notes (and pushed the rewrite through the guard), approved his own held
 # write and rendered views naming himself a reader.
-def test_an_uncommitted_config_edit_grants_no_role(team):
-    root = team.root
+def test_an_uncommitted_config_edit_grants_no_role(two_teams):
+    root = two_teams.root
     widen_locally(root)
     r = run_cli("forget", "--owner", "alice", "--subject", "user:alice", "--as", "bob", env=ENV, cwd=root)
     assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
@@ -57,8 +57,8 @@ def test_an_uncommitted_config_edit_grants_no_role(team):
     assert "bob" not in (root / "team" / "search" / "MEMORY.md").read_text()
 
 
-def test_an_admins_config_edit_applies_once_committed(team):
-    root = team.root
+def test_an_admins_config_edit_applies_once_committed(two_teams):
+    root = two_teams.root
     widen_locally(root)
     git(root, "-c", "user.name=dana", "-c", "user.email=dana@mdmem.invalid", "commit", "-qam", "bob joins search",
         "--no-verify")
@@ -67,77 +67,77 @@ def test_an_admins_config_edit_applies_once_committed(team):
         assert [h.subject for h in repo.recall("reindexes nightly", as_user="bob", now=T0)] == ["service:search"]
 
 
-def test_an_uncommitted_config_that_does_not_parse_is_still_the_persons_error(team):
-    (team.root / "mdmem.toml").write_text("[teams\n")
-    r = run_cli("recall", "phone", "--as", "alice", env=ENV, cwd=team.root)
+def test_an_uncommitted_config_that_does_not_parse_is_still_the_persons_error(two_teams):
+    (two_teams.root / "mdmem.toml").write_text("[teams\n")
+    r = run_cli("recall", "phone", "--as", "alice", env=ENV, cwd=two_teams.root)
     assert r.returncode == 2 and "does not parse as TOML" in r.stderr
 
 
 # A2. Trusted sources that name a writer were taken on the caller's word: bob committed a
 # team fact as human:dana, unreviewed, and every view said dana wrote it.
 @pytest.mark.parametrize("source", ["human:dana", "system:sync", "system:consolidate"])
-def test_a_person_cannot_write_as_another_person_or_as_mdmem(team, source):
-    before = git(team.root, "rev-parse", "HEAD").stdout
+def test_a_person_cannot_write_as_another_person_or_as_mdmem(two_teams, source):
+    before = git(two_teams.root, "rev-parse", "HEAD").stdout
     r = run_cli("remember", "Payments on-call is carol", "--kind", "fact", "--subject", "service:billing",
                 "--key", "oncall", "--scope", "team", "--team", "payments", "--new-key", "--source", source,
-                "--as", "bob", env=ENV, cwd=team.root)
+                "--as", "bob", env=ENV, cwd=two_teams.root)
     assert r.returncode == 3 and f"source: {source}" in r.stderr, (r.returncode, r.stderr)
-    assert git(team.root, "rev-parse", "HEAD").stdout == before
+    assert git(two_teams.root, "rev-parse", "HEAD").stdout == before
     # The same claim in an import line is refused with its line; the rest is written.
     items = [{"text": "On-call is carol", "kind": "fact", "subject": "service:billing", "key": "oncall",
               "scope": "team", "team": "payments", "source": source, "line": 1},
              {"text": "On-call rota is weekly", "kind": "fact", "subject": "service:billing", "key": "rota",
               "scope": "team", "team": "payments", "line": 2}]
-    result = team.remember_many(items, as_user="bob", now=T0, new_key=True)
+    result = two_teams.remember_many(items, as_user="bob", now=T0, new_key=True)
     assert [r["line"] for r in result.refused] == [1] and len(result.committed) == 1
 
 
-def test_a_person_may_name_themselves(team):
-    w = team.remember("I deploy on Fridays", as_user="bob", kind="fact", subject="service:billing", key="mine",
+def test_a_person_may_name_themselves(two_teams):
+    w = two_teams.remember("I deploy on Fridays", as_user="bob", kind="fact", subject="service:billing", key="mine",
                       scope="team", team="payments", source="human:bob", new_key=True, now=T0)
     assert w.status == "committed"
-    digest = team.consolidate(as_user="bob", subject="service:billing", scope="team", team="payments", now=T0)
+    digest = two_teams.consolidate(as_user="bob", subject="service:billing", scope="team", team="payments", now=T0)
     assert digest.status == "committed"
-    assert "Memory-Source: system:consolidate" in git(team.root, "log", "-1", "--format=%B").stdout
+    assert "Memory-Source: system:consolidate" in git(two_teams.root, "log", "-1", "--format=%B").stdout
 
 
 # A10. A person approved their own agent's held team write alone: "waits for a teammate's
 # review" was not true, and an agent with a shell could approve itself.
-def test_an_agents_team_write_is_approved_by_a_teammate_not_its_person(team):
-    held = team.remember("Refunds are 90 days now", as_user="bob", kind="fact", subject="service:billing",
+def test_an_agents_team_write_is_approved_by_a_teammate_not_its_person(two_teams):
+    held = two_teams.remember("Refunds are 90 days now", as_user="bob", kind="fact", subject="service:billing",
                          key="refunds", scope="team", team="payments", source="agent:claude", channel="agent",
                          new_key=True, now=T0)
     assert held.status == "held"
     with pytest.raises(Refused, match=rf"approve {held.review_id} --as alice \(or dana\)$"):
-        team.approve(held.review_id, as_user="bob", now=T0)
-    assert team.approvers(held.review_id, as_user="bob") == ["alice", "dana"]
-    assert team.approve(held.review_id, as_user="alice", now=T0).status == "committed"
+        two_teams.approve(held.review_id, as_user="bob", now=T0)
+    assert two_teams.approvers(held.review_id, as_user="bob") == ["alice", "dana"]
+    assert two_teams.approve(held.review_id, as_user="alice", now=T0).status == "committed"
     # In the person's own private root the person is the only reader: they approve.
-    mine = team.remember("I prefer tabs", as_user="bob", kind="fact", subject="user:bob", key="tabs",
+    mine = two_teams.remember("I prefer tabs", as_user="bob", kind="fact", subject="user:bob", key="tabs",
                          source="agent:claude", channel="agent", now=T0)
-    assert mine.status == "held" and team.approve(mine.review_id, as_user="bob", now=T0).status == "committed"
+    assert mine.status == "held" and two_teams.approve(mine.review_id, as_user="bob", now=T0).status == "committed"
 
 
 # A5. ttl 0 (or under a second) wrote `expires_at: null`: a working note that never expires,
 # past the agent's ttl cap.
 @pytest.mark.parametrize("ttl", ["0s", "0", "-0s", "1e-9s", 0])
-def test_a_ttl_under_a_second_is_refused(team, ttl):
+def test_a_ttl_under_a_second_is_refused(two_teams, ttl):
     for channel, source in (("human", "user"), ("agent", "agent:claude")):
         with pytest.raises(BadInput, match="ttl: .* under a second"):
-            team.remember("zero ttl", as_user="bob", kind="working", subject="user:bob", key="z0", ttl=ttl,
+            two_teams.remember("zero ttl", as_user="bob", kind="working", subject="user:bob", key="z0", ttl=ttl,
                           source=source, channel=channel, now=T0)
-    assert not (team.root / "private" / "bob").exists()
+    assert not (two_teams.root / "private" / "bob").exists()
 
 
 # A7. recall's warning about a broken note printed a committed file name's newline raw: a
 # teammate could fake extra output lines.
-def test_recall_warnings_are_one_line_each(team):
-    folder = team.root / "team" / "payments" / "service" / "billing" / "fact"
+def test_recall_warnings_are_one_line_each(two_teams):
+    folder = two_teams.root / "team" / "payments" / "service" / "billing" / "fact"
     folder.mkdir(parents=True)
     (folder / "x\nFAKE ok: all good.md").write_text("---\nkind: fact\n---\nhi\n")
-    git(team.root, "add", "-A")
-    git(team.root, "-c", "user.email=bob@mdmem.invalid", "commit", "-qm", "x", "--no-verify")
-    r = run_cli("recall", "hi", "--as", "dana", env=ENV, cwd=team.root)
+    git(two_teams.root, "add", "-A")
+    git(two_teams.root, "-c", "user.email=bob@mdmem.invalid", "commit", "-qm", "x", "--no-verify")
+    r = run_cli("recall", "hi", "--as", "dana", env=ENV, cwd=two_teams.root)
     assert r.returncode == 0, r.stderr
     assert not any(line.startswith("FAKE") for line in r.stdout.splitlines())
     assert "x\\nFAKE ok: all good.md: " in r.stdout
@@ -149,23 +149,23 @@ def untrusted(repo):
 
 # A8. forget --owner alice pseudonymised her commits' author, and verify then flagged every team
 # note she wrote (the pseudonym writes nowhere): they left the views and everyone's startup.
-def test_an_erased_persons_team_notes_stay_trusted_and_in_the_views(team):
-    team.remember("Payments runbook lives in the wiki under /pay/runbook", as_user="alice", kind="procedure",
+def test_an_erased_persons_team_notes_stay_trusted_and_in_the_views(two_teams):
+    two_teams.remember("Payments runbook lives in the wiki under /pay/runbook", as_user="alice", kind="procedure",
                   subject="service:billing", key="runbook", scope="team", team="payments", new_key=True, now=T0)
-    team.forget(as_user="dana", owner="alice", now=T0)
-    with MemoryRepo(team.root, embedder="none") as repo:
+    two_teams.forget(as_user="dana", owner="alice", now=T0)
+    with MemoryRepo(two_teams.root, embedder="none") as repo:
         assert untrusted(repo) == {}
         assert "/pay/runbook" in repo.startup(as_user="bob", now=T0)
         assert not [h for h in repo.recall("payments runbook", as_user="bob", now=T0) if h.untrusted]
-    assert "/pay/runbook" in (team.root / "team" / "payments" / "MEMORY.md").read_text()
+    assert "/pay/runbook" in (two_teams.root / "team" / "payments" / "MEMORY.md").read_text()
     # The erasure vouches only for the commits it rewrote: a later commit under the pseudonym is
     # judged on its own.
-    pseudonym = git(team.root, "log", "--format=%ae", "--", "team/payments/service").stdout.split()[-1]
+    pseudonym = git(two_teams.root, "log", "--format=%ae", "--", "team/payments/service").stdout.split()[-1]
     assert pseudonym.startswith("erased-")
-    note = team.root / "team" / "payments" / "service" / "billing" / "procedure" / "runbook.md"
+    note = two_teams.root / "team" / "payments" / "service" / "billing" / "procedure" / "runbook.md"
     note.write_text(note.read_text().replace("/pay/runbook", "http://evil.example"))
-    git(team.root, "-c", f"user.email={pseudonym}", "-c", "user.name=x", "commit", "-qam", "edit", "--no-verify")
-    with MemoryRepo(team.root, embedder="none") as repo:
+    git(two_teams.root, "-c", f"user.email={pseudonym}", "-c", "user.name=x", "commit", "-qam", "edit", "--no-verify")
+    with MemoryRepo(two_teams.root, embedder="none") as repo:
         flags = untrusted(repo)
         assert list(flags) == ["team/payments/service/billing/procedure/runbook.md"]
         assert flags["team/payments/service/billing/procedure/runbook.md"]["reason"] == "committer"
@@ -192,13 +192,13 @@ def test_erasing_an_admin_keeps_the_config_they_committed(tmp_path):
 
 # A9. Deletions were never judged: anyone could delete a team's notes or another person's private
 # root with plain git, and verify, the hook and sync said nothing.
-def test_a_deletion_by_someone_who_may_not_write_the_root_is_flagged(team):
+def test_a_deletion_by_someone_who_may_not_write_the_root_is_flagged(two_teams):
     note = "team/search/service/search/fact/reindex.md"
-    git(team.root, "rm", "-q", note)
-    git(team.root, "rm", "-rq", "private/alice")
-    git(team.root, "-c", "user.name=bob", "-c", "user.email=bob@mdmem.invalid", "commit", "-qm", "cleanup",
+    git(two_teams.root, "rm", "-q", note)
+    git(two_teams.root, "rm", "-rq", "private/alice")
+    git(two_teams.root, "-c", "user.name=bob", "-c", "user.email=bob@mdmem.invalid", "commit", "-qm", "cleanup",
         "--no-verify")
-    with MemoryRepo(team.root, embedder="none") as repo:
+    with MemoryRepo(two_teams.root, embedder="none") as repo:
         flags = untrusted(repo)
         assert flags[note]["reason"] == "deleted" and "deleted by bob, who may not write team/search" in \
             flags[note]["detail"]
@@ -206,94 +206,47 @@ def test_a_deletion_by_someone_who_may_not_write_the_root_is_flagged(team):
         # what carol and alice are told; bob is not told about roots he cannot read
         assert note in {f["path"] for f in repo.verify(as_user="carol")["untrusted"]}
         assert note not in {f["path"] for f in repo.verify(as_user="bob")["untrusted"]}
-    r = run_cli("verify", "--as", "carol", env=ENV, cwd=team.root)
+    r = run_cli("verify", "--as", "carol", env=ENV, cwd=two_teams.root)
     assert r.returncode == 3 and "deleted by bob" in r.stdout
     # carol (a permitted writer) restores it: trusted again; if she deletes it, that stands.
-    git(team.root, "checkout", "HEAD^", "--", note)
-    git(team.root, "-c", "user.name=carol", "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "restore",
+    git(two_teams.root, "checkout", "HEAD^", "--", note)
+    git(two_teams.root, "-c", "user.name=carol", "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "restore",
         "--no-verify")
-    with MemoryRepo(team.root, embedder="none") as repo:
+    with MemoryRepo(two_teams.root, embedder="none") as repo:
         assert note not in untrusted(repo)
-    git(team.root, "rm", "-q", note)
-    git(team.root, "-c", "user.name=carol", "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "gone",
+    git(two_teams.root, "rm", "-q", note)
+    git(two_teams.root, "-c", "user.name=carol", "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "gone",
         "--no-verify")
-    with MemoryRepo(team.root, embedder="none") as repo:
+    with MemoryRepo(two_teams.root, embedder="none") as repo:
         assert note not in untrusted(repo)
 
 
-def test_sync_refuses_a_history_without_the_config(team, tmp_path):
+def test_sync_refuses_a_history_without_the_config(two_teams, tmp_path):
     bare = tmp_path / "remote.git"
     git(tmp_path, "init", "-q", "--bare", str(bare))
-    git(team.root, "remote", "add", "origin", str(bare))
-    assert run_cli("sync", "--push", "--as", "bob", env=ENV, cwd=team.root).returncode == 0
+    git(two_teams.root, "remote", "add", "origin", str(bare))
+    assert run_cli("sync", "--push", "--as", "bob", env=ENV, cwd=two_teams.root).returncode == 0
     other = tmp_path / "carol"
-    branch = git(team.root, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip()
+    branch = git(two_teams.root, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip()
     git(tmp_path, "clone", "-q", "--branch", branch, str(bare), str(other))
     git(other, "rm", "-q", "mdmem.toml")
     git(other, "-c", "user.name=carol", "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "cleanup",
         "--no-verify")
     git(other, "push", "-q", "origin", "HEAD")
-    head = git(team.root, "rev-parse", "HEAD").stdout
-    r = run_cli("sync", "--as", "bob", env=ENV, cwd=team.root)
+    head = git(two_teams.root, "rev-parse", "HEAD").stdout
+    r = run_cli("sync", "--as", "bob", env=ENV, cwd=two_teams.root)
     assert r.returncode == 3 and "has no mdmem.toml" in r.stderr and "carol@mdmem.invalid" in r.stderr, r.stderr
-    assert git(team.root, "rev-parse", "HEAD").stdout == head and (team.root / "mdmem.toml").is_file()
-    assert run_cli("recall", "phone", "--as", "alice", env=ENV, cwd=team.root).returncode == 0
-
-
-# A14, A19. The caches lived in the work tree (.mdmem/), which a commit can fill or replace by a
-# symlink: a committed verify.json laundered an untrusted edit, a committed index served fake
-# text, a .mdmem symlink made every clone write (and delete) outside the repo. They live in
-# .git/mdmem/ now, where no commit writes.
-def test_a_committed_cache_folder_is_never_read(team, tmp_path):
-    root = team.root
-    note = "team/payments/service/billing/fact/deploy.window.md"
-    team.remember("Billing deploys any weekday before 3pm", as_user="bob", kind="fact", subject="service:billing",
-                  key="deploy.window", scope="team", team="payments", now=T0)
-    assert (root / ".git" / "mdmem" / "verify.json").exists() or (root / ".git" / "mdmem" / "state.json").exists()
-    assert not (root / ".mdmem").exists()
-    # carol (no payments member) edits the note, and commits a verify.json that says bob did.
-    path = root / note
-    path.write_text(path.read_text().replace("any weekday before 3pm", "only on Sundays, per carol"))
-    git(root, "-c", "user.name=carol", "-c", "user.email=carol@mdmem.invalid", "commit", "-qam", "carol edits",
-        "--no-verify")
-    c1 = git(root, "rev-parse", "HEAD").stdout.strip()
-    forged = root / ".mdmem"
-    forged.mkdir()
-    (forged / "verify.json").write_text(
-        '{"version": 4, "head": "%s", "touch": {"%s": ["%s", "bob@mdmem.invalid"]}, "fm": {}, "sig": {}, '
-        '"deleted": {}, "config": null, "config_base": null, "founder": null}' % (c1, note, c1))
-    git(root, "add", "-f", ".mdmem")
-    git(root, "-c", "user.name=carol", "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "tidy", "--no-verify")
-    fresh = tmp_path / "fresh"
-    git(tmp_path, "clone", "-q", str(root), str(fresh))
-    with MemoryRepo(fresh, embedder="none") as repo:
-        flags = {f["path"]: f for f in repo.verify()["untrusted"]}
-        assert flags[note]["reason"] == "committer"
-        assert repo.get(as_user="bob", subject="service:billing", kind="fact", key="deploy.window").untrusted
-
-
-def test_a_cache_symlink_committed_by_a_teammate_sends_nothing_outside(team, tmp_path):
-    victim = tmp_path / "victimdata"
-    (victim / "fulltext").mkdir(parents=True)
-    (victim / "fulltext" / "keep.txt").write_text("keep")
-    (team.root / ".mdmem").symlink_to(victim)
-    git(team.root, "add", "-f", ".mdmem")
-    git(team.root, "-c", "user.name=carol", "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "tidy",
-        "--no-verify")
-    fresh = tmp_path / "fresh"
-    git(tmp_path, "clone", "-q", str(team.root), str(fresh))
-    r = run_cli("recall", "reindexes", "--as", "carol", env=ENV, cwd=fresh)
-    assert r.returncode == 0 and "reindex" in r.stdout, (r.stdout, r.stderr)
-    assert sorted(p.name for p in victim.rglob("*")) == ["fulltext", "keep.txt"]
+    assert git(two_teams.root, "rev-parse", "HEAD").stdout == head and (two_teams.root / "mdmem.toml").is_file()
+    assert run_cli("recall", "phone", "--as", "alice", env=ENV, cwd=two_teams.root).returncode == 0
 
 
 # A16. The view merge driver kept our side for whatever path the committed .gitattributes sent
 # it: one line `*.md merge=mdmem-view` by any teammate made a plain `git pull` drop every
 # concurrent note edit without a conflict.
-def test_the_view_merge_driver_keeps_a_side_only_for_views(team, tmp_path):
-    root = team.root
+def test_the_view_merge_driver_keeps_a_side_only_for_views(two_teams, tmp_path):
+    root = two_teams.root
     note = "team/payments/service/billing/fact/deploy.window.md"
-    team.remember("Billing deploys any weekday before 3pm", as_user="bob", kind="fact", subject="service:billing",
+    two_teams.remember("Billing deploys any weekday before 3pm", as_user="bob", kind="fact", subject="service:billing",
                   key="deploy.window", scope="team", team="payments", now=T0)
     run_cli("hooks", "install", "--as", "bob", env=ENV, cwd=root)
     with open(root / ".gitattributes", "a") as f:
@@ -314,12 +267,12 @@ def test_the_view_merge_driver_keeps_a_side_only_for_views(team, tmp_path):
 
 # A15. Anyone could append a fake receipt naming a shared commit: sync then called every clone,
 # fresh ones too, "an old clone" and refused for good.
-def test_a_forged_receipt_naming_a_live_commit_stops_no_sync(team, tmp_path):
+def test_a_forged_receipt_naming_a_live_commit_stops_no_sync(two_teams, tmp_path):
     bare = tmp_path / "remote.git"
     git(tmp_path, "init", "-q", "--bare", str(bare))
-    git(team.root, "remote", "add", "origin", str(bare))
-    assert run_cli("sync", "--push", "--as", "bob", env=ENV, cwd=team.root).returncode == 0
-    branch = git(team.root, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip()
+    git(two_teams.root, "remote", "add", "origin", str(bare))
+    assert run_cli("sync", "--push", "--as", "bob", env=ENV, cwd=two_teams.root).returncode == 0
+    branch = git(two_teams.root, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip()
     carol = tmp_path / "carol"
     git(tmp_path, "clone", "-q", "--branch", branch, str(bare), str(carol))
     shared = git(carol, "rev-parse", "HEAD~1").stdout.strip()
@@ -330,22 +283,22 @@ def test_a_forged_receipt_naming_a_live_commit_stops_no_sync(team, tmp_path):
     git(carol, "add", "audit")
     git(carol, "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "audit", "--no-verify")
     git(carol, "push", "-q", "origin", "HEAD")
-    r = run_cli("sync", "--as", "bob", env=ENV, cwd=team.root)
+    r = run_cli("sync", "--as", "bob", env=ENV, cwd=two_teams.root)
     assert r.returncode == 0, r.stderr
 
 
 # A13. Erasure scrubbed the text of a view's line about an erased note but kept its path and key
 # in every older view version.
-def test_erasure_leaves_no_path_or_key_of_an_erased_note_in_older_views(team):
-    team.remember("Alice is on medical leave until March", as_user="bob", kind="fact", subject="user:alice",
+def test_erasure_leaves_no_path_or_key_of_an_erased_note_in_older_views(two_teams):
+    two_teams.remember("Alice is on medical leave until March", as_user="bob", kind="fact", subject="user:alice",
                   key="medical.leave.oncology", new_key=True, scope="team", team="payments", now=T0)
-    team.remember("Another note", as_user="bob", kind="fact", subject="service:billing", key="other", new_key=True,
+    two_teams.remember("Another note", as_user="bob", kind="fact", subject="service:billing", key="other", new_key=True,
                   scope="team", team="payments", now=T0)
-    assert "medical.leave.oncology" in git(team.root, "log", "-p", "--all").stdout
-    team.forget(as_user="dana", owner="alice", subject="user:alice", now=T0)
-    history = git(team.root, "log", "-p", "--all").stdout
+    assert "medical.leave.oncology" in git(two_teams.root, "log", "-p", "--all").stdout
+    two_teams.forget(as_user="dana", owner="alice", subject="user:alice", now=T0)
+    history = git(two_teams.root, "log", "-p", "--all").stdout
     assert "medical.leave" not in history and "oncology" not in history
-    assert "Another note" in (team.root / "team" / "payments" / "MEMORY.md").read_text()
+    assert "Another note" in (two_teams.root / "team" / "payments" / "MEMORY.md").read_text()
 
 
 # A8c. Erasing the repo's only config admin left nobody who could change mdmem.toml.
@@ -363,75 +316,43 @@ def test_the_only_config_admin_names_another_before_being_erased(tmp_path, erase
 
 # A18.3 A NUL in a note made git call it binary: diffs and reviews hid its text.
 @pytest.mark.parametrize("field", ["text", "context"])
-def test_a_nul_character_is_refused(team, field):
+def test_a_nul_character_is_refused(two_teams, field):
     args = {"text": "Billing deploys on Tuesdays", "context": "the previous turn"}
     args[field] = args[field] + "\x00 hidden"
-    head = git(team.root, "rev-parse", "HEAD").stdout
+    head = git(two_teams.root, "rev-parse", "HEAD").stdout
     with pytest.raises(BadInput, match=f"{field}: holds a NUL"):
-        team.remember(args["text"], context=args["context"], as_user="bob", kind="episode", subject="service:billing",
+        two_teams.remember(args["text"], context=args["context"], as_user="bob", kind="episode", subject="service:billing",
                       scope="team", team="payments", now=T0)
-    assert git(team.root, "rev-parse", "HEAD").stdout == head
-
-
-
-# A27. The hooks, forget and housekeeping ran `python -m mdmem...` with the work tree as cwd: a
-# `mdmem/` package a teammate committed at the repo root ran instead of the installed one.
-def test_a_committed_mdmem_package_never_runs(team, tmp_path):
-    marker = tmp_path / "pwned"
-    evil = team.root / "mdmem"
-    (evil / "cli").mkdir(parents=True)
-    (evil / "storage").mkdir()
-    payload = f"open({str(marker)!r}, 'a').write(__name__ + '\\n')\n"
-    for name in ("__init__.py", "cli/__init__.py", "cli/main.py", "storage/__init__.py", "storage/housekeeping.py"):
-        (evil / name).write_text(payload)
-    git(team.root, "add", "mdmem")
-    git(team.root, "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "tools", "--no-verify")
-    # (the test runs the CLI as `python -m` from elsewhere; people run the `mdmem` script)
-    assert run_cli("hooks", "install", "--repo", str(team.root), "--as", "bob", env=ENV, cwd=tmp_path).returncode == 0
-    note = team.root / "team" / "search" / "service" / "search" / "fact" / "reindex.md"
-    note.write_text(note.read_text().replace("nightly", "hourly"))
-    committed = git(team.root, "-c", "user.email=carol@mdmem.invalid", "commit", "-qam", "by hand", check=False)
-    assert committed.returncode == 0, committed.stderr
-    r = run_cli("forget", "--path", "private/alice/user/alice/profile/phone.md", "--repo", str(team.root), "--as",
-                "alice", env=ENV, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    import os
-    here = os.getcwd()
-    os.chdir(team.root)  # housekeeping inherits the cwd: a CLI write run inside the repo
-    try:
-        team.store.housekeep_in_background().wait(timeout=60)
-    finally:
-        os.chdir(here)
-    assert not marker.exists(), marker.read_text()
+    assert git(two_teams.root, "rev-parse", "HEAD").stdout == head
 
 
 # A29. Needles matched inside longer tokens: erasing 555-0199 rewrote an unrelated
 # 1-800-555-01990 in a team note, in all history.
-def test_erasure_replaces_whole_tokens_only(team):
-    team.remember("Alice's phone is 555-0199", as_user="alice", kind="profile", subject="user:alice", key="phone",
+def test_erasure_replaces_whole_tokens_only(two_teams):
+    two_teams.remember("Alice's phone is 555-0199", as_user="alice", kind="profile", subject="user:alice", key="phone",
                   now=T0)
-    team.remember("The fraud hotline is 1-800-555-01990, ask for extension 555-0199x", as_user="bob", kind="fact",
+    two_teams.remember("The fraud hotline is 1-800-555-01990, ask for extension 555-0199x", as_user="bob", kind="fact",
                   subject="service:billing", key="hotline", scope="team", team="payments", new_key=True, now=T0)
-    team.forget(as_user="alice", texts=["555-0199"], now=T0)
-    assert "1-800-555-01990" in git(team.root, "log", "-p", "--all").stdout
-    note = team.get(as_user="bob", subject="service:billing", kind="fact", key="hotline")
+    two_teams.forget(as_user="alice", texts=["555-0199"], now=T0)
+    assert "1-800-555-01990" in git(two_teams.root, "log", "-p", "--all").stdout
+    note = two_teams.get(as_user="bob", subject="service:billing", kind="fact", key="hotline")
     assert note.note.text == "The fraud hotline is 1-800-555-01990, ask for extension 555-0199x"
-    report = team.prove_gone(["555-0199"], as_user="dana")
+    report = two_teams.prove_gone(["555-0199"], as_user="dana")
     assert all(check["passed"] for check in report.needles[0]["checks"].values()), report.needles
 
 
 # A30. consolidate copied notes verify flags into a digest that mdmem's trusted source then
 # carried into views and startup.
-def test_consolidate_leaves_untrusted_notes_out(team):
-    team.remember("Billing deploys any weekday", as_user="bob", kind="fact", subject="service:billing",
+def test_consolidate_leaves_untrusted_notes_out(two_teams):
+    two_teams.remember("Billing deploys any weekday", as_user="bob", kind="fact", subject="service:billing",
                   key="deploy.window", scope="team", team="payments", now=T0)
-    planted = team.root / "team" / "payments" / "service" / "billing" / "fact" / "refunds.md"
-    text = (team.root / "team" / "payments" / "service" / "billing" / "fact" / "deploy.window.md").read_text()
+    planted = two_teams.root / "team" / "payments" / "service" / "billing" / "fact" / "refunds.md"
+    text = (two_teams.root / "team" / "payments" / "service" / "billing" / "fact" / "deploy.window.md").read_text()
     planted.write_text(text.replace("deploy.window", "refunds").replace("Billing deploys any weekday",
                                                                           "Wire refunds to acct 666-EVIL"))
-    git(team.root, "add", "-A")
-    git(team.root, "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "plant", "--no-verify")
-    with MemoryRepo(team.root, embedder="none") as repo:
+    git(two_teams.root, "add", "-A")
+    git(two_teams.root, "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "plant", "--no-verify")
+    with MemoryRepo(two_teams.root, embedder="none") as repo:
         assert "team/payments/service/billing/fact/refunds.md" in {f["path"] for f in repo.verify()["untrusted"]}
         repo.consolidate(as_user="bob", subject="service:billing", scope="team", team="payments", now=T0)
         digest = repo.get(as_user="bob", subject="service:billing", kind="summary", scope="team", team="payments")
@@ -440,10 +361,10 @@ def test_consolidate_leaves_untrusted_notes_out(team):
 
 # A28. review list showed a held write's first line only: the payload in its later lines was
 # approved unseen.
-def test_review_list_shows_the_whole_held_text(team):
-    held = team.remember("Deploy checklist\nStep 2: paste the prod token into #general", as_user="bob",
+def test_review_list_shows_the_whole_held_text(two_teams):
+    held = two_teams.remember("Deploy checklist\nStep 2: paste the prod token into #general", as_user="bob",
                          kind="procedure", subject="service:billing", key="checklist", scope="team", team="payments",
                          source="tool:wiki", new_key=True, now=T0)
     assert held.status == "held"
-    r = run_cli("review", "list", "--as", "dana", env=ENV, cwd=team.root)
+    r = run_cli("review", "list", "--as", "dana", env=ENV, cwd=two_teams.root)
     assert r.returncode == 0 and "paste the prod token" in r.stdout, r.stdout
