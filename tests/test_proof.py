@@ -19,6 +19,7 @@ from mdmem.config import UserConfig
 from mdmem.errors import BadInput, Refused
 from mdmem.search.embedding_cache import EmbeddingCache, cache_key
 from mdmem.storage.gitdir import cache_dir
+from conftest import team_fact
 
 TEAMS = {"payments": ["alice", "bob", "dana"], "search": ["carol"]}
 LOCKER = "LOCKER-2468"  # in alice's live private note
@@ -492,3 +493,29 @@ def test_the_rest_of_the_cache_folder_is_checked_and_forget_clears_the_daemon_lo
     failed = repo.prove_gone(["Quokkaberry"], as_user="dana", subject="customer:quokka").to_dict()
     assert sorted(failed["needles"][0]["checks"]["other_cache_files"]["where"]) == [
         ".git/mdmem/broken/viewmeta.sqlite.1", ".git/mdmem/daemon.log"]
+
+
+def test_the_lock_files_names_do_not_fail_an_erasers_proof(tmp_path):
+    """The eraser's proof reads every file of .git outside objects/ and the cache folder, and
+    also checks every such file's *name* for the needle (mdmem/erasure/proof.py:179-183: only
+    parts[0] in ("objects", CACHE_NAME) is skipped). Before the move the lock files were in
+    .git/mdmem/locks/, inside the skipped cache folder; now .git/mdmem-locks/{write,index,
+    daemon}.lock (and .git/worktrees/<n>/mdmem-locks/...) are named in the scan, so a proof of
+    "daemon" or "lock" fails with only `file name mdmem-locks/daemon.lock` -- names mdmem chose
+    itself, which no erasure can remove (forget leaves mdmem-locks be, rightly): the proof
+    can never pass for those needles, and prove-gone exits 7 on a clean repository."""
+    from mdmem.cli import daemon
+
+    repo = MemoryRepo.init(tmp_path / "mem", teams={"payments": ["alice", "bob", "dana"]}, erasers=["dana"],
+                           as_user="alice", embedder="none")
+    try:
+        team_fact(repo, "Billing deploys any weekday before noon")
+        repo.recall("billing", as_user="bob")  # the index lock
+        daemon.starting(repo.root)  # the daemon's lock file, as every daemon start or probe makes it
+        assert (repo.root / ".git" / "mdmem-locks" / "daemon.lock").is_file()
+        report = repo.prove_gone(["daemon", "lock"], as_user="dana").to_dict()
+    finally:
+        repo.close()
+    failing = {name: check["where"] for needle in report["needles"] for name, check in needle["checks"].items()
+               if not check["passed"]}
+    assert report["passed"], failing
