@@ -1,32 +1,26 @@
-"""Attack 16 (helper, session 16): commit d0895c5 (fulltext.merge_when_many: small segments merged
-by size tier once a commit would make 4 of them; also the versions index), and the catch-ups
-around it.
-
-Real processes and repositories where the defect needs them. Each test failed on 55bd73e; its
-docstring says what broke, how, and whether d0895c5 brought it (M) or it was there before (P:
-reproduced on 3876086 with the same stress script). Fixed since: P1 (HEAD read again under the
-index lock), P4 and P5 (recall asks once more from the index as it is on disk before calling it
-damaged), M1 (a merge budget per commit), M3 (dead segments dropped), P3 (state.json
-marks a catch-up pending before its index commit), P2a/P2b (a catch-up compares the moved
-commits' own files with HEAD). Still open, marked xfail (strict, so a fix shows): M2 (merged
-segments' quantised lengths). Kill points and pauses are put into the child process by wrapping the named function
-(as test_crash_safety.py does): the wrapped code still runs, only its moment is chosen."""
+"""The full-text index's catch-up beside writes and other processes: a catch-up that waited for the
+lock, ran mid-write or was killed after its index commit never loses a superseded note nor keeps
+an old version for good; a table of contents replaced by another commit, or git status racing a
+write, never moves a healthy index aside; small segments are merged within a budget per commit,
+rank as a rebuild once merged, and big segments are never dropped. Real processes where the race
+needs them; kill points and pauses are put into the child process by wrapping the named function."""
 from __future__ import annotations
-
-import json
-import os
-import random
+from mdmem import MemoryRepo
+from mdmem.storage.gitdir import cache_dir
+from mdmem.search import fulltext
+from conftest import T0
+from conftest import T1
 import shutil
+from conftest import team_fact
+from mdmem.search.bulkwriter import BulkWriter
+import random
+from conftest import start_python
+import os
+from conftest import stop
+import pytest
+import json
 import time
 
-import pytest
-
-from conftest import T0, T1, start_python, stop, team_fact
-
-from mdmem import MemoryRepo
-from mdmem.search import fulltext
-from mdmem.search.bulkwriter import BulkWriter
-from mdmem.storage.gitdir import cache_dir
 
 VAULT = dict(subject="service:billing", key="vault.codename")
 
@@ -39,8 +33,6 @@ def _broken(root) -> list[str]:
     aside = cache_dir(root) / "broken"
     return sorted(os.listdir(aside)) if aside.exists() else []
 
-
-# --- P1: state.json moves backwards -------------------------------------------------------------
 
 HOLDER = """
     import sys
@@ -58,6 +50,7 @@ HOLDER = """
     lock.release()
     sys.stdin.readline()
 """
+
 
 WAITER = """
     from mdmem import MemoryRepo
@@ -107,8 +100,6 @@ def test_a_catch_up_that_waited_for_the_lock_moves_state_back_and_a_superseded_n
     assert [t for t in _texts(hits) if "vault" in t] == ["The vault codename is beta2"]
 
 
-# --- P2: a catch-up reads the work tree before a commit's files are written ---------------------
-
 PAUSED_WRITER = """
     import sys
     from mdmem import MemoryRepo
@@ -127,6 +118,7 @@ PAUSED_WRITER = """
                key="vault.codename", scope="team", team="payments")
     print("written", flush=True)
 """
+
 
 LONG_READER = """
     import json, sys
@@ -199,8 +191,6 @@ def test_a_catch_up_on_disk_mid_write_leaves_the_old_version_in_the_index_for_ev
     assert [t for t in _texts(hits) if "vault" in t] == ["The vault codename is beta2"]
 
 
-# --- P3: kill -9 between the index commit and state.json ----------------------------------------
-
 KILLED_CATCH_UP = """
     import os, signal
     from mdmem import MemoryRepo
@@ -233,8 +223,6 @@ def test_a_catch_up_killed_after_its_index_commit_leaves_a_superseded_note_found
     hits = fresh.recall("vault codename alpha1 beta2", as_user="bob", k=5, now=T1)
     assert [t for t in _texts(hits) if "vault" in t] == ["The vault codename is beta2"]
 
-
-# --- P4: a table of contents read without the lock, removed by another process's commit --------
 
 TOC_READER = """
     import sys
@@ -291,8 +279,6 @@ def test_a_table_of_contents_replaced_by_another_commit_moves_a_healthy_index_as
     assert _broken(repo.root) == [], reader.stderr.read()
 
 
-# --- P5: git status failing on a file being written is taken for index damage -----------------
-
 STATUS_RACE = """
     import pygit2
     from mdmem import MemoryRepo
@@ -324,8 +310,6 @@ def test_git_status_racing_a_note_write_moves_a_healthy_index_aside(repo):
     assert "Deploys happen on Tuesdays" in out, err
     assert _broken(repo.root) == [], err
 
-
-# --- M1: a merge stalls a one-note catch-up for seconds -----------------------------------------
 
 WORDS = ("ledger payout invoice refund gateway timeout deploy window billing tuesday coffee rollout "
          "canary shard replica queue retry backoff audit token vault quorum alert pager owner budget "
@@ -375,8 +359,6 @@ def test_a_one_note_catch_up_never_rewrites_more_than_the_merge_budget(tmp_path)
             assert searcher.doc_count() == n + 1
 
 
-# --- M2: merged segments' statistics are not a rebuild's ----------------------------------------
-
 def test_notes_written_by_a_few_processes_rank_as_a_rebuild_once_merged(repo, tmp_path):
     """M2 (d0895c5, low). Whoosh's add_reader copies each document's field length as the byte it
     stored (quantised: 11, 15, 19, 22, 24, 27... come back different) and sums those into the
@@ -411,8 +393,6 @@ def test_notes_written_by_a_few_processes_rank_as_a_rebuild_once_merged(repo, tm
     rebuilt.reindex(rebuild=True)
     assert {q: ranked(rebuilt, q) for q in QUERIES} == got
 
-
-# --- M3: a big segment whose every document is deleted is kept for ever ------------------------
 
 def test_big_segments_left_without_a_live_document_are_never_dropped(tmp_path, monkeypatch):
     """M3 (d0895c5, low). merge_when_many keeps every segment of MERGE_BELOW_DOCS documents or more
