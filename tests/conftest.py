@@ -225,3 +225,16 @@ def two_teams(tmp_path) -> MemoryRepo:
     repo.remember("Search reindexes nightly", as_user="carol", kind="fact", subject="service:search",
                   key="reindex", scope="team", team="search", now=T0)
     return repo
+
+
+@pytest.fixture
+def billing_team(tmp_path) -> MemoryRepo:
+    repo = MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice", "bob", "dana"], "search": ["carol"]},
+                           erasers=["dana"], now=T0, as_user="alice", embedder="none")
+    repo.remember("Billing deploys any weekday", as_user="bob", kind="fact", subject="service:billing",
+                  key="deploy.window", scope="team", team="payments", now=T0)
+    return repo
+
+
+def open_defect(why: str):
+    return pytest.mark.xfail(strict=True, reason=f"open (attack 17): {why}")

@@ -13,7 +13,7 @@ DEPLOY = "team/payments/service/billing/fact/deploy.window.md"
 
 
 @pytest.fixture
-def team(tmp_path) -> MemoryRepo:
+def billing_team(tmp_path) -> MemoryRepo:
     repo = MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice", "bob", "dana"], "search": ["carol"]},
                            erasers=["dana"], now=T0, as_user="alice", embedder="none")
     repo.remember("Billing deploys any weekday", as_user="bob", kind="fact", subject="service:billing",
@@ -21,7 +21,7 @@ def team(tmp_path) -> MemoryRepo:
     return repo
 
 
-def shared(root, tmp_path, who: str):
+def shared_remote(root, tmp_path, who: str):
     """A bare remote beside the repo, which ``who`` syncs to first."""
     remote = tmp_path / "remote.git"
     git(tmp_path, "init", "-q", "--bare", str(remote))
@@ -34,11 +34,11 @@ def shared(root, tmp_path, who: str):
 # `*.md text eol=crlf`), every note counted as an uncommitted edit and none could be updated,
 # though `git status` was clean.
 @pytest.mark.parametrize("how", ["autocrlf", "eol-attribute"])
-def test_line_ending_conversion_is_not_a_hand_edit(team, tmp_path, how):
+def test_line_ending_conversion_is_not_a_hand_edit(billing_team, tmp_path, how):
     remote = tmp_path / "remote.git"
     git(tmp_path, "init", "-q", "--bare", str(remote))
-    git(team.root, "remote", "add", "origin", str(remote))
-    git(team.root, "push", "-q", "origin", "HEAD:main")
+    git(billing_team.root, "remote", "add", "origin", str(remote))
+    git(billing_team.root, "push", "-q", "origin", "HEAD:main")
     clone = tmp_path / "v"
     if how == "autocrlf":
         git(tmp_path, "-c", "core.autocrlf=true", "clone", "-q", "-b", "main", str(remote), str(clone))
@@ -65,9 +65,9 @@ def test_line_ending_conversion_is_not_a_hand_edit(team, tmp_path, how):
 
 # A22. On a detached HEAD, remember and forget crashed with a TypeError (exit 70); forget
 # half-way, its journal left behind.
-def test_writes_on_a_detached_head_are_refused_before_anything_changes(team):
-    root = team.root
-    team.remember("Alice secret phone 555-0199", as_user="alice", kind="profile", subject="user:alice",
+def test_writes_on_a_detached_head_are_refused_before_anything_changes(billing_team):
+    root = billing_team.root
+    billing_team.remember("Alice secret phone 555-0199", as_user="alice", kind="profile", subject="user:alice",
                   key="phone", now=T0)
     git(root, "checkout", "-q", "--detach", "HEAD~1")
     before = git(root, "rev-parse", "HEAD", "main").stdout
@@ -86,9 +86,9 @@ def test_writes_on_a_detached_head_are_refused_before_anything_changes(team):
 
 # A20. forget with a relative --repo (or MDMEM_REPO) failed half-way (exit 9, "journal
 # unreadable"), and so did `demo --path <relative>`.
-def test_relative_repo_paths_work_for_forget_and_demo(team):
-    root = team.root
-    team.remember("Alice secret phone 555-0199", as_user="alice", kind="profile", subject="user:alice",
+def test_relative_repo_paths_work_for_forget_and_demo(billing_team):
+    root = billing_team.root
+    billing_team.remember("Alice secret phone 555-0199", as_user="alice", kind="profile", subject="user:alice",
                   key="phone", now=T0)
     stash_file = root / "private/alice/user/alice/profile/phone.md"
     with stash_file.open("a") as f:
@@ -108,8 +108,8 @@ def test_relative_repo_paths_work_for_forget_and_demo(team):
 
 # A24. `retire --valid-until` before the note's valid_from committed an invalid note: check
 # failed from then on, the fact left recall, and no later retire could undo it.
-def test_retire_before_valid_from_is_refused_and_nothing_is_written(team):
-    root = team.root
+def test_retire_before_valid_from_is_refused_and_nothing_is_written(billing_team):
+    root = billing_team.root
     before = git(root, "rev-parse", "HEAD").stdout
     r = run_cli("retire", DEPLOY, "--valid-until", "2000-01-01T00:00:00Z", "--as", "bob", env=ENV, cwd=root)
     assert r.returncode == 2 and "valid_until" in r.stderr and "valid_from" in r.stderr, (r.stdout, r.stderr)
@@ -119,21 +119,21 @@ def test_retire_before_valid_from_is_refused_and_nothing_is_written(team):
     assert r.returncode == 0, r.stderr
 
 
-def test_every_committed_note_passes_the_readers_checks(team):
+def test_every_committed_note_passes_the_readers_checks(billing_team):
     """The net under every single write: a note that would not validate is never committed."""
     import mdmem.ops.write as write_ops
     from mdmem.errors import NoteInvalid
 
     with pytest.raises(NoteInvalid, match="valid_until"):
-        write_ops.commit_pending(team, "bob", T0, lambda: write_ops.Pending(
-            DEPLOY, team.get(path=DEPLOY, as_user="bob").note.evolve(valid_until=_dt.datetime(2000, 1, 1, tzinfo=_dt.timezone.utc)), "retire", None))
+        write_ops.commit_pending(billing_team, "bob", T0, lambda: write_ops.Pending(
+            DEPLOY, billing_team.get(path=DEPLOY, as_user="bob").note.evolve(valid_until=_dt.datetime(2000, 1, 1, tzinfo=_dt.timezone.utc)), "retire", None))
 
 
 # A23. Held writes never left the clone that held them: the second person who must approve a
 # team hold never saw it. Holds now travel with sync; a hold closed in one clone closes in all.
-def test_holds_travel_with_sync_and_close_everywhere(team, tmp_path):
-    root = team.root
-    remote = shared(root, tmp_path, "dana")
+def test_holds_travel_with_sync_and_close_everywhere(billing_team, tmp_path):
+    root = billing_team.root
+    remote = shared_remote(root, tmp_path, "dana")
     bob = tmp_path / "c"
     git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(bob))
 
@@ -177,8 +177,8 @@ def test_holds_travel_with_sync_and_close_everywhere(team, tmp_path):
 # git. Its writer is the commit's identity (never its trailer), and a writer who may not write
 # the root (or no declared person) cannot be approved into it.
 @pytest.mark.parametrize("email", ["carol@mdmem.invalid", "mallory@example.com"])
-def test_a_hold_made_with_plain_git_by_a_non_writer_is_not_approved(team, email):
-    root = team.root
+def test_a_hold_made_with_plain_git_by_a_non_writer_is_not_approved(billing_team, email):
+    root = billing_team.root
     tip = git(root, "rev-parse", "HEAD").stdout.strip()
     git(root, "branch", "review/forged01", tip)
     git(root, "checkout", "-q", "review/forged01")
@@ -201,8 +201,8 @@ def test_a_hold_made_with_plain_git_by_a_non_writer_is_not_approved(team, email)
 # A3. `mdmem import ./vault` dropped the vault's editor fields (tags, aliases), so `--tag`
 # found nothing; they are kept now, like fields added by hand. mdmem's own fields cannot be
 # smuggled in that way.
-def test_import_keeps_a_vaults_editor_fields(team):
-    root = team.root
+def test_import_keeps_a_vaults_editor_fields(billing_team):
+    root = billing_team.root
     vault = root.parent / "vault"
     vault.mkdir()
     (vault / "chargebacks.md").write_text("---\ntags: [billing]\naliases: [cb]\ncreated: 2024-01-02\nid: x1\n---\n"
@@ -224,41 +224,41 @@ def test_import_keeps_a_vaults_editor_fields(team):
 
 
 # A18.5. A JSONL import refused `context` and `tags` (a conversation history could carry neither).
-def test_jsonl_import_carries_context_and_tags(team, tmp_path):
+def test_jsonl_import_carries_context_and_tags(billing_team, tmp_path):
     lines = tmp_path / "turns.jsonl"
     lines.write_text('{"text": "Yes, last Tuesday!", "kind": "fact", "subject": "service:billing", "key": "t1", '
                      '"scope": "team", "team": "payments", "context": "Caroline: when did billing deploy?", '
                      '"tags": ["deploys"]}\n')
-    r = run_cli("import", str(lines), "--as", "bob", "--new-key", env=ENV, cwd=team.root)
+    r = run_cli("import", str(lines), "--as", "bob", "--new-key", env=ENV, cwd=billing_team.root)
     assert r.returncode == 0, (r.stdout, r.stderr)
-    text = (team.root / "team/payments/service/billing/fact/t1.md").read_text()
+    text = (billing_team.root / "team/payments/service/billing/fact/t1.md").read_text()
     assert "when did billing deploy?" in text and "deploys" in text
-    r = run_cli("recall", "when did billing deploy", "--tag", "deploys", "--as", "bob", env=ENV, cwd=team.root)
+    r = run_cli("recall", "when did billing deploy", "--tag", "deploys", "--as", "bob", env=ENV, cwd=billing_team.root)
     assert "last Tuesday" in r.stdout, r.stdout
 
 
 # A18.9. No limit on a recall query's length: 200,000 words took minutes of CPU under the lock
 # every recall shares.
-def test_a_huge_recall_query_is_refused_at_once(team):
+def test_a_huge_recall_query_is_refused_at_once(billing_team):
     import time
 
     start = time.monotonic()
-    r = run_cli("recall", "deploy " * 15_000, "--as", "bob", env=ENV, cwd=team.root)
+    r = run_cli("recall", "deploy " * 15_000, "--as", "bob", env=ENV, cwd=billing_team.root)
     assert r.returncode == 2 and "query:" in r.stderr and "at most" in r.stderr, r.stderr
     assert time.monotonic() - start < 30
     from mdmem.errors import BadInput
 
     with pytest.raises(BadInput, match="query"):
-        team.recall("x" * 4001, as_user="bob", now=T0)
-    assert team.recall("deploy " * 500, as_user="bob", now=T0)  # a long but sane query still answers
+        billing_team.recall("x" * 4001, as_user="bob", now=T0)
+    assert billing_team.recall("deploy " * 500, as_user="bob", now=T0)  # a long but sane query still answers
 
 
 # A18.8. sync named other people's private note paths in its conflicts.
-def test_sync_does_not_name_conflicts_in_roots_the_user_cannot_read(team, tmp_path):
+def test_sync_does_not_name_conflicts_in_roots_the_user_cannot_read(billing_team, tmp_path):
     import json
 
-    root = team.root
-    remote = shared(root, tmp_path, "alice")
+    root = billing_team.root
+    remote = shared_remote(root, tmp_path, "alice")
     other = tmp_path / "c"
     git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(other))
     for where, text in ((root, "Alice phone 555-0100"), (other, "Alice phone 555-0199")):
@@ -276,27 +276,27 @@ def test_sync_does_not_name_conflicts_in_roots_the_user_cannot_read(team, tmp_pa
 
 # A18.11. forget in a clone that borrows objects (`git clone --shared`) reported success while
 # the erased objects stayed readable through the alternate.
-def test_forget_refuses_a_clone_that_borrows_objects(team, tmp_path):
-    team.remember("Alice secret phone 555-0199", as_user="alice", kind="profile", subject="user:alice",
+def test_forget_refuses_a_clone_that_borrows_objects(billing_team, tmp_path):
+    billing_team.remember("Alice secret phone 555-0199", as_user="alice", kind="profile", subject="user:alice",
                   key="phone", now=T0)
-    shared = tmp_path / "shared"
-    git(tmp_path, "clone", "-q", "--shared", str(team.root), str(shared))
+    shared_remote = tmp_path / "shared"
+    git(tmp_path, "clone", "-q", "--shared", str(billing_team.root), str(shared_remote))
     for extra in ([], ["--dry-run"]):
         r = run_cli("forget", "--owner", "alice", "--subject", "user:alice", "--as", "dana", *extra, env=ENV,
-                    cwd=shared)
+                    cwd=shared_remote)
         assert r.returncode == 5 and "borrows objects" in r.stderr and "repack" in r.stderr, r.stderr
-    assert "555-0199" in git(shared, "log", "-p").stdout  # nothing changed
-    git(shared, "repack", "-q", "-a", "-d")
-    (shared / ".git/objects/info/alternates").unlink()
-    r = run_cli("forget", "--owner", "alice", "--subject", "user:alice", "--as", "dana", env=ENV, cwd=shared)
+    assert "555-0199" in git(shared_remote, "log", "-p").stdout  # nothing changed
+    git(shared_remote, "repack", "-q", "-a", "-d")
+    (shared_remote / ".git/objects/info/alternates").unlink()
+    r = run_cli("forget", "--owner", "alice", "--subject", "user:alice", "--as", "dana", env=ENV, cwd=shared_remote)
     assert r.returncode == 0, r.stderr
-    assert "555-0199" not in git(shared, "log", "-p", "--all").stdout
+    assert "555-0199" not in git(shared_remote, "log", "-p", "--all").stdout
 
 
 # A18.2. Note paths worked only relative to the repo root: ./team/..., an absolute path, or a
 # path relative to the folder one is in all answered "no such note visible".
-def test_note_paths_as_a_person_types_them(team):
-    root = team.root
+def test_note_paths_as_a_person_types_them(billing_team):
+    root = billing_team.root
     inside = root / "team/payments"
     for given, cwd in ((f"./{DEPLOY}", root), (str(root / DEPLOY), root), ("service/billing/fact/deploy.window.md", inside),
                        ("../service/billing/fact/deploy.window.md", inside / "service")):
@@ -313,43 +313,28 @@ def test_note_paths_as_a_person_types_them(team):
 
 # A18.4. The same write twice within a second made an empty commit whose answer said it
 # superseded itself.
-def test_an_identical_write_makes_no_empty_commit(team):
-    root = team.root
+def test_an_identical_write_makes_no_empty_commit(billing_team):
+    root = billing_team.root
     args = dict(as_user="bob", kind="fact", subject="service:billing", key="deploy.window", scope="team",
                 team="payments", now=T0)
-    first = team.remember("Billing deploys on Mondays", **args)
+    first = billing_team.remember("Billing deploys on Mondays", **args)
     count = git(root, "rev-list", "--count", "HEAD").stdout
-    again = team.remember("Billing deploys on Mondays", **args)
+    again = billing_team.remember("Billing deploys on Mondays", **args)
     assert git(root, "rev-list", "--count", "HEAD").stdout == count
     assert again.status == "committed" and again.version == first.version and again.commit == first.commit
     assert again.superseded is None
 
 
-# A18.6. `mdmem hooks install` said "installed" (exit 0) when a global core.hooksPath meant git
-# would never run the hooks.
-def test_hooks_install_says_when_git_will_not_run_them(team, tmp_path):
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / ".gitconfig").write_text("[core]\n\thooksPath = ~/elsewhere-hooks\n")
-    env = {**ENV, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), "GIT_CONFIG_NOSYSTEM": "1"}
-    r = run_cli("hooks", "install", "--as", "bob", env=env, cwd=team.root)
-    assert r.returncode == 5 and "core.hooksPath" in r.stderr and "will not run" in r.stdout, (r.stdout, r.stderr)
-    r = run_cli("recall", "deploys", "--as", "bob", env=env, cwd=team.root)
-    assert "core.hooksPath" in r.stderr
-    r = run_cli("hooks", "install", "--as", "bob", env=ENV, cwd=team.root)
-    assert r.returncode == 0 and "core.hooksPath" not in r.stderr, r.stderr
-
-
 # A13 (digests). Erasing a note left "- fact fraud.contact: [removed]" in the subject's digest,
 # in every version of it, and the erased note's id in derived_from.
 @pytest.mark.parametrize("others", [1, 0])
-def test_erasure_leaves_no_digest_line_or_id(team, others):
-    root = team.root
+def test_erasure_leaves_no_digest_line_or_id(billing_team, others):
+    root = billing_team.root
     args = dict(as_user="bob", kind="fact", subject="service:billing", scope="team", team="payments",
                 new_key=True, now=T0)
-    gone = team.remember("Billing fraud contact is Mallory Q. Whistleblower-Jones", key="fraud.contact", **args)
+    gone = billing_team.remember("Billing fraud contact is Mallory Q. Whistleblower-Jones", key="fraud.contact", **args)
     if not others:
-        team.retire(path=DEPLOY, as_user="bob", now=T0)
+        billing_team.retire(path=DEPLOY, as_user="bob", now=T0)
     r = run_cli("consolidate", "--subject", "service:billing", "--team", "payments", "--as", "bob", env=ENV, cwd=root)
     assert r.returncode == 0, r.stderr
     path = "team/payments/service/billing/fact/fraud.contact.md"
@@ -369,38 +354,25 @@ def test_erasure_leaves_no_digest_line_or_id(team, others):
 # A18.1. The dry run said "3 commit(s) to rewrite" and the run then "rewrote 10": every commit
 # after a rewritten one gets a new id too. The plan says both (the second an upper bound: a commit
 # the rewrite leaves empty is dropped; attack 6, F13).
-def test_the_dry_run_counts_every_commit_that_gets_a_new_id(team):
+def test_the_dry_run_counts_every_commit_that_gets_a_new_id(billing_team):
     import json
 
-    team.remember("Alice secret phone 555-0199", as_user="alice", kind="profile", subject="user:alice",
+    billing_team.remember("Alice secret phone 555-0199", as_user="alice", kind="profile", subject="user:alice",
                   key="phone", now=T0)
     for n in range(4):
-        team.remember(f"Billing fact number {n}", as_user="bob", kind="fact", subject="service:billing",
+        billing_team.remember(f"Billing fact number {n}", as_user="bob", kind="fact", subject="service:billing",
                       key=f"f{n}", new_key=True, scope="team", team="payments", now=T0)
     args = ["forget", "--owner", "alice", "--subject", "user:alice", "--as", "dana", "--json"]
-    plan = json.loads(run_cli(*args, "--dry-run", env=ENV, cwd=team.root).stdout)
+    plan = json.loads(run_cli(*args, "--dry-run", env=ENV, cwd=billing_team.root).stdout)
     assert plan["commits_with_new_ids"] > plan["commits_to_rewrite"] >= 1
-    r = run_cli(*args, env=ENV, cwd=team.root)
+    r = run_cli(*args, env=ENV, cwd=billing_team.root)
     assert r.returncode == 0, r.stderr
     assert plan["commits_to_rewrite"] < json.loads(r.stdout)["counts"]["commits_rewritten"] <= plan["commits_with_new_ids"]
 
 
-# A18.7. The pre-commit hook called a symlinked note "frontmatter: missing".
-def test_the_hook_calls_a_symlinked_note_a_symlink(team):
-    import os
-
-    root = team.root
-    assert run_cli("hooks", "install", "--as", "bob", env=ENV, cwd=root).returncode == 0
-    link = root / "team/payments/service/billing/fact/link.md"
-    os.symlink("deploy.window.md", link)
-    git(root, "add", str(link))
-    r = git(root, "-c", "user.email=bob@mdmem.invalid", "commit", "-qm", "link", check=False)
-    assert r.returncode != 0 and "is a symbolic link" in r.stderr and "frontmatter" not in r.stderr, r.stderr
-
-
 # A18.10. consolidate stopped at a large subject: the digest outgrew a note's size limit.
-def test_consolidate_caps_the_digest_of_a_large_subject(team):
-    root = team.root
+def test_consolidate_caps_the_digest_of_a_large_subject(billing_team):
+    root = billing_team.root
     with (root / "mdmem.toml").open("a") as f:
         f.write("\n[notes]\nmax_bytes = 8192\n")
     git(root, "-c", "user.email=dana@mdmem.invalid", "-c", "user.name=dana", "commit", "-qam", "small notes",
@@ -421,15 +393,15 @@ def test_consolidate_caps_the_digest_of_a_large_subject(team):
 
 # A12. After someone's `forget --push`, sync told a clone with committed, unpushed notes to
 # re-clone, which loses them. It now names them, and `sync --replay` carries them over.
-def test_sync_replay_carries_unpushed_commits_over_an_erasure(team, tmp_path):
+def test_sync_replay_carries_unpushed_commits_over_an_erasure(billing_team, tmp_path):
     import json
 
-    root = team.root
-    team.remember("Alice secret phone 555-0199", as_user="alice", kind="profile", subject="user:alice",
+    root = billing_team.root
+    billing_team.remember("Alice secret phone 555-0199", as_user="alice", kind="profile", subject="user:alice",
                   key="phone", now=T0)
-    team.remember("Alice is on leave until March", as_user="bob", kind="fact", subject="user:alice", key="leave",
+    billing_team.remember("Alice is on leave until March", as_user="bob", kind="fact", subject="user:alice", key="leave",
                   scope="team", team="payments", now=T0)
-    remote = shared(root, tmp_path, "bob")
+    remote = shared_remote(root, tmp_path, "bob")
     bob = tmp_path / "b"
     git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(bob))
     team_fact = ["--kind", "fact", "--scope", "team", "--team", "payments", "--as", "bob"]
@@ -466,14 +438,14 @@ def test_sync_replay_carries_unpushed_commits_over_an_erasure(team, tmp_path):
 
 # A17. A local erasure that a teammate's push overtook could not be published: sync's advice
 # (cherry-pick) needed the dropped commits, and sync and forget --push sent you to each other.
-def test_sync_replay_publishes_an_erasure_a_teammates_push_overtook(team, tmp_path):
+def test_sync_replay_publishes_an_erasure_a_teammates_push_overtook(billing_team, tmp_path):
     import json
     import subprocess
 
-    root = team.root
-    team.remember("Alice secret phone 555-0199 zanzibar quokka", as_user="alice", kind="profile",
+    root = billing_team.root
+    billing_team.remember("Alice secret phone 555-0199 zanzibar quokka", as_user="alice", kind="profile",
                   subject="user:alice", key="phone", now=T0)
-    remote = shared(root, tmp_path, "bob")
+    remote = shared_remote(root, tmp_path, "bob")
     bob = tmp_path / "b"
     git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(bob))
     assert run_cli("remember", "On-call rota moved to Tuesdays", "--kind", "fact", "--subject", "service:oncall",
