@@ -238,3 +238,15 @@ def billing_team(tmp_path) -> MemoryRepo:
 
 def open_defect(why: str):
     return pytest.mark.xfail(strict=True, reason=f"open (attack 17): {why}")
+
+
+DEPLOY = "team/payments/service/billing/fact/deploy.window.md"
+
+
+def shared_remote(root, tmp_path, who: str):
+    """A bare remote beside the repo, which ``who`` syncs to first."""
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(root, "remote", "add", "origin", str(remote))
+    assert run_cli("sync", "--push", "--as", who, env=ENV, cwd=root).returncode == 0
+    return remote
