@@ -184,27 +184,6 @@ def test_a_huge_recall_query_is_refused_at_once(billing_team):
     assert billing_team.recall("deploy " * 500, as_user="bob", now=T0)  # a long but sane query still answers
 
 
-# A18.8. sync named other people's private note paths in its conflicts.
-def test_sync_does_not_name_conflicts_in_roots_the_user_cannot_read(billing_team, tmp_path):
-    import json
-
-    root = billing_team.root
-    remote = shared_remote(root, tmp_path, "alice")
-    other = tmp_path / "c"
-    git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(other))
-    for where, text in ((root, "Alice phone 555-0100"), (other, "Alice phone 555-0199")):
-        r = run_cli("remember", text, "--kind", "profile", "--subject", "user:alice", "--key", "phone", "--as", "alice",
-                    env=ENV, cwd=where)
-        assert r.returncode == 0, r.stderr
-    assert run_cli("sync", "--push", "--as", "alice", env=ENV, cwd=root).returncode == 0
-    r = run_cli("sync", "--as", "bob", "--json", env=ENV, cwd=other)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
-    assert out["status"] == "merged" and out["conflicts"] == [] and "private/alice" not in r.stdout
-    r = run_cli("sync", "--as", "alice", "--json", env=ENV, cwd=other)
-    assert r.returncode == 0
-
-
 # A18.11. forget in a clone that borrows objects (`git clone --shared`) reported success while
 # the erased objects stayed readable through the alternate.
 def test_forget_refuses_a_clone_that_borrows_objects(billing_team, tmp_path):

@@ -8,6 +8,8 @@ from conftest import T0, T1, git, git_status, run_cli, snapshot
 from mdmem import MemoryRepo
 from mdmem.errors import Conflict
 from mdmem.remote import open_conflicts, sync
+from conftest import ENV
+from conftest import shared_remote
 
 VIEW = "team/payments/MEMORY.md"
 T2 = "2026-10-20T09:00:00Z"
@@ -273,3 +275,90 @@ def test_a_version_not_valid_yet_does_not_win_a_sync_conflict(clones):
     assert out["conflicts"] and out["conflicts"][0]["live_side"] == "local"
     assert "Mon-Thu" in b.get(as_user="bob", subject="service:billing", kind="fact", key="deploy.window",
                               now=T2).note.text
+
+
+def test_sync_refuses_a_history_without_the_config(two_teams, tmp_path):
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(two_teams.root, "remote", "add", "origin", str(bare))
+    assert run_cli("sync", "--push", "--as", "bob", env=ENV, cwd=two_teams.root).returncode == 0
+    other = tmp_path / "carol"
+    branch = git(two_teams.root, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip()
+    git(tmp_path, "clone", "-q", "--branch", branch, str(bare), str(other))
+    git(other, "rm", "-q", "mdmem.toml")
+    git(other, "-c", "user.name=carol", "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "cleanup",
+        "--no-verify")
+    git(other, "push", "-q", "origin", "HEAD")
+    head = git(two_teams.root, "rev-parse", "HEAD").stdout
+    r = run_cli("sync", "--as", "bob", env=ENV, cwd=two_teams.root)
+    assert r.returncode == 3 and "has no mdmem.toml" in r.stderr and "carol@mdmem.invalid" in r.stderr, r.stderr
+    assert git(two_teams.root, "rev-parse", "HEAD").stdout == head and (two_teams.root / "mdmem.toml").is_file()
+    assert run_cli("recall", "phone", "--as", "alice", env=ENV, cwd=two_teams.root).returncode == 0
+
+
+# A16. The view merge driver kept our side for whatever path the committed .gitattributes sent
+# it: one line `*.md merge=mdmem-view` by any teammate made a plain `git pull` drop every
+# concurrent note edit without a conflict.
+def test_the_view_merge_driver_keeps_a_side_only_for_views(two_teams, tmp_path):
+    root = two_teams.root
+    note = "team/payments/service/billing/fact/deploy.window.md"
+    two_teams.remember("Billing deploys any weekday before 3pm", as_user="bob", kind="fact", subject="service:billing",
+                  key="deploy.window", scope="team", team="payments", now=T0)
+    run_cli("hooks", "install", "--as", "bob", env=ENV, cwd=root)
+    with open(root / ".gitattributes", "a") as f:
+        f.write("*.md merge=mdmem-view\n")
+    git(root, "-c", "user.email=carol@mdmem.invalid", "commit", "-qam", "attrs", "--no-verify")
+    branch = git(root, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip()
+    other = tmp_path / "alice"
+    git(tmp_path, "clone", "-q", "--branch", branch, str(root), str(other))
+    run_cli("hooks", "install", "--as", "alice", env=ENV, cwd=other)
+    for where, who, text in ((other, "alice", "5pm (alice)"), (root, "bob", "2pm (bob)")):
+        path = where / note
+        path.write_text(path.read_text().replace("3pm", text))
+        git(where, "-c", f"user.email={who}@mdmem.invalid", "commit", "-qam", f"{who} edit", "--no-verify")
+    pulled = git(root, "pull", "--no-rebase", "--no-edit", str(other), branch, check=False)
+    assert pulled.returncode != 0 and "CONFLICT" in pulled.stdout + pulled.stderr
+    assert "<<<<<<<" in (root / note).read_text()
+
+
+# A15. Anyone could append a fake receipt naming a shared commit: sync then called every clone,
+# fresh ones too, "an old clone" and refused for good.
+def test_a_forged_receipt_naming_a_live_commit_stops_no_sync(two_teams, tmp_path):
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(two_teams.root, "remote", "add", "origin", str(bare))
+    assert run_cli("sync", "--push", "--as", "bob", env=ENV, cwd=two_teams.root).returncode == 0
+    branch = git(two_teams.root, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip()
+    carol = tmp_path / "carol"
+    git(tmp_path, "clone", "-q", "--branch", branch, str(bare), str(carol))
+    shared = git(carol, "rev-parse", "HEAD~1").stdout.strip()
+    (carol / "audit").mkdir(exist_ok=True)
+    with open(carol / "audit" / "erasures.jsonl", "a") as f:
+        f.write('{"actor": "dana", "id": "erasure-20261130T164000Z-fake01", "rewritten_commits": ["%s"], '
+                '"erased_blobs": [], "targets": {"paths": "1 path(s), not recorded"}}\n' % shared)
+    git(carol, "add", "audit")
+    git(carol, "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "audit", "--no-verify")
+    git(carol, "push", "-q", "origin", "HEAD")
+    r = run_cli("sync", "--as", "bob", env=ENV, cwd=two_teams.root)
+    assert r.returncode == 0, r.stderr
+
+
+# A18.8. sync named other people's private note paths in its conflicts.
+def test_sync_does_not_name_conflicts_in_roots_the_user_cannot_read(billing_team, tmp_path):
+    import json
+
+    root = billing_team.root
+    remote = shared_remote(root, tmp_path, "alice")
+    other = tmp_path / "c"
+    git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(other))
+    for where, text in ((root, "Alice phone 555-0100"), (other, "Alice phone 555-0199")):
+        r = run_cli("remember", text, "--kind", "profile", "--subject", "user:alice", "--key", "phone", "--as", "alice",
+                    env=ENV, cwd=where)
+        assert r.returncode == 0, r.stderr
+    assert run_cli("sync", "--push", "--as", "alice", env=ENV, cwd=root).returncode == 0
+    r = run_cli("sync", "--as", "bob", "--json", env=ENV, cwd=other)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["status"] == "merged" and out["conflicts"] == [] and "private/alice" not in r.stdout
+    r = run_cli("sync", "--as", "alice", "--json", env=ENV, cwd=other)
+    assert r.returncode == 0
