@@ -250,3 +250,18 @@ def shared_remote(root, tmp_path, who: str):
     git(root, "remote", "add", "origin", str(remote))
     assert run_cli("sync", "--push", "--as", who, env=ENV, cwd=root).returncode == 0
     return remote
+
+
+def widen_locally(root):
+    """bob's uncommitted edit: himself an eraser, a member of search, self-approval on."""
+    cfg = root / "mdmem.toml"
+    text = cfg.read_text()
+    text = text.replace('erasers = ["dana"]', 'erasers = ["dana", "bob"]')
+    text = text.replace('search = ["carol"]', 'search = ["carol", "bob"]')
+    text = text.replace("self_approve = false", "self_approve = true")
+    assert text != cfg.read_text()
+    cfg.write_text(text)
+
+
+def untrusted(repo):
+    return {f["path"]: f for f in repo.verify()["untrusted"]}

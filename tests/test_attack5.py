@@ -32,75 +32,6 @@ def widen_locally(root):
     cfg.write_text(text)
 
 
-# A1. An uncommitted edit of mdmem.toml gave its author every role in his clone: he erased
-# another person's notes (and pushed the rewrite through the guard), approved his own held
-# write and rendered views naming himself a reader.
-def test_an_uncommitted_config_edit_grants_no_role(two_teams):
-    root = two_teams.root
-    widen_locally(root)
-    r = run_cli("forget", "--owner", "alice", "--subject", "user:alice", "--as", "bob", env=ENV, cwd=root)
-    assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
-    assert (root / "private" / "alice").exists() and "555-0142" in git(root, "log", "-p", "--all").stdout
-    with MemoryRepo(root, embedder="none") as repo:
-        assert "bob" not in repo.access.erasers and "bob" not in repo.access.teams["search"]
-        assert not repo.config.self_approve
-        assert repo.recall("reindexes nightly", as_user="bob", now=T0) == []
-        with pytest.raises(Refused):
-            repo.remember("Search is slow", as_user="bob", kind="fact", subject="service:search", key="speed",
-                          scope="team", team="search", now=T0)
-        held = repo.remember("p50 is 20ms", as_user="bob", kind="fact", subject="service:billing", key="p50",
-                             scope="team", team="payments", source="tool:grafana", new_key=True, now=T0)
-        assert held.status == "held"
-        with pytest.raises(Refused):
-            repo.approve(held.review_id, as_user="bob", now=T0)
-        repo.render(as_user="bob")
-    assert "bob" not in (root / "team" / "search" / "MEMORY.md").read_text()
-
-
-def test_an_admins_config_edit_applies_once_committed(two_teams):
-    root = two_teams.root
-    widen_locally(root)
-    git(root, "-c", "user.name=dana", "-c", "user.email=dana@mdmem.invalid", "commit", "-qam", "bob joins search",
-        "--no-verify")
-    with MemoryRepo(root, embedder="none") as repo:
-        assert "bob" in repo.access.erasers and "bob" in repo.access.teams["search"]
-        assert [h.subject for h in repo.recall("reindexes nightly", as_user="bob", now=T0)] == ["service:search"]
-
-
-def test_an_uncommitted_config_that_does_not_parse_is_still_the_persons_error(two_teams):
-    (two_teams.root / "mdmem.toml").write_text("[teams\n")
-    r = run_cli("recall", "phone", "--as", "alice", env=ENV, cwd=two_teams.root)
-    assert r.returncode == 2 and "does not parse as TOML" in r.stderr
-
-
-# A2. Trusted sources that name a writer were taken on the caller's word: bob committed a
-# team fact as human:dana, unreviewed, and every view said dana wrote it.
-@pytest.mark.parametrize("source", ["human:dana", "system:sync", "system:consolidate"])
-def test_a_person_cannot_write_as_another_person_or_as_mdmem(two_teams, source):
-    before = git(two_teams.root, "rev-parse", "HEAD").stdout
-    r = run_cli("remember", "Payments on-call is carol", "--kind", "fact", "--subject", "service:billing",
-                "--key", "oncall", "--scope", "team", "--team", "payments", "--new-key", "--source", source,
-                "--as", "bob", env=ENV, cwd=two_teams.root)
-    assert r.returncode == 3 and f"source: {source}" in r.stderr, (r.returncode, r.stderr)
-    assert git(two_teams.root, "rev-parse", "HEAD").stdout == before
-    # The same claim in an import line is refused with its line; the rest is written.
-    items = [{"text": "On-call is carol", "kind": "fact", "subject": "service:billing", "key": "oncall",
-              "scope": "team", "team": "payments", "source": source, "line": 1},
-             {"text": "On-call rota is weekly", "kind": "fact", "subject": "service:billing", "key": "rota",
-              "scope": "team", "team": "payments", "line": 2}]
-    result = two_teams.remember_many(items, as_user="bob", now=T0, new_key=True)
-    assert [r["line"] for r in result.refused] == [1] and len(result.committed) == 1
-
-
-def test_a_person_may_name_themselves(two_teams):
-    w = two_teams.remember("I deploy on Fridays", as_user="bob", kind="fact", subject="service:billing", key="mine",
-                      scope="team", team="payments", source="human:bob", new_key=True, now=T0)
-    assert w.status == "committed"
-    digest = two_teams.consolidate(as_user="bob", subject="service:billing", scope="team", team="payments", now=T0)
-    assert digest.status == "committed"
-    assert "Memory-Source: system:consolidate" in git(two_teams.root, "log", "-1", "--format=%B").stdout
-
-
 # A10. A person approved their own agent's held team write alone: "waits for a teammate's
 # review" was not true, and an agent with a shell could approve itself.
 def test_an_agents_team_write_is_approved_by_a_teammate_not_its_person(two_teams):
@@ -188,37 +119,6 @@ def test_erasing_an_admin_keeps_the_config_they_committed(tmp_path):
         assert "carol" in after.access.teams["payments"]
         assert untrusted(after) == {}
         assert after.get(as_user="carol", subject="service:billing", kind="fact", key="deploy.window")
-
-
-# A9. Deletions were never judged: anyone could delete a team's notes or another person's private
-# root with plain git, and verify, the hook and sync said nothing.
-def test_a_deletion_by_someone_who_may_not_write_the_root_is_flagged(two_teams):
-    note = "team/search/service/search/fact/reindex.md"
-    git(two_teams.root, "rm", "-q", note)
-    git(two_teams.root, "rm", "-rq", "private/alice")
-    git(two_teams.root, "-c", "user.name=bob", "-c", "user.email=bob@mdmem.invalid", "commit", "-qm", "cleanup",
-        "--no-verify")
-    with MemoryRepo(two_teams.root, embedder="none") as repo:
-        flags = untrusted(repo)
-        assert flags[note]["reason"] == "deleted" and "deleted by bob, who may not write team/search" in \
-            flags[note]["detail"]
-        assert flags["private/alice/user/alice/profile/phone.md"]["reason"] == "deleted"
-        # what carol and alice are told; bob is not told about roots he cannot read
-        assert note in {f["path"] for f in repo.verify(as_user="carol")["untrusted"]}
-        assert note not in {f["path"] for f in repo.verify(as_user="bob")["untrusted"]}
-    r = run_cli("verify", "--as", "carol", env=ENV, cwd=two_teams.root)
-    assert r.returncode == 3 and "deleted by bob" in r.stdout
-    # carol (a permitted writer) restores it: trusted again; if she deletes it, that stands.
-    git(two_teams.root, "checkout", "HEAD^", "--", note)
-    git(two_teams.root, "-c", "user.name=carol", "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "restore",
-        "--no-verify")
-    with MemoryRepo(two_teams.root, embedder="none") as repo:
-        assert note not in untrusted(repo)
-    git(two_teams.root, "rm", "-q", note)
-    git(two_teams.root, "-c", "user.name=carol", "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "gone",
-        "--no-verify")
-    with MemoryRepo(two_teams.root, embedder="none") as repo:
-        assert note not in untrusted(repo)
 
 
 # A13. Erasure scrubbed the text of a view's line about an erased note but kept its path and key

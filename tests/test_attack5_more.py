@@ -30,39 +30,6 @@ def shared_remote(root, tmp_path, who: str):
     return remote
 
 
-# A26. With CRLF line endings in the work tree (core.autocrlf, or a committed
-# `*.md text eol=crlf`), every note counted as an uncommitted edit and none could be updated,
-# though `git status` was clean.
-@pytest.mark.parametrize("how", ["autocrlf", "eol-attribute"])
-def test_line_ending_conversion_is_not_a_hand_edit(billing_team, tmp_path, how):
-    remote = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(remote))
-    git(billing_team.root, "remote", "add", "origin", str(remote))
-    git(billing_team.root, "push", "-q", "origin", "HEAD:main")
-    clone = tmp_path / "v"
-    if how == "autocrlf":
-        git(tmp_path, "-c", "core.autocrlf=true", "clone", "-q", "-b", "main", str(remote), str(clone))
-        git(clone, "config", "core.autocrlf", "true")
-    else:
-        git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(clone))
-        (clone / ".git" / "info" / "attributes").write_text("*.md text eol=crlf\n")
-        (clone / DEPLOY).unlink()
-        git(clone, "checkout", "--", DEPLOY)
-    assert b"\r\n" in (clone / DEPLOY).read_bytes()
-    assert git(clone, "status", "--porcelain").stdout == ""
-    r = run_cli("get", DEPLOY, "--as", "bob", env=ENV, cwd=clone)
-    assert r.returncode == 0 and "Billing deploys any weekday" in r.stdout and "\r" not in r.stdout, r.stderr
-    r = run_cli("remember", "Billing deploys on Mondays", "--kind", "fact", "--subject", "service:billing",
-                "--key", "deploy.window", "--scope", "team", "--team", "payments", "--as", "bob", env=ENV, cwd=clone)
-    assert r.returncode == 0, (r.stdout, r.stderr)
-    r = run_cli("retire", DEPLOY, "--as", "bob", env=ENV, cwd=clone)
-    assert r.returncode == 0, (r.stdout, r.stderr)
-    assert git(clone, "status", "--porcelain").stdout == ""
-    assert b"\r" not in git(clone, "show", f"HEAD:{DEPLOY}").stdout.encode()
-    r = run_cli("check", env=ENV, cwd=clone)
-    assert r.returncode == 0, (r.stdout, r.stderr)
-
-
 # A22. On a detached HEAD, remember and forget crashed with a TypeError (exit 70); forget
 # half-way, its journal left behind.
 def test_writes_on_a_detached_head_are_refused_before_anything_changes(billing_team):
