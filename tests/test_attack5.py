@@ -78,76 +78,6 @@ def untrusted(repo):
     return {f["path"]: f for f in repo.verify()["untrusted"]}
 
 
-# A8. forget --owner alice pseudonymised her commits' author, and verify then flagged every team
-# note she wrote (the pseudonym writes nowhere): they left the views and everyone's startup.
-def test_an_erased_persons_team_notes_stay_trusted_and_in_the_views(two_teams):
-    two_teams.remember("Payments runbook lives in the wiki under /pay/runbook", as_user="alice", kind="procedure",
-                  subject="service:billing", key="runbook", scope="team", team="payments", new_key=True, now=T0)
-    two_teams.forget(as_user="dana", owner="alice", now=T0)
-    with MemoryRepo(two_teams.root, embedder="none") as repo:
-        assert untrusted(repo) == {}
-        assert "/pay/runbook" in repo.startup(as_user="bob", now=T0)
-        assert not [h for h in repo.recall("payments runbook", as_user="bob", now=T0) if h.untrusted]
-    assert "/pay/runbook" in (two_teams.root / "team" / "payments" / "MEMORY.md").read_text()
-    # The erasure vouches only for the commits it rewrote: a later commit under the pseudonym is
-    # judged on its own.
-    pseudonym = git(two_teams.root, "log", "--format=%ae", "--", "team/payments/service").stdout.split()[-1]
-    assert pseudonym.startswith("erased-")
-    note = two_teams.root / "team" / "payments" / "service" / "billing" / "procedure" / "runbook.md"
-    note.write_text(note.read_text().replace("/pay/runbook", "http://evil.example"))
-    git(two_teams.root, "-c", f"user.email={pseudonym}", "-c", "user.name=x", "commit", "-qam", "edit", "--no-verify")
-    with MemoryRepo(two_teams.root, embedder="none") as repo:
-        flags = untrusted(repo)
-        assert list(flags) == ["team/payments/service/billing/procedure/runbook.md"]
-        assert flags["team/payments/service/billing/procedure/runbook.md"]["reason"] == "committer"
-
-
-# A8b. Erasing a config admin reverted every mdmem.toml change they had committed.
-def test_erasing_an_admin_keeps_the_config_they_committed(tmp_path):
-    repo = MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice", "bob", "dana"], "search": ["carol"]},
-                           erasers=["alice", "dana"], now=T0, as_user="alice", embedder="none")
-    cfg = repo.root / "mdmem.toml"
-    cfg.write_text(cfg.read_text().replace('payments = ["alice", "bob", "dana"]',
-                                           'payments = ["alice", "bob", "dana", "carol"]'))
-    git(repo.root, "-c", "user.name=alice", "-c", "user.email=alice@mdmem.invalid", "commit", "-qam", "carol joins",
-        "--no-verify")
-    with MemoryRepo(repo.root, embedder="none") as again:
-        again.remember("Billing deploys any weekday", as_user="carol", kind="fact", subject="service:billing",
-                       key="deploy.window", scope="team", team="payments", now=T0)
-        again.forget(as_user="dana", owner="alice", now=T0)
-    with MemoryRepo(repo.root, embedder="none") as after:
-        assert "carol" in after.access.teams["payments"]
-        assert untrusted(after) == {}
-        assert after.get(as_user="carol", subject="service:billing", kind="fact", key="deploy.window")
-
-
-# A13. Erasure scrubbed the text of a view's line about an erased note but kept its path and key
-# in every older view version.
-def test_erasure_leaves_no_path_or_key_of_an_erased_note_in_older_views(two_teams):
-    two_teams.remember("Alice is on medical leave until March", as_user="bob", kind="fact", subject="user:alice",
-                  key="medical.leave.oncology", new_key=True, scope="team", team="payments", now=T0)
-    two_teams.remember("Another note", as_user="bob", kind="fact", subject="service:billing", key="other", new_key=True,
-                  scope="team", team="payments", now=T0)
-    assert "medical.leave.oncology" in git(two_teams.root, "log", "-p", "--all").stdout
-    two_teams.forget(as_user="dana", owner="alice", subject="user:alice", now=T0)
-    history = git(two_teams.root, "log", "-p", "--all").stdout
-    assert "medical.leave" not in history and "oncology" not in history
-    assert "Another note" in (two_teams.root / "team" / "payments" / "MEMORY.md").read_text()
-
-
-# A8c. Erasing the repo's only config admin left nobody who could change mdmem.toml.
-@pytest.mark.parametrize("erasers", [[], ["alice"]])
-def test_the_only_config_admin_names_another_before_being_erased(tmp_path, erasers):
-    repo = MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice", "bob"]}, erasers=erasers, now=T0,
-                           as_user="alice", embedder="none")
-    repo.remember("alice likes tea", as_user="alice", kind="profile", subject="user:alice", key="drink", now=T0)
-    head = git(repo.root, "rev-parse", "HEAD").stdout
-    for dry_run in (True, False):
-        with pytest.raises(Refused, match="only config admin"):
-            repo.forget(as_user="alice", owner="alice", dry_run=dry_run, now=T0)
-    assert git(repo.root, "rev-parse", "HEAD").stdout == head
-
-
 # A18.3 A NUL in a note made git call it binary: diffs and reviews hid its text.
 @pytest.mark.parametrize("field", ["text", "context"])
 def test_a_nul_character_is_refused(two_teams, field):
@@ -158,21 +88,6 @@ def test_a_nul_character_is_refused(two_teams, field):
         two_teams.remember(args["text"], context=args["context"], as_user="bob", kind="episode", subject="service:billing",
                       scope="team", team="payments", now=T0)
     assert git(two_teams.root, "rev-parse", "HEAD").stdout == head
-
-
-# A29. Needles matched inside longer tokens: erasing 555-0199 rewrote an unrelated
-# 1-800-555-01990 in a team note, in all history.
-def test_erasure_replaces_whole_tokens_only(two_teams):
-    two_teams.remember("Alice's phone is 555-0199", as_user="alice", kind="profile", subject="user:alice", key="phone",
-                  now=T0)
-    two_teams.remember("The fraud hotline is 1-800-555-01990, ask for extension 555-0199x", as_user="bob", kind="fact",
-                  subject="service:billing", key="hotline", scope="team", team="payments", new_key=True, now=T0)
-    two_teams.forget(as_user="alice", texts=["555-0199"], now=T0)
-    assert "1-800-555-01990" in git(two_teams.root, "log", "-p", "--all").stdout
-    note = two_teams.get(as_user="bob", subject="service:billing", kind="fact", key="hotline")
-    assert note.note.text == "The fraud hotline is 1-800-555-01990, ask for extension 555-0199x"
-    report = two_teams.prove_gone(["555-0199"], as_user="dana")
-    assert all(check["passed"] for check in report.needles[0]["checks"].values()), report.needles
 
 
 # A30. consolidate copied notes verify flags into a digest that mdmem's trusted source then

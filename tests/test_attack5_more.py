@@ -151,25 +151,6 @@ def test_a_huge_recall_query_is_refused_at_once(billing_team):
     assert billing_team.recall("deploy " * 500, as_user="bob", now=T0)  # a long but sane query still answers
 
 
-# A18.11. forget in a clone that borrows objects (`git clone --shared`) reported success while
-# the erased objects stayed readable through the alternate.
-def test_forget_refuses_a_clone_that_borrows_objects(billing_team, tmp_path):
-    billing_team.remember("Alice secret phone 555-0199", as_user="alice", kind="profile", subject="user:alice",
-                  key="phone", now=T0)
-    shared_remote = tmp_path / "shared"
-    git(tmp_path, "clone", "-q", "--shared", str(billing_team.root), str(shared_remote))
-    for extra in ([], ["--dry-run"]):
-        r = run_cli("forget", "--owner", "alice", "--subject", "user:alice", "--as", "dana", *extra, env=ENV,
-                    cwd=shared_remote)
-        assert r.returncode == 5 and "borrows objects" in r.stderr and "repack" in r.stderr, r.stderr
-    assert "555-0199" in git(shared_remote, "log", "-p").stdout  # nothing changed
-    git(shared_remote, "repack", "-q", "-a", "-d")
-    (shared_remote / ".git/objects/info/alternates").unlink()
-    r = run_cli("forget", "--owner", "alice", "--subject", "user:alice", "--as", "dana", env=ENV, cwd=shared_remote)
-    assert r.returncode == 0, r.stderr
-    assert "555-0199" not in git(shared_remote, "log", "-p", "--all").stdout
-
-
 # A18.2. Note paths worked only relative to the repo root: ./team/..., an absolute path, or a
 # path relative to the folder one is in all answered "no such note visible".
 def test_note_paths_as_a_person_types_them(billing_team):
@@ -200,51 +181,6 @@ def test_an_identical_write_makes_no_empty_commit(billing_team):
     assert git(root, "rev-list", "--count", "HEAD").stdout == count
     assert again.status == "committed" and again.version == first.version and again.commit == first.commit
     assert again.superseded is None
-
-
-# A13 (digests). Erasing a note left "- fact fraud.contact: [removed]" in the subject's digest,
-# in every version of it, and the erased note's id in derived_from.
-@pytest.mark.parametrize("others", [1, 0])
-def test_erasure_leaves_no_digest_line_or_id(billing_team, others):
-    root = billing_team.root
-    args = dict(as_user="bob", kind="fact", subject="service:billing", scope="team", team="payments",
-                new_key=True, now=T0)
-    gone = billing_team.remember("Billing fraud contact is Mallory Q. Whistleblower-Jones", key="fraud.contact", **args)
-    if not others:
-        billing_team.retire(path=DEPLOY, as_user="bob", now=T0)
-    r = run_cli("consolidate", "--subject", "service:billing", "--team", "payments", "--as", "bob", env=ENV, cwd=root)
-    assert r.returncode == 0, r.stderr
-    path = "team/payments/service/billing/fact/fraud.contact.md"
-    r = run_cli("forget", "--path", path, "--as", "dana", env=ENV, cwd=root)
-    assert r.returncode == 0, (r.stdout, r.stderr)
-    history = git(root, "log", "-p", "--all").stdout
-    left = [line for line in history.splitlines() if "fraud.contact" in line or gone.note_id in line
-            or "Whistleblower" in line]
-    assert left == []
-    digest = root / "team/payments/service/billing/summary/digest.md"
-    assert "fraud.contact" not in digest.read_text() and gone.note_id not in digest.read_text()
-    assert run_cli("check", env=ENV, cwd=root).returncode == 0
-    r = run_cli("get", "team/payments/service/billing/summary/digest.md", "--as", "bob", env=ENV, cwd=root)
-    assert r.returncode == 0, r.stderr
-
-
-# A18.1. The dry run said "3 commit(s) to rewrite" and the run then "rewrote 10": every commit
-# after a rewritten one gets a new id too. The plan says both (the second an upper bound: a commit
-# the rewrite leaves empty is dropped; attack 6, F13).
-def test_the_dry_run_counts_every_commit_that_gets_a_new_id(billing_team):
-    import json
-
-    billing_team.remember("Alice secret phone 555-0199", as_user="alice", kind="profile", subject="user:alice",
-                  key="phone", now=T0)
-    for n in range(4):
-        billing_team.remember(f"Billing fact number {n}", as_user="bob", kind="fact", subject="service:billing",
-                      key=f"f{n}", new_key=True, scope="team", team="payments", now=T0)
-    args = ["forget", "--owner", "alice", "--subject", "user:alice", "--as", "dana", "--json"]
-    plan = json.loads(run_cli(*args, "--dry-run", env=ENV, cwd=billing_team.root).stdout)
-    assert plan["commits_with_new_ids"] > plan["commits_to_rewrite"] >= 1
-    r = run_cli(*args, env=ENV, cwd=billing_team.root)
-    assert r.returncode == 0, r.stderr
-    assert plan["commits_to_rewrite"] < json.loads(r.stdout)["counts"]["commits_rewritten"] <= plan["commits_with_new_ids"]
 
 
 # A18.10. consolidate stopped at a large subject: the digest outgrew a note's size limit.
