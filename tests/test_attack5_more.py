@@ -73,19 +73,6 @@ def test_relative_repo_paths_work_for_forget_and_demo(billing_team):
     assert r.returncode == 0, (r.stdout, r.stderr)
 
 
-# A24. `retire --valid-until` before the note's valid_from committed an invalid note: check
-# failed from then on, the fact left recall, and no later retire could undo it.
-def test_retire_before_valid_from_is_refused_and_nothing_is_written(billing_team):
-    root = billing_team.root
-    before = git(root, "rev-parse", "HEAD").stdout
-    r = run_cli("retire", DEPLOY, "--valid-until", "2000-01-01T00:00:00Z", "--as", "bob", env=ENV, cwd=root)
-    assert r.returncode == 2 and "valid_until" in r.stderr and "valid_from" in r.stderr, (r.stdout, r.stderr)
-    assert git(root, "rev-parse", "HEAD").stdout == before and git(root, "status", "--porcelain").stdout == ""
-    assert run_cli("check", env=ENV, cwd=root).returncode == 0
-    r = run_cli("retire", DEPLOY, "--as", "bob", env=ENV, cwd=root)
-    assert r.returncode == 0, r.stderr
-
-
 def test_every_committed_note_passes_the_readers_checks(billing_team):
     """The net under every single write: a note that would not validate is never committed."""
     import mdmem.ops.write as write_ops
@@ -133,22 +120,6 @@ def test_jsonl_import_carries_context_and_tags(billing_team, tmp_path):
     assert "when did billing deploy?" in text and "deploys" in text
     r = run_cli("recall", "when did billing deploy", "--tag", "deploys", "--as", "bob", env=ENV, cwd=billing_team.root)
     assert "last Tuesday" in r.stdout, r.stdout
-
-
-# A18.9. No limit on a recall query's length: 200,000 words took minutes of CPU under the lock
-# every recall shares.
-def test_a_huge_recall_query_is_refused_at_once(billing_team):
-    import time
-
-    start = time.monotonic()
-    r = run_cli("recall", "deploy " * 15_000, "--as", "bob", env=ENV, cwd=billing_team.root)
-    assert r.returncode == 2 and "query:" in r.stderr and "at most" in r.stderr, r.stderr
-    assert time.monotonic() - start < 30
-    from mdmem.errors import BadInput
-
-    with pytest.raises(BadInput, match="query"):
-        billing_team.recall("x" * 4001, as_user="bob", now=T0)
-    assert billing_team.recall("deploy " * 500, as_user="bob", now=T0)  # a long but sane query still answers
 
 
 # A18.2. Note paths worked only relative to the repo root: ./team/..., an absolute path, or a
