@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import T0, git, run_cli
+from conftest import T0, run_cli
 from mdmem import MemoryRepo
 from mdmem.errors import Refused
 
@@ -47,20 +47,6 @@ def test_an_agents_team_write_is_approved_by_a_teammate_not_its_person(two_teams
     mine = two_teams.remember("I prefer tabs", as_user="bob", kind="fact", subject="user:bob", key="tabs",
                          source="agent:claude", channel="agent", now=T0)
     assert mine.status == "held" and two_teams.approve(mine.review_id, as_user="bob", now=T0).status == "committed"
-
-
-# A7. recall's warning about a broken note printed a committed file name's newline raw: a
-# teammate could fake extra output lines.
-def test_recall_warnings_are_one_line_each(two_teams):
-    folder = two_teams.root / "team" / "payments" / "service" / "billing" / "fact"
-    folder.mkdir(parents=True)
-    (folder / "x\nFAKE ok: all good.md").write_text("---\nkind: fact\n---\nhi\n")
-    git(two_teams.root, "add", "-A")
-    git(two_teams.root, "-c", "user.email=bob@mdmem.invalid", "commit", "-qm", "x", "--no-verify")
-    r = run_cli("recall", "hi", "--as", "dana", env=ENV, cwd=two_teams.root)
-    assert r.returncode == 0, r.stderr
-    assert not any(line.startswith("FAKE") for line in r.stdout.splitlines())
-    assert "x\\nFAKE ok: all good.md: " in r.stdout
 
 
 def untrusted(repo):
