@@ -3,7 +3,7 @@ first recall keeps them, sync flushes its own before it asks git status, a retri
 undoes a person's own `git add`, and a flush ended by lock timeouts leaves no later write
 unflushed. Real processes, real git."""
 from __future__ import annotations
-from mdmem.storage import gitstore
+from mdmem.storage import gitindex
 import time
 from mdmem import MemoryRepo
 import subprocess
@@ -44,10 +44,10 @@ def test_a_copied_repos_first_recall_loses_the_deferred_index_flush(repo, tmp_pa
     git(copy, "config", "core.fsmonitor", str(hook))
     moved = MemoryRepo.open(copy)
     try:
-        moved.store.index_delay = gitstore.INDEX_DELAY_SECONDS  # as `mdmem serve` (cli/cmd_serve.py:27)
+        moved.store.index_delay = gitindex.INDEX_DELAY_SECONDS  # as `mdmem serve` (cli/cmd_serve.py:27)
         moved.remember("Pager rota is weekly narwhal", key="k1", new_key=True, **kw)
         moved.recall("narwhal", as_user="bob")
-        time.sleep(2 * gitstore.INDEX_DELAY_SECONDS + 0.5)  # the deferred entries' time is long past
+        time.sleep(2 * gitindex.INDEX_DELAY_SECONDS + 0.5)  # the deferred entries' time is long past
         status = git(copy, "status", "--porcelain").stdout
         error = moved.store.last_repair_error
     finally:
@@ -119,9 +119,9 @@ def test_a_retried_flush_undoes_a_persons_git_add_of_the_note(repo):
     child = start_python(f"""
         import sys
         from mdmem import MemoryRepo
-        from mdmem.storage import gitstore
+        from mdmem.storage import gitindex
         r = MemoryRepo.open({str(root)!r})
-        r.store.index_delay = gitstore.INDEX_DELAY_SECONDS  # as `mdmem serve` (cli/cmd_serve.py:27)
+        r.store.index_delay = gitindex.INDEX_DELAY_SECONDS  # as `mdmem serve` (cli/cmd_serve.py:27)
         r.recall("deploys", as_user="bob")
         print("ready", flush=True)
         sys.stdin.readline()
@@ -192,10 +192,10 @@ def test_flush_retries_ended_by_lock_timeouts_leave_every_later_write_unflushed(
     child = start_python(f"""
         import threading, time
         from mdmem import MemoryRepo
-        from mdmem.storage import gitstore
-        gitstore.LOCK_TIMEOUT_SECONDS = 0.1  # nine lock timeouts in seconds, not minutes
+        from mdmem.storage import gitindex, locking
+        locking.LOCK_TIMEOUT_SECONDS = 0.1  # nine lock timeouts in seconds, not minutes
         r = MemoryRepo.open({str(root)!r})
-        r.store.index_delay = gitstore.INDEX_DELAY_SECONDS  # as `mdmem serve` (cli/cmd_serve.py:27)
+        r.store.index_delay = gitindex.INDEX_DELAY_SECONDS  # as `mdmem serve` (cli/cmd_serve.py:27)
         r.remember("Deploys happen on Fridays", as_user="bob", kind="fact", subject="service:billing",
                    key="deploy.window", scope="team", team="payments")
         held, release = threading.Event(), threading.Event()
@@ -207,7 +207,7 @@ def test_flush_retries_ended_by_lock_timeouts_leave_every_later_write_unflushed(
         holder.start()
         held.wait()
         t = time.monotonic()
-        while r.store._flush_failures <= gitstore.FLUSH_RETRIES and time.monotonic() - t < 90:
+        while r.store._flush_failures <= gitindex.FLUSH_RETRIES and time.monotonic() - t < 90:
             time.sleep(0.05)
         time.sleep(0.5)
         release.set()

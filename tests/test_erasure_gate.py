@@ -18,8 +18,8 @@ from conftest import forget_stalls_beside
 from mdmem.errors import LockTimeout
 from conftest import T1
 from conftest import start_python
-from mdmem.storage import gitstore
 from conftest import team_fact
+from mdmem.storage import locking
 
 
 def test_two_writers_in_a_loop_starve_forget(with_worktree, monkeypatch):
@@ -57,7 +57,7 @@ def test_two_writers_in_a_loop_starve_forget(with_worktree, monkeypatch):
         for w in writers:
             assert w.stdout.readline().strip() == "open", w.stderr.read()
         time.sleep(1.0)
-        monkeypatch.setattr(gitstore, "LOCK_TIMEOUT_SECONDS", 10.0)
+        monkeypatch.setattr(locking, "LOCK_TIMEOUT_SECONDS", 10.0)
         t = time.monotonic()
         try:
             repo.forget(as_user="alice", owner="alice", subject="user:alice", now=T1)

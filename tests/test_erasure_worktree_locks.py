@@ -11,12 +11,12 @@ from conftest import git, hold_write_lock, LOCKER_SECRET as SECRET, start_python
 
 from mdmem import MemoryRepo
 from mdmem.errors import LockTimeout
-from mdmem.storage import gitstore
 from conftest import stop
 import os
 import sys
 import subprocess
 from mdmem.errors import Conflict
+from mdmem.storage import locking
 
 
 
@@ -26,7 +26,7 @@ def test_forget_waits_for_a_write_in_progress_in_a_linked_worktree(with_worktree
     repo, wt = with_worktree
     holder = hold_write_lock(wt, 30)
     try:
-        monkeypatch.setattr(gitstore, "LOCK_TIMEOUT_SECONDS", 1.0)
+        monkeypatch.setattr(locking, "LOCK_TIMEOUT_SECONDS", 1.0)
         with pytest.raises(LockTimeout, match="erasure.lock: writers"):
             repo.forget(as_user="alice", owner="alice", subject="user:alice", now=T1)
     finally:
@@ -107,7 +107,7 @@ def test_finishing_an_interrupted_erasure_waits_for_a_linked_worktrees_writer(wi
     assert Journal(repo.root).exists()
     holder = hold_write_lock(wt, 30)
     try:
-        monkeypatch.setattr(gitstore, "LOCK_TIMEOUT_SECONDS", 1.0)
+        monkeypatch.setattr(locking, "LOCK_TIMEOUT_SECONDS", 1.0)
         with pytest.raises(LockTimeout, match="erasure.lock: writers"):
             repo.finish_erasure()
         assert Journal(repo.root).exists()
@@ -189,7 +189,7 @@ def test_a_worktree_added_while_forget_waits_is_not_locked(with_worktree, monkey
     writes only once the erasure has ended."""
     repo, wt = with_worktree
     wt2 = tmp_path / "wt2"
-    monkeypatch.setattr(gitstore, "LOCK_TIMEOUT_SECONDS", 8.0)
+    monkeypatch.setattr(locking, "LOCK_TIMEOUT_SECONDS", 8.0)
     holder = hold_write_lock(wt, 3.0)  # a write in progress in wt: forget waits ~3 s for it
     late = _add_worktree_later_and_hold(repo, wt2, delay=1.0, seconds=30)  # wt2 appears during that wait
     try:
@@ -267,7 +267,7 @@ def test_forget_from_a_linked_worktree_refuses_at_once_not_after_the_main_writer
     relies on "only from the main worktree (it refuses to run in a linked one)" -- the refusal
     comes too late to make that true."""
     repo, wt = with_worktree
-    monkeypatch.setattr(gitstore, "LOCK_TIMEOUT_SECONDS", 6.0)
+    monkeypatch.setattr(locking, "LOCK_TIMEOUT_SECONDS", 6.0)
     holder = hold_write_lock(repo.root, 30)  # a long write in the main worktree
     linked = MemoryRepo.open(wt)
     try:
@@ -291,7 +291,7 @@ def test_forget_in_main_and_forget_in_a_linked_worktree_deadlock(with_worktree, 
     Here the main erasure holds its locks (the gate alone and its write lock) while the linked
     `mdmem forget` CLI starts: it must be refused at once, and the main forget then succeeds."""
     repo, wt = with_worktree
-    monkeypatch.setattr(gitstore, "LOCK_TIMEOUT_SECONDS", 4.0)
+    monkeypatch.setattr(locking, "LOCK_TIMEOUT_SECONDS", 4.0)
     env = {**os.environ, "MDMEM_USER": "alice", "MDMEM_DAEMON_AUTOSTART": "0"}
     with repo.store.locked(erasure=True):  # the main erasure has its locks
         t = time.monotonic()
