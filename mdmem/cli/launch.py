@@ -212,7 +212,7 @@ def socket_path(root: str) -> str | None:
 
 # The daemon's interpreter imports mdmem from the very folder this process imported it from:
 # not by sys.path (`-I` ignored the PYTHONPATH or user site the caller found mdmem through, so
-# the daemon ran other code or none; attack 10, F1), and never from the repo's folder where it
+# the daemon ran other code or none), and never from the repo's folder where it
 # starts (-P: a `mdmem/` committed there must not be what it runs).
 _BOOT = ("import importlib.util, os, sys\n"
          "init = sys.argv[1]\n"
