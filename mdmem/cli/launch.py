@@ -142,7 +142,7 @@ def exchange(path: str, request: dict, *, timeout: float | None = None) -> dict 
 
 def terminal_columns() -> int | None:
     """The width of the terminal this call writes to (None: not a terminal): what argparse and
-    rich measure in the caller's own process, which the daemon's has not got (F4)."""
+    rich measure in the caller's own process, which the daemon's has not got."""
     try:
         return os.get_terminal_size(sys.__stdout__.fileno()).columns  # as shutil.get_terminal_size
     except (AttributeError, ValueError, OSError):
@@ -239,7 +239,7 @@ def spawn_daemon(root: str, idle_seconds: float, env, log: int):
                             start_new_session=True)
 
 
-# Non-blocking: a FIFO planted at the log's or the mark's name would hold the call forever (F3).
+# Non-blocking: a FIFO planted at the log's or the mark's name would hold the call forever.
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
@@ -270,7 +270,7 @@ def autostart(root: str) -> bool:
 
     try:
         root.encode("utf-8")
-    except UnicodeEncodeError:  # argparse in the daemon could not take it as --repo (F5)
+    except UnicodeEncodeError:  # argparse in the daemon could not take it as --repo
         return False
     import stat
 

@@ -115,7 +115,7 @@ class Plan:
 
     def changes_anything(self) -> bool:
         # A person with no commit of theirs left (already erased) is nothing to do: a second
-        # forget must not rewrite the commits made since (attack F29).
+        # forget must not rewrite the commits made since.
         return bool(self.targets or self.copies or self.messages or (self.people and self.commits_touched)
                     or self.local_files
                     or self.refs_renamed or any(s["action"] == "scrubbed" for s in self.stashes)

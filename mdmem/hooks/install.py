@@ -3,7 +3,7 @@
 git runs hooks from the clone's own ``.git/hooks`` folder, and mdmem installs its three hooks
 there from its own package, never from the work tree: a hook is code that runs on every
 commit, so nothing a teammate commits may become one (a committed ``.githooks/`` folder that
-``core.hooksPath`` pointed at ran whatever the last pull brought: attack F19). Any mdmem
+``core.hooksPath`` pointed at ran whatever the last pull brought). Any mdmem
 command in a clone installs them when they are missing or not mdmem's (``ensure``), and
 ``mdmem hooks install`` does it explicitly. The committed ``.gitattributes`` names the merge
 driver for MEMORY views; the driver itself is defined in the clone's local config.

@@ -46,7 +46,7 @@ def cache_dir(root: Path) -> Path:
 
 def clear_cache_path(cache_folder: Path) -> None:
     """A file (or a link to one) where a cache folder belongs is removed: everything there is
-    disposable, and every cache inside failed on it (attack F16). Checked where the locks are
+    disposable, and every cache inside failed on it. Checked where the locks are
     taken, which every reader and writer does first."""
     try:
         mode = os.lstat(cache_folder).st_mode  # one stat: every write comes here

@@ -220,7 +220,7 @@ def expire_reflogs(root: Path) -> None:
 
 def gc_prune(root: Path) -> None:
     """Repack and prune every unreachable object now (reflogs: expire them first). Packs marked
-    ``.keep`` are repacked too: a kept pack would keep erased objects (attack F8)."""
+    ``.keep`` are repacked too: a kept pack would keep erased objects."""
     for keep in (git_dir(root) / "objects" / "pack").glob("*.keep"):
         keep.unlink(missing_ok=True)
     run_git(root, "gc", "--prune=now", "--quiet", check=False)
