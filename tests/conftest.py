@@ -1,3 +1,5 @@
+"""Shared fixtures and helpers: real repositories (one per test, in tmp_path), git and CLI runners,
+processes that hold locks or defer git's index, and the team repositories several files share."""
 from __future__ import annotations
 
 import atexit
@@ -237,7 +239,7 @@ def billing_team(tmp_path) -> MemoryRepo:
 
 
 def open_defect(why: str):
-    return pytest.mark.xfail(strict=True, reason=f"open (attack 17): {why}")
+    return pytest.mark.xfail(strict=True, reason=f"open: {why}")
 
 
 DEPLOY = "team/payments/service/billing/fact/deploy.window.md"

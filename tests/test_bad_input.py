@@ -11,7 +11,7 @@ from conftest import ENV
 from conftest import DEPLOY
 
 
-# A5. ttl 0 (or under a second) wrote `expires_at: null`: a working note that never expires,
+# A ttl of 0 (or under a second) wrote `expires_at: null`: a working note that never expires,
 # past the agent's ttl cap.
 @pytest.mark.parametrize("ttl", ["0s", "0", "-0s", "1e-9s", 0])
 def test_a_ttl_under_a_second_is_refused(two_teams, ttl):
@@ -22,7 +22,7 @@ def test_a_ttl_under_a_second_is_refused(two_teams, ttl):
     assert not (two_teams.root / "private" / "bob").exists()
 
 
-# A18.3 A NUL in a note made git call it binary: diffs and reviews hid its text.
+# A NUL in a note made git call it binary: diffs and reviews hid its text.
 @pytest.mark.parametrize("field", ["text", "context"])
 def test_a_nul_character_is_refused(two_teams, field):
     args = {"text": "Billing deploys on Tuesdays", "context": "the previous turn"}
@@ -34,7 +34,7 @@ def test_a_nul_character_is_refused(two_teams, field):
     assert git(two_teams.root, "rev-parse", "HEAD").stdout == head
 
 
-# A24. `retire --valid-until` before the note's valid_from committed an invalid note: check
+# `retire --valid-until` before the note's valid_from committed an invalid note: check
 # failed from then on, the fact left recall, and no later retire could undo it.
 def test_retire_before_valid_from_is_refused_and_nothing_is_written(billing_team):
     root = billing_team.root
@@ -47,7 +47,7 @@ def test_retire_before_valid_from_is_refused_and_nothing_is_written(billing_team
     assert r.returncode == 0, r.stderr
 
 
-# A18.9. No limit on a recall query's length: 200,000 words took minutes of CPU under the lock
+# No limit on a recall query's length: 200,000 words took minutes of CPU under the lock
 # every recall shares.
 def test_a_huge_recall_query_is_refused_at_once(billing_team):
     import time

@@ -1,3 +1,5 @@
+"""The `mdmem` command line end to end in real processes: init, remember/get/recall with --json,
+exit codes, check, review, history, demo, the pre-commit hook, and paths as a person types them."""
 import json
 
 import pytest
@@ -167,7 +169,7 @@ def test_the_pre_commit_hook_refuses_a_broken_note(cli_repo):
     assert r.returncode == 0, r.stderr
 
 
-# A20. forget with a relative --repo (or MDMEM_REPO) failed half-way (exit 9, "journal
+# `forget` with a relative --repo (or MDMEM_REPO) failed half-way (exit 9, "journal
 # unreadable"), and so did `demo --path <relative>`.
 def test_relative_repo_paths_work_for_forget_and_demo(billing_team):
     root = billing_team.root
@@ -189,7 +191,7 @@ def test_relative_repo_paths_work_for_forget_and_demo(billing_team):
     assert r.returncode == 0, (r.stdout, r.stderr)
 
 
-# A18.2. Note paths worked only relative to the repo root: ./team/..., an absolute path, or a
+# Note paths worked only relative to the repo root: ./team/..., an absolute path, or a
 # path relative to the folder one is in all answered "no such note visible".
 def test_note_paths_as_a_person_types_them(billing_team):
     root = billing_team.root

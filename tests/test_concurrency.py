@@ -1,3 +1,5 @@
+"""Writers at once: two processes writing lose nothing, a stale or forked lock never stalls the
+repository, and a person's hand commit landing during a write leaves fresh views and is found."""
 import subprocess
 import sys
 import textwrap
@@ -87,14 +89,14 @@ FORK_CHILD = textwrap.dedent("""
 def test_a_child_forked_under_the_lock_neither_inherits_nor_stalls_other_stores(repo):
     """Forked inside a write: a store made in the child does not think it holds the parent's
     lock (exit 4), and another store of the child takes the lock once the write is left,
-    instead of waiting out its timeout on a thread lock nobody holds (exit 3) (attack 9, F3/F4)."""
+    instead of waiting out its timeout on a thread lock nobody holds (exit 3)."""
     proc = subprocess.run([sys.executable, "-c", FORK_CHILD, str(repo.root)], timeout=60)
     assert proc.returncode == 0
 
 
 @pytest.mark.parametrize("how", ["symlink", "dotdot"])
 def test_a_store_reaching_the_repo_another_way_sees_the_lock_its_thread_holds(repo, tmp_path, how):
-    """The lock is recorded by the lock folder's real path (attack 9, F5)."""
+    """The lock is recorded by the lock folder's real path."""
     from mdmem.storage.gitstore import GitStore
 
     if how == "symlink":

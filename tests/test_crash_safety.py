@@ -1,4 +1,4 @@
-"""The commit is the acknowledgement (issue 11): crashes and stale git locks on the write path.
+"""The commit is the acknowledgement: crashes and stale git locks on the write path.
 
 Kills are real (a subprocess SIGKILLs itself at the named point); locks are real files,
 held open by a real second process where the test needs a live writer.

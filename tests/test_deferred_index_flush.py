@@ -16,7 +16,7 @@ import os
 
 
 def test_a_copied_repos_first_recall_loses_the_deferred_index_flush(repo, tmp_path):
-    """C2. In a copied (or restored, or moved) repository, a long-lived process (store.index_delay,
+    """In a copied (or restored, or moved) repository, a long-lived process (store.index_delay,
     as the MCP server: 0.2 s) writes a note and recalls at once: the recall's walk runs
     refresh_stat_if_moved (storage/queries.py:221-248), which now runs `git update-index --refresh`
     WITHOUT flushing this process's deferred entries first (queries.py:239, flush=False, 054b8bd) and
@@ -59,7 +59,7 @@ NOTE = "team/payments/service/billing/fact/deploy.window.md"
 
 
 def test_sync_in_a_deferring_process_refuses_its_own_just_written_note_as_uncommitted(repo, tmp_path):
-    """D1. A long-lived process that defers git's index entries (store.index_delay, as `mdmem serve`
+    """A long-lived process that defers git's index entries (store.index_delay, as `mdmem serve`
     sets it, cli/cmd_serve.py:27) writes a note and then syncs; a teammate changed the same note
     with a later valid_from, so the merge takes theirs (a conflict sync resolves by validity). The
     sync is refused: "uncommitted edits to team/payments/.../deploy.window.md would be overwritten
@@ -98,7 +98,7 @@ def test_sync_in_a_deferring_process_refuses_its_own_just_written_note_as_uncomm
 
 
 def test_a_retried_flush_undoes_a_persons_git_add_of_the_note(repo):
-    """D2. A person's `git add` of a note mdmem just wrote is silently undone by mdmem's retried
+    """A person's `git add` of a note mdmem just wrote is silently undone by mdmem's retried
     index flush. A long-lived process (index_delay 0.2 s, as `mdmem serve`) writes a note; a
     person's git holds git's index.lock at that moment (their own `git add`, `git commit -a` with
     its editor open, a long `git status`... any git command that writes the index), so the deferred
@@ -170,7 +170,7 @@ def test_a_retried_flush_undoes_a_persons_git_add_of_the_note(repo):
 
 
 def test_flush_retries_ended_by_lock_timeouts_leave_every_later_write_unflushed(repo):
-    """D3. After FLUSH_RETRIES failed flushes whose write lock could not be taken, the process never
+    """After FLUSH_RETRIES failed flushes whose write lock could not be taken, the process never
     writes git's index again on its own: every later write's entries stay deferred (git status shows
     mdmem's own notes modified, new ones as staged deletions plus untracked files) for the life of
     the process. flush_index's retry path (gitstore.py:761-769) keeps `self._index_timer` pointing

@@ -1,3 +1,6 @@
+"""`forget` and `prove-gone` end to end: an erasure leaves the text nowhere (history, held writes,
+views, digests, indexes, receipts), keeps everything else trusted and in place, and refuses or
+dry-runs without changing anything."""
 import dataclasses
 import json
 import subprocess
@@ -215,7 +218,7 @@ def test_the_mention_scan_uses_configured_aliases(repo):
     assert sorted(m["path"].rsplit("/", 1)[-1] for m in receipt.mentions) == ["ledger.md", "migration.review.md"]
 
 
-# A8. forget --owner alice pseudonymised her commits' author, and verify then flagged every team
+# `forget --owner alice` pseudonymised her commits' author, and verify then flagged every team
 # note she wrote (the pseudonym writes nowhere): they left the views and everyone's startup.
 def test_an_erased_persons_team_notes_stay_trusted_and_in_the_views(two_teams):
     two_teams.remember("Payments runbook lives in the wiki under /pay/runbook", as_user="alice", kind="procedure",
@@ -239,7 +242,7 @@ def test_an_erased_persons_team_notes_stay_trusted_and_in_the_views(two_teams):
         assert flags["team/payments/service/billing/procedure/runbook.md"]["reason"] == "committer"
 
 
-# A8b. Erasing a config admin reverted every mdmem.toml change they had committed.
+# Erasing a config admin reverted every mdmem.toml change they had committed.
 def test_erasing_an_admin_keeps_the_config_they_committed(tmp_path):
     repo = MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice", "bob", "dana"], "search": ["carol"]},
                            erasers=["alice", "dana"], now=T0, as_user="alice", embedder="none")
@@ -258,7 +261,7 @@ def test_erasing_an_admin_keeps_the_config_they_committed(tmp_path):
         assert after.get(as_user="carol", subject="service:billing", kind="fact", key="deploy.window")
 
 
-# A13. Erasure scrubbed the text of a view's line about an erased note but kept its path and key
+# Erasure scrubbed the text of a view's line about an erased note but kept its path and key
 # in every older view version.
 def test_erasure_leaves_no_path_or_key_of_an_erased_note_in_older_views(two_teams):
     two_teams.remember("Alice is on medical leave until March", as_user="bob", kind="fact", subject="user:alice",
@@ -272,7 +275,7 @@ def test_erasure_leaves_no_path_or_key_of_an_erased_note_in_older_views(two_team
     assert "Another note" in (two_teams.root / "team" / "payments" / "MEMORY.md").read_text()
 
 
-# A8c. Erasing the repo's only config admin left nobody who could change mdmem.toml.
+# Erasing the repo's only config admin left nobody who could change mdmem.toml.
 @pytest.mark.parametrize("erasers", [[], ["alice"]])
 def test_the_only_config_admin_names_another_before_being_erased(tmp_path, erasers):
     repo = MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice", "bob"]}, erasers=erasers, now=T0,
@@ -285,7 +288,7 @@ def test_the_only_config_admin_names_another_before_being_erased(tmp_path, erase
     assert git(repo.root, "rev-parse", "HEAD").stdout == head
 
 
-# A29. Needles matched inside longer tokens: erasing 555-0199 rewrote an unrelated
+# Needles matched inside longer tokens: erasing 555-0199 rewrote an unrelated
 # 1-800-555-01990 in a team note, in all history.
 def test_erasure_replaces_whole_tokens_only(two_teams):
     two_teams.remember("Alice's phone is 555-0199", as_user="alice", kind="profile", subject="user:alice", key="phone",
@@ -300,7 +303,7 @@ def test_erasure_replaces_whole_tokens_only(two_teams):
     assert all(check["passed"] for check in report.needles[0]["checks"].values()), report.needles
 
 
-# A18.11. forget in a clone that borrows objects (`git clone --shared`) reported success while
+# `forget` in a clone that borrows objects (`git clone --shared`) reported success while
 # the erased objects stayed readable through the alternate.
 def test_forget_refuses_a_clone_that_borrows_objects(billing_team, tmp_path):
     billing_team.remember("Alice secret phone 555-0199", as_user="alice", kind="profile", subject="user:alice",
@@ -319,7 +322,7 @@ def test_forget_refuses_a_clone_that_borrows_objects(billing_team, tmp_path):
     assert "555-0199" not in git(shared_remote, "log", "-p", "--all").stdout
 
 
-# A13 (digests). Erasing a note left "- fact fraud.contact: [removed]" in the subject's digest,
+# Erasing a note left "- fact fraud.contact: [removed]" in the subject's digest,
 # in every version of it, and the erased note's id in derived_from.
 @pytest.mark.parametrize("others", [1, 0])
 def test_erasure_leaves_no_digest_line_or_id(billing_team, others):
@@ -345,9 +348,9 @@ def test_erasure_leaves_no_digest_line_or_id(billing_team, others):
     assert r.returncode == 0, r.stderr
 
 
-# A18.1. The dry run said "3 commit(s) to rewrite" and the run then "rewrote 10": every commit
+# The dry run said "3 commit(s) to rewrite" and the run then "rewrote 10": every commit
 # after a rewritten one gets a new id too. The plan says both (the second an upper bound: a commit
-# the rewrite leaves empty is dropped; attack 6, F13).
+# the rewrite leaves empty is dropped).
 def test_the_dry_run_counts_every_commit_that_gets_a_new_id(billing_team):
     import json
 

@@ -1,4 +1,5 @@
-"""Issue 10's reproduced defects, one test each (every one failed on the erasure before it)."""
+"""Erasure's defects as reproduced, one test each (every one failed on the erasure before its fix):
+what a forget must rewrite, keep, refuse and leave behind."""
 import json
 import os
 import signal
@@ -358,7 +359,7 @@ def test_prove_gone_stops_with_the_reason_on_an_object_git_cannot_read(tmp_path)
 
 def test_the_recovery_of_a_killed_erasure_waits_for_the_git_gc_it_started(tmp_path):
     """kill -9 of forget leaves its `git gc` child pruning, holding git's locks; the next
-    open's recovery removed those locks under it (attack 13). It now waits while the process
+    open's recovery removed those locks under it. It now waits while the process
     gc.pid names on this machine is alive, and at once for a dead one."""
     import socket
 

@@ -23,7 +23,7 @@ from mdmem.storage import locking
 
 
 def test_two_writers_in_a_loop_starve_forget(with_worktree, monkeypatch):
-    """B1. Two processes remembering in a loop in the same worktree (two agents, an MCP server
+    """Two processes remembering in a loop in the same worktree (two agents, an MCP server
     and a script): `forget` in the main worktree never gets the gate and fails with LockTimeout
     ("writers in this repository's worktrees held it for 60s; try again") -- and trying again
     fails the same way for as long as they write. Measured: with LOCK_TIMEOUT_SECONDS=10 it
@@ -71,7 +71,7 @@ def test_two_writers_in_a_loop_starve_forget(with_worktree, monkeypatch):
 
 
 def test_forget_deadlocks_with_a_reader_holding_the_index_lock(with_worktree):
-    """B2. A long-lived process with deferred index entries (the MCP server sets
+    """A long-lived process with deferred index entries (the MCP server sets
     store.index_delay; here 30 s so the window is certain) remembers a note, then runs a
     recall that walks the work tree (its first call; also after a watch overflow or without
     inotify) while another process's forget holds the gate. The recall takes the search index
@@ -100,7 +100,7 @@ def test_forget_deadlocks_with_a_reader_holding_the_index_lock(with_worktree):
 
 
 def test_a_linked_worktree_opened_while_forget_runs_is_told_the_erasure_was_interrupted(with_worktree):
-    """B3. While a forget runs in the main worktree, opening the repository in a linked worktree
+    """While a forget runs in the main worktree, opening the repository in a linked worktree
     (MemoryRepo.open, every `mdmem` CLI command there, starting the MCP server or the daemon
     there) fails at once with Conflict: "<wt> is a linked worktree: an interrupted erasure must be
     finished (open it there, or run `mdmem forget --resume` there) in the repository's main
@@ -149,7 +149,7 @@ def test_a_linked_worktree_opened_while_forget_runs_is_told_the_erasure_was_inte
 
 
 def test_forget_deadlocks_with_a_reader_whose_trust_catches_up_under_the_index_lock(with_secret):
-    """C1. B2's deadlock (attack 15b) is still there by another road. A long-lived process with
+    """The deadlock of a reader holding the index lock (above) is still there by another road. A long-lived process with
     deferred index entries (store.index_delay, as the MCP server; 30 s here so the window is
     certain -- at 0.2 s it is a recall within 0.2 s of a remember, or any time after the timer's
     flush itself timed out) has recalled once and remembered once; another process then commits

@@ -1,4 +1,4 @@
-"""An erasure excludes writers in every worktree, not only the main one's (found by attack 14c).
+"""An erasure excludes writers in every worktree, not only the main one's.
 Each linked worktree's writers serialise on their own write lock (.git/worktrees/<id>/mdmem-locks/
 write.lock); forget held only the main one's, so a write in a linked worktree ran during
 git-filter-repo's rewrite and the prune after it, and could be lost. Now every writer holds the
@@ -175,7 +175,7 @@ def _add_worktree_later_and_hold(repo, wt2, delay: float, seconds: float) -> sub
 
 
 def test_a_worktree_added_while_forget_waits_is_not_locked(with_worktree, monkeypatch, tmp_path):
-    """D1. forget waits for a write in progress in worktree `wt`; meanwhile `git worktree add wt2`
+    """`forget` waits for a write in progress in worktree `wt`; meanwhile `git worktree add wt2`
     and a process there starts a write (holds wt2's write lock, as every write does). When `wt`'s
     writer lets go, forget goes on and rewrites + prunes the history *while wt2's writer is
     mid-write*: the exclusion the change promises does not hold for wt2.
@@ -204,7 +204,7 @@ def test_a_worktree_added_while_forget_waits_is_not_locked(with_worktree, monkey
 
 
 def test_writes_in_a_worktree_added_while_forget_waits_corrupt_the_repository(with_worktree, monkeypatch, tmp_path):
-    """D1, the damage. Same race as above with a real writer: a worktree added while forget waits
+    """The damage: the same race as above with a real writer: a worktree added while forget waits
     for `wt`'s writer, and an agent there remembering notes in a loop (each acknowledged).
     Observed on e3b2753 (every run): either `git gc --prune=now` deletes a commit the writer had just
     written, its branch then points at a missing object (`git fsck`: "refs/heads/side2: invalid sha1
@@ -254,7 +254,7 @@ def test_writes_in_a_worktree_added_while_forget_waits_corrupt_the_repository(wi
 
 
 def test_forget_from_a_linked_worktree_refuses_at_once_not_after_the_main_writers(with_worktree, monkeypatch):
-    """D2. `forget` run in a linked worktree must be refused ("run the erasure in the main
+    """`forget` run in a linked worktree must be refused ("run the erasure in the main
     worktree"). It is, but only after it has taken its own worktree's write lock and then waited
     for the main worktree's: with a writer busy in the main worktree it sits there (up to 60 s,
     measured 20 s with a 20 s writer via the CLI), blocking every writer of its own worktree the
@@ -283,7 +283,7 @@ def test_forget_from_a_linked_worktree_refuses_at_once_not_after_the_main_writer
 
 
 def test_forget_in_main_and_forget_in_a_linked_worktree_deadlock(with_worktree, monkeypatch):
-    """D2, the deadlock. A forget in the main worktree held the main lock and wanted the linked
+    """The deadlock: a forget in the main worktree held the main lock and wanted the linked
     worktree's; a forget (or an open with an interrupted erasure pending, or `forget --resume`) in
     the linked worktree held the linked lock and wanted the main one. Neither could go on: the real
     erasure failed with LockTimeout after LOCK_TIMEOUT_SECONDS (60 s), though the linked one was
@@ -306,7 +306,7 @@ def test_forget_in_main_and_forget_in_a_linked_worktree_deadlock(with_worktree, 
 
 
 def test_a_symlinked_worktree_lock_folder_is_skipped_not_locked(with_worktree):
-    """D3. A linked worktree whose `.git/worktrees/wt/mdmem-locks` is a symlink to the main
+    """A linked worktree whose `.git/worktrees/wt/mdmem-locks` is a symlink to the main
     worktree's lock folder: locked_with_worktrees compares `os.path.realpath(folder)` with its own
     lock folder (gitstore.py:242), finds them equal and skips the worktree ("this store's own: held
     above"). But a writer in that worktree never follows that link: storage/locks.py (Lock._open,
@@ -337,7 +337,7 @@ def test_a_symlinked_worktree_lock_folder_is_skipped_not_locked(with_worktree):
 
 
 def test_a_linked_worktree_writer_that_waited_for_the_erasure_can_write_again(with_worktree, tmp_path):
-    """D4. A long-running process in a linked worktree (an agent's open MemoryRepo) writing while
+    """A long-running process in a linked worktree (an agent's open MemoryRepo) writing while
     the main worktree runs forget: the change now makes its write wait for the erasure (good), but
     when it gets the lock its in-memory view state still names the pre-erasure tip of its branch,
     a commit the erasure rewrote and `git gc --prune=now` deleted. That write and *every later

@@ -1,4 +1,4 @@
-"""storage/locks.Lock: mdmem's own flock lock (filelock's cost ~0.5 ms a write; session 14).
+"""storage/locks.Lock: mdmem's own flock lock (filelock's cost ~0.5 ms a write).
 Each property is checked with real processes where it is about processes."""
 import os
 import subprocess
@@ -247,7 +247,7 @@ WAIT_FORK_THEN_DIE = textwrap.dedent("""
 
 
 def test_a_writer_forked_while_a_thread_waits_for_the_lock_does_not_keep_it_after_the_parent_dies(repo, monkeypatch):
-    """Attack 14's fix closes, in a forked child, the descriptors of Locks that are *held*
+    """A forked child closes the descriptors of Locks that are *held*
     (locks._HELD, filled at locks.py:75-77 only once acquire has the flock). But the
     descriptor a waiting acquire has open (locks.py:67 `fd = self._open()`, polled in _wait)
     is in no list: a child forked while another thread waits for the lock inherits it and keeps
@@ -348,7 +348,7 @@ def test_two_writers_never_hold_the_write_lock_at_once_while_the_cache_folder_is
     inside GitStore.locked() together: measured here with a marker file made O_EXCL inside the
     lock, and in real writes as BranchMoved failures and a raw FileNotFoundError on the shared
     journal file (.git/mdmem-pending.json.tmp renamed by two writers), i.e. writes failing and
-    the journal of one writer's unfinished commit overwritten/removed by the other. Attack 14
+    the journal of one writer's unfinished commit overwritten/removed by the other. The lock
     claimed "two writers must lock the same file"; the lock's identity has to be something a
     cache cleanup cannot replace (flock the git folder itself, or re-check after locking AND
     keep a lock on a non-disposable path such as .git/ or the repo's commondir)."""

@@ -88,7 +88,7 @@ derived_from: []
 """
 
 
-# F1. Approving a hold skipped the check remember applies to a source naming a writer: a
+# Approving a hold skipped the check remember applies to a source naming a writer: a
 # hand-made hold saying system:consolidate or human:dana was committed as such.
 @pytest.mark.parametrize("source,owner", [("system:consolidate", "bob"), ("human:dana", "bob"), ("tool:x", "dana")])
 def test_a_forged_holds_claimed_source_or_owner_is_refused_at_approval(clones, source, owner):
@@ -101,7 +101,7 @@ def test_a_forged_holds_claimed_source_or_owner_is_refused_at_approval(clones, s
     assert not (clones["dana"] / path).exists()
 
 
-# F2. One malformed, symlinked or oversized hold pushed by anyone broke `review list` for
+# One malformed, symlinked or oversized hold pushed by anyone broke `review list` for
 # everyone (and named a root they cannot read). sync now refuses to take it.
 def test_branches_that_are_no_hold_are_not_taken_and_do_not_break_review_list(clones):
     carol = clones["carol"]
@@ -120,7 +120,7 @@ def test_branches_that_are_no_hold_are_not_taken_and_do_not_break_review_list(cl
     assert "p99 is 180ms" in r.stdout and "team/search" not in r.stdout + r.stderr
 
 
-# F3, F14. A hold made before someone's erasure kept the erased history alive in the clone;
+# A hold made before someone's erasure kept the erased history alive in the clone;
 # approving it (or pushing it) put the erased text back. It is made again on the erased
 # history, or dropped and named when it touches an erased version.
 def test_holds_on_history_an_erasure_removed_are_remade_or_dropped(clones):
@@ -141,7 +141,7 @@ def test_holds_on_history_an_erasure_removed_are_remade_or_dropped(clones):
     assert "180ms" in (dana / "team/payments/service/billing/fact/latency.md").read_text()
 
 
-# F4. An erasure published by `sync --push` (forget without --push) left the remote's old
+# An erasure published by `sync --push` (forget without --push) left the remote's old
 # holds (erased text included), and a fresh clone kept them in refs/remotes/origin/review/*.
 def test_publishing_an_erasure_replaces_the_remotes_old_holds(clones, tmp_path):
     bob, dana, remote = clones["bob"], clones["dana"], clones["remote"]
@@ -159,7 +159,7 @@ def test_publishing_an_erasure_replaces_the_remotes_old_holds(clones, tmp_path):
     assert b"555-0199" not in objects(fresh)
 
 
-# F5, F15. Open and closed were a clone's local state: a lost state file re-published an
+# Open and closed were a clone's local state: a lost state file re-published an
 # approved hold, and anyone's stray `git branch -D` plus `sync --push` deleted a teammate's
 # pending hold everywhere. History decides now (the approve or reject commit names the hold).
 def test_history_decides_which_holds_are_closed(clones):
@@ -183,7 +183,7 @@ def test_history_decides_which_holds_are_closed(clones):
     assert r.returncode in (3, 6) and first not in (bob / "audit/reviews.jsonl").read_text()  # approved already
 
 
-# F6. sync --replay re-applied a clone's unpushed copies of erased text (a note quoting it).
+# `sync --replay` re-applied a clone's unpushed copies of erased text (a note quoting it).
 def test_replay_leaves_out_commits_quoting_erased_text(clones):
     bob, dana, remote = clones["bob"], clones["dana"], clones["remote"]
     cli(bob, "remember", "Secret vendor contract number ZX-99417 expires soon", *FACT, "--key", "vendor",
@@ -202,7 +202,7 @@ def test_replay_leaves_out_commits_quoting_erased_text(clones):
     assert "ZX-99417" not in git(remote, "log", "-p", "--all").stdout
 
 
-# F7, F8. A replay killed before it dropped the old objects left them for good; branches and
+# A replay killed before it dropped the old objects left them for good; branches and
 # stashes on the old history were kept without a word.
 def test_a_killed_replay_is_cleaned_by_the_next_sync_and_old_branches_are_named(clones):
     bob, dana = clones["bob"], clones["dana"]
@@ -220,7 +220,7 @@ def test_a_killed_replay_is_cleaned_by_the_next_sync_and_old_branches_are_named(
     cli(bob, "sync", "--as", "bob")
     assert b"QQ-55123" not in objects(bob)
     # Nor in its caches: the replay purges them before it replaces the history too (killed
-    # after that, nothing ran the purge again: attack 13, round 5).
+    # after that, nothing ran the purge again).
     proof = subprocess.run([str(__import__("sys").executable), "-m", "mdmem.cli.main", "prove-gone", "--needle",
                             "QQ-55123", "--as", "dana"], cwd=bob, env={**__import__("os").environ, **ENV},
                            capture_output=True, text=True)
@@ -229,7 +229,7 @@ def test_a_killed_replay_is_cleaned_by_the_next_sync_and_old_branches_are_named(
     assert "refund" in git(bob, "log", "--oneline").stdout
 
 
-# F12. A hold rejected in one clone and approved (offline) in another ended up both, silently.
+# A hold rejected in one clone and approved (offline) in another ended up both, silently.
 def test_a_hold_approved_in_one_clone_and_rejected_in_another_is_named(clones):
     bob, dana, alice = clones["bob"], clones["dana"], clones["alice"]
     held = hold(bob, "p99 is 999ms", "latency")
@@ -245,7 +245,7 @@ def test_a_hold_approved_in_one_clone_and_rejected_in_another_is_named(clones):
     assert f"review {held} was approved in one clone and rejected in another" in r.stdout
 
 
-# F10. One committed .gitattributes line (working-tree-encoding) made every note unreadable in
+# One committed .gitattributes line (working-tree-encoding) made every note unreadable in
 # the work tree of every clone; the hook refuses it now and sync will not bring it in.
 def test_attributes_that_convert_notes_are_refused_by_the_hook_and_by_sync(clones):
     bob, dana = clones["bob"], clones["dana"]
@@ -287,7 +287,7 @@ def signed_team(root, tmp_path) -> dict:
     return keys
 
 
-# F17. Under require_signed a hold's writer was still only its e-mail: an unsigned hold forged
+# Under require_signed a hold's writer was still only its e-mail: an unsigned hold forged
 # as bob was approved as bob's write.
 @pytest.mark.skipif(__import__("shutil").which("ssh-keygen") is None, reason="needs ssh-keygen")
 def test_under_require_signed_a_hold_needs_its_writers_signature(tmp_path):
@@ -318,7 +318,7 @@ def test_under_require_signed_a_hold_needs_its_writers_signature(tmp_path):
     dana.close()
 
 
-# F21. Replayed commits lost their signatures: under require_signed the notes a person's own
+# Replayed commits lost their signatures: under require_signed the notes a person's own
 # replayed writes touched became untrusted. The person replaying signs again what they wrote.
 @pytest.mark.skipif(__import__("shutil").which("ssh-keygen") is None, reason="needs ssh-keygen")
 def test_replay_signs_again_what_the_person_replaying_wrote(tmp_path):
@@ -348,7 +348,7 @@ def test_replay_signs_again_what_the_person_replaying_wrote(tmp_path):
     assert status == ["G", "bob@mdmem.invalid"], status
 
 
-# A23. Held writes never left the clone that held them: the second person who must approve a
+# Held writes never left the clone that held them: the second person who must approve a
 # team hold never saw it. Holds now travel with sync; a hold closed in one clone closes in all.
 def test_holds_travel_with_sync_and_close_everywhere(billing_team, tmp_path):
     root = billing_team.root
@@ -392,7 +392,7 @@ def test_holds_travel_with_sync_and_close_everywhere(billing_team, tmp_path):
     assert "p99 is 180ms" in r.stdout and "p50 is 20ms" not in r.stdout
 
 
-# A23, attacked: with holds fetched from a remote, anyone who can push can make one with plain
+# With holds fetched from a remote, anyone who can push can make one with plain
 # git. Its writer is the commit's identity (never its trailer), and a writer who may not write
 # the root (or no declared person) cannot be approved into it.
 @pytest.mark.parametrize("email", ["carol@mdmem.invalid", "mallory@example.com"])
@@ -417,7 +417,7 @@ def test_a_hold_made_with_plain_git_by_a_non_writer_is_not_approved(billing_team
     assert run_cli("review", "reject", "forged01", "--as", "dana", env=ENV, cwd=root).returncode == 0
 
 
-# A12. After someone's `forget --push`, sync told a clone with committed, unpushed notes to
+# After someone's `forget --push`, sync told a clone with committed, unpushed notes to
 # re-clone, which loses them. It now names them, and `sync --replay` carries them over.
 def test_sync_replay_carries_unpushed_commits_over_an_erasure(billing_team, tmp_path):
     import json
@@ -451,7 +451,7 @@ def test_sync_replay_carries_unpushed_commits_over_an_erasure(billing_team, tmp_
     everything = subprocess.run(["git", "-C", str(bob), "cat-file", "--batch-all-objects", "--batch"],
                                 capture_output=True, check=True).stdout
     assert b"555-0199" not in everything and b"until March" not in everything  # old history gone here too
-    # And its caches (attack 13, round 4: the view cache and vectors of the old history stayed,
+    # And its caches (the view cache and vectors of the old history stayed,
     # and the eraser's proof in this clone failed with nothing to do about it).
     r = run_cli("prove-gone", "--needle", "until March", "--needle", "555-0199", "--as", "dana", env=ENV, cwd=bob)
     assert r.returncode == 0, (r.stdout, r.stderr)
@@ -462,7 +462,7 @@ def test_sync_replay_carries_unpushed_commits_over_an_erasure(billing_team, tmp_
     assert run_cli("check", env=ENV, cwd=fresh).returncode == 0
 
 
-# A17. A local erasure that a teammate's push overtook could not be published: sync's advice
+# A local erasure that a teammate's push overtook could not be published: sync's advice
 # (cherry-pick) needed the dropped commits, and sync and forget --push sent you to each other.
 def test_sync_replay_publishes_an_erasure_a_teammates_push_overtook(billing_team, tmp_path):
     import json

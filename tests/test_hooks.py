@@ -41,7 +41,7 @@ def test_templates_from_a_crlf_checkout_still_give_lf_hooks(tmp_path):
     assert b"\r" not in (mem / ".gitattributes").read_bytes()
 
 
-# A18.6. `mdmem hooks install` said "installed" (exit 0) when a global core.hooksPath meant git
+# `mdmem hooks install` said "installed" (exit 0) when a global core.hooksPath meant git
 # would never run the hooks.
 def test_hooks_install_says_when_git_will_not_run_them(billing_team, tmp_path):
     home = tmp_path / "home"
@@ -56,7 +56,7 @@ def test_hooks_install_says_when_git_will_not_run_them(billing_team, tmp_path):
     assert r.returncode == 0 and "core.hooksPath" not in r.stderr, r.stderr
 
 
-# A18.7. The pre-commit hook called a symlinked note "frontmatter: missing".
+# The pre-commit hook called a symlinked note "frontmatter: missing".
 def test_the_hook_calls_a_symlinked_note_a_symlink(billing_team):
     import os
 

@@ -1,4 +1,4 @@
-"""One hostile note, committed by anyone with push access, costs at most that note (issue 11).
+"""One hostile note, committed by anyone with push access, costs at most that note.
 
 Each hostile note is committed with plain git (--no-verify skips our hook, as an attacker
 would), then another user's recall, check, rebuild and writes must go on. The CLI runs in
@@ -267,7 +267,7 @@ def test_conflict_markers_make_a_note_invalid_but_a_setext_heading_does_not():
 
 @pytest.mark.parametrize("where", ["private/dana", "team/payments/MEMORY.md"])
 def test_a_file_where_a_folder_belongs_or_the_reverse_costs_nothing_but_a_check_problem(tmp_path, where):
-    """Attack F14: one plain-git commit of private/dana as a file (or a root's MEMORY.md as a
+    """One plain-git commit of private/dana as a file (or a root's MEMORY.md as a
     folder) made every write, startup and render of that root crash (exit 70)."""
     repo = MemoryRepo.init(tmp_path / "mem", teams={"payments": ["alice", "bob", "dana"]}, now=T0, as_user="alice")
     team_fact(repo, "Billing deploys any weekday before 3pm")
@@ -301,7 +301,7 @@ def test_a_file_where_a_folder_belongs_or_the_reverse_costs_nothing_but_a_check_
 
 
 def test_hostile_file_names_are_printed_escaped_on_one_line(tmp_path):
-    """Attack F15: check and the forget plan printed committed file names raw, so a name could
+    """Check and the forget plan printed committed file names raw, so a name could
     write terminal escapes (OSC 52, clear screen) or fake a line of output."""
     repo = MemoryRepo.init(tmp_path / "mem", teams={"payments": ["alice", "bob", "dana"]}, erasers=["dana"],
                            now=T0, as_user="alice")
@@ -327,7 +327,7 @@ def test_hostile_file_names_are_printed_escaped_on_one_line(tmp_path):
 
 
 def test_a_folder_committed_at_a_view_path_leaves_gits_index_consistent(repo):
-    """PRE-EXISTING (fails at 9edb098 too; not one of the session-14 changes). A view path
+    """A view path
     holding a folder in HEAD (committed by hand with --no-verify) is replaced by mdmem's next
     write with the rendered file, in the commit and the work tree, but _sync_worktree
     (gitstore.py:866-871) only `index.add`s the view's path: git's index keeps the folder's
@@ -349,7 +349,7 @@ def test_a_folder_committed_at_a_view_path_leaves_gits_index_consistent(repo):
     git(root, "commit", "-q", "--no-verify", "-m", "a person's commit")  # fails: the index is broken
 
 
-# A14, A19. The caches lived in the work tree (.mdmem/), which a commit can fill or replace by a
+# The caches lived in the work tree (.mdmem/), which a commit can fill or replace by a
 # symlink: a committed verify.json laundered an untrusted edit, a committed index served fake
 # text, a .mdmem symlink made every clone write (and delete) outside the repo. They live in
 # .git/mdmem/ now, where no commit writes.
@@ -396,7 +396,7 @@ def test_a_cache_symlink_committed_by_a_teammate_sends_nothing_outside(two_teams
     assert sorted(p.name for p in victim.rglob("*")) == ["fulltext", "keep.txt"]
 
 
-# A27. The hooks, forget and housekeeping ran `python -m mdmem...` with the work tree as cwd: a
+# The hooks, forget and housekeeping ran `python -m mdmem...` with the work tree as cwd: a
 # `mdmem/` package a teammate committed at the repo root ran instead of the installed one.
 def test_a_committed_mdmem_package_never_runs(two_teams, tmp_path):
     marker = tmp_path / "pwned"

@@ -225,7 +225,7 @@ def test_an_import_killed_keeps_whole_batches_and_a_rerun_finishes(repo, point, 
 
 
 def test_an_import_that_writes_nothing_says_so_in_its_exit_code(repo, tmp_path):
-    """Attack F3: exit 10 ("wrote some items...") came back when every item was refused."""
+    """Exit 10 ("wrote some items...") came back when every item was refused."""
     team_fact_key = {"text": "Deploys close at 3pm", "kind": "fact", "subject": "service:billing",
                      "key": "deploy.window", "scope": "team", "team": "payments"}
     repo.remember(**{**team_fact_key, "text": "Deploys close at 2pm"}, as_user="bob")
@@ -239,7 +239,7 @@ def test_an_import_that_writes_nothing_says_so_in_its_exit_code(repo, tmp_path):
     assert proc.returncode == 4, (proc.stdout, proc.stderr)
 
 
-# A3. `mdmem import ./vault` dropped the vault's editor fields (tags, aliases), so `--tag`
+# `mdmem import ./vault` dropped the vault's editor fields (tags, aliases), so `--tag`
 # found nothing; they are kept now, like fields added by hand. mdmem's own fields cannot be
 # smuggled in that way.
 def test_import_keeps_a_vaults_editor_fields(billing_team):
@@ -264,7 +264,7 @@ def test_import_keeps_a_vaults_editor_fields(billing_team):
     assert len(out.refused) == 2 and "owner" in out.refused[0]["reason"] and "tags" in out.refused[1]["reason"]
 
 
-# A18.5. A JSONL import refused `context` and `tags` (a conversation history could carry neither).
+# A JSONL import refused `context` and `tags` (a conversation history could carry neither).
 def test_jsonl_import_carries_context_and_tags(billing_team, tmp_path):
     lines = tmp_path / "turns.jsonl"
     lines.write_text('{"text": "Yes, last Tuesday!", "kind": "fact", "subject": "service:billing", "key": "t1", '

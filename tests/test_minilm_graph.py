@@ -173,7 +173,7 @@ def test_q_k_and_v_share_one_quantisation_with_the_very_same_numbers(graph_dir):
     texts = TEXTS + ["x " * 300, "ok"]
     ours = MiniLMEmbedder(cache_dir=graph_dir).embed_documents(texts)
     theirs = session_vectors(minilm_graph.make_session(model.SerializeToString()), texts)
-    # Bit for bit where the integer GEMM is VNNI's; on an AVX2-only CPU (AMD EPYC, session 10)
+    # Bit for bit where the integer GEMM is VNNI's; on an AVX2-only CPU (AMD EPYC)
     # the kernel orders its float output pass by the product's width: 1.5e-8 apart. Another
     # quantisation of the input would move numbers by its step (~1e-3).
     assert np.abs(ours - theirs).max() < 1e-6

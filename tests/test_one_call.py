@@ -1,4 +1,4 @@
-"""Issue 13, one CLI call and ranking speed: what the speed-ups must not change.
+"""One CLI call and ranking speed: what the speed-ups must not change.
 
 - decoded posting lists kept per segment reader give the same ranking as decoding afresh,
   through writes, hand edits, deletions and disk catch-ups in one process;
@@ -213,7 +213,7 @@ def test_a_long_lived_writer_keeps_its_trust_cache_at_close(repo):
 
 
 def test_a_writer_that_outlived_an_erasure_by_another_process_does_not_save_the_erased_state(tmp_path):
-    """Attack 12: process A (a long-lived writer, 32+ commits of its own) held a trust state
+    """Process A (a long-lived writer, 32+ commits of its own) held a trust state
     naming a subject; process B erased the subject; A's close saved its old state, and the
     erased path was in .git/mdmem/verify.json again. prove-gone now checks that file too."""
     import json
@@ -247,7 +247,7 @@ def test_a_writer_that_outlived_an_erasure_by_another_process_does_not_save_the_
 
 
 def test_a_trust_state_dumped_while_another_process_erased_is_not_written_back(tmp_path, monkeypatch):
-    """Attack 12's lead: a reader computed its trust state (naming a subject), and while it
+    """A reader computed its trust state (naming a subject), and while it
     dumped it to JSON (~35 ms at 10k notes) another process's forget erased the subject and
     purged the caches; the reader then wrote its old state into verify.json. The save now
     checks the head under the write lock, after the dump."""

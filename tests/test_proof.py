@@ -446,7 +446,7 @@ def test_caches_hold_only_history_reads_the_versions_index(tmp_path):
 
 
 def test_the_trust_cache_check_fails_closed_on_a_file_it_cannot_read(tmp_path):
-    """Attack 12: a damaged verify.json was searched as bytes, where JSON's escapes hide a
+    """A damaged verify.json was searched as bytes, where JSON's escapes hide a
     non-ASCII needle (zoë is written zo\\u00eb); a folder in its place crashed prove-gone."""
     from mdmem.erasure.proof import _trust_cache_check
 
@@ -470,7 +470,7 @@ def test_the_trust_cache_check_fails_closed_on_a_file_it_cannot_read(tmp_path):
 
 
 def test_the_rest_of_the_cache_folder_is_checked_and_forget_clears_the_daemon_log(tmp_path):
-    """Attack 12 (a lead): prove-gone read no file of .git/mdmem but the index, the two SQLite
+    """prove-gone read no file of .git/mdmem but the index, the two SQLite
     caches and verify.json: a daemon's log, a moved-aside copy or a half-written temporary file
     could keep an erased text unseen. forget now removes the log and temporary files."""
     from mdmem import MemoryRepo

@@ -1,3 +1,6 @@
+"""`recall`: current versions only, each user's scopes only, past states, read rules per kind, the
+score floor, broken notes and lost caches never breaking answers, and scores that do not depend on
+notes the reader may not see."""
 import shutil
 import subprocess
 import sys
@@ -219,7 +222,7 @@ def test_a_long_lived_process_sees_what_another_process_wrote(repo):
 
 
 def test_key_is_an_exact_lookup_for_any_keyed_kind_and_refused_where_it_means_nothing(repo):
-    """Attack F2: --key was silently ignored unless --kind profile."""
+    """--key was silently ignored unless --kind profile."""
     import pytest
     from mdmem.errors import BadInput
 
@@ -236,7 +239,7 @@ def test_key_is_an_exact_lookup_for_any_keyed_kind_and_refused_where_it_means_no
                     include_history=True)
 
 
-# A7. recall's warning about a broken note printed a committed file name's newline raw: a
+# Recall's warning about a broken note printed a committed file name's newline raw: a
 # teammate could fake extra output lines.
 def test_recall_warnings_are_one_line_each(two_teams):
     folder = two_teams.root / "team" / "payments" / "service" / "billing" / "fact"

@@ -1,3 +1,5 @@
+"""Writing: one commit per write with trailers and a clean work tree, supersession by key, TTLs and
+sweeps, retirement, init, consolidate's digests, and writes refused before anything changes."""
 import subprocess
 
 from conftest import T0, T1, git_status, run_cli, team_fact
@@ -117,7 +119,7 @@ def test_the_on_disk_index_is_version_4_and_status_stays_clean(repo):
 
 
 def test_a_write_dated_in_the_future_is_refused_and_history_stays_in_order(repo):
-    """Attack m6: --now 2030 wrote a version dated after its successor."""
+    """--now 2030 wrote a version dated after its successor."""
     import pytest
     from mdmem.errors import BadInput
 
@@ -130,7 +132,7 @@ def test_a_write_dated_in_the_future_is_refused_and_history_stays_in_order(repo)
     assert repo.recall("deploy", as_user="bob", now="2030-01-01T00:00:00Z") is not None  # reading then is fine
 
 
-# A30. consolidate copied notes verify flags into a digest that mdmem's trusted source then
+# `consolidate` copied notes verify flags into a digest that mdmem's trusted source then
 # carried into views and startup.
 def test_consolidate_leaves_untrusted_notes_out(two_teams):
     two_teams.remember("Billing deploys any weekday", as_user="bob", kind="fact", subject="service:billing",
@@ -148,7 +150,7 @@ def test_consolidate_leaves_untrusted_notes_out(two_teams):
         assert "666-EVIL" not in digest.note.text and "any weekday" in digest.note.text
 
 
-# A22. On a detached HEAD, remember and forget crashed with a TypeError (exit 70); forget
+# On a detached HEAD, remember and forget crashed with a TypeError (exit 70); forget
 # half-way, its journal left behind.
 def test_writes_on_a_detached_head_are_refused_before_anything_changes(billing_team):
     root = billing_team.root
@@ -179,7 +181,7 @@ def test_every_committed_note_passes_the_readers_checks(billing_team):
             DEPLOY, billing_team.get(path=DEPLOY, as_user="bob").note.evolve(valid_until=_dt.datetime(2000, 1, 1, tzinfo=_dt.timezone.utc)), "retire", None))
 
 
-# A18.4. The same write twice within a second made an empty commit whose answer said it
+# The same write twice within a second made an empty commit whose answer said it
 # superseded itself.
 def test_an_identical_write_makes_no_empty_commit(billing_team):
     root = billing_team.root
@@ -193,7 +195,7 @@ def test_an_identical_write_makes_no_empty_commit(billing_team):
     assert again.superseded is None
 
 
-# A18.10. consolidate stopped at a large subject: the digest outgrew a note's size limit.
+# `consolidate` stopped at a large subject: the digest outgrew a note's size limit.
 def test_consolidate_caps_the_digest_of_a_large_subject(billing_team):
     root = billing_team.root
     with (root / "mdmem.toml").open("a") as f:

@@ -123,7 +123,7 @@ def test_hand_edits_of_one_note_on_both_sides_stop_with_the_repo_as_it_was(clone
     assert r.returncode == 5 and path in r.stderr and "by hand on both sides" in r.stderr
     assert snapshot(b.root) == before
     assert_settled(b.root)
-    # The advice works as printed (attack F13: the remote-tracking ref had not moved), and while
+    # The advice works as printed (the remote-tracking ref had not moved), and while
     # the person resolves, the half-merged note is invalid: check says so, recall never serves it.
     assert "git fetch origin && git merge origin/main" in r.stderr
     git(b.root, "fetch", "-q", "origin")
@@ -170,7 +170,7 @@ def test_sync_refuses_to_run_over_a_merge_in_progress_or_clobber_edits(clones):
 
 
 def test_hooks_a_teammate_commits_never_run_in_another_clone(clones, tmp_path):
-    """Attack F19: git ran whatever the committed .githooks folder held after a pull. mdmem's
+    """Git ran whatever the committed .githooks folder held after a pull. mdmem's
     hooks come from its package into .git/hooks; a committed hook folder is plain files."""
     a, b = clones
     pwned = tmp_path / "pwned"
@@ -208,8 +208,8 @@ def test_stale_views_pushed_by_someone_are_regenerated_by_sync(clones):
 
 @pytest.mark.parametrize("local_commit", [True, False], ids=["merge", "fast-forward"])
 def test_sync_keeps_symlinks_and_executable_bits(clones, local_commit):
-    """Files a team keeps beside its notes arrive as git would check them out (attack F12:
-    symlinks became regular files and scripts lost +x, in the merge commit and the work tree)."""
+    """Files a team keeps beside its notes arrive as git would check them out
+    (symlinks became regular files and scripts lost +x, in the merge commit and the work tree)."""
     a, b = clones
     docs = a.root / "docs"
     docs.mkdir()
@@ -231,7 +231,7 @@ def test_sync_keeps_symlinks_and_executable_bits(clones, local_commit):
 
 
 def test_sync_push_that_the_remote_rejects_exits_5(clones, tmp_path):
-    """Attack F21: a rejected push (another clone pushed first) said so but exited 0, so cron
+    """A rejected push (another clone pushed first) said so but exited 0, so cron
     jobs never noticed. The remote here rejects every push, as a race would."""
     a, b = clones
     hook = tmp_path / "remote.git" / "hooks" / "pre-receive"
@@ -243,7 +243,7 @@ def test_sync_push_that_the_remote_rejects_exits_5(clones, tmp_path):
 
 
 def test_sync_reports_untrusted_notes_only_in_roots_the_user_may_read(clones):
-    """Attack F22: sync --json listed other users' private notes (path, committer) as untrusted."""
+    """`sync --json` listed other users' private notes (path, committer) as untrusted."""
     a, b = clones
     r = a.remember("Alice likes green tea", as_user="alice", kind="profile", subject="user:alice", key="tea", now=T1)
     sync(a, as_user="alice", push=True)
@@ -260,7 +260,7 @@ def test_sync_reports_untrusted_notes_only_in_roots_the_user_may_read(clones):
 
 
 def test_a_version_not_valid_yet_does_not_win_a_sync_conflict(clones):
-    """Attack F30: the side with a far-future valid_from won "by validity" and left the note
+    """The side with a far-future valid_from won "by validity" and left the note
     with no live version for everyone."""
     a, b = clones
     fact(a, "Billing deploys any weekday", "deploy.window", now=T0)
@@ -296,7 +296,7 @@ def test_sync_refuses_a_history_without_the_config(two_teams, tmp_path):
     assert run_cli("recall", "phone", "--as", "alice", env=ENV, cwd=two_teams.root).returncode == 0
 
 
-# A16. The view merge driver kept our side for whatever path the committed .gitattributes sent
+# The view merge driver kept our side for whatever path the committed .gitattributes sent
 # it: one line `*.md merge=mdmem-view` by any teammate made a plain `git pull` drop every
 # concurrent note edit without a conflict.
 def test_the_view_merge_driver_keeps_a_side_only_for_views(two_teams, tmp_path):
@@ -321,7 +321,7 @@ def test_the_view_merge_driver_keeps_a_side_only_for_views(two_teams, tmp_path):
     assert "<<<<<<<" in (root / note).read_text()
 
 
-# A15. Anyone could append a fake receipt naming a shared commit: sync then called every clone,
+# Anyone could append a fake receipt naming a shared commit: sync then called every clone,
 # fresh ones too, "an old clone" and refused for good.
 def test_a_forged_receipt_naming_a_live_commit_stops_no_sync(two_teams, tmp_path):
     bare = tmp_path / "remote.git"
@@ -343,7 +343,7 @@ def test_a_forged_receipt_naming_a_live_commit_stops_no_sync(two_teams, tmp_path
     assert r.returncode == 0, r.stderr
 
 
-# A18.8. sync named other people's private note paths in its conflicts.
+# `sync` named other people's private note paths in its conflicts.
 def test_sync_does_not_name_conflicts_in_roots_the_user_cannot_read(billing_team, tmp_path):
     import json
 

@@ -18,7 +18,7 @@ from conftest import T1
 from conftest import open_defect
 
 
-# A1. An uncommitted edit of mdmem.toml gave its author every role in his clone: he erased
+# An uncommitted edit of mdmem.toml gave its author every role in his clone: he erased
 # another person's notes (and pushed the rewrite through the guard), approved his own held
 # write and rendered views naming himself a reader.
 def test_an_uncommitted_config_edit_grants_no_role(two_teams):
@@ -59,7 +59,7 @@ def test_an_uncommitted_config_that_does_not_parse_is_still_the_persons_error(tw
     assert r.returncode == 2 and "does not parse as TOML" in r.stderr
 
 
-# A2. Trusted sources that name a writer were taken on the caller's word: bob committed a
+# Trusted sources that name a writer were taken on the caller's word: bob committed a
 # team fact as human:dana, unreviewed, and every view said dana wrote it.
 @pytest.mark.parametrize("source", ["human:dana", "system:sync", "system:consolidate"])
 def test_a_person_cannot_write_as_another_person_or_as_mdmem(two_teams, source):
@@ -87,7 +87,7 @@ def test_a_person_may_name_themselves(two_teams):
     assert "Memory-Source: system:consolidate" in git(two_teams.root, "log", "-1", "--format=%B").stdout
 
 
-# A9. Deletions were never judged: anyone could delete a team's notes or another person's private
+# Deletions were never judged: anyone could delete a team's notes or another person's private
 # root with plain git, and verify, the hook and sync said nothing.
 def test_a_deletion_by_someone_who_may_not_write_the_root_is_flagged(two_teams):
     note = "team/search/service/search/fact/reindex.md"
@@ -118,7 +118,7 @@ def test_a_deletion_by_someone_who_may_not_write_the_root_is_flagged(two_teams):
         assert note not in untrusted(repo)
 
 
-# A26. With CRLF line endings in the work tree (core.autocrlf, or a committed
+# With CRLF line endings in the work tree (core.autocrlf, or a committed
 # `*.md text eol=crlf`), every note counted as an uncommitted edit and none could be updated,
 # though `git status` was clean.
 @pytest.mark.parametrize("how", ["autocrlf", "eol-attribute"])

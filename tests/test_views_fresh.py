@@ -265,7 +265,7 @@ def test_random_sequences_keep_every_committed_view_fresh(repo, tmp_path, seed):
 
 def test_amend_and_rebase_run_the_post_rewrite_hook_without_error_and_leave_views_fresh(repo, tmp_path):
     """git's post-rewrite hook runs mdmem's real CLI: an amend is left alone, and a rebase gets
-    one more commit with the views the replayed commits left stale (attack F11: it crashed)."""
+    one more commit with the views the replayed commits left stale (it crashed)."""
     team_fact(repo, "Refunds within 30 days", key="refund.window")
     identify(repo.root)
     amend = git(repo.root, "commit", "-q", "--amend", "-m", "amended")

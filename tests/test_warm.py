@@ -291,8 +291,8 @@ def test_keep_warm_for_one_user_during_anothers_recall_does_not_give_her_statist
     lived process (an app serving several people through one MemoryRepo; the MCP server's start
     runs keep_warm beside its first tool calls) that calls keep_warm(as_user="bob") while alice's
     recall runs gets alice's statistics (document frequencies over her private notes) kept under
-    bob's key: bob's next recall scores his team notes with counts of alice's private notes, the
-    oracle attack 17 closed. The key must be the roots the mask was made from."""
+    bob's key: bob's next recall scores his team notes with counts of alice's private notes, an
+    oracle on what she keeps. The key must be the roots the mask was made from."""
     cold = _secret_repo(tmp_path / "cold")
     expected = _scores(cold.recall("quagga zorilla", as_user="bob", now=T2))
     cold.close()
@@ -324,7 +324,7 @@ def test_keep_warm_for_one_user_during_anothers_recall_does_not_give_her_statist
         repo.close()
 
 
-@pytest.mark.xfail(strict=True, reason="open (attack 17b): a write makes no new searcher until the next catch-up, "
+@pytest.mark.xfail(strict=True, reason="open: a write makes no new searcher until the next catch-up, "
                    "so the idle thread has nothing new to warm")
 def test_a_long_lived_process_rewarms_after_its_own_write_once_idle(tmp_path, small_lists):  # noqa: F811
     """warm.py: later passes run "for a searcher a write or a catch-up made anew ... once the
@@ -332,8 +332,8 @@ def test_a_long_lived_process_rewarms_after_its_own_write_once_idle(tmp_path, sm
     learns of it at the next recall's catch-up, so the thread sees nothing new and never warms
     while idle. The first recall after every write (in a long-lived MemoryRepo that keeps warm;
     in the daemon, which catches up with other processes' writes only when called; the MCP server's
-    watcher may catch up by itself) meets a new searcher with none of its BM25F weights kept, the cold cost warming exists to remove (at 3,000 notes
-    of scratch h9.py: 19-20 ms against 13-14 ms warmed), and only then does the thread warm."""
+    watcher may catch up by itself) meets a new searcher with none of its BM25F weights kept, the cold cost warming exists to remove (at 3,000 notes:
+    19-20 ms against 13-14 ms warmed), and only then does the thread warm."""
     repo = MemoryRepo.init(tmp_path / "mem", teams=TEAMS, now=T0, as_user="mdmem")
     topics = ["billing deploys", "refunds for marketplace orders", "postgres failover", "webhook retries"]
     for i in range(24):

@@ -1,3 +1,5 @@
+"""The file watcher: a saved note reindexed once, a broken save reported and kept out, commit mode
+committing only what the person may write, and reads costing nothing."""
 import json
 import subprocess
 import sys
@@ -78,7 +80,7 @@ def test_commit_mode_commits_valid_edits_as_the_human(repo):
 
 
 def test_commit_mode_commits_only_roots_the_person_may_write(repo):
-    """Attack 5, A11: the watcher committed bob's edits of carol's team notes and of another
+    """The watcher committed bob's edits of carol's team notes and of another
     person's private notes, which verify then flagged and the views left out."""
     mine = team_fact(repo, "Refunds are allowed within 30 days", key="refund.window")
     theirs = repo.remember("Search reindexes nightly", as_user="carol", kind="fact", subject="service:search",
@@ -115,7 +117,7 @@ def test_cli_watch_prints_json_events(repo):
 
 
 def test_reads_are_not_changes_and_an_edit_is_one_reindex(repo):
-    """Issue 11: one `cat` of a note gave 38 reindexes in 6 s, one edit 74; reads must cost
+    """One `cat` of a note gave 38 reindexes in 6 s, one edit 74; reads must cost
     nothing, an edit exactly one event, and an idle watcher no CPU."""
     r = team_fact(repo, "Refunds are allowed within 30 days", key="refund.window")
     events = []
