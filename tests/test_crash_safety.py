@@ -95,7 +95,8 @@ def test_a_young_ref_lock_is_waited_for(repo):
     lock.write_bytes(b"")  # dead writer, just now: stale after STALE_LOCK_SECONDS
     started = time.monotonic()
     r = team_fact(repo, "Billing deploys any weekday before 3pm")
-    assert r.status == "committed" and time.monotonic() - started < 8
+    # Waited until the lock was stale (STALE_LOCK_SECONDS), not the write lock's whole timeout (60 s).
+    assert r.status == "committed" and time.monotonic() - started < 30
     assert_consistent(repo.root)
 
 

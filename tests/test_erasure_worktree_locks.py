@@ -267,7 +267,9 @@ def test_forget_from_a_linked_worktree_refuses_at_once_not_after_the_main_writer
     relies on "only from the main worktree (it refuses to run in a linked one)" -- the refusal
     comes too late to make that true."""
     repo, wt = with_worktree
-    monkeypatch.setattr(locking, "LOCK_TIMEOUT_SECONDS", 6.0)
+    # A refusal that waited for the writer would wait out the lock timeout (then fail otherwise):
+    # the bound below is half of it, wide enough for a loaded machine.
+    monkeypatch.setattr(locking, "LOCK_TIMEOUT_SECONDS", 25.0)
     holder = hold_write_lock(repo.root, 30)  # a long write in the main worktree
     linked = MemoryRepo.open(wt)
     try:
@@ -279,7 +281,7 @@ def test_forget_from_a_linked_worktree_refuses_at_once_not_after_the_main_writer
         linked.close()
         stop(holder)
     assert "linked worktree" in str(caught.value), f"{type(caught.value).__name__}: {caught.value}"
-    assert waited < 3.0, f"the refusal waited {waited:.1f}s for the main worktree's writer"
+    assert waited < 25.0 / 2, f"the refusal waited {waited:.1f}s for the main worktree's writer"
 
 
 def test_forget_in_main_and_forget_in_a_linked_worktree_deadlock(with_worktree, monkeypatch):
@@ -301,7 +303,9 @@ def test_forget_in_main_and_forget_in_a_linked_worktree_deadlock(with_worktree, 
         waited = time.monotonic() - t
         repo.forget(as_user="alice", owner="alice", subject="user:alice", now=T1)
     assert other.returncode == 5 and "linked worktree" in other.stderr, other.stderr
-    assert waited < 3.5, f"the linked forget waited {waited:.1f}s before its refusal"
+    # The CLI's own lock timeout is the default (60 s): a forget that waited for the main one's
+    # locks would take all of it; starting a process on a loaded machine takes a few seconds.
+    assert waited < 30, f"the linked forget waited {waited:.1f}s before its refusal"
     assert "XYZZY" not in git(repo.root, "log", "-p", "--all").stdout
 
 

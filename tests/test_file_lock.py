@@ -49,7 +49,9 @@ def test_a_lock_another_process_holds_times_out_naming_the_file_then_is_taken(tm
     started = time.monotonic()
     with pytest.raises(LockTimeout, match="write.lock"):
         Lock(path).acquire(timeout=0.2, poll_interval=0.01)
-    assert 0.15 < time.monotonic() - started < 0.9
+    # It waited its timeout, and gave up well before the holder let go (1 s; load only lengthens
+    # the wait, so the upper bound is wide).
+    assert 0.15 < time.monotonic() - started < 5.0
     with pytest.raises(LockTimeout):
         Lock(path).acquire(timeout=0)  # one try
     lock = Lock(path, timeout=10).acquire(poll_interval=0.01)  # the default timeout: waits for the other
@@ -191,11 +193,13 @@ def test_a_writer_killed_mid_write_frees_the_lock_even_if_it_forked_a_worker(rep
     proc.stdout.close()
     assert proc.wait(timeout=60) == -signal.SIGKILL
     try:
-        monkeypatch.setattr(locking, "LOCK_TIMEOUT_SECONDS", 3.0)
+        # Waiting for a lock the worker kept would take the whole timeout (then LockTimeout); the
+        # bound is half of it, so a loaded machine does not fail the test.
+        monkeypatch.setattr(locking, "LOCK_TIMEOUT_SECONDS", 20.0)
         started = time.monotonic()
         result = team_fact(repo, "the next writer proceeds once the dead writer's lock is gone")
         assert result.status == "committed"
-        assert time.monotonic() - started < 3.0
+        assert time.monotonic() - started < 20.0 / 2
     finally:
         os.kill(worker, signal.SIGKILL)
 
