@@ -2,13 +2,11 @@
 second, NUL characters, a retirement before validity, a huge recall query, a reserved key,
 arguments a command would ignore."""
 from __future__ import annotations
-from conftest import git
+
 import pytest
-from conftest import T0
+from conftest import DEPLOY, ENV, T0, git, run_cli
+
 from mdmem.errors import BadInput
-from conftest import run_cli
-from conftest import ENV
-from conftest import DEPLOY
 
 
 # A ttl of 0 (or under a second) wrote `expires_at: null`: a working note that never expires,

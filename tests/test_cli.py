@@ -3,11 +3,7 @@ exit codes, check, review, history, demo, the pre-commit hook, and paths as a pe
 import json
 
 import pytest
-from conftest import run_cli, snapshot
-from conftest import T0
-from conftest import git
-from conftest import ENV
-from conftest import DEPLOY
+from conftest import DEPLOY, ENV, T0, git, run_cli, snapshot
 
 
 @pytest.fixture

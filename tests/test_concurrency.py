@@ -1,17 +1,14 @@
 """Writers at once: two processes writing lose nothing, a stale or forked lock never stalls the
 repository, and a person's hand commit landing during a write leaves fresh views and is found."""
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
+from conftest import T0, git_status, lock_held_by_another_thread, team_fact
 
-from conftest import git_status
-from conftest import lock_held_by_another_thread
-import os
-from conftest import team_fact
-from conftest import T0
-from pathlib import Path
 from mdmem import MemoryRepo
 
 WRITER = textwrap.dedent("""
@@ -39,6 +36,7 @@ def test_two_processes_writing_at_once_lose_nothing(repo):
 def test_a_stale_index_lock_does_not_block_the_repo_for_ever(repo):
     import os
     import time
+
     from conftest import team_fact
     lock = repo.root / ".git" / "index.lock"
     lock.write_text("")

@@ -3,16 +3,15 @@ first recall keeps them, sync flushes its own before it asks git status, a retri
 undoes a person's own `git add`, and a flush ended by lock timeouts leaves no later write
 unflushed. Real processes, real git."""
 from __future__ import annotations
-from mdmem.storage import gitindex
-import time
-from mdmem import MemoryRepo
-import subprocess
-from conftest import git
-from conftest import start_python
-from conftest import git_status
-from conftest import stop
-from conftest import team_fact
+
 import os
+import subprocess
+import time
+
+from conftest import git, git_status, start_python, stop, team_fact
+
+from mdmem import MemoryRepo
+from mdmem.storage import gitindex
 
 
 def test_a_copied_repos_first_recall_loses_the_deferred_index_flush(repo, tmp_path):

@@ -3,19 +3,14 @@ views, digests, indexes, receipts), keeps everything else trusted and in place, 
 dry-runs without changing anything."""
 import dataclasses
 import json
+import shutil
 import subprocess
 
 import pytest
-from conftest import T0, T1, run_cli, snapshot, team_fact
+from conftest import DEPLOY, ENV, T0, T1, git, open_defect, run_cli, snapshot, team_fact, untrusted
 
 from mdmem import ErasurePlan, MemoryRepo, NotFound, Refused
 from mdmem.storage.gitdir import cache_dir
-from conftest import git
-from conftest import untrusted
-from conftest import ENV
-from conftest import DEPLOY
-import shutil
-from conftest import open_defect
 
 PHONE = "555-0142"
 

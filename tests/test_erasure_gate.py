@@ -3,22 +3,18 @@ until it ends, is never starved by writers in a loop nor deadlocked by a reader 
 lock, and a process opening the repository meanwhile is told of the erasure only once the gate is
 free. Real processes, real git, real `git worktree add`."""
 from __future__ import annotations
-from mdmem.errors import Conflict
-from conftest import stop
-from mdmem import MemoryRepo
+
 import os
-from conftest import erasure_journal
+import subprocess
 import sys
 import threading
-from mdmem.search.note_index import index_lock
-import subprocess
 import time
-from conftest import deferring_reader
-from conftest import forget_stalls_beside
-from mdmem.errors import LockTimeout
-from conftest import T1
-from conftest import start_python
-from conftest import team_fact
+
+from conftest import T1, deferring_reader, erasure_journal, forget_stalls_beside, start_python, stop, team_fact
+
+from mdmem import MemoryRepo
+from mdmem.errors import Conflict, LockTimeout
+from mdmem.search.note_index import index_lock
 from mdmem.storage import locking
 
 

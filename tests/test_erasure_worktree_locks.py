@@ -4,20 +4,18 @@ write.lock); forget held only the main one's, so a write in a linked worktree ra
 git-filter-repo's rewrite and the prune after it, and could be lost. Now every writer holds the
 erasure gate (.git/mdmem-locks/erasure.lock) shared and an erasure holds it alone. Real processes
 and a real `git worktree add`."""
+import os
+import subprocess
+import sys
 import time
 
 import pytest
-from conftest import git, hold_write_lock, LOCKER_SECRET as SECRET, start_python, T1, team_fact
+from conftest import LOCKER_SECRET as SECRET
+from conftest import T1, git, hold_write_lock, start_python, stop, team_fact
 
 from mdmem import MemoryRepo
-from mdmem.errors import LockTimeout
-from conftest import stop
-import os
-import sys
-import subprocess
-from mdmem.errors import Conflict
+from mdmem.errors import Conflict, LockTimeout
 from mdmem.storage import locking
-
 
 
 def test_forget_waits_for_a_write_in_progress_in_a_linked_worktree(with_worktree, monkeypatch):

@@ -1,20 +1,19 @@
 """storage/locks.Lock: mdmem's own flock lock (filelock's cost ~0.5 ms a write).
 Each property is checked with real processes where it is about processes."""
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
+from conftest import team_fact
 
 from mdmem.errors import LockTimeout
-from mdmem.storage.locks import Lock
-from conftest import team_fact
-import signal
-import threading
-import shutil
-from mdmem.storage.locks import lock_folder
+from mdmem.storage.locks import Lock, lock_folder
 
 HOLD = textwrap.dedent("""
     import sys, time

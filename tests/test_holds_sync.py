@@ -3,17 +3,14 @@ claimed writer may write it, holds on history an erasure removed are remade or d
 decides which holds are closed, and a replay carries unpushed commits over an erasure without
 quoting erased text. Real clones and bare remotes."""
 from __future__ import annotations
-from mdmem import MemoryRepo
-import pytest
-from conftest import git
-from conftest import T0
-import subprocess
-from conftest import run_cli
-import json
-from conftest import ENV
-from conftest import DEPLOY
-from conftest import shared_remote
 
+import json
+import subprocess
+
+import pytest
+from conftest import DEPLOY, ENV, T0, git, run_cli, shared_remote
+
+from mdmem import MemoryRepo
 
 FACT = ["--kind", "fact", "--subject", "service:billing", "--scope", "team", "--team", "payments", "--new-key"]
 

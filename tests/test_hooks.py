@@ -2,16 +2,14 @@
 a CRLF checkout still give LF hooks, the pre-commit hook names a symlinked note as a symlink and
 leaves fresh views after a membership change."""
 from __future__ import annotations
-from pathlib import Path
-import sys
+
 import subprocess
-from conftest import run_cli
-from conftest import git
-from conftest import T0
+import sys
+from pathlib import Path
+
+from conftest import ENV, T0, git, open_defect, run_cli, team_fact
+
 from mdmem import MemoryRepo
-from conftest import ENV
-from conftest import team_fact
-from conftest import open_defect
 
 
 def test_templates_from_a_crlf_checkout_still_give_lf_hooks(tmp_path):

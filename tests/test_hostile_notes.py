@@ -11,15 +11,13 @@ import subprocess
 import sys
 
 import pytest
-from conftest import T0, git, run_cli, team_fact
+from conftest import ENV, T0, git, git_status, run_cli, team_fact
 
 from mdmem import MemoryRepo, NoteInvalid
 from mdmem.errors import BadInput
 from mdmem.model.kinds import Contracts
 from mdmem.model.note import DEFAULT_MAX_BYTES, parse_note
 from mdmem.model.validate import validate_note
-from conftest import git_status
-from conftest import ENV
 
 DIR = "team/payments/service/billing/fact"
 

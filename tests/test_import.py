@@ -7,12 +7,9 @@ import subprocess
 import sys
 
 import pytest
-
-from conftest import T0, T1, git_status, run_cli, team_fact
+from conftest import ENV, T0, T1, git, git_status, run_cli, team_fact
 
 from mdmem import MemoryRepo
-from conftest import ENV
-from conftest import git
 
 
 def items(n, **kw):

@@ -5,22 +5,20 @@ write, never moves a healthy index aside; small segments are merged within a bud
 rank as a rebuild once merged, and big segments are never dropped. Real processes where the race
 needs them; kill points and pauses are put into the child process by wrapping the named function."""
 from __future__ import annotations
-from mdmem import MemoryRepo
-from mdmem.storage.gitdir import cache_dir
-from mdmem.search import fulltext
-from conftest import T0
-from conftest import T1
-import shutil
-from conftest import team_fact
-from mdmem.search.bulkwriter import BulkWriter
-import random
-from conftest import start_python
-import os
-from conftest import stop
-import pytest
+
 import json
+import os
+import random
+import shutil
 import time
 
+import pytest
+from conftest import T0, T1, start_python, stop, team_fact
+
+from mdmem import MemoryRepo
+from mdmem.search import fulltext
+from mdmem.search.bulkwriter import BulkWriter
+from mdmem.storage.gitdir import cache_dir
 
 VAULT = dict(subject="service:billing", key="vault.codename")
 

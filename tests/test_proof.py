@@ -11,7 +11,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import T0, T1
+from conftest import T0, T1, team_fact
 from embed_server import EmbedServer
 
 from mdmem import MemoryRepo
@@ -19,7 +19,6 @@ from mdmem.config import UserConfig
 from mdmem.errors import BadInput, Refused
 from mdmem.search.embedding_cache import EmbeddingCache, cache_key
 from mdmem.storage.gitdir import cache_dir
-from conftest import team_fact
 
 TEAMS = {"payments": ["alice", "bob", "dana"], "search": ["carol"]}
 LOCKER = "LOCKER-2468"  # in alice's live private note

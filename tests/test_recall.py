@@ -5,13 +5,10 @@ import shutil
 import subprocess
 import sys
 
-from conftest import T0, T1, team_fact
+from conftest import ENV, T0, T1, git, run_cli, team_fact
 
 from mdmem import MemoryRepo
 from mdmem.storage.gitdir import cache_dir
-from conftest import git
-from conftest import run_cli
-from conftest import ENV
 
 
 def seed(repo):
@@ -151,6 +148,7 @@ def test_two_processes_syncing_at_once(repo):
 
 def test_recall_names_the_user(repo):
     import pytest
+
     from mdmem import BadInput
     with pytest.raises(BadInput):
         repo.recall("x", as_user=None)
@@ -158,6 +156,7 @@ def test_recall_names_the_user(repo):
 
 def test_cli_recall_json(repo):
     import json
+
     from conftest import run_cli
     seed(repo)
     r = run_cli("recall", "When is billing allowed to deploy?", "--repo", str(repo.root), "--as", "dana",
@@ -191,6 +190,7 @@ def test_history_recall_follows_new_commits_without_a_rebuild(repo):
 
 def test_cli_index_rebuild_and_recall_at(repo):
     import json
+
     from conftest import run_cli
     seed(repo)
     r = run_cli("index", "--rebuild", "--repo", str(repo.root), "--json")
@@ -224,6 +224,7 @@ def test_a_long_lived_process_sees_what_another_process_wrote(repo):
 def test_key_is_an_exact_lookup_for_any_keyed_kind_and_refused_where_it_means_nothing(repo):
     """--key was silently ignored unless --kind profile."""
     import pytest
+
     from mdmem.errors import BadInput
 
     team_fact(repo, "Refunds within 30 days", key="refund.window")

@@ -1,15 +1,12 @@
 """Writing: one commit per write with trailers and a clean work tree, supersession by key, TTLs and
 sweeps, retirement, init, consolidate's digests, and writes refused before anything changes."""
+import datetime as _dt
 import subprocess
 
-from conftest import T0, T1, git_status, run_cli, team_fact
+import pytest
+from conftest import DEPLOY, ENV, T0, T1, git, git_status, run_cli, team_fact
 
 from mdmem import MemoryRepo
-import pytest
-from conftest import git
-import datetime as _dt
-from conftest import ENV
-from conftest import DEPLOY
 
 
 def test_remember_is_one_commit_with_trailers_and_a_clean_work_tree(repo):
@@ -37,6 +34,7 @@ def test_same_key_supersedes_the_same_file_and_keeps_the_id(repo):
 
 def test_episodes_append_and_a_second_write_is_refused(repo):
     import pytest
+
     from mdmem import Refused
     a = repo.remember("Deploy failed", as_user="ali", kind="event", subject="service:billing", now=T0)
     b = repo.remember("Deploy failed", as_user="ali", kind="episode", subject="service:billing", now=T0)
@@ -49,6 +47,7 @@ def test_episodes_append_and_a_second_write_is_refused(repo):
 
 def test_working_notes_get_the_default_ttl_and_expire_at_read_time(repo):
     import pytest
+
     from mdmem import NotFound
     repo.remember("On branch fix-1", as_user="ali", kind="scratch", subject="task:current", key="branch", source="agent", now=T0)
     got = repo.get(as_user="ali", subject="task:current", kind="working", key="branch", now="2026-10-01T09:59:00Z")
@@ -68,6 +67,7 @@ def test_sweep_removes_expired_notes_in_one_commit(repo):
 
 def test_retire_sets_valid_until_and_hides_the_note(repo):
     import pytest
+
     from mdmem import NotFound
     r = team_fact(repo, "Billing deploys only on Tuesdays")
     repo.retire(as_user="bob", path=r.path, now=T1)
@@ -78,6 +78,7 @@ def test_retire_sets_valid_until_and_hides_the_note(repo):
 
 def test_init_refuses_an_existing_memory_repo(repo):
     import pytest
+
     from mdmem import BadInput
     with pytest.raises(BadInput) as err:
         MemoryRepo.init(repo.root, teams={}, as_user="mdmem")
@@ -121,6 +122,7 @@ def test_the_on_disk_index_is_version_4_and_status_stays_clean(repo):
 def test_a_write_dated_in_the_future_is_refused_and_history_stays_in_order(repo):
     """--now 2030 wrote a version dated after its successor."""
     import pytest
+
     from mdmem.errors import BadInput
 
     with pytest.raises(BadInput, match="now: 2030-01-01T00:00:00Z is after the clock"):

@@ -1,12 +1,10 @@
 """Held writes: invisible until approved, rejected cleanly, approved by someone who may approve (a
 teammate, not the agent's own person), and shown whole."""
 import pytest
-from conftest import T0, T1, git_status
+from conftest import ENV, T0, T1, git_status, run_cli
 
 from mdmem import NotFound
-from conftest import run_cli
 from mdmem.errors import Refused
-from conftest import ENV
 
 
 def held(repo):
@@ -64,6 +62,7 @@ def test_approving_a_write_held_before_a_newer_version_needs_override(repo):
     """An older held claim, approved after someone updated the note, silently
     superseded the newer version."""
     import pytest
+
     from mdmem.errors import Conflict
 
     held = repo.remember("Billing deploys Tue (from grafana annotations)", as_user="bob", kind="fact",

@@ -3,13 +3,11 @@ notes changed on both sides resolved by validity, a person's conflicts refused u
 import json
 
 import pytest
-from conftest import T0, T1, git, git_status, run_cli, snapshot
+from conftest import ENV, T0, T1, git, git_status, run_cli, shared_remote, snapshot
 
 from mdmem import MemoryRepo
 from mdmem.errors import Conflict
 from mdmem.remote import open_conflicts, sync
-from conftest import ENV
-from conftest import shared_remote
 
 VIEW = "team/payments/MEMORY.md"
 T2 = "2026-10-20T09:00:00Z"
@@ -34,8 +32,9 @@ def clones(repo, tmp_path):
         git(tmp_path, "clone", "-q", str(bare), str(path))
         git(path, "config", "user.name", f"Person {name}")
         git(path, "config", "user.email", f"{name}@example.org")
-        from mdmem.hooks.install import ensure
         import sys
+
+        from mdmem.hooks.install import ensure
         ensure(path, sys.executable)
         out.append(MemoryRepo.open(path))
     return out

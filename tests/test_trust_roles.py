@@ -3,19 +3,12 @@ person writes only as themselves, a hand commit cannot attribute a note to someo
 deletion by someone who may not write the root is flagged, line-ending conversion is no hand
 edit, and membership changes or unrelated config edits neither untrust nor ratify notes."""
 from __future__ import annotations
-from conftest import git
-from conftest import run_cli
-from mdmem import MemoryRepo
-from conftest import T0
+
 import pytest
+from conftest import DEPLOY, ENV, T0, T1, git, open_defect, run_cli, team_fact, untrusted, widen_locally
+
+from mdmem import MemoryRepo
 from mdmem.errors import Refused
-from conftest import ENV
-from conftest import widen_locally
-from conftest import untrusted
-from conftest import DEPLOY
-from conftest import team_fact
-from conftest import T1
-from conftest import open_defect
 
 
 # An uncommitted edit of mdmem.toml gave its author every role in his clone: he erased

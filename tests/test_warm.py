@@ -4,6 +4,7 @@ answers of a process that never warmed), kept compact, and warmed again when idl
 a call stops an idle pass; closing the index ends its thread."""
 from __future__ import annotations
 
+import random
 import threading
 import time
 
@@ -15,7 +16,6 @@ from test_long_postings import answers, filled, small_lists  # noqa: F401 -- sma
 
 from mdmem import MemoryRepo
 from mdmem.search import bm25, fulltext, postings, warm
-import random
 
 
 def exact_answers(repo) -> list:
