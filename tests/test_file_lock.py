@@ -1,5 +1,7 @@
-"""storage/locks.Lock: mdmem's own flock lock (filelock's cost ~0.5 ms a write).
-Each property is checked with real processes where it is about processes."""
+"""storage/locks.Lock: mdmem's own flock lock (filelock's cost ~0.5 ms a write). A writer killed
+or forked (even while another thread waits) never keeps the lock, and a lock folder removed,
+cleared with the cache, or replaced by a file or a link never lets two writers in nor fails a
+write with a raw OSError. Each property is checked with real processes where it is about processes."""
 import os
 import shutil
 import signal

@@ -1,5 +1,7 @@
 """`mdmem sync` integrates a remote's history or changes nothing: views regenerated, keyed
-notes changed on both sides resolved by validity, a person's conflicts refused untouched."""
+notes changed on both sides resolved by validity, a person's conflicts refused untouched; a
+history without the config, a forged erasure receipt or a view merge driver aimed at notes stops
+nothing it should not, and no conflict names a root the user cannot read."""
 import json
 
 import pytest
