@@ -658,7 +658,7 @@ def test_after_an_erasure_the_next_call_starts_a_new_daemon(stop_after):
 
 
 def test_after_a_daemon_stop_the_next_call_starts_a_new_daemon_at_once(stop_after):
-    """Session 11: the one-try-a-minute rule (for a daemon that cannot start) also held after a
+    """The one-try-a-minute rule (for a daemon that cannot start) also held after a
     person's `daemon stop`, so for up to a minute every call ran in a process of its own (~1 s
     at 10k notes; bench_agent's second row got "served 3/5")."""
     mem = stop_after
@@ -761,7 +761,7 @@ def test_starting_by_name_gives_a_running_daemon_the_idle_time_asked_for(stop_af
 
 @pytest.mark.parametrize("planted", ["folder", "link"])
 def test_a_folder_or_link_at_the_autostart_mark_neither_stops_autostart_nor_daemon_stop(stop_after, planted):
-    """Session 11's attack: a folder (or a symbolic link) where the autostart mark's file belongs
+    """A folder (or a symbolic link) where the autostart mark's file belongs
     turned autostart off for good, and `daemon stop` could not remove it."""
     mem = stop_after
     env = default_env()

@@ -298,7 +298,7 @@ def test_a_trust_state_dumped_while_another_process_erased_is_not_written_back(t
 
 
 def test_a_long_lived_writer_follows_the_view_cache_another_process_erasure_deleted(tmp_path, caplog):
-    """Session 12's lead: process A (a long-lived writer, such as the MCP server) had
+    """Process A (a long-lived writer, such as the MCP server) had
     viewmeta.sqlite open; process B's forget deleted it; A's next save wrote into the deleted
     file ("attempt to write a readonly database"), then moved B's good file aside as damaged
     and logged an unreadable cache. A now opens the file that is there, dropping what it held
