@@ -789,7 +789,7 @@ def test_a_folder_or_link_at_the_autostart_mark_neither_stops_autostart_nor_daem
 
 def test_a_repo_in_a_deep_folder_gets_a_daemon_with_its_socket_in_the_runtime_folder(tmp_path):
     """The socket under .git/mdmem/ passed the 108 bytes a Unix socket allows, and such a repo
-    got no daemon at all (issue 35): its socket goes to the user's runtime folder, keyed by the
+    got no daemon at all: its socket goes to the user's runtime folder, keyed by the
     repository, in a folder only this user may enter."""
     import shutil
     import tempfile
@@ -818,7 +818,7 @@ def test_a_repo_in_a_deep_folder_gets_a_daemon_with_its_socket_in_the_runtime_fo
 
 def test_after_a_killed_daemon_the_next_call_starts_a_new_one_at_once(stop_after):
     """A daemon killed (kill -9, the OOM killer) left its socket; the next call ran in its own
-    process and, the autostart mark being recent, started none for 60 s (issue 35): a daemon
+    process and, the autostart mark being recent, started none for 60 s: a daemon
     that came up and is gone is started again at once."""
     mem = stop_after
     env = default_env()

@@ -1,4 +1,4 @@
-"""Erased text leaves running processes (issue 35): a running MCP server lets go of what it
+"""Erased text leaves running processes: a running MCP server lets go of what it
 held once an erasure ends (the mechanism lives in the server code every transport shares), and
 prove-gone names the running mdmem processes it cannot vouch for."""
 import asyncio

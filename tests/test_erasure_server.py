@@ -1,4 +1,4 @@
-"""Erased means gone on the server too (issue 35): what `mdmem guard` installs finishes an
+"""Erased means gone on the server too: what `mdmem guard` installs finishes an
 erasure that arrives (nobody can fetch the erased objects by id), `forget --push` says so only
 after asking the remote as a fresh clone would, and the committed receipt is no oracle."""
 import hashlib

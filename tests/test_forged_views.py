@@ -1,4 +1,4 @@
-"""Views nobody can forge (issue 35): a MEMORY.md written by hand and committed with --no-verify
+"""Views nobody can forge: a MEMORY.md written by hand and committed with --no-verify
 is judged like a planted note (verify names who changed it), and the first mdmem command in a
 clone replaces it with a fresh render, so agents reading the file never get the injection."""
 import json

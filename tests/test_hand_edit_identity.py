@@ -1,5 +1,5 @@
 """The founder's own hand edit, committed with plain git under their normal global identity,
-is theirs (issue 35): `mdmem init` records the person's git address in [people.<them>] emails."""
+is theirs: `mdmem init` records the person's git address in [people.<them>] emails."""
 import json
 import os
 import subprocess

@@ -182,7 +182,7 @@ def test_history_decides_which_holds_are_closed(clones):
 
 
 # `sync --replay` re-applied a clone's unpushed copies of erased text (a note quoting it).
-def test_replay_leaves_out_commits_quoting_erased_text(clones):
+def test_replay_scrubs_a_quote_of_erased_text_and_keeps_the_commit(clones):
     bob, dana, remote = clones["bob"], clones["dana"], clones["remote"]
     cli(bob, "remember", "Secret vendor contract number ZX-99417 expires soon", *FACT, "--key", "vendor",
         "--as", "bob")
@@ -196,7 +196,7 @@ def test_replay_leaves_out_commits_quoting_erased_text(clones):
     cli(dana, "forget", "--path", "team/payments/service/billing/fact/vendor.md", "--push", "--as", "dana",
         code=11)  # erased here; the unguarded remote still serves the old objects by id
     out = cli(bob, "sync", "--replay", "--push", "--as", "bob", "--json")
-    # Replayed with the quote scrubbed, as forget scrubs history (issue 35: leaving the whole
+    # Replayed with the quote scrubbed, as forget scrubs history (leaving the whole
     # commit out lost whatever else it held).
     assert [c["subject"] for c in out["replayed"]] == ["remember fact service:billing/vendor.copy",
                                                        "remember fact service:billing/refund"]

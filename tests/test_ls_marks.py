@@ -1,5 +1,5 @@
 """`mdmem ls` marks a note no permitted writer committed as UNTRUSTED, as recall, get and
-history do (issue 35)."""
+history do."""
 import json
 
 from conftest import T0, git, run_cli, team_fact

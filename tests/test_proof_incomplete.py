@@ -1,4 +1,4 @@
-"""A proof that could not look everywhere never says PASS (issue 35): a non-eraser's prove-gone
+"""A proof that could not look everywhere never says PASS: a non-eraser's prove-gone
 is INCOMPLETE with its own exit code whether or not the text is where they may not read, and
 names who can complete it."""
 import json

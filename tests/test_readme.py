@@ -131,7 +131,7 @@ def test_every_benchmark_command_says_where_its_data_comes_from():
 
 def test_the_erasure_section_runs_top_to_bottom_in_the_tours_repo(tmp_path):
     """Each command of the erasure section, in order, in the repo the tour left, exits as its
-    comment says (issue 35: the second exited 6, the third named a note nothing created)."""
+    comment says (before, the second exited 6 and the third named a note nothing created)."""
     cwd, env = run_tour(tmp_path)
     commands = indented_commands(section("Erasure"))
     assert len(commands) >= 6

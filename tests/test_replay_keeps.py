@@ -1,4 +1,4 @@
-"""`sync --replay` keeps what it can (issue 35): after someone else's erasure, a teammate's
+"""`sync --replay` keeps what it can: after someone else's erasure, a teammate's
 unpushed commit quoting the erased text is replayed with the quote scrubbed, unrelated notes in
 the same commit are kept, and a change to an erased note version is saved scrubbed where its
 person finds it, named, with a non-zero exit code."""
