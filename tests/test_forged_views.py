@@ -39,3 +39,20 @@ def test_a_forged_view_is_named_with_its_author_and_replaced_by_a_clones_first_c
         assert INJECTION not in (clone / path).read_text()
         assert INJECTION not in git(clone, "show", f"HEAD:{path}").stdout
     assert run_cli("check", "--repo", str(clone)).returncode == 0
+
+
+def test_the_guard_refuses_a_push_whose_root_guide_was_written_by_hand(tmp_path):
+    root = tmp_path / "m"
+    MemoryRepo.init(root, teams=TEAMS, erasers=["dana"], now=T0, as_user="dana").close()
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
+    git(root, "remote", "add", "origin", str(bare))
+    assert run_cli("sync", "--push", "--repo", str(root), "--as", "dana").returncode == 0
+    assert run_cli("guard", str(bare)).returncode == 0
+    forge(root, "MEMORY.md")
+    push = git(root, "push", "origin", "main", check=False)
+    assert push.returncode != 0 and "MEMORY.md differs from a fresh render" in push.stderr, push.stderr
+    assert INJECTION not in git(bare, "show", "main:MEMORY.md").stdout
+    # A fresh render pushes: mdmem's own work is never refused.
+    assert run_cli("render", "--repo", str(root), "--as", "dana").returncode == 0
+    assert git(root, "push", "origin", "main", check=False).returncode == 0

@@ -131,6 +131,10 @@ def check_push(bare: str, refs_text: str) -> list[str]:
             problems.append(f"{ref} contains {len(found)} erased commit(s) (first {found[0][:10]}); "
                             "re-clone instead of pushing an old clone")
             continue
+        forged = _forged_guide(bare, new)
+        if forged:
+            problems.append(f"{ref}: {forged}")
+            continue
         listing = run_git_at(bare, "rev-list", "--objects", new, check=False)
         objects = {ln.split(" ", 1)[0] for ln in listing.splitlines()}
         back = objects & (erased_blob_ids(audit) | erased)
@@ -144,6 +148,29 @@ def check_push(bare: str, refs_text: str) -> list[str]:
                 f.write("".join(oid + "\n" for oid in sorted(removed - erased)))
             (Path(bare) / GUARD_PENDING).write_text("erasure arrived\n")
     return problems
+
+
+def _forged_guide(bare: str | Path, commit: str) -> str | None:
+    """Why the root MEMORY.md at ``commit`` is not what agents may read first, or None. It is a
+    function of the commit's mdmem.toml alone, so the server renders it as any clone would: a
+    guide written by hand (an injected instruction, pushed past the hooks with --no-verify)
+    differs and is refused."""
+    from ..config import CONFIG_NAME, Config
+    from ..errors import MdmemError
+    from ..views.render import VIEW_NAME, render_root
+
+    config = run_git_at(bare, "show", f"{commit}:{CONFIG_NAME}", check=False)
+    if not config:
+        return None  # not a memory repo's history (or no config yet): nothing to render
+    try:
+        fresh = render_root(Config.parse(config.encode(), where=CONFIG_NAME))
+    except MdmemError:
+        return None  # an unreadable config is the clones' to refuse (sync names it)
+    held = run_git_at(bare, "show", f"{commit}:{VIEW_NAME}", check=False)
+    if held != fresh:
+        return (f"{VIEW_NAME} differs from a fresh render of its commit's {CONFIG_NAME} (a view written by hand "
+                "tells agents what no note says); run `mdmem render` and push again")
+    return None
 
 
 def after_push(bare: str) -> bool:
