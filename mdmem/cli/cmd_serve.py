@@ -35,6 +35,8 @@ def register(sub) -> None:
     http.add_argument("--burst", type=int, default=40, metavar="N", help="requests per token at once (default 40)")
     http.add_argument("--max-body", type=int, default=1_000_000, metavar="BYTES",
                       help="largest request body (default 1000000)")
+    http.add_argument("--body-timeout", type=float, default=10.0, metavar="SECONDS",
+                      help="a request body must arrive within this (default 10)")
     add_common(p)
     p.set_defaults(run=run)
 
@@ -120,7 +122,8 @@ def run_http(ctx) -> int:
         jwt = JwtVerifier(JwtSettings(jwks=jwks, issuer=args.jwt_issuer, audience=args.jwt_audience or public_url,
                                       person_claim=args.jwt_person_claim, scope_prefix=args.jwt_scope_prefix))
     verifier = TokenVerifier(repo, tokens=tokens, jwt=jwt, resource=public_url)
-    limits = HttpLimits(rate_per_second=args.rate, burst=args.burst, max_body_bytes=args.max_body)
+    limits = HttpLimits(rate_per_second=args.rate, burst=args.burst, max_body_bytes=args.max_body,
+                        body_seconds=args.body_timeout)
     logging.getLogger("mdmem").setLevel(logging.WARNING)
     print(f"mdmem: serving {public_url} (tokens: {tokens.path}"
           + (f"; JWTs from {args.jwt_issuer}" if jwt else "") + ")", file=sys.stderr, flush=True)

@@ -16,6 +16,7 @@ import importlib
 import inspect
 import json
 import logging
+import signal
 import socket
 import threading
 from collections.abc import Callable, Mapping
@@ -296,9 +297,14 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                             timeout_graceful_shutdown=int(graceful_seconds), limit_concurrency=512,
                             timeout_keep_alive=5)
+    # uvicorn finishes the requests in flight on SIGTERM, then raises the signal again under the
+    # handler that was there before it: this one, so the cleanup below runs and the process
+    # ends with 0 -- a stop asked for, done -- instead of dying by the signal.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
+        signal.signal(signal.SIGTERM, previous)
         watcher.stop()
         repo.store.flush_index()
         builder.join(drain_seconds)
