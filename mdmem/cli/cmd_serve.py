@@ -105,6 +105,10 @@ def run_http(ctx) -> int:
         raise BadInput("serve --http: --as, --agent and --allow are for stdio; over HTTP each request's token "
                        "names the person, the agent and the capabilities (mdmem token add)")
     host, port = host_port(args.http)
+    for name, value, low in (("--rate", args.rate, 0), ("--burst", args.burst, 1), ("--max-body", args.max_body, 1),
+                             ("--body-timeout", args.body_timeout, 0.001)):
+        if not value >= low:
+            raise BadInput(f"{name}: {value}; give a number of at least {low:g}")
     repo = ctx.repo()
     repo.store.index_delay = INDEX_DELAY_SECONDS
     sock = listen(host, port)
