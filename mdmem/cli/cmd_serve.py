@@ -42,7 +42,7 @@ def register(sub) -> None:
 
 
 def run(ctx) -> int:
-    from ..storage.gitstore import INDEX_DELAY_SECONDS
+    from ..storage.gitindex import INDEX_DELAY_SECONDS
 
     if ctx.args.http is not None:
         return run_http(ctx)
@@ -98,7 +98,7 @@ def run_http(ctx) -> int:
     from ..auth.static_tokens import TokenFile
     from ..errors import BadInput
     from ..mcp.http import MCP_PATH, HttpLimits, TokenVerifier, listen, serve_http
-    from ..storage.gitstore import INDEX_DELAY_SECONDS
+    from ..storage.gitindex import INDEX_DELAY_SECONDS
 
     args = ctx.args
     if args.as_user is not None or args.agent is not None or args.allow != "read,write":
