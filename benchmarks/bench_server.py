@@ -146,14 +146,28 @@ def cpu_seconds(pid: int) -> float:
         return float("nan")
 
 
-def peak_rss_mb(pid: int) -> float:
+def rss_mb(pid: int, field: str = "VmHWM") -> float:
+    """The process's peak (VmHWM) or current (VmRSS) resident memory."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     except OSError:
         pass
     return float("nan")
+
+
+class RssSampler(threading.Thread):
+    """The server's current RSS every few seconds of the run: flat, or growing?"""
+
+    def __init__(self, pid: int, every: float = 2.0):
+        super().__init__(daemon=True)
+        self.pid, self.every, self.samples = pid, every, []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(self.every):
+            self.samples.append(rss_mb(self.pid, "VmRSS"))
 
 
 # --- the clients (in worker processes, so the client side does not eat the server's CPU in one GIL) ---
@@ -215,6 +229,7 @@ def client_proc(url: str, clients: list[tuple[str, str, int]], deadline: float, 
 
 def load(url: str, tokens: list[tuple[str, str]], clients: int, procs: int, seconds: float,
          on_half=None) -> tuple[list[dict], float]:
+    """Run the clients for ``seconds``; ``on_half`` is called once they are started (and may wait)."""
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     deadline = time.time() + seconds
@@ -224,7 +239,6 @@ def load(url: str, tokens: list[tuple[str, str]], clients: int, procs: int, seco
     for w in workers:
         w.start()
     if on_half is not None:
-        time.sleep(seconds / 2)
         on_half()
     results: list[dict] = []
     for _ in workers:
@@ -259,9 +273,16 @@ def run_one(n: int, embedder: str, args) -> tuple[list, dict]:
         console.print(f"[{n:,} notes, {embedder}] {args.clients} clients for {args.seconds:g} s against {url}")
         load_before = os.getloadavg()[0]
         cpu0 = cpu_seconds(proc.pid)
+        sampler = RssSampler(proc.pid)
+        sampler.start()
         results, wall = load(url, tokens, args.clients, args.client_procs, args.seconds)
+        sampler.stop.set()
         cpu = cpu_seconds(proc.pid) - cpu0
-        rss = peak_rss_mb(proc.pid)
+        rss = rss_mb(proc.pid)
+        third = max(1, len(sampler.samples) // 3)
+        # RSS over the run: the mean of its first third and of its last third
+        drift = (f"{sum(sampler.samples[:third]) / third:.0f} -> {sum(sampler.samples[-third:]) / third:.0f}"
+                 if sampler.samples else "-")
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(120)
         m = summarise(results)
@@ -269,17 +290,25 @@ def run_one(n: int, embedder: str, args) -> tuple[list, dict]:
         row = [f"{n:,}", embedder, args.clients, f"{m['ops'] / wall:.0f}", f"{cpu * 1000 / max(1, m['ops']):.1f}",
                f"{pct(m['recall'], 50):.1f}", f"{pct(m['recall'], 99):.1f}",
                f"{pct(m['remember'], 50):.1f}", f"{pct(m['remember'], 99):.1f}",
-               f"{rss:.0f}", f"{found}/{len(m['acked'])}", m["cross"], len(m["errors"]),
+               f"{rss:.0f}", drift, f"{found}/{len(m['acked'])}", m["cross"], len(m["errors"]),
                f"{load_before:.1f}", code]
         kill = {}
         if args.kill:
             proc, url = start_server(root, tokens_path, embedder)
 
-            def kill_now():
+            def commits() -> int:
+                return int(subprocess.run(["git", "-C", str(root), "rev-list", "--count", "main"],
+                                          capture_output=True, text=True).stdout or 0)
+
+            def kill_mid_load():
+                # Killed once the load has made some writes, in the middle of it.
+                start, t0 = commits(), time.monotonic()
+                while commits() < start + 20 and time.monotonic() - t0 < 60:
+                    time.sleep(0.2)
                 proc.send_signal(signal.SIGKILL)
 
-            results, _ = load(url, tokens, args.clients, args.client_procs, max(6.0, args.seconds / 2),
-                              on_half=kill_now)
+            results, _ = load(url, tokens, args.clients, args.client_procs, max(20.0, args.seconds),
+                              on_half=kill_mid_load)
             proc.wait(30)
             k = summarise(results)
             found_k = in_git(root, k["acked"])
@@ -316,7 +345,7 @@ def main() -> None:
                               kill["status_clean"]])
     table("mdmem serve --http under load (SDK client, loopback)",
           ["notes", "embedder", "clients", "ops/s", "server CPU ms/op", "recall p50 ms", "recall p99 ms", "remember p50 ms",
-           "remember p99 ms", "peak RSS MB", "acked writes in git", "cross-person hits", "errors",
+           "remember p99 ms", "peak RSS MB", "RSS MB first->last third", "acked writes in git", "cross-person hits", "errors",
            "load before", "exit"], rows, as_json=args.json)
     if kills:
         table("SIGKILL mid-load, then restart", ["notes", "embedder", "acked before kill", "found in git",

@@ -249,6 +249,15 @@ def test_a_write_by_another_process_is_seen_by_the_next_call(world):
                                       ("keys", {"subject": "service:web", "kind": "fact"})])
     assert "90 seconds" in data(out[0])["text"]
     assert "cache.ttl" in json.dumps(data(out[1]))
+    # A person's hand edit on the server's clone (not committed) is found by the next recall.
+    path = repo.root / data(out[0])["path"]
+    committed = path.read_text()
+    path.write_text(committed.replace("90 seconds", "45 seconds, says the ops runbook"))
+    try:
+        hits = data(call(world, t["alice_rw"], [("recall", {"query": "how long does the web cache keep pages"})])[0])
+        assert any("ops runbook" in h["text"] for h in hits["hits"]), hits
+    finally:
+        path.write_text(committed)  # the other tests share this clone
 
 
 def test_query_length_and_k_are_bounded(world):

@@ -19,6 +19,7 @@ import logging
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,7 @@ from .server import ANNOTATIONS, INSTRUCTIONS, TOOLS, tool_errors, unknown_argum
 log = logging.getLogger("mdmem.server")
 MCP_PATH = "/mcp"
 HEALTH_PATH = "/healthz"
+PERSON_CHECK_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ class TokenVerifier:
         self.tokens = tokens
         self.jwt = jwt
         self.resource = resource
+        self._declared: dict[str, float] = {}  # person -> when check_user last let them through
 
     async def verify_token(self, token: str) -> AccessToken | None:
         try:
@@ -106,10 +109,18 @@ class TokenVerifier:
                            capabilities=sorted(principal.capabilities), token_id=principal.token_id)
 
     def check_person(self, principal: Principal) -> None:
+        # A person found declared is not looked up again for PERSON_CHECK_SECONDS (a stamp of
+        # mdmem.toml at HEAD each time was a tenth of a request's CPU). This answer is the early
+        # 401; every operation checks the person again under mdmem.toml as it is then.
+        now = time.monotonic()
+        if self._declared.get(principal.person, -1e9) > now - PERSON_CHECK_SECONDS:
+            return
         try:
             self.repo.check_user(principal.person)
         except MdmemError as exc:
+            self._declared.pop(principal.person, None)
             raise TokenRejected(f"{principal.token_id}: {exc}") from None
+        self._declared[principal.person] = now
 
 
 def current_token() -> PersonToken:
@@ -271,16 +282,15 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
     builder also ended (see mcp/server.serve)."""
     import uvicorn
 
-    from ..watch import Watcher
-
-    # As over stdio: the index follows people's saves, and its first catch-up runs beside the
-    # server (recall answers from the views until it is in).
-    watcher = Watcher(repo, lambda event: None)
+    # The index's first catch-up (maybe a whole build) runs beside the server; recall answers
+    # from the views until it is in. No file watcher after it, unlike stdio: every recall
+    # catches the index up itself (HEAD each call, hand edits from inotify), and a watcher
+    # handling the events of this server's own writes cost an eighth of its CPU under load.
     ready = threading.Event()
 
     def start() -> None:
         try:
-            watcher.start()
+            repo.index.sync(worktree=True)
         except Exception:  # noqa: BLE001 -- recall then catches up (and reports) by itself
             pass
         finally:
@@ -305,7 +315,6 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         signal.signal(signal.SIGTERM, previous)
-        watcher.stop()
         repo.store.flush_index()
         builder.join(drain_seconds)
     return not builder.is_alive()
