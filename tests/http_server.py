@@ -92,11 +92,12 @@ def data(result):
         return text
 
 
-async def session_calls(url: str, token: str, calls, *, list_tools: bool = False):
+async def session_calls(url: str, token: str, calls, *, list_tools: bool = False, mode: str = "auto"):
     """Call the tools in order through one SDK client carrying ``token``; the results (and the
-    tool names offered first when ``list_tools``)."""
+    tool names offered first when ``list_tools``). ``mode="legacy"``: the initialize handshake of
+    the 2025 protocol versions, as most agents speak today."""
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
-        async with Client(streamable_http_client(url, http_client=http)) as client:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
             out = []
             if list_tools:
                 out.append(sorted(t.name for t in (await client.list_tools()).tools))

@@ -185,6 +185,22 @@ def test_a_read_only_token_cannot_remember_or_forget(world):
     assert before == after
 
 
+def test_a_client_on_the_handshake_protocol_acts_as_its_token_too(world):
+    """Agents speaking the 2025 protocol (initialize, then calls) reach the same tools, as the
+    same person, with the same capabilities, over the stateless transport."""
+    t = world["t"]
+    tools, got, wrote = call(world, t["bob_ro"], [
+        ("get", {"subject": "service:web", "kind": "fact", "key": "deploy.window"}),
+        ("remember", {"text": "x", "kind": "working", "subject": "task:current", "key": "file"})],
+        list_tools=True, mode="legacy")
+    assert tools == ["get", "history", "keys", "recall", "startup"]
+    assert "weekdays before 3pm" in data(got)["text"]
+    assert wrote.is_error and "needs the write capability" in data(wrote)
+    mine = call(world, t["bob_rw"], [("get", {"subject": "user:alice", "kind": "fact", "key": "locker"})],
+                mode="legacy")[0]
+    assert mine.is_error and "no such note visible to bob" in data(mine)
+
+
 def test_bobs_token_never_sees_alices_private_notes(world):
     t = world["t"]
     probes = [
