@@ -78,3 +78,21 @@ def test_the_rate_limit_is_a_bucket_per_token():
     now[0] += 0.5
     assert limiter.take("a") == 0.0
     assert RateLimiter(0, 1).take("a") == 0.0  # 0: no limit
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--http", "127.0.0.1:8765", "--as", "alice"], "over HTTP each request's token names the person"),
+    (["--http", "127.0.0.1:8765", "--agent", "bot"], "over HTTP each request's token names the person"),
+    (["--http", "localhost"], "--http: 'localhost'; give HOST:PORT"),
+    (["--http", "127.0.0.1:99999"], "give HOST:PORT"),
+    (["--http", "127.0.0.1:0", "--public-url", "memory.example.com/mcp"], "--public-url"),
+    (["--http", "127.0.0.1:0", "--rate", "-1"], "--rate: -1.0; give a number of at least 0"),
+    (["--http", "127.0.0.1:0", "--jwt-jwks", "keys.json"], "--jwt-jwks and --jwt-issuer go together"),
+])
+def test_serve_http_refuses_bad_arguments_naming_them(repo, tmp_path, capsys, args, says):
+    from mdmem.cli.main import main
+
+    code = main(["serve", "--repo", str(repo.root), "--tokens", str(tmp_path / "t.json"), *args],
+                env={"MDMEM_EMBEDDER": "none", "MDMEM_NO_DAEMON": "1", "HOME": str(tmp_path)})
+    assert code == 2
+    assert says in capsys.readouterr().err

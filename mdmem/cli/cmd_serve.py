@@ -109,13 +109,20 @@ def run_http(ctx) -> int:
                              ("--body-timeout", args.body_timeout, 0.001)):
         if not value >= low:
             raise BadInput(f"{name}: {value}; give a number of at least {low:g}")
+    if args.public_url is not None:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(args.public_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+            raise BadInput(f"--public-url: {args.public_url!r}; give the URL agents use for the MCP endpoint, "
+                           "like https://memory.example.com/mcp")
     repo = ctx.repo()
     repo.store.index_delay = INDEX_DELAY_SECONDS
     sock = listen(host, port)
     shown = f"[{host}]" if ":" in host else host
     public_url = args.public_url or f"http://{shown}:{sock.getsockname()[1]}{MCP_PATH}"
     tokens = TokenFile(token_file_path(ctx))
-    tokens.entries()  # an unreadable file is named now, not at the first request
+    active = [e for e in tokens.entries().values() if not e.revoked]  # an unreadable file is named now
     jwt = None
     if args.jwt_jwks or args.jwt_issuer:
         if not (args.jwt_jwks and args.jwt_issuer):
@@ -131,6 +138,9 @@ def run_http(ctx) -> int:
     logging.getLogger("mdmem").setLevel(logging.WARNING)
     print(f"mdmem: serving {public_url} (tokens: {tokens.path}"
           + (f"; JWTs from {args.jwt_issuer}" if jwt else "") + ")", file=sys.stderr, flush=True)
+    if not active and jwt is None:
+        print(f"mdmem: no token in {tokens.path} yet: every request is refused until you add one "
+              "(mdmem token add --person NAME --agent LABEL --allow read,write)", file=sys.stderr, flush=True)
     # The metadata names who issues tokens: the IdP, else this server (its static tokens).
     issuer = args.jwt_issuer or public_url
     if not serve_http(repo, verifier, sock, public_url=public_url, issuer=issuer, host=host, limits=limits):
