@@ -225,6 +225,18 @@ def test_bobs_token_never_sees_alices_private_notes(world):
     by_path, missing = data(out[3]), data(out[5])
     assert out[3].is_error and out[5].is_error
     assert by_path.replace("locker", "X") == missing.replace("no-such-key", "X")
+    # A token that may forget plans only over what its person sees: the plan for alice's text
+    # is the plan for a text nobody wrote, and naming her note answers as a note that never was.
+    plans = call(world, t["carol_all"], [
+        ("forget", {"texts": [SECRET_TEXT], "dry_run": True}),
+        ("forget", {"texts": ["Nobody wrote this sentence anywhere at all"], "dry_run": True}),
+        ("forget", {"paths": ["private/alice/user/alice/fact/locker.md"], "dry_run": True}),
+        ("forget", {"paths": ["private/alice/user/alice/fact/never.md"], "dry_run": True}),
+        ("forget", {"owner": "alice", "dry_run": True}),
+    ])
+    assert not plans[0].is_error and data(plans[0]) == data(plans[1])
+    assert data(plans[2]).replace("locker", "X") == data(plans[3]).replace("never", "X")
+    assert plans[4].is_error and all("7319" not in json.dumps(data(p)) for p in plans)
     # Alice's own token sees it: the probes were not simply wrong.
     mine = call(world, t["alice_rw"], [probes[0]])
     assert "7319-plum" in json.dumps(data(mine[0]))
