@@ -11,7 +11,7 @@ Goals (issue 33, 2-core machine): recall p99 <= 50 ms at 10,000 notes with 32 cl
 p99 <= 150 ms; 0 lost acknowledged writes; 0 cross-person hits.
 
 Usage: bench_server.py [--notes 10000[,100000]] [--clients 32] [--seconds 30] [--embedders none,minilm]
-                       [--client-procs 2] [--no-kill] [--json]
+                       [--client-procs 2] [--think 0] [--no-kill] [--json]
 """
 from __future__ import annotations
 
@@ -172,7 +172,8 @@ class RssSampler(threading.Thread):
 
 # --- the clients (in worker processes, so the client side does not eat the server's CPU in one GIL) ---
 
-async def one_client(url: str, person: str, token: str, idx: int, deadline: float, seed: int) -> dict:
+async def one_client(url: str, person: str, token: str, idx: int, deadline: float, seed: int,
+                     think: float = 0.0) -> dict:
     import httpx2
     from mcp.client import Client
     from mcp.client.streamable_http import streamable_http_client
@@ -184,6 +185,8 @@ async def one_client(url: str, person: str, token: str, idx: int, deadline: floa
             async with Client(streamable_http_client(url, http_client=http)) as client:
                 j = 0
                 while time.time() < deadline:
+                    if think:  # an agent between two memory calls (exponential, mean `think` s)
+                        await asyncio.sleep(rng.expovariate(1 / think))
                     j += 1
                     if rng.random() < 0.1:
                         t0 = time.perf_counter()
@@ -220,21 +223,21 @@ async def one_client(url: str, person: str, token: str, idx: int, deadline: floa
     return out
 
 
-def client_proc(url: str, clients: list[tuple[str, str, int]], deadline: float, queue) -> None:
+def client_proc(url: str, clients: list[tuple[str, str, int]], deadline: float, queue, think: float) -> None:
     async def run():
-        return await asyncio.gather(*[one_client(url, p, t, i, deadline, i * 7919 + int(deadline))
+        return await asyncio.gather(*[one_client(url, p, t, i, deadline, i * 7919 + int(deadline), think)
                                       for p, t, i in clients])
     queue.put(asyncio.run(run()))
 
 
 def load(url: str, tokens: list[tuple[str, str]], clients: int, procs: int, seconds: float,
-         on_half=None) -> tuple[list[dict], float]:
+         on_half=None, think: float = 0.0) -> tuple[list[dict], float]:
     """Run the clients for ``seconds``; ``on_half`` is called once they are started (and may wait)."""
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     deadline = time.time() + seconds
     assigned = [(tokens[i][0], tokens[i][1], i) for i in range(clients)]
-    workers = [ctx.Process(target=client_proc, args=(url, assigned[k::procs], deadline, queue)) for k in range(procs)]
+    workers = [ctx.Process(target=client_proc, args=(url, assigned[k::procs], deadline, queue, think)) for k in range(procs)]
     t0 = time.perf_counter()
     for w in workers:
         w.start()
@@ -275,7 +278,7 @@ def run_one(n: int, embedder: str, args) -> tuple[list, dict]:
         cpu0 = cpu_seconds(proc.pid)
         sampler = RssSampler(proc.pid)
         sampler.start()
-        results, wall = load(url, tokens, args.clients, args.client_procs, args.seconds)
+        results, wall = load(url, tokens, args.clients, args.client_procs, args.seconds, think=args.think)
         sampler.stop.set()
         cpu = cpu_seconds(proc.pid) - cpu0
         rss = rss_mb(proc.pid)
@@ -287,7 +290,7 @@ def run_one(n: int, embedder: str, args) -> tuple[list, dict]:
         code = proc.wait(120)
         m = summarise(results)
         found = in_git(root, m["acked"])
-        row = [f"{n:,}", embedder, args.clients, f"{m['ops'] / wall:.0f}", f"{cpu * 1000 / max(1, m['ops']):.1f}",
+        row = [f"{n:,}", embedder, args.clients, f"{args.think:g}", f"{m['ops'] / wall:.0f}", f"{cpu * 1000 / max(1, m['ops']):.1f}",
                f"{pct(m['recall'], 50):.1f}", f"{pct(m['recall'], 99):.1f}",
                f"{pct(m['remember'], 50):.1f}", f"{pct(m['remember'], 99):.1f}",
                f"{rss:.0f}", drift, f"{found}/{len(m['acked'])}", m["cross"], len(m["errors"]),
@@ -313,8 +316,8 @@ def run_one(n: int, embedder: str, args) -> tuple[list, dict]:
             k = summarise(results)
             found_k = in_git(root, k["acked"])
             proc, url = start_server(root, tokens_path, embedder)  # the restart picks up (journal repair)
-            again = load(url, tokens[:2], 2, 1, 3.0)[0]
-            answered = sum(len(r["recall"]) + len(r["remember"]) - len(r["errors"]) for r in again)
+            again = asyncio.run(one_client(url, tokens[0][0], tokens[0][1], 0, time.time() + 3.0, 1))
+            answered = len(again["recall"]) + len(again["remember"]) - len(again["errors"])
             proc.send_signal(signal.SIGTERM)
             proc.wait(120)
             kill = {"acked": len(k["acked"]), "found": found_k, "after_restart_answers": answered,
@@ -332,6 +335,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--embedders", default="none,minilm")
     parser.add_argument("--client-procs", type=int, default=2)
+    parser.add_argument("--think", type=float, default=0.0,
+                        help="mean seconds a client waits between calls (0: back to back, the worst case)")
     parser.add_argument("--no-kill", dest="kill", action="store_false")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -344,7 +349,7 @@ def main() -> None:
                 kills.append([f"{n:,}", embedder, kill["acked"], kill["found"], kill["after_restart_answers"],
                               kill["status_clean"]])
     table("mdmem serve --http under load (SDK client, loopback)",
-          ["notes", "embedder", "clients", "ops/s", "server CPU ms/op", "recall p50 ms", "recall p99 ms", "remember p50 ms",
+          ["notes", "embedder", "clients", "think s", "ops/s", "server CPU ms/op", "recall p50 ms", "recall p99 ms", "remember p50 ms",
            "remember p99 ms", "peak RSS MB", "RSS MB first->last third", "acked writes in git", "cross-person hits", "errors",
            "load before", "exit"], rows, as_json=args.json)
     if kills:
