@@ -74,11 +74,14 @@ class JwksSource:
                     self._keys = self._parse(self._fetch())
                     self._fetched_at = now
             else:
-                st = Path(self.where).stat()
-                stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
-                if stamp != self._stamp:
-                    self._keys = self._parse(Path(self.where).read_bytes())
-                    self._stamp = stamp
+                try:
+                    st = Path(self.where).stat()
+                    stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+                    if stamp != self._stamp:
+                        self._keys = self._parse(Path(self.where).read_bytes())
+                        self._stamp = stamp
+                except OSError as exc:
+                    raise TokenRejected(f"JWKS {self.where}: {exc}") from None
             if kid is None and len(self._keys) == 1:
                 return next(iter(self._keys.values()))
             if kid not in self._keys:

@@ -103,6 +103,9 @@ class TokenVerifier:
         except MdmemError as exc:  # an unreadable token file, a damaged config: refuse, say why in the log
             log.warning("token refused: %s: %s", exc.kind, exc)
             return None
+        except Exception as exc:  # noqa: BLE001 -- a token that could not be checked is not let in
+            log.error("token refused: checking it failed: %s: %s", type(exc).__name__, exc)
+            return None
         return PersonToken(token=token, client_id=principal.agent, scopes=sorted(principal.capabilities),
                            expires_at=principal.expires_at, resource=self.resource, subject=principal.person,
                            person=principal.person, agent=principal.agent,
