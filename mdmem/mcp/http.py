@@ -50,6 +50,7 @@ log = logging.getLogger("mdmem.server")
 MCP_PATH = "/mcp"
 HEALTH_PATH = "/healthz"
 PERSON_CHECK_SECONDS = 2.0
+REFUSALS_LOGGED = 30  # a minute
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class TokenVerifier:
         self.jwt = jwt
         self.resource = resource
         self._declared: dict[str, float] = {}  # person -> when check_user last let them through
+        self._window = [time.monotonic(), 0, 0]  # refusals: minute started, logged, not logged
 
     async def verify_token(self, token: str) -> AccessToken | None:
         try:
@@ -98,18 +100,32 @@ class TokenVerifier:
                 raise TokenRejected("a token of a kind this server does not accept")
             self.check_person(principal)
         except TokenRejected as exc:
-            log.warning("token refused: %s", exc.reason)
+            self.refused(exc.reason)
             return None
         except MdmemError as exc:  # an unreadable token file, a damaged config: refuse, say why in the log
-            log.warning("token refused: %s: %s", exc.kind, exc)
+            self.refused(f"{exc.kind}: {exc}")
             return None
         except Exception as exc:  # noqa: BLE001 -- a token that could not be checked is not let in
-            log.error("token refused: checking it failed: %s: %s", type(exc).__name__, exc)
+            self.refused(f"checking it failed: {type(exc).__name__}: {exc}")
             return None
         return PersonToken(token=token, client_id=principal.agent, scopes=sorted(principal.capabilities),
                            expires_at=principal.expires_at, resource=self.resource, subject=principal.person,
                            person=principal.person, agent=principal.agent,
                            capabilities=sorted(principal.capabilities), token_id=principal.token_id)
+
+    def refused(self, why: str) -> None:
+        """Log why a token was refused, at most REFUSALS_LOGGED a minute: a flood of bad tokens
+        must not flood the log (the rest are counted, and the count logged)."""
+        now = time.monotonic()
+        if now - self._window[0] >= 60:
+            if self._window[2]:
+                log.warning("token refused: %d more in the last minute, not logged one by one", self._window[2])
+            self._window = [now, 0, 0]
+        if self._window[1] < REFUSALS_LOGGED:
+            self._window[1] += 1
+            log.warning("token refused: %s", why)
+        else:
+            self._window[2] += 1
 
     def check_person(self, principal: Principal) -> None:
         # A person found declared is not looked up again for PERSON_CHECK_SECONDS (a stamp of
