@@ -96,3 +96,20 @@ def test_serve_http_refuses_bad_arguments_naming_them(repo, tmp_path, capsys, ar
                 env={"MDMEM_EMBEDDER": "none", "MDMEM_NO_DAEMON": "1", "HOME": str(tmp_path)})
     assert code == 2
     assert says in capsys.readouterr().err
+
+
+def test_a_flood_of_bad_tokens_does_not_flood_the_log(caplog):
+    import logging
+
+    from mdmem.mcp.http import REFUSALS_LOGGED, TokenVerifier
+
+    verifier = TokenVerifier(None, resource="http://127.0.0.1:1/mcp")  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, logger="mdmem.server"):
+        for i in range(REFUSALS_LOGGED + 50):
+            verifier.refused(f"bad token {i}")
+    assert len(caplog.records) == REFUSALS_LOGGED
+    verifier._window[0] -= 61  # a minute later
+    with caplog.at_level(logging.WARNING, logger="mdmem.server"):
+        verifier.refused("one more")
+    assert "50 more in the last minute" in caplog.records[-2].getMessage()
+    assert caplog.records[-1].getMessage() == "token refused: one more"
