@@ -113,3 +113,16 @@ def test_a_flood_of_bad_tokens_does_not_flood_the_log(caplog):
         verifier.refused("one more")
     assert "50 more in the last minute" in caplog.records[-2].getMessage()
     assert caplog.records[-1].getMessage() == "token refused: one more"
+
+
+def test_the_token_file_defaults_to_beside_the_users_config(repo, tmp_path, capsys):
+    from mdmem.cli.main import main
+
+    env = {"MDMEM_EMBEDDER": "none", "MDMEM_NO_DAEMON": "1", "HOME": str(tmp_path),
+           "MDMEM_CONFIG": str(tmp_path / "conf" / "config.toml")}
+    assert main(["token", "add", "--repo", str(repo.root), "--person", "bob", "--agent", "bob-bot"], env=env) == 0
+    secret = capsys.readouterr().out.strip()
+    tokens = TokenFile(tmp_path / "conf" / "server-tokens.json")
+    assert tokens.verify(secret).capabilities == {"read"}  # the default: read only
+    assert main(["token", "list", "--json"], env=env) == 0
+    assert json.loads(capsys.readouterr().out)["tokens"][0]["person"] == "bob"
