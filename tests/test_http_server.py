@@ -478,3 +478,42 @@ def test_sigterm_finishes_writes_in_flight_and_loses_none_acknowledged(world, tm
     status = subprocess.run(["git", "-C", str(repo.root), "status", "--porcelain"], capture_output=True,
                             text=True).stdout
     assert status == ""
+
+
+def test_reads_are_answered_while_writes_wait_for_the_write_lock(world):
+    """Writes take turns on the repository's write lock; while a dozen wait there (held here,
+    as another process's long write would), a recall is still answered."""
+    repo, t = world["repo"], world["t"]
+
+    async def remember(i: int):
+        return (await session_calls(world["server"].url, t["alice_rw"], [("remember", {
+            "text": f"queued write {i}", "kind": "episode", "subject": "task:queue", "key": f"q{i}"})]))[0]
+
+    async def scenario():
+        writes = [asyncio.create_task(remember(i)) for i in range(12)]
+        await asyncio.sleep(2.0)  # they reach the server and wait for the lock
+        recall = await asyncio.wait_for(session_calls(world["server"].url, t["bob_rw"],
+                                                      [("recall", {"query": "deploy weekdays"})]), 40)
+        waiting = sum(not w.done() for w in writes)
+        release.set()
+        return recall[0], waiting, await asyncio.gather(*writes)
+
+    release = threading.Event()
+    holder_ready = threading.Event()
+
+    def hold_the_lock():
+        with repo.store.locked():
+            holder_ready.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold_the_lock)
+    holder.start()
+    holder_ready.wait(10)
+    try:
+        recalled, waiting, written = asyncio.run(scenario())
+    finally:
+        release.set()
+        holder.join(30)
+    assert not recalled.is_error and data(recalled)["hits"]
+    assert waiting == 12  # answered while every write still waited
+    assert all(data(w)["status"] == "committed" for w in written), [data(w) for w in written]

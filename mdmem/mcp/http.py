@@ -63,7 +63,11 @@ class HttpLimits:
     read_seconds: float = 30.0  # a read tool answering later than this is given up (writes finish)
     rate_per_second: float = 20.0  # per token; 0 turns the limit off
     burst: int = 40
-    workers: int = 8  # tool calls running at once (threads); more wait their turn
+    # Tool calls running at once (threads); more wait their turn without a thread. Writes have a
+    # pool of their own: they take turns on the repo's write lock anyway, and eight writes
+    # waiting there held every thread while the recalls queued behind them for 30 s and more.
+    read_workers: int = 6
+    write_workers: int = 2
 
 
 class PersonToken(AccessToken):
@@ -248,11 +252,12 @@ def build_app(repo: MemoryRepo, verifier: TokenVerifier, *, public_url: str, iss
                         required_scopes=None, validate_token_resource=True)
     server: MCPServer = MCPServer("mdmem", instructions=INSTRUCTIONS, token_verifier=verifier, auth=auth,
                                   middleware=[CapabilityGate(params)], log_level="WARNING")
-    workers = anyio.CapacityLimiter(limits.workers)
+    readers, writers = anyio.CapacityLimiter(limits.read_workers), anyio.CapacityLimiter(limits.write_workers)
     for name, capability in TOOLS.items():
         module = importlib.import_module(f"mdmem.mcp.tools.{name}")
         fn = module.make(ctx)
         params[name] = frozenset(inspect.signature(fn).parameters)
+        workers = readers if capability == "read" else writers
         server.add_tool(http_tool(fn, name, capability, limits, workers), name=name,
                         description=module.DESCRIPTION, annotations=ANNOTATIONS[capability])
 
