@@ -220,7 +220,7 @@ def expire_reflogs(root: Path) -> None:
 
 def gc_prune(root: Path) -> None:
     """Repack and prune every unreachable object now (reflogs: expire them first). Packs marked
-    ``.keep`` are repacked too: a kept pack would keep erased objects (attack F8)."""
+    ``.keep`` are repacked too: a kept pack would keep erased objects."""
     for keep in (git_dir(root) / "objects" / "pack").glob("*.keep"):
         keep.unlink(missing_ok=True)
     run_git(root, "gc", "--prune=now", "--quiet", check=False)
@@ -253,7 +253,7 @@ GC_WAIT_SECONDS = 120.0
 
 def _wait_for_gc(gd: Path, timeout: float) -> None:
     """A killed forget's `git gc` child outlives it and goes on pruning, holding git's locks:
-    wait until the process named by gc.pid (on this machine) is gone (attack 13)."""
+    wait until the process named by gc.pid (on this machine) is gone."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -343,7 +343,7 @@ class Worktree:
 def linked_worktrees(root: Path) -> list[Worktree]:
     """The repository's other worktrees (from a linked one, the main one too). Not the shared
     git directory itself, which git names as the main worktree of a --separate-git-dir
-    repository without core.worktree (attack 13)."""
+    repository without core.worktree."""
     out = []
     current: dict = {}
     skip = {Path(root).resolve(), git_dir(root).resolve()}
@@ -382,14 +382,14 @@ def _git_in(admin: Path, *args: str) -> None:
 def set_worktree_head(root: Path, path: Path, oid: str) -> None:
     """Point the linked worktree at ``path`` at ``oid`` (detached), through its own git directory
     in .git/worktrees/: that works while its folder is gone or unmounted, where `git -C path`
-    failed silently and left it on an erased commit (attack 13)."""
+    failed silently and left it on an erased commit."""
     _git_in(_worktree_admin(root, path), "update-ref", "--no-deref", "HEAD", oid)
 
 
 def reset_missing_worktree_index(root: Path, path: Path) -> None:
     """A linked worktree whose folder is gone still has its index in .git/worktrees/, and git
     keeps every object an index names: its entries are set to its (rewritten) HEAD's, so the
-    erased blobs can be pruned (attack 13). Its work tree, if it comes back, shows the change."""
+    erased blobs can be pruned. Its work tree, if it comes back, shows the change."""
     _git_in(_worktree_admin(root, path), "read-tree", "HEAD")
 
 
@@ -503,7 +503,7 @@ def filter_repo_in_own_process(root: Path, module: str) -> None:
     """Run ``python -I -m module ROOT`` (which calls :func:`filter_repo`): filter-repo changes the
     working directory and may exit the process, so it gets one of its own. Isolated (-I): with
     the work tree as cwd, plain ``-m`` would import a ``mdmem/`` a teammate committed there
-    instead of the installed package (attack 5, A27); the hooks and housekeeping do the same."""
+    instead of the installed package; the hooks and housekeeping do the same."""
     import sys
     proc = subprocess.run([sys.executable, "-I", "-m", module, str(root)], capture_output=True, text=True,
                           cwd=str(root))
@@ -540,3 +540,31 @@ def snapshot_ref(root: Path, ref: str, files: dict[str, bytes], message: str) ->
     oid = repo.create_commit(None, sig, sig, message, tree, [])
     set_ref(root, ref, str(oid))
     return str(oid)
+
+
+def configured_url(root: Path, remote: str) -> str:
+    """The URL as the person configured it (before any ``insteadOf`` rewriting): it names the host."""
+    return run_git(root, "config", "--get", f"remote.{remote}.url", check=False).strip()
+
+
+def served_by(root: Path, remote: str, ids: list[str]) -> list[str]:
+    """Which of ``ids`` (commits or blobs) ``remote`` still hands out when asked by id, asked as a
+    fresh clone would ask (a scratch repository of its own, over git's own transport: no object
+    of this clone can answer for the remote)."""
+    url = run_git(root, "remote", "get-url", remote, check=False).strip()
+    if not url or not ids:
+        return []
+    scratch = git_dir(root) / "mdmem-remote-check"
+    shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        subprocess.run(["git", "init", "-q", "--bare", str(scratch)], capture_output=True, check=True)
+        served = []
+        for oid in ids:
+            # From the clone's folder: a relative URL means what it means to the clone.
+            proc = subprocess.run(["git", f"--git-dir={scratch}", "fetch", "-q", "--no-tags", "--depth=1", url, oid],
+                                  capture_output=True, text=True, cwd=str(root))
+            if proc.returncode == 0:
+                served.append(oid)
+        return served
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -34,6 +34,21 @@ def worktree_version(data: bytes) -> str:
     return blob_hash(data.replace(b"\r\n", b"\n") if b"\r\n" in data else data)
 
 
+def git_user_email(cwd: str | Path, env: dict[str, str]) -> str | None:
+    """The e-mail a person's own `git commit` would carry from ``cwd`` (git's user.email, as
+    their config and ``env`` -- the caller's environment, passed in -- say), or None."""
+    proc = subprocess.run(["git", "config", "--get", "user.email"], capture_output=True, text=True,
+                          cwd=str(cwd), env=dict(env))
+    email = proc.stdout.strip()
+    return email if proc.returncode == 0 and "@" in email else None
+
+
+def is_ancestor_at(path: str | Path, ancestor: str, tip: str) -> bool:
+    """In a repository that is not a memory repo's store: ``ancestor`` is in ``tip``'s history."""
+    return subprocess.run(["git", "-C", str(path), "merge-base", "--is-ancestor", ancestor, tip],
+                          capture_output=True).returncode == 0
+
+
 def run_git_at(path: str | Path, *args: str, check: bool = True) -> str:
     """git in a repository that is not a memory repo's store (a bare remote the guard protects)."""
     proc = subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True)
@@ -197,7 +212,7 @@ class GitQueries:
         process's commits whose entries are deferred, another's not flushed yet): a file whose
         content is HEAD's is not dirty. The deferred entries used to be flushed first, which
         took the write lock under the search index's lock: a reader then waited for a forget
-        that waited for the index lock (a deadlock of two lock timeouts, attack 15b), and a
+        that waited for the index lock (a deadlock of two lock timeouts), and a
         recall paid for the rewrite of git's index (~90 ms at 100k notes)."""
         self.refresh_stat_if_moved()
         out: dict[str, str] = {}
@@ -226,7 +241,7 @@ class GitQueries:
             pass
         try:
             # Not flushed first: it refreshes the stat data of entries whatever they hold, and a
-            # reader (under the search index's lock) must not wait for the write lock (attack 15b).
+            # reader (under the search index's lock) must not wait for the write lock.
             self.git("update-index", "-q", "--refresh", flush=False)
         except GitFailed:
             return  # git's index locked (a write in progress): tried again next time
