@@ -1,0 +1,79 @@
+"""Conversation turns carry their context by themselves.
+
+A turn alone is often short of its subject ("Yes, last Tuesday!"); written with the turn it
+answers as its ``context`` it is found far more often, and agents rarely pass one. So an
+episode written right after another episode of the same subject by the same writer (a
+conversation: the turns of one session) gets the one before as its context, unless the
+caller gives one. "Right after" is by the events' own times (``valid_from``): within
+TURN_GAP of each other, the earlier one first.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+
+from ..model import layout
+from ..model.note import MAX_CONTEXT, Note
+from ..storage.worktree import notes_named
+from .state import RepoState
+
+# Turns of one conversation follow within minutes; a day later is another conversation.
+TURN_GAP = _dt.timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """The episode a later one may follow: when it happened and what it said."""
+
+    when: _dt.datetime
+    text: str
+
+
+def context_after(previous: Turn | None, when: _dt.datetime) -> str | None:
+    """The context a turn at ``when`` gets from the ``previous`` one (None: not a follow-up)."""
+    if previous is None or not (_dt.timedelta(0) <= when - previous.when <= TURN_GAP):
+        return None
+    text = f"{when:%-d %B %Y}; after: {' '.join(previous.text.split())}"
+    return text[:MAX_CONTEXT]
+
+
+class Turns:
+    """The episodes a batch of writes may follow: the ones on disk (each day read once) and
+    the ones written earlier in the same batch."""
+
+    def __init__(self, repo: RepoState) -> None:
+        self.repo = repo
+        self.known: dict[tuple[str, str, str], list[Turn]] = {}
+        self.read_days: set[tuple[str, str, str, _dt.date]] = set()
+
+    def before(self, root: str, subject: str, writer: str, when: _dt.datetime) -> Turn | None:
+        """The latest turn of ``subject`` in ``root`` by ``writer`` at or before ``when``,
+        within TURN_GAP of it."""
+        who = (root, subject, writer)
+        turns = self.known.setdefault(who, [])
+        for day in sorted({(when - TURN_GAP).date(), when.date()}):
+            if (*who, day) not in self.read_days:
+                self.read_days.add((*who, day))
+                turns += self._on_disk(root, subject, writer, day)
+        best = None
+        for turn in turns:
+            if _dt.timedelta(0) <= when - turn.when <= TURN_GAP and (best is None or turn.when >= best.when):
+                best = turn
+        return best
+
+    def add(self, root: str, subject: str, writer: str, turn: Turn) -> None:
+        self.known.setdefault((root, subject, writer), []).append(turn)
+
+    def context_for(self, root: str, subject: str, writer: str, when: _dt.datetime, text: str) -> str | None:
+        """The context an episode at ``when`` gets (None: it follows no turn); it is then
+        remembered as the turn the next one may follow."""
+        context = context_after(self.before(root, subject, writer, when), when)
+        self.add(root, subject, writer, Turn(when, text))
+        return context
+
+    def _on_disk(self, root: str, subject: str, writer: str, day: _dt.date) -> list[Turn]:
+        folder = f"{root}/{layout.subject_dir(subject)}/episode/{day:%Y-%m}"
+        return [Turn(s.note.valid_from, s.note.text)
+                for s in notes_named(self.repo.root, folder, (f"{day:%Y-%m-%d}-",), self.repo.contracts,
+                                     max_bytes=self.repo.config.note_max_bytes)
+                if s.note.kind == "episode" and s.note.owner == writer and s.note.subject == subject]
