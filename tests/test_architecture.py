@@ -103,6 +103,11 @@ def test_layers_import_downwards():
         ("views/", "ops/", "erasure/", "remote.py", "watch.py", "results.py", "errors.py"):
             ("mdmem.cli", "mdmem.mcp"),
         ("ops/", "views/", "erasure/"): ("mdmem.repo",),
+        # interop/ speaks other tools' formats on top of the facade and its gate: never around it
+        # (no ops/ or storage/ of its own), and nothing below it knows of it.
+        ("interop/",): ("mdmem.cli", "mdmem.mcp", "mdmem.ops", "mdmem.storage", "mdmem.search", "mdmem.erasure"),
+        ("model/", "policy/", "search/", "storage/", "views/", "ops/", "erasure/", "remote", "watch.py",
+         "results.py", "errors.py", "repo.py", "config.py", "hooks.py"): ("mdmem.interop",),
     }
     bad = []
     for rel, tree in modules().items():

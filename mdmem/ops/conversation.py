@@ -13,7 +13,7 @@ import datetime as _dt
 from dataclasses import dataclass
 
 from ..model import layout
-from ..model.note import MAX_CONTEXT, Note
+from ..model.note import MAX_CONTEXT
 from ..storage.worktree import notes_named
 from .state import RepoState
 

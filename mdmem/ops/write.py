@@ -61,7 +61,7 @@ def remember(repo: RepoState, text: str, *, as_user: str, kind: str, subject: st
              source: str = "user", ttl: SpanLike = None, valid_from: TimeLike = None, new_key: bool = False,
              expect_version: str | None = None, derived_from: list[str] | None = None,
              context: str | None = None, now: TimeLike = None, channel: str = HUMAN,
-             claimed_source: str | None = None) -> WriteResult:
+             claimed_source: str | None = None, extra: Mapping[str, Any] | None = None) -> WriteResult:
     """Write one note through the gate: committed, held for review, or refused (raised).
 
     ``channel`` is who is at the other end: a person (CLI, API) or an agent (the MCP server,
@@ -71,7 +71,7 @@ def remember(repo: RepoState, text: str, *, as_user: str, kind: str, subject: st
     path, note, contract, provenance = draft(
         repo, user, text, kind=kind, subject=subject, key=key, scope=scope, team=team, owner=owner, source=source,
         ttl=ttl, valid_from=valid_from, derived_from=derived_from, channel=channel,
-        claimed_source=claimed_source, when=when, context=context, turns=Turns(repo))
+        claimed_source=claimed_source, when=when, context=context, turns=Turns(repo), extra=extra)
     if not provenance.trusted:
         with repo.store.locked():
             pending = prepare(repo, user, path, note, contract, new_key=new_key,
