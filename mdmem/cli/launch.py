@@ -50,6 +50,11 @@ def entry() -> None:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:4] == ["hooks", "claude-code", "run", "UserPromptSubmit"]:
+        # Claude Code waits on this hook before every prompt: its recall goes to the daemon.
+        from .prompt_hook import MAX_INPUT_BYTES, run as prompt_hook
+
+        return prompt_hook(argv[4:], sys.stdin.buffer.read(MAX_INPUT_BYTES + 1))
     start_for = None  # the repo whose daemon to start once this call has run here
     if argv and argv[0] in READ_ONLY and not switch(os.environ, "MDMEM_NO_DAEMON", False) \
             and sys.stdout is not None and sys.stderr is not None:
