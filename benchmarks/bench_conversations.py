@@ -152,7 +152,7 @@ def written_without_context(repo: MemoryRepo, sample: dict, *, captions: bool) -
     items = [dict(text=note_text(t), kind="episode", subject=f"user:{OWNER}", valid_from=t["when"].isoformat(),
                   key=t["dia_id"].lower().replace(":", "-"), line=t["dia_id"])
              for t in turns(sample, captions=captions)]
-    result = repo.remember_many(items, as_user=OWNER, now=dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc))
+    result = repo.remember_many(items, as_user=OWNER, now=dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc))
     if result.refused or result.held:
         raise SystemExit(f"bench_conversations: the import refused {result.refused[:3]} held {result.held[:3]}")
     return {c["path"]: c["line"] for c in result.committed}
