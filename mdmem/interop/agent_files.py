@@ -65,8 +65,8 @@ def imports_in(text: str) -> list[str]:
         if fenced:
             continue
         line = re.sub(r"`[^`]*`", "", line)
-        found += IMPORT.findall(line)
-    return found
+        found += [t.rstrip(".,;:!?)") for t in IMPORT.findall(line)]  # "see @README.md." ends a sentence
+    return [t for t in found if t]
 
 
 def _items_of(src: Source, rel: str, text: str, *, subject: str, kind: str, source_name: str, stem: str,

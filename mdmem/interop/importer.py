@@ -71,26 +71,40 @@ def run_import(repo: MemoryRepo, source: Source, *, as_user: str, now: Any = Non
     """Write what ``source`` holds through the gate (remember_many), leaving out what is
     already there unchanged; the source's refusals are reported with the gate's."""
     held = {(item.path, item.note.text) for item in repo.review_list(as_user=as_user)}
-    kept, unchanged = [], []
+    paths: list[str | None] = []
     for item in source.items:
         try:
-            path = target_path(repo, as_user, item)
+            paths.append(target_path(repo, as_user, item))
+        except (MdmemError, KeyError, TypeError):
+            paths.append(None)  # the gate says what is wrong with it
+    # Items for one path are its versions, oldest first (an export with history): what the
+    # note already holds is where to go on from, so a second run writes nothing and a run
+    # killed halfway writes only the versions after the one it got to.
+    last_same: dict[str, int] = {}
+    current: dict[str, Any] = {}
+    for n, (item, path) in enumerate(zip(source.items, paths)):
+        if path is None:
+            continue
+        if path not in current:
+            try:
+                current[path] = repo.show(as_user=as_user, path=path).note
+            except MdmemError:
+                current[path] = None
+        note = current[path]
+        try:
             kind = repo.contracts.resolve(item["kind"]).name
         except (MdmemError, KeyError, TypeError):
-            kept.append(item)  # the gate says what is wrong with it
             continue
-        if path is not None:
-            try:
-                stored = repo.show(as_user=as_user, path=path)
-            except MdmemError:
-                stored = None
-            if stored is not None and _same(stored.note, item, kind):
-                unchanged.append({"line": item.get("line"), "path": path, "reason": "already there, unchanged"})
-                continue
-            if (path, str(item.get("text", "")).strip()) in held:
-                unchanged.append({"line": item.get("line"), "path": path, "reason": "already held for review"})
-                continue
-        kept.append(item)
+        if note is not None and _same(note, item, kind):
+            last_same[path] = n
+    kept, unchanged = [], []
+    for n, (item, path) in enumerate(zip(source.items, paths)):
+        if path is not None and n <= last_same.get(path, -1):
+            unchanged.append({"line": item.get("line"), "path": path, "reason": "already there, unchanged"})
+        elif path is not None and (path, str(item.get("text", "")).strip()) in held:
+            unchanged.append({"line": item.get("line"), "path": path, "reason": "already held for review"})
+        else:
+            kept.append(item)
     result = repo.remember_many(kept, as_user=as_user, now=now, new_key=new_key, batch_size=batch_size,
                                 progress=progress)
     result.refused = sorted(source.refused + result.refused, key=lambda r: (isinstance(r["line"], str), r["line"]))

@@ -80,8 +80,9 @@ def export_letta(repo: MemoryRepo, folder: str | Path, *, as_user: str, root: st
             ("system/" if note.kind in ("profile", "procedure") else "") + \
             f"{name_part(note.subject.replace(':', '.'), 'subject')}.{name_part(note.key or note.id, 'note', 80)}.md"
         meta = {k: v for k, v in note.extra.items() if k != PATH_FIELD}
-        meta.setdefault("label", rel[:-3].rsplit("/", 1)[-1])
-        meta.setdefault("description", f"{note.kind} about {note.subject} (from mdmem)")
+        if not isinstance(given, str):  # a block that did not come from Letta says what it is
+            meta.setdefault("label", rel[:-3].rsplit("/", 1)[-1])
+            meta.setdefault("description", f"{note.kind} about {note.subject} (from mdmem)")
         write_file(folder, rel, f"---\n{yaml.safe_dump(meta, sort_keys=False, allow_unicode=True)}---\n"
                                 f"{note.text}\n")
         written.append(rel)
