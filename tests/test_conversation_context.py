@@ -14,9 +14,11 @@ def test_an_episode_right_after_another_gets_it_as_context(repo):
     first = episode(repo, "Ann: I adopted a puppy called Biscuit.", "2026-10-01T09:00:00Z")
     assert first.context is None
     reply = episode(repo, "Bo: What breed is it?", "2026-10-01T09:00:05Z")
-    assert reply.context == "1 October 2026; after: Ann: I adopted a puppy called Biscuit."
-    third = episode(repo, "Ann: A corgi!", "2026-10-01T09:00:09Z")
-    assert "after: Bo: What breed is it?" in third.context
+    assert reply.context == "1 October 2026, Bo; after Ann: I adopted a puppy called Biscuit."
+    third = episode(repo, "[1 October 2026] Ann: A corgi!", "2026-10-01T09:00:09Z")
+    assert third.context == "1 October 2026, Ann; after Bo: What breed is it?"
+    plain = episode(repo, "Deployed v2, all green", "2026-10-01T09:00:20Z")
+    assert plain.context == "1 October 2026; after Ann: A corgi!"
 
 
 def test_a_given_context_wins_and_other_writers_subjects_and_late_turns_are_not_followed(repo):
@@ -35,5 +37,5 @@ def test_a_batch_of_turns_follows_one_another_across_midnight_and_what_came_befo
                       valid_from="2026-10-02T00:05:00Z"))
     result = repo.remember_many(items, as_user="alice", now="2026-10-02T01:00:00Z")
     notes = [read_note(repo.root, c["path"], repo.contracts).note for c in result.committed]
-    assert [n.context for n in notes] == ["2 October 2026; after: Ann: It is almost midnight.",
+    assert [n.context for n in notes] == ["2 October 2026; after Ann: It is almost midnight.",
                                          "2 October 2026; after: turn 0", "2 October 2026; after: turn 1", "mine"]

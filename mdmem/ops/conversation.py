@@ -10,6 +10,7 @@ TURN_GAP of each other, the earlier one first.
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from dataclasses import dataclass
 
 from ..model import layout
@@ -29,12 +30,26 @@ class Turn:
     text: str
 
 
-def context_after(previous: Turn | None, when: _dt.datetime) -> str | None:
-    """The context a turn at ``when`` gets from the ``previous`` one (None: not a follow-up)."""
+# A turn written the way transcripts are: "Speaker: text", perhaps after a "[date] ".
+_SPOKEN = re.compile(r"^\s*(?:\[[^\]\n]{1,40}\]\s*)?([^\s:\[\]][^:\n]{0,40}?):\s+(\S.*)$", re.DOTALL)
+
+
+def spoken(text: str) -> tuple[str | None, str]:
+    """(speaker, what was said) of a turn written as "Speaker: text"; (None, text) otherwise."""
+    m = _SPOKEN.match(text)
+    return (m.group(1).strip(), m.group(2)) if m else (None, text)
+
+
+def context_after(previous: Turn | None, when: _dt.datetime, text: str = "") -> str | None:
+    """The context a turn at ``when`` saying ``text`` gets from the ``previous`` one (None: not
+    a follow-up): the date, its speaker when it names one, and the turn it answers."""
     if previous is None or not (_dt.timedelta(0) <= when - previous.when <= TURN_GAP):
         return None
-    text = f"{when:%-d %B %Y}; after: {' '.join(previous.text.split())}"
-    return text[:MAX_CONTEXT]
+    speaker, _ = spoken(text)
+    before, said = spoken(previous.text)
+    head = f"{when:%-d %B %Y}" + (f", {speaker}" if speaker else "")
+    after = f"after {before}: {said}" if before else f"after: {said}"
+    return f"{head}; {' '.join(after.split())}"[:MAX_CONTEXT]
 
 
 class Turns:
@@ -67,7 +82,7 @@ class Turns:
     def context_for(self, root: str, subject: str, writer: str, when: _dt.datetime, text: str) -> str | None:
         """The context an episode at ``when`` gets (None: it follows no turn); it is then
         remembered as the turn the next one may follow."""
-        context = context_after(self.before(root, subject, writer, when), when)
+        context = context_after(self.before(root, subject, writer, when), when, text)
         self.add(root, subject, writer, Turn(when, text))
         return context
 
