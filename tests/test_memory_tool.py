@@ -176,3 +176,19 @@ def test_the_sdk_runner_turns_a_tool_error_into_an_error_result(tool):
     assert "escape /memories" in str(info.value.content)
     assert tool.to_dict() == {"type": "memory_20250818", "name": "memory"}
     subprocess.run(["true"])
+
+
+def test_an_agents_delete_of_a_note_it_may_not_write_itself_waits_for_review(repo):
+    """Retiring is a write: over the agent channel the gate judges it like the agent's write of
+    that note (a person's fact in their private root: held), and nothing ends until approved."""
+    repo.remember("Alice's locker is 12", as_user="alice", kind="fact", subject="user:alice", key="locker", now=T0)
+    tool = MdmemMemoryTool(repo, as_user="alice", now=T)
+    out = tool.execute(BetaMemoryTool20250818DeleteCommand(command="delete", path="/memories/user/alice/fact/locker.md"))
+    assert "held for a person's review" in out
+    assert repo.get(as_user="alice", subject="user:alice", kind="fact", key="locker", now=T).note.valid_until is None
+    [item] = repo.review_list(as_user="alice")
+    assert item.note.valid_until is not None and item.channel == "agent"
+    repo.approve(item.review_id, as_user="alice", now=T)  # in her private root the owner approves
+    with pytest.raises(ToolError, match="does not exist"):
+        tool.execute(view("/memories/user/alice/fact/locker.md"))
+    assert repo.show(as_user="alice", path="private/alice/user/alice/fact/locker.md").note.valid_until is not None

@@ -79,11 +79,11 @@ def remember(repo: RepoState, text: str, *, as_user: str, kind: str, subject: st
             return holds.hold(repo, user, path, pending.note, provenance.reason, when, channel=channel,
                               new_key=new_key, expect_version=expect_version, claimed_source=claimed_source)
     repo.writing([note])  # its embedding starts now, beside the lock, the gate and the commit
-    extra = (("Memory-Claimed-Source", claimed_source),) if claimed_source else ()
+    trailers = (("Memory-Claimed-Source", claimed_source),) if claimed_source else ()
 
     def prepare_now() -> Pending:
         pending = prepare(repo, user, path, note, contract, new_key=new_key, expect_version=expect_version, now=when)
-        pending.extra_trailers = extra
+        pending.extra_trailers = trailers
         return pending
 
     return commit_pending(repo, user, when, prepare_now)
