@@ -12,13 +12,17 @@ def episode(repo, text, at, user="alice", subject="user:alice", **kw):
 
 def test_an_episode_right_after_another_gets_it_as_context(repo):
     first = episode(repo, "Ann: I adopted a puppy called Biscuit.", "2026-10-01T09:00:00Z")
-    assert first.context is None
+    assert first.context == "1 October 2026, Ann"  # a turn names its date and speaker, the first one too
     reply = episode(repo, "Bo: What breed is it?", "2026-10-01T09:00:05Z")
     assert reply.context == "1 October 2026, Bo; after Ann: I adopted a puppy called Biscuit."
     third = episode(repo, "[1 October 2026] Ann: A corgi!", "2026-10-01T09:00:09Z")
     assert third.context == "1 October 2026, Ann; after Bo: What breed is it?"
     plain = episode(repo, "Deployed v2, all green", "2026-10-01T09:00:20Z")
     assert plain.context == "1 October 2026; after Ann: A corgi!"
+
+
+def test_an_episode_that_is_no_turn_and_follows_none_gets_no_context(repo):
+    assert episode(repo, "Deployed the billing service", "2026-10-01T09:00:00Z").context is None
 
 
 def test_a_given_context_wins_and_other_writers_subjects_and_late_turns_are_not_followed(repo):

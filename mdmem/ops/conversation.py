@@ -5,7 +5,9 @@ answers as its ``context`` it is found far more often, and agents rarely pass on
 episode written right after another episode of the same subject by the same writer (a
 conversation: the turns of one session) gets the one before as its context, unless the
 caller gives one. "Right after" is by the events' own times (``valid_from``): within
-TURN_GAP of each other, the earlier one first.
+TURN_GAP of each other, the earlier one first. A turn written the way transcripts are
+("Speaker: text") also gets its date and speaker, the first of a session too (measured on
+LoCoMo's development half: without them the first turns cost 1.5 points of hit@5).
 """
 from __future__ import annotations
 
@@ -41,13 +43,17 @@ def spoken(text: str) -> tuple[str | None, str]:
 
 
 def context_after(previous: Turn | None, when: _dt.datetime, text: str = "") -> str | None:
-    """The context a turn at ``when`` saying ``text`` gets from the ``previous`` one (None: not
-    a follow-up): the date, its speaker when it names one, and the turn it answers."""
-    if previous is None or not (_dt.timedelta(0) <= when - previous.when <= TURN_GAP):
-        return None
+    """The context a turn at ``when`` saying ``text`` gets: its date and speaker when it is
+    written as a turn ("Speaker: text"), and the turn it answers when it follows one (None:
+    neither)."""
+    follows = previous is not None and _dt.timedelta(0) <= when - previous.when <= TURN_GAP
     speaker, _ = spoken(text)
-    before, said = spoken(previous.text)
+    if not follows and speaker is None:
+        return None
     head = f"{when:%-d %B %Y}" + (f", {speaker}" if speaker else "")
+    if not follows or previous is None:
+        return head
+    before, said = spoken(previous.text)
     after = f"after {before}: {said}" if before else f"after: {said}"
     return f"{head}; {' '.join(after.split())}"[:MAX_CONTEXT]
 
