@@ -1,7 +1,7 @@
-"""Claude Code's UserPromptSubmit hook, answered fast: the prompt is read from stdin here and
-its recall handed to the repo's daemon like any read-only call (cli/launch.py), so a prompt
-waits ~50 ms, not a fresh process's start. Standard library only, as launch.py: the reply is
-the daemon's ``mdmem recall --json``; without a daemon the recall runs in this process.
+"""Claude Code's UserPromptSubmit hook, answered fast: cli/launch.py reads the prompt from
+stdin (``parse``) and hands its recall to the repo's daemon like any read-only call, so a
+prompt does not wait for a fresh process's imports; without a daemon the recall runs in the
+hook's process (``run_here``). Standard library only until the answer is printed.
 
 Claude Code blocks the prompt on exit 2: this hook never exits 2. A failure prints to stderr
 and exits 1 (shown to the person, the prompt goes on).
@@ -35,10 +35,10 @@ def passed_options(argv: list[str]) -> list[str]:
     return out
 
 
-def run(argv: list[str], stdin: bytes) -> int:
-    """``argv``: what follows `mdmem hooks claude-code run UserPromptSubmit`."""
-    from . import launch
-
+def parse(argv: list[str], stdin: bytes) -> tuple[list[str], str] | int:
+    """The recall to run for the hook's input and the folder it runs in, or the exit code when
+    there is nothing to recall (0) or the input is not Claude Code's JSON (1).
+    ``argv``: what follows `mdmem hooks claude-code run UserPromptSubmit`."""
     try:
         if len(stdin) > MAX_INPUT_BYTES:
             raise ValueError(f"{len(stdin)} bytes; a hook's JSON is at most {MAX_INPUT_BYTES}")
@@ -51,28 +51,23 @@ def run(argv: list[str], stdin: bytes) -> int:
     prompt = payload.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         return 0  # nothing to recall for
-    recall = ["recall", prompt[:MAX_PROMPT], "-k", str(K), "--json", *passed_options(argv)]
-    reply = None
-    start_for = None
-    if not launch.switch(os.environ, "MDMEM_NO_DAEMON", False):
-        cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) and os.path.isdir(payload["cwd"]) \
-            else os.getcwd()
-        root = launch.repo_root_for_call(recall, os.environ, cwd)
-        path = launch.socket_path(root) if root is not None else None
-        reply = launch.ask_daemon(path, recall, os.environ, cwd) if path is not None else None
-        if reply is None and path is not None and launch.switch(os.environ, "MDMEM_DAEMON_AUTOSTART", True):
-            start_for = root
-    if reply is not None and "rc" in reply:
-        rc, out, err = int(reply["rc"]), reply.get("stdout", ""), reply.get("stderr", "")
-    else:
-        from .main import main as run_here
+    cwd = payload.get("cwd")
+    cwd = cwd if isinstance(cwd, str) and os.path.isdir(cwd) else os.getcwd()
+    return ["recall", prompt[:MAX_PROMPT], "-k", str(K), "--json", *passed_options(argv)], cwd
 
-        buf_out, buf_err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(buf_out), contextlib.redirect_stderr(buf_err):
-            rc = run_here(recall)
-        out, err = buf_out.getvalue(), buf_err.getvalue()
-        if start_for is not None and rc == 0:
-            launch.autostart(start_for)
+
+def run_here(recall: list[str]) -> tuple[int, str, str]:
+    """The recall in this process (no daemon answered): exit code, stdout, stderr."""
+    from .main import main as run_main
+
+    buf_out, buf_err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(buf_out), contextlib.redirect_stderr(buf_err):
+        rc = run_main(recall)
+    return rc, buf_out.getvalue(), buf_err.getvalue()
+
+
+def answer(rc: int, out: str, err: str) -> int:
+    """Print the recalls as Claude Code's added context; a failed recall says why (exit 1)."""
     if rc != 0:
         sys.stderr.write(err or f"mdmem: recall for the prompt failed (exit {rc})\n")
         return 1
