@@ -2,7 +2,6 @@
 every command a commit through the gate as agent:<label>, held writes answered, history kept,
 delete = retire, and every path that escapes /memories refused in the tool's error form."""
 import os
-import subprocess
 
 import pytest
 from anthropic.lib.tools import ToolError
@@ -175,7 +174,6 @@ def test_the_sdk_runner_turns_a_tool_error_into_an_error_result(tool):
         tool.call({"command": "view", "path": "/memories/../../etc/passwd"})
     assert "escape /memories" in str(info.value.content)
     assert tool.to_dict() == {"type": "memory_20250818", "name": "memory"}
-    subprocess.run(["true"])
 
 
 def test_an_agents_delete_of_a_note_it_may_not_write_itself_waits_for_review(repo):

@@ -130,12 +130,7 @@ def read_instructions(path: str | Path, *, subject: str, kind: str = "procedure"
                 src.refuse(where, "a symbolic link on the way; not followed")
                 continue
             queue.append((nxt, hops + 1))
-    for item in src.items:
-        if scope:
-            item["scope"] = scope
-        if team:
-            item["team"] = team
-    return src
+    return src.placed(scope, team)
 
 
 def _through_link(base: Path, path: Path) -> bool:
@@ -163,12 +158,7 @@ def read_memory_folder(folder: str | Path, *, subject: str, source_name: str, de
         extra = {k: str(meta[k]) for k in ("name", "description") if isinstance(meta.get(k), (str, int, float))}
         _items_of(src, rel, text, subject=subject, kind=kind, source_name=source_name,
                   stem=Path(rel).with_suffix("").as_posix().replace("/", "."), extra=extra)
-    for item in src.items:
-        if scope:
-            item["scope"] = scope
-        if team:
-            item["team"] = team
-    return src
+    return src.placed(scope, team)
 
 
 def view_section(repo: MemoryRepo, *, as_user: str, root: str, budget: int, now: Any = None) -> str:

@@ -30,6 +30,13 @@ class Source:
     def refuse(self, where: str, reason: str, exit_code: int = 2) -> None:
         self.refused.append({"line": where, "reason": reason, "exit_code": exit_code})
 
+    def placed(self, scope: str | None, team: str | None) -> Source:
+        """Every item in ``scope``/``team`` (the command line's), where given."""
+        where = {k: v for k, v in (("scope", scope), ("team", team)) if v}
+        for item in self.items:
+            item.update(where)
+        return self
+
 
 @dataclass
 class ImportOutcome:

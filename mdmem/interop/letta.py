@@ -15,10 +15,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from ..errors import BadInput
-from ..model.note import FIELDS as NOTE_FIELDS
-from ..ops.importing import read_frontmatter_file
 from .importer import Source, name_part
-from .vault import walk, write_file
+from .vault import read_foreign_note, safe_rel, walk, write_file
 
 if TYPE_CHECKING:
     from ..repo import MemoryRepo
@@ -33,11 +31,7 @@ def read_letta(folder: str | Path, *, as_user: str, agent: str = "letta", source
     agent_subject = f"agent:{name_part(agent, 'letta')}"
     for full, rel in walk(folder, src):
         try:
-            meta, body = read_frontmatter_file(full, rel)
-            own = sorted(k for k in meta if k in NOTE_FIELDS)
-            if own:
-                raise BadInput(f"{rel}: frontmatter sets {', '.join(own)}, mdmem's own field(s); a memory block may "
-                               "not say who wrote it or where it belongs")
+            meta, body = read_foreign_note(full, rel)
         except BadInput as exc:
             src.refuse(rel, str(exc))
             continue
@@ -53,14 +47,9 @@ def read_letta(folder: str | Path, *, as_user: str, agent: str = "letta", source
         key = name_part(".".join(parts), "block", 100)
         extra = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in meta.items() if v is not None}
         extra[PATH_FIELD] = rel
-        item: dict[str, Any] = {"text": body.strip(), "kind": kind, "subject": subject, "key": key,
-                                "source": source_name, "new_key": True, "extra": extra, "line": rel}
-        if scope:
-            item["scope"] = scope
-        if team:
-            item["team"] = team
-        src.items.append(item)
-    return src
+        src.items.append({"text": body.strip(), "kind": kind, "subject": subject, "key": key,
+                          "source": source_name, "new_key": True, "extra": extra, "line": rel})
+    return src.placed(scope, team)
 
 
 def export_letta(repo: MemoryRepo, folder: str | Path, *, as_user: str, root: str | None = None,
@@ -76,7 +65,7 @@ def export_letta(repo: MemoryRepo, folder: str | Path, *, as_user: str, root: st
     for stored in repo.listing(as_user=as_user, root=root, now=now):
         note = stored.note
         given = note.extra.get(PATH_FIELD)
-        rel = given if isinstance(given, str) and _safe(given) else \
+        rel = given if isinstance(given, str) and safe_rel(given) else \
             ("system/" if note.kind in ("profile", "procedure") else "") + \
             f"{name_part(note.subject.replace(':', '.'), 'subject')}.{name_part(note.key or note.id, 'note', 80)}.md"
         meta = {k: v for k, v in note.extra.items() if k != PATH_FIELD}
@@ -88,8 +77,3 @@ def export_letta(repo: MemoryRepo, folder: str | Path, *, as_user: str, root: st
         written.append(rel)
     return written
 
-
-def _safe(rel: str) -> bool:
-    parts = rel.split("/")
-    return rel.endswith(".md") and not rel.startswith("/") and "\\" not in rel and \
-        all(p not in ("", ".", "..") for p in parts)

@@ -47,9 +47,5 @@ def read_mem0(path: str | Path, *, subject: str | None = None, source_name: str 
             item["extra"]["tags"] = categories
         if isinstance(entry.get("created_at"), str):
             item["valid_from"] = entry["created_at"]
-        if scope:
-            item["scope"] = scope
-        if team:
-            item["team"] = team
         src.items.append(item)
-    return src
+    return src.placed(scope, team)

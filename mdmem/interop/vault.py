@@ -68,6 +68,17 @@ def walk(folder: Path, source: Source, suffixes: tuple[str, ...] = (".md",)) -> 
     return out
 
 
+def read_foreign_note(full: Path, rel: str) -> tuple[dict[str, Any], str]:
+    """Another tool's note file (frontmatter, body), refused (BadInput) when its frontmatter sets
+    one of mdmem's own fields: who wrote a note and where it belongs is never the file's to say."""
+    meta, body = read_frontmatter_file(full, rel)
+    own = sorted(k for k in meta if k in NOTE_FIELDS)
+    if own:
+        raise BadInput(f"{rel}: frontmatter sets {', '.join(own)}, mdmem's own field(s); a note from another tool "
+                       "may not say who wrote it or where it belongs (remove them, or import it another way)")
+    return meta, body
+
+
 def read_vault(folder: str | Path, *, kinds: Any, default_kind: str = "fact", vault: str | None = None,
                source_name: str = "user", scope: str | None = None, team: str | None = None) -> Source:
     """The notes of a basic-memory project or Obsidian vault, as import items.
@@ -77,11 +88,7 @@ def read_vault(folder: str | Path, *, kinds: Any, default_kind: str = "fact", va
     prefix = f"vault:{name_part(vault or folder.resolve().name, 'vault')}"
     for full, rel in walk(folder, src):
         try:
-            meta, body = read_frontmatter_file(full, rel)
-            own = sorted(k for k in meta if k in NOTE_FIELDS)
-            if own:
-                raise BadInput(f"{rel}: frontmatter sets {', '.join(own)}, mdmem's own field(s); a vault note "
-                               "may not say who wrote it or where it belongs (remove them, or import it another way)")
+            meta, body = read_foreign_note(full, rel)
             kind = default_kind
             if isinstance(meta.get("type"), str):
                 try:
@@ -95,16 +102,12 @@ def read_vault(folder: str | Path, *, kinds: Any, default_kind: str = "fact", va
                 Path(rel).stem
             extra = {k: _plain(v) for k, v in meta.items() if v is not None}
             extra[PATH_FIELD] = rel
-            item = {"text": body.strip(), "kind": kind, "subject": subject, "key": name_part(stem, "note", 100),
-                    "source": source_name, "extra": extra, "new_key": True, "line": rel}
-            if scope:
-                item["scope"] = scope
-            if team:
-                item["team"] = team
-            src.items.append(item)
+            src.items.append({"text": body.strip(), "kind": kind, "subject": subject,
+                              "key": name_part(stem, "note", 100), "source": source_name, "extra": extra,
+                              "new_key": True, "line": rel})
         except BadInput as exc:
             src.refuse(rel, str(exc))
-    return src
+    return src.placed(scope, team)
 
 
 def _plain(value: Any) -> Any:
@@ -119,7 +122,7 @@ def _plain(value: Any) -> Any:
 def vault_path(stored: StoredNote) -> str:
     """Where a note goes in a vault: where it came from, else its subject's folders and key."""
     given = stored.note.extra.get(PATH_FIELD)
-    if isinstance(given, str) and _safe_rel(given):
+    if isinstance(given, str) and safe_rel(given):
         return given
     parts = stored.note.subject.split(":")
     folders = parts[2:] if parts[0] == "vault" else parts
@@ -127,7 +130,8 @@ def vault_path(stored: StoredNote) -> str:
     return "/".join([*(name_part(p) for p in folders), f"{name_part(name, 'note', 100)}.md"])
 
 
-def _safe_rel(rel: str) -> bool:
+def safe_rel(rel: str) -> bool:
+    """A relative ``.md`` path that stays where it is put: no absolute, empty, '.' or '..' parts."""
     parts = rel.split("/")
     return (bool(rel) and not rel.startswith("/") and "\\" not in rel and rel.endswith(".md")
             and all(p not in ("", ".", "..") and not any(ord(c) < 32 for c in p) for p in parts))
