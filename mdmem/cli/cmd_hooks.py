@@ -106,8 +106,11 @@ def claude_code(ctx) -> int:
     if a.hook == "install":
         repo = ctx.repo()
         settings = Path(ctx.cwd, a.settings) if a.settings else Path(ctx.cwd) / ".claude" / "settings.json"
-        command = " ".join(shlex.quote(x) for x in (sys.executable, "-m", "mdmem.cli.launch", "hooks",
-                                                     "claude-code", "run"))
+        # The `mdmem` script this call ran as, when it did: the hook's calls then share the daemon
+        # the person's own `mdmem` calls start (its code stamp names the interpreter path).
+        entry = [os.path.abspath(sys.argv[0])] if os.path.basename(sys.argv[0]) == "mdmem" else \
+            [sys.executable, "-m", "mdmem.cli.launch"]
+        command = " ".join(shlex.quote(x) for x in (*entry, "hooks", "claude-code", "run"))
         options = " ".join(shlex.quote(x) for x in ("--repo", str(repo.root), "--as", ctx.user,
                                                      *(("--subject", a.subject) if a.subject else ())))
         out = cc.install_settings(settings, command, options)
