@@ -190,3 +190,14 @@ def test_an_agents_delete_of_a_note_it_may_not_write_itself_waits_for_review(rep
     with pytest.raises(ToolError, match="does not exist"):
         tool.execute(view("/memories/user/alice/fact/locker.md"))
     assert repo.show(as_user="alice", path="private/alice/user/alice/fact/locker.md").note.valid_until is not None
+
+
+def test_a_chosen_subject_narrows_memories_to_its_notes(tool):
+    tool.repo.remember("Alice's own note", as_user="alice", kind="fact", subject="user:alice", key="own", now=T0)
+    web = MdmemMemoryTool(tool.repo, as_user="alice", subject="project:web", now=T)
+    web.execute(create("/memories/stack.md", "Next.js and Postgres"))
+    listing = web.execute(view("/memories"))
+    assert "/memories/stack.md\tfact" in listing and "own" not in listing
+    stored = tool.repo.get(as_user="alice", subject="project:web", kind="fact", key="stack", now=T)
+    assert stored.note.text == "Next.js and Postgres"
+    assert "/memories/user/" in tool.execute(view("/memories"))  # the whole root, without a subject
