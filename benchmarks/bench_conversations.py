@@ -149,8 +149,9 @@ def build(sample: dict, path: Path, *, context: str, captions: bool) -> tuple[Me
 def written_without_context(repo: MemoryRepo, sample: dict, *, captions: bool) -> dict[str, str]:
     """The turns written through the gate (remember_many) with no context given: each turn
     follows the one before it by itself (ops/conversation.py)."""
+    # No key: the other modes' notes have none (a key is indexed with the text).
     items = [dict(text=note_text(t), kind="episode", subject=f"user:{OWNER}", valid_from=t["when"].isoformat(),
-                  key=t["dia_id"].lower().replace(":", "-"), line=t["dia_id"])
+                  line=t["dia_id"])
              for t in turns(sample, captions=captions)]
     result = repo.remember_many(items, as_user=OWNER, now=dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc))
     if result.refused or result.held:
