@@ -77,3 +77,18 @@ def test_the_documented_tool_runner_example_works_as_written(tmp_path):
     [item] = repo.review_list(as_user="alice")
     assert item.note.text == "Alice drinks flat whites." and item.note.source == "agent:claude"
     repo.close()
+
+
+def test_every_command_line_on_the_page_parses():
+    """The page's `mdmem ...` lines name commands and options that exist, as written."""
+    import shlex
+
+    from mdmem.cli.main import build_parser
+
+    parser = build_parser()
+    lines = [line.split("&&")[-1].split("#")[0].strip() for line in DOC.read_text().splitlines()
+             if line.startswith("    ") and "mdmem " in line and "import " not in line.split("mdmem")[0]]
+    commands = [shlex.split(line) for line in lines if line.startswith("mdmem ")]
+    assert len(commands) >= 12
+    for argv in commands:
+        parser.parse_args(argv[1:])  # SystemExit (argparse's error) fails the test
