@@ -6,8 +6,9 @@ episode written right after another episode of the same subject by the same writ
 conversation: the turns of one session) gets the one before as its context, unless the
 caller gives one. "Right after" is by the events' own times (``valid_from``): within
 TURN_GAP of each other, the earlier one first. A turn written the way transcripts are
-("Speaker: text") also gets its date and speaker, the first of a session too (measured on
-LoCoMo's development half: without them the first turns cost 1.5 points of hit@5).
+("Speaker: text") also gets its date and speaker, the first of a session too: what a caller
+who passes context gives (LoCoMo's development half, 760 questions, hit@1/5/10: no context
+.447/.691/.772; context given by the writer .476/.766/.824; given by this module, the same).
 """
 from __future__ import annotations
 
