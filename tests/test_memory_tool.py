@@ -85,6 +85,8 @@ def test_str_replace_errors_are_the_tools_and_nothing_is_written(tool):
         tool.execute(replace("/memories/a.md", "one", "x"))
     with pytest.raises(ToolError, match="already exists"):
         tool.execute(create("/memories/a.md", "again"))
+    with pytest.raises(ToolError, match="is a file, not a directory"):
+        tool.execute(create("/memories/a.md/b.md", "under a file"))
     with pytest.raises(ToolError, match="Invalid `insert_line`"):
         tool.execute(BetaMemoryTool20250818InsertCommand(command="insert", path="/memories/a.md", insert_line=9,
                                                          insert_text="x"))

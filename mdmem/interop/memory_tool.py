@@ -100,6 +100,10 @@ class MdmemMemoryTool(BetaAbstractMemoryTool):
             raise ToolError(f"File {command.path} already exists")
         if self._under(files, rel):
             raise ToolError(f"{command.path} is a directory")
+        parents = ["/".join(rel.split("/")[:n]) for n in range(1, rel.count("/") + 1)]
+        if any(p in files for p in parents):
+            raise ToolError(f"{command.path}: {MEMORIES}/{next(p for p in parents if p in files)} is a file, "
+                            "not a directory")
         result = self._write(command.path, command.file_text, None, rel)
         return self._answer(command.path, result, f"File created successfully at: {command.path}")
 
