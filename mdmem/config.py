@@ -312,7 +312,7 @@ def _toml_list(names: list[str]) -> str:
 
 
 def render_config(teams: dict[str, list[str]], erasers: list[str] | None = None, *,
-                  people: list[str] | None = None) -> str:
+                  people: list[str] | None = None, emails: dict[str, list[str]] | None = None) -> str:
     """The text of a fresh ``mdmem.toml``, from the template with the teams filled in.
     ``people`` (the creator first) get a ``[people.<user>]`` table unless a team or role names
     them already; the creator only when the teams or roles declare anyone: a repo that declares
@@ -330,16 +330,23 @@ def render_config(teams: dict[str, list[str]], erasers: list[str] | None = None,
     return (read_template("mdmem.toml")
             .replace("{{teams}}", "\n".join(lines) or "# payments = [\"alice\", \"bob\"]")
             .replace("{{erasers}}", _toml_list(erasers or []))
-            + _people_tables(people or [], teams, erasers or []))
+            + _people_tables(people or [], teams, erasers or [], emails or {}))
 
 
-def _people_tables(people: list[str], teams: dict[str, list[str]], erasers: list[str]) -> str:
+def _people_tables(people: list[str], teams: dict[str, list[str]], erasers: list[str],
+                   emails: dict[str, list[str]]) -> str:
+    """``emails``: a person's own git addresses (the founder's, from their git config), so a
+    commit they make by hand with git is theirs, not an unknown writer's."""
     declared = set(erasers).union(*teams.values()) if teams or erasers else set()
     creator, others = (people[0], people[1:]) if people else (None, [])
+    # A repo that declares nobody takes any name (a fresh single-user repo): its founder's
+    # address is not recorded either, which would declare them and only them.
     wanted = ([creator] if creator and (declared or others) else []) + list(others)
     out = []
     for user in dict.fromkeys(wanted):
         check_name(user, "people")
-        if user not in declared:
+        if emails.get(user):
+            out.append(f"\n[people.{user}]\nemails = {_toml_list(emails[user])}  # {user}'s own git commits\n")
+        elif user not in declared:
             out.append(f"\n[people.{user}]\n# emails = [...] maps {user}'s own git commits to them\n")
     return "".join(out)
