@@ -129,7 +129,7 @@ def test_precompact_and_session_end_record_an_episode_of_the_session(mem, tmp_pa
         transcript_line("assistant", [{"type": "text", "text": "Fixed: \x1b]52;c;aGk=\x07 the clock was \u202e wrong"}]),
     ]) + "\n")
     for event, extra in (("PreCompact", {"trigger": "auto"}), ("SessionEnd", {"reason": "exit"})):
-        r = hook(event, {"session_id": "abc", "transcript_path": str(t), "cwd": "/home/bob/billing",
+        r = hook(event, {"session_id": "abc", "transcript_path": str(t), "cwd": "/srv/billing",
                          "hook_event_name": event, **extra}, mem)
         assert r.returncode == 0, r.stderr
     repo = MemoryRepo.open(mem, embedder="none")
