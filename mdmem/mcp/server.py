@@ -14,12 +14,12 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
+from ..auth.principal import CAPABILITIES, parse_capabilities  # noqa: F401 -- cmd_serve imports them here
 from ..errors import BadInput, as_mdmem_error
 from ..model.layout import check_name
 from ..repo import MemoryRepo
 from ..model.kinds import KIND_GUIDE, agent_review_rule
 
-CAPABILITIES = ("read", "write", "delete")
 # tool module -> the capability it needs. Approving held writes is deliberately not a tool:
 # review is a person's act, through the CLI or the Python API.
 TOOLS = {"recall": "read", "get": "read", "keys": "read", "history": "read", "startup": "read",
@@ -168,24 +168,24 @@ class Gatekeeper:
             params = getattr(rctx.session, "client_params", None)
             info = getattr(params, "client_info", None)
             self.ctx.client = agent_name(getattr(info, "name", None))
-            name = rctx.params.get("name")
-            args = rctx.params.get("arguments") or {}
-            known = self.params.get(name)
-            if known is not None and isinstance(args, Mapping):
-                unknown = sorted(set(args) - known)
-                if unknown:
-                    return CallToolResult(is_error=True, content=[TextContent(type="text", text=(
-                        f"bad_input: {name}: unknown argument(s) {', '.join(unknown)}; "
-                        f"{name} takes {', '.join(sorted(known)) or 'no arguments'}"))])
+            refusal = unknown_arguments(rctx.params, self.params)
+            if refusal is not None:
+                return refusal
         return await call_next(rctx)
 
 
-def parse_capabilities(text: str) -> frozenset[str]:
-    caps = frozenset(c.strip() for c in text.split(",") if c.strip())
-    unknown = caps - set(CAPABILITIES)
-    if unknown or not caps:
-        raise BadInput(f"--allow: {text!r}; give a comma list of {', '.join(CAPABILITIES)} (like read,write)")
-    return caps
+def unknown_arguments(call: Mapping, params: dict[str, frozenset[str]]) -> CallToolResult | None:
+    """The tool error for a tools/call naming arguments its tool does not declare, else None."""
+    name = call.get("name")
+    args = call.get("arguments") or {}
+    known = params.get(name) if isinstance(name, str) else None
+    if known is not None and isinstance(args, Mapping):
+        unknown = sorted(set(args) - known)
+        if unknown:
+            return CallToolResult(is_error=True, content=[TextContent(type="text", text=(
+                f"bad_input: {name}: unknown argument(s) {', '.join(unknown)}; "
+                f"{name} takes {', '.join(sorted(known)) or 'no arguments'}"))])
+    return None
 
 
 def tool_errors(fn):
