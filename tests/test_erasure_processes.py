@@ -131,3 +131,36 @@ def test_prove_gone_names_running_mdmem_processes_it_cannot_vouch_for(repo):
     finally:
         server.kill()
         server.wait()
+
+
+def http_pids(root: Path) -> list[int]:
+    return [pid for pid in server_pids(root) if b"--http" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+
+def test_a_running_http_server_lets_go_of_the_erased_index_after_an_erasure(repo):
+    """The same over HTTP: the mechanism is the server code both transports share."""
+    from http_server import data, running, session_calls
+
+    from mdmem.auth.static_tokens import TokenFile
+
+    root = repo.root
+    repo.close()
+    tokens = TokenFile(root.parent / "tokens.json")
+    token = tokens.add("dana", "dana-bot", frozenset({"read"}))[1]
+    with running(root, tokens.path) as server:
+        for _ in range(240):
+            [first] = asyncio.run(session_calls(server.url, token, [("recall", {"query": "where is the vault key"})]))
+            if data(first).get("index") != "building":
+                break
+            time.sleep(0.5)
+        assert "quokkabanana" in str(data(first))
+        [pid] = http_pids(root)
+        erase = run_cli("forget", "--path", "team/payments/service/vault/fact/key.place.md", "--repo", str(root),
+                        "--as", "dana")
+        assert erase.returncode == 0, erase.stderr
+        deadline = time.monotonic() + 10  # no call needed: the server looks once a second
+        while held_index_files(pid, root) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert held_index_files(pid, root) == []
+        [after] = asyncio.run(session_calls(server.url, token, [("recall", {"query": "deploy window vault key"})]))
+        assert "Billing deploys" in str(data(after)) and "quokkabanana" not in str(data(after))

@@ -232,7 +232,6 @@ def _bob_leaves_payments(tmp_path):
     return tmp_path / "m"
 
 
-@open_defect("a note is judged by who may write its folder now, not when it was written")
 def test_a_member_leaving_a_team_does_not_untrust_every_note_they_wrote_there(tmp_path):
     """The admin moves bob from payments to support. Every payments note bob ever wrote is now
     UNTRUSTED ("last changed by bob, who may not write team/payments"), out of the team's view

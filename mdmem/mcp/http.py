@@ -44,7 +44,7 @@ from ..auth.static_tokens import TokenFile, split_token
 from ..errors import MdmemError, Refused
 from ..repo import MemoryRepo
 from .http_guard import RateLimiter, RequestGuard
-from .server import ANNOTATIONS, INSTRUCTIONS, TOOLS, tool_errors, unknown_arguments
+from .server import ANNOTATIONS, INSTRUCTIONS, TOOLS, ErasureFollower, tool_errors, unknown_arguments
 
 log = logging.getLogger("mdmem.server")
 MCP_PATH = "/mcp"
@@ -221,11 +221,15 @@ class CapabilityGate:
     label in a call is a lie let through otherwise), and a token is offered only the tools its
     capabilities allow (calling another is refused by the tool itself)."""
 
-    def __init__(self, params: dict[str, frozenset[str]]):
+    def __init__(self, params: dict[str, frozenset[str]], follower: ErasureFollower | None = None):
         self.params = params
+        self.follower = follower
 
     async def __call__(self, rctx: Any, call_next: Any) -> Any:
         if rctx.method == "tools/call" and isinstance(rctx.params, Mapping):
+            if self.follower is not None:
+                # Never answer from caches an erasure has made stale (the same as over stdio).
+                await anyio.to_thread.run_sync(self.follower.check)
             refusal = unknown_arguments(rctx.params, self.params)
             if refusal is not None:
                 return refusal
@@ -241,17 +245,22 @@ class CapabilityGate:
 
 
 def build_app(repo: MemoryRepo, verifier: TokenVerifier, *, public_url: str, issuer: str, host: str,
-              limits: HttpLimits = HttpLimits(), index_ready: threading.Event | None = None) -> Starlette:
-    """The ASGI app: /mcp (bearer token required), the protected resource metadata, /healthz."""
+              limits: HttpLimits = HttpLimits(), index_ready: threading.Event | None = None,
+              follower_stop: threading.Event | None = None) -> Starlette:
+    """The ASGI app: /mcp (bearer token required), the protected resource metadata, /healthz.
+    ``follower_stop``: watch for erasures once a second (until set), not only before each call."""
     ready = index_ready or threading.Event()
     if index_ready is None:
         ready.set()
     ctx = RequestIdentity(repo, ready)
+    follower = ErasureFollower(ctx)
+    if follower_stop is not None:
+        follower.watch(follower_stop)
     params: dict[str, frozenset[str]] = {}
     auth = AuthSettings(issuer_url=issuer, resource_server_url=public_url,  # type: ignore[arg-type]
                         required_scopes=None, validate_token_resource=True)
     server: MCPServer = MCPServer("mdmem", instructions=INSTRUCTIONS, token_verifier=verifier, auth=auth,
-                                  middleware=[CapabilityGate(params)], log_level="WARNING")
+                                  middleware=[CapabilityGate(params, follower)], log_level="WARNING")
     readers, writers = anyio.CapacityLimiter(limits.read_workers), anyio.CapacityLimiter(limits.write_workers)
     for name, capability in TOOLS.items():
         module = importlib.import_module(f"mdmem.mcp.tools.{name}")
@@ -326,8 +335,9 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
 
     builder = threading.Thread(target=start, name="mdmem-index-build", daemon=True)
     builder.start()
+    stop = threading.Event()
     app = build_app(repo, verifier, public_url=public_url, issuer=issuer, host=host, limits=limits,
-                    index_ready=ready)
+                    index_ready=ready, follower_stop=stop)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                             timeout_graceful_shutdown=int(graceful_seconds), limit_concurrency=512,
                             timeout_keep_alive=5)
@@ -338,6 +348,7 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
+        stop.set()
         signal.signal(signal.SIGTERM, previous)
         repo.store.flush_index()
         builder.join(drain_seconds)

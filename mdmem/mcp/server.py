@@ -9,6 +9,7 @@ import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -86,7 +87,9 @@ class ErasureFollower:
     every transport: the Gatekeeper checks before each tool call, and ``watch`` once a second
     for a server nobody calls."""
 
-    def __init__(self, ctx: ServerContext):
+    def __init__(self, ctx: Any):
+        """``ctx``: what the tools read (ServerContext over stdio, the HTTP server's own): its
+        ``repo`` is the one let go of."""
         from ..erasure.journal import done_stamp
 
         self.ctx = ctx

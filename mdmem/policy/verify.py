@@ -42,7 +42,7 @@ from ..model.validate import validate_note
 # 6: erasure receipts' attested commits
 # A frontmatter problem that is about who wrote the note, not its path (_claim_problem).
 ATTRIBUTION = "attribution: "
-CACHE_VERSION = 7  # 7: a note's claims (owner, human source) judged against its writer
+CACHE_VERSION = 8  # 8: whether a note's writer was permitted by the rules when they wrote it
 # verify.json is rewritten whole (19 MB, ~0.5 s of CPU at 100,000 notes). A catch-up or
 # validation of fewer notes than this is left to be redone by the next process (a `git log`
 # of a few commits, a few notes read) instead: every CLI write at 100k paid two rewrites.
@@ -196,6 +196,13 @@ class Verifier:
                     changed.add(path)
                     at, by = origin(commit, email, path)
                     entry = [at, by] + ([vouch[by][1]] if by in vouch else [])
+                    # A version is judged by the rules in force when it was committed (the last
+                    # trusted config then): a member moved out of a team later does not make
+                    # what they wrote there untrusted.
+                    if self._permitted_then(state, path, by):
+                        state["then"][path] = at
+                    else:
+                        state["then"].pop(path, None)
                     if status == "D":
                         state["touch"].pop(path, None)
                         state["deleted"][path] = entry  # a deletion is a change to its root too
@@ -321,6 +328,16 @@ class Verifier:
         found = (rules, _admins(rules.erasers, state.get("founder")))
         self._rules_memo = (key, found)
         return found
+
+    def _permitted_then(self, state: dict, path: str, email: str) -> bool:
+        """Whether the author ``email`` could write ``path``'s root by the rules in ``state``
+        (the last trusted config at that point of history)."""
+        from .access import Access
+
+        rules = self._rules(state)[0]
+        user = rules.committer(email)
+        root = root_of(path)
+        return user is not None and root is not None and user in Access.of(rules).writers_of_root(root)
 
     def _rule_change(self, commit: str, email: str, state: dict) -> list:
         """[commit, email, who made it, trusted, why not]: a change to mdmem.toml or the
@@ -518,7 +535,7 @@ class Verifier:
             gone = [p for p in moved[2] if p in state["deleted"]]
         else:
             out, paths, gone = {}, list(state["touch"]), list(state["deleted"])
-        judge = _Judge(cfg, self.repo.access, sigs, state["attest"])
+        judge = _Judge(cfg, self.repo.access, sigs, state["attest"], state.get("then", {}))
         for path in paths:
             flag = judge(path, state["touch"][path], state["fm"].get(path, ""))
             if flag is not None:
@@ -545,7 +562,7 @@ class Verifier:
             every = self.flags(head)  # known already, or signatures to check: the whole pass
             return {p: every[p] for p in paths if p in every}
         state = self._current(head)
-        judge = _Judge(cfg, self.repo.access, {})
+        judge = _Judge(cfg, self.repo.access, {}, then=state.get("then", {}))
         out = {}
         for path in paths:
             if path in (CONFIG_NAME, cfg.trust.allowed_signers):
@@ -604,8 +621,10 @@ class _Judge:
     """The rule for one note: who last changed it, its frontmatter, its signature. Users
     and writers are looked up once per e-mail and root (a whole pass meets few of each)."""
 
-    def __init__(self, cfg, access, sigs: dict[str, tuple[str, str]], attest: dict[str, list] | None = None):
+    def __init__(self, cfg, access, sigs: dict[str, tuple[str, str]], attest: dict[str, list] | None = None,
+                 then: dict[str, str] | None = None):
         self.cfg, self.access, self.sigs, self.attest = cfg, access, sigs, attest or {}
+        self.then = then or {}  # path -> the commit of its version, whose writer the rules then permitted
         self._users: dict[str, str | None] = {}
         self._writers: dict[str, frozenset[str]] = {}
 
@@ -650,7 +669,7 @@ class _Judge:
         root = root_of(path)
         writers = self.writers(root)
         ok, who = self.permitted(root, email, entry[2] if len(entry) > 2 else None)
-        if not ok:
+        if not ok and self.then.get(path) != commit:
             return Flag(path, "committer", f"last changed by {who}, who may not write {root}", commit)
         if problem.startswith(ATTRIBUTION):
             return Flag(path, "attribution", f"frontmatter says {problem[len(ATTRIBUTION):]}", commit)
@@ -722,4 +741,4 @@ def _admins(erasers, founder: str | None) -> frozenset[str]:
 def _empty() -> dict:
     return {"version": CACHE_VERSION, "head": None, "touch": {}, "fm": {}, "sig": {}, "deleted": {},
             "config": None, "config_base": None, "founder": None, "signers_change": None, "signers_base": None,
-            "attest": {}}
+            "attest": {}, "then": {}}
