@@ -1,11 +1,14 @@
 """mdmem's git hooks as git runs them: installed hooks say when git will not run them, templates from
 a CRLF checkout still give LF hooks, the pre-commit hook names a symlinked note as a symlink and
-leaves fresh views after a membership change."""
+leaves fresh views after a membership change, and a write beside git's own index lock leaves nothing
+a person's next commit turns into a deletion."""
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from conftest import ENV, T0, git, open_defect, run_cli, team_fact
 
@@ -88,3 +91,23 @@ def test_the_pre_commit_hooks_views_are_fresh_after_a_membership_change(tmp_path
     root = _bob_leaves_payments(tmp_path)
     r = run_cli("check", "--repo", str(root))
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("how", [["commit", "-qm", "mine", "--allow-empty"], ["commit", "-qam", "mine", "--allow-empty"]])
+def test_a_write_beside_gits_index_lock_leaves_nothing_a_persons_next_commit_turns_into_a_deletion(tmp_path, how):
+    """A write while `.git/index.lock` exists (git's own lock, a person's git mid-operation) commits
+    but cannot stage its new note: git's index lacks it and `git status` shows a staged deletion
+    until mdmem's next call. The person removes the lock and commits with git: the pre-commit hook
+    stages what mdmem committed, so their commit never deletes the note."""
+    repo = MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice", "bob"]}, now=T0, as_user="alice")
+    lock = repo.root / ".git" / "index.lock"
+    lock.write_bytes(b"")
+    note = "team/payments/service/billing/fact/deploy.window.md"
+    team_fact(repo, "Billing deploys on Tuesdays")
+    repo.close()
+    assert lock.exists()  # a young lock is git's: mdmem never removes it
+    lock.unlink()
+    git(repo.root, "-c", "user.name=Alice", "-c", "user.email=alice@mdmem.invalid", *how)
+    assert note in git(repo.root, "ls-tree", "-r", "--name-only", "HEAD").stdout.split()
+    assert "Tuesdays" in git(repo.root, "show", f"HEAD:{note}").stdout
+    assert git(repo.root, "status", "--porcelain", "--", note).stdout == ""
