@@ -211,3 +211,11 @@ def lock_held_by_another_thread(repo):
     finally:
         release.set()
         thread.join()
+
+
+@pytest.fixture(scope="session")
+def githost():
+    """A real git host (gitolite3 + sshd on 127.0.0.1) for the session: tests/githost.py."""
+    from githost import session_host
+
+    yield from session_host()
