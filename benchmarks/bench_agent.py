@@ -211,7 +211,7 @@ def measure(n: int, mode: str, pause: float, skip: set[str], cache: Path | None 
         writes, until, found = write_until_searchable(repo, n, run, pause, "r", until_cpu)
         if hasattr(repo.store, "index_delay"):
             # As the MCP server runs: git's index written after a burst of writes (0.2 s later).
-            from mdmem.storage.gitstore import INDEX_DELAY_SECONDS
+            from mdmem.storage.gitindex import INDEX_DELAY_SECONDS
 
             repo.store.index_delay = INDEX_DELAY_SECONDS
             d_cpu: list = []

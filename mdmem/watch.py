@@ -15,7 +15,7 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from .errors import NoteInvalid
-from .storage.gitstore import Trailers
+from .storage.trailers import Trailers
 from .model.layout import is_note_path, root_of
 from .storage.worktree import read_note
 

@@ -10,7 +10,7 @@ import mdmem
 from mdmem import MemoryRepo
 from mdmem.errors import (BadInput, BranchMoved, Conflict, GitFailed, Internal, LockTimeout, MdmemError,
                           as_mdmem_error)
-from mdmem.storage import gitstore
+from mdmem.storage import locking
 from mdmem.storage.locks import Lock
 
 
@@ -83,7 +83,7 @@ def test_errors_map_to_the_tree():
 
 
 def test_a_held_write_lock_is_a_lock_timeout(repo, monkeypatch):
-    monkeypatch.setattr(gitstore, "LOCK_TIMEOUT_SECONDS", 0.2)
+    monkeypatch.setattr(locking, "LOCK_TIMEOUT_SECONDS", 0.2)
     other = Lock(str(repo.store.lock_dir / "write.lock"))
     other.acquire()
     try:

@@ -100,9 +100,10 @@ def test_layers_import_downwards():
         ("search/", "storage/"): ("mdmem.ops", "mdmem.repo", "mdmem.erasure", "mdmem.cli", "mdmem.mcp"),
         ("model/", "policy/"): ("mdmem.storage", "mdmem.search", "mdmem.views", "mdmem.ops", "mdmem.erasure",
                                 "mdmem.repo", "mdmem.cli", "mdmem.mcp"),
-        ("views/", "ops/", "erasure/", "remote.py", "watch.py", "results.py", "errors.py"):
+        ("views/", "ops/", "erasure/", "remote/", "hooks/", "watch.py", "results.py", "errors.py"):
             ("mdmem.cli", "mdmem.mcp"),
-        ("ops/", "views/", "erasure/"): ("mdmem.repo",),
+        ("ops/", "views/", "erasure/", "hooks/install.py"): ("mdmem.repo", "mdmem.remote", "mdmem.hooks.run"),
+        ("ops/", "views/", "erasure/", "search/", "storage/", "model/", "policy/"): ("mdmem.remote",),
     }
     bad = []
     for rel, tree in modules().items():
@@ -111,6 +112,70 @@ def test_layers_import_downwards():
                 bad += [f"{rel} imports {m}" for m in imported(tree, rel)
                         if any(m == b or m.startswith(b + ".") for b in banned)]
     assert not bad, bad
+
+
+def module_imports() -> dict[str, set[str]]:
+    """Module name -> the mdmem modules it imports anywhere (function-level imports too, since a
+    cycle through a lazy import is still a cycle; ``if TYPE_CHECKING:`` blocks excepted)."""
+    trees = modules()
+    names = {rel: "mdmem." + rel[:-3].replace("/", ".").removesuffix(".__init__") for rel in trees}
+    known = set(names.values())
+    graph = {}
+    for rel, tree in trees.items():
+        typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                       and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+        found = set()
+        for node in ast.walk(tree):
+            if id(node) in typing_only or not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            found |= imported(ast.Module(body=[node], type_ignores=[]), rel)
+        graph[names[rel]] = {m for m in found if m in known} - {names[rel]}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_no_import_cycles():
+    """No module reaches itself through imports, lazy ones included: a circle means two concerns
+    that cannot be understood (or moved) apart."""
+    assert not import_cycles(module_imports()), import_cycles(module_imports())
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def defined_private_names(tree: ast.Module) -> set[str]:
@@ -176,3 +241,14 @@ def test_only_gitdir_names_the_cache_folder():
                        and any(isinstance(n, ast.Constant) and isinstance(n.value, str)
                                and n.value.split("/")[0] == ".mdmem" for n in ast.walk(tree)))
     assert not offenders, f"a cache path outside storage/gitdir.cache_dir: {offenders}"
+
+
+def test_every_package_is_declared_for_installation():
+    """An editable install finds subpackages through the folder; a wheel ships only the packages
+    pyproject.toml lists: a package left out works here and is missing for every user."""
+    import tomllib
+
+    declared = set(tomllib.loads((PKG.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {"mdmem." + p.parent.relative_to(PKG).as_posix().replace("/", ".") if p.parent != PKG else "mdmem"
+             for p in PKG.rglob("__init__.py")}
+    assert found - declared == set(), f"packages missing from pyproject.toml [tool.setuptools] packages: {found - declared}"

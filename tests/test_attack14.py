@@ -44,7 +44,7 @@ def test_a_writer_killed_mid_write_frees_the_lock_even_if_it_forked_a_worker(rep
     every process fails with LockTimeout after 60 s. filelock (before this change) closed
     inherited descriptors in the child at fork time: the same scenario at 9edb098 takes the
     lock at once. (The index lock, note_index.index_lock, had the same flaw.)"""
-    from mdmem.storage import gitstore
+    from mdmem.storage import locking
 
     proc = subprocess.Popen([sys.executable, "-c", FORK_THEN_DIE, str(repo.root)], stdout=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, text=True)
@@ -52,7 +52,7 @@ def test_a_writer_killed_mid_write_frees_the_lock_even_if_it_forked_a_worker(rep
     proc.stdout.close()
     assert proc.wait(timeout=60) == -signal.SIGKILL
     try:
-        monkeypatch.setattr(gitstore, "LOCK_TIMEOUT_SECONDS", 3.0)
+        monkeypatch.setattr(locking, "LOCK_TIMEOUT_SECONDS", 3.0)
         started = time.monotonic()
         result = team_fact(repo, "the next writer proceeds once the dead writer's lock is gone")
         assert result.status == "committed"

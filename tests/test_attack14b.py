@@ -48,7 +48,7 @@ def test_a_writer_forked_while_a_thread_waits_for_the_lock_does_not_keep_it_afte
     every process fails with LockTimeout. A thread waiting for the write lock while the main
     thread forks a worker is the common case of a busy server (the lock is contended exactly
     when writes are frequent)."""
-    from mdmem.storage import gitstore
+    from mdmem.storage import locking
     from mdmem.storage.locks import Lock, lock_folder
 
     other = Lock(str(lock_folder(repo.store.lock_dir) / "write.lock")).acquire(timeout=5)
@@ -62,7 +62,7 @@ def test_a_writer_forked_while_a_thread_waits_for_the_lock_does_not_keep_it_afte
         assert proc.stdout.readline().strip() == "got"
         proc.stdout.close()
         assert proc.wait(timeout=60) == -signal.SIGKILL
-        monkeypatch.setattr(gitstore, "LOCK_TIMEOUT_SECONDS", 3.0)
+        monkeypatch.setattr(locking, "LOCK_TIMEOUT_SECONDS", 3.0)
         result = team_fact(repo, "the next writer proceeds once the dead writer's lock is gone")
         assert result.status == "committed"
     finally:

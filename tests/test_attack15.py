@@ -16,7 +16,7 @@ from conftest import git, hold_write_lock, start_python, stop, T1
 
 from mdmem import MemoryRepo
 from mdmem.errors import Conflict
-from mdmem.storage import gitstore
+from mdmem.storage import locking
 
 
 
@@ -53,7 +53,7 @@ def test_a_worktree_added_while_forget_waits_is_not_locked(with_worktree, monkey
     writes only once the erasure has ended."""
     repo, wt = with_worktree
     wt2 = tmp_path / "wt2"
-    monkeypatch.setattr(gitstore, "LOCK_TIMEOUT_SECONDS", 8.0)
+    monkeypatch.setattr(locking, "LOCK_TIMEOUT_SECONDS", 8.0)
     holder = hold_write_lock(wt, 3.0)  # a write in progress in wt: forget waits ~3 s for it
     late = _add_worktree_later_and_hold(repo, wt2, delay=1.0, seconds=30)  # wt2 appears during that wait
     try:
@@ -133,7 +133,7 @@ def test_forget_from_a_linked_worktree_refuses_at_once_not_after_the_main_writer
     relies on "only from the main worktree (it refuses to run in a linked one)" -- the refusal
     comes too late to make that true."""
     repo, wt = with_worktree
-    monkeypatch.setattr(gitstore, "LOCK_TIMEOUT_SECONDS", 6.0)
+    monkeypatch.setattr(locking, "LOCK_TIMEOUT_SECONDS", 6.0)
     holder = hold_write_lock(repo.root, 30)  # a long write in the main worktree
     linked = MemoryRepo.open(wt)
     try:
@@ -157,7 +157,7 @@ def test_forget_in_main_and_forget_in_a_linked_worktree_deadlock(with_worktree, 
     Here the main erasure holds its locks (the gate alone and its write lock) while the linked
     `mdmem forget` CLI starts: it must be refused at once, and the main forget then succeeds."""
     repo, wt = with_worktree
-    monkeypatch.setattr(gitstore, "LOCK_TIMEOUT_SECONDS", 4.0)
+    monkeypatch.setattr(locking, "LOCK_TIMEOUT_SECONDS", 4.0)
     env = {**os.environ, "MDMEM_USER": "alice", "MDMEM_DAEMON_AUTOSTART": "0"}
     with repo.store.locked(erasure=True):  # the main erasure has its locks
         t = time.monotonic()

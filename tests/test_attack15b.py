@@ -20,7 +20,7 @@ from conftest import deferring_reader, erasure_journal, forget_stalls_beside, st
 from mdmem import MemoryRepo
 from mdmem.errors import Conflict, LockTimeout
 from mdmem.search.note_index import index_lock
-from mdmem.storage import gitstore
+from mdmem.storage import locking
 
 
 
@@ -61,7 +61,7 @@ def test_two_writers_in_a_loop_starve_forget(with_worktree, monkeypatch):
         for w in writers:
             assert w.stdout.readline().strip() == "open", w.stderr.read()
         time.sleep(1.0)
-        monkeypatch.setattr(gitstore, "LOCK_TIMEOUT_SECONDS", 10.0)
+        monkeypatch.setattr(locking, "LOCK_TIMEOUT_SECONDS", 10.0)
         t = time.monotonic()
         try:
             repo.forget(as_user="alice", owner="alice", subject="user:alice", now=T1)

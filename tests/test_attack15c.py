@@ -12,7 +12,7 @@ import time
 from conftest import deferring_reader, forget_stalls_beside, git, stop, team_fact
 
 from mdmem import MemoryRepo
-from mdmem.storage import gitstore
+from mdmem.storage import gitindex
 
 
 
@@ -84,10 +84,10 @@ def test_a_copied_repos_first_recall_loses_the_deferred_index_flush(repo, tmp_pa
     git(copy, "config", "core.fsmonitor", str(hook))
     moved = MemoryRepo.open(copy)
     try:
-        moved.store.index_delay = gitstore.INDEX_DELAY_SECONDS  # as `mdmem serve` (cli/cmd_serve.py:27)
+        moved.store.index_delay = gitindex.INDEX_DELAY_SECONDS  # as `mdmem serve` (cli/cmd_serve.py:27)
         moved.remember("Pager rota is weekly narwhal", key="k1", new_key=True, **kw)
         moved.recall("narwhal", as_user="bob")
-        time.sleep(2 * gitstore.INDEX_DELAY_SECONDS + 0.5)  # the deferred entries' time is long past
+        time.sleep(2 * gitindex.INDEX_DELAY_SECONDS + 0.5)  # the deferred entries' time is long past
         status = git(copy, "status", "--porcelain").stdout
         error = moved.store.last_repair_error
     finally:

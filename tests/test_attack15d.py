@@ -79,9 +79,9 @@ def test_a_retried_flush_undoes_a_persons_git_add_of_the_note(repo):
     child = start_python(f"""
         import sys
         from mdmem import MemoryRepo
-        from mdmem.storage import gitstore
+        from mdmem.storage import gitindex
         r = MemoryRepo.open({str(root)!r})
-        r.store.index_delay = gitstore.INDEX_DELAY_SECONDS  # as `mdmem serve` (cli/cmd_serve.py:27)
+        r.store.index_delay = gitindex.INDEX_DELAY_SECONDS  # as `mdmem serve` (cli/cmd_serve.py:27)
         r.recall("deploys", as_user="bob")
         print("ready", flush=True)
         sys.stdin.readline()
@@ -152,10 +152,10 @@ def test_flush_retries_ended_by_lock_timeouts_leave_every_later_write_unflushed(
     child = start_python(f"""
         import threading, time
         from mdmem import MemoryRepo
-        from mdmem.storage import gitstore
-        gitstore.LOCK_TIMEOUT_SECONDS = 0.1  # nine lock timeouts in seconds, not minutes
+        from mdmem.storage import gitindex, locking
+        locking.LOCK_TIMEOUT_SECONDS = 0.1  # nine lock timeouts in seconds, not minutes
         r = MemoryRepo.open({str(root)!r})
-        r.store.index_delay = gitstore.INDEX_DELAY_SECONDS  # as `mdmem serve` (cli/cmd_serve.py:27)
+        r.store.index_delay = gitindex.INDEX_DELAY_SECONDS  # as `mdmem serve` (cli/cmd_serve.py:27)
         r.remember("Deploys happen on Fridays", as_user="bob", kind="fact", subject="service:billing",
                    key="deploy.window", scope="team", team="payments")
         held, release = threading.Event(), threading.Event()
@@ -167,7 +167,7 @@ def test_flush_retries_ended_by_lock_timeouts_leave_every_later_write_unflushed(
         holder.start()
         held.wait()
         t = time.monotonic()
-        while r.store._flush_failures <= gitstore.FLUSH_RETRIES and time.monotonic() - t < 90:
+        while r.store._flush_failures <= gitindex.FLUSH_RETRIES and time.monotonic() - t < 90:
             time.sleep(0.05)
         time.sleep(0.5)
         release.set()

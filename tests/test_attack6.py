@@ -258,7 +258,7 @@ def test_attributes_that_convert_notes_are_refused_by_the_hook_and_by_sync(clone
     assert "working-tree-encoding" in r.stderr and "nothing changed" in r.stderr
     assert cli(dana, "get", "team/payments/service/billing/fact/refund.md", "--as", "dana").returncode == 0
     # Line endings alone stay allowed (mdmem reads CRLF as LF).
-    from mdmem.hooks import converting_attributes
+    from mdmem.hooks.install import converting_attributes
 
     assert converting_attributes("*.md text eol=crlf\n*.png filter=lfs\n") == []
     assert converting_attributes("* filter=lfs diff=lfs\n") == ["* filter=lfs diff=lfs"]

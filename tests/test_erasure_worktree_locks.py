@@ -11,7 +11,7 @@ from conftest import git, hold_write_lock, LOCKER_SECRET as SECRET, start_python
 
 from mdmem import MemoryRepo
 from mdmem.errors import LockTimeout
-from mdmem.storage import gitstore
+from mdmem.storage import locking
 
 
 
@@ -21,7 +21,7 @@ def test_forget_waits_for_a_write_in_progress_in_a_linked_worktree(with_worktree
     repo, wt = with_worktree
     holder = hold_write_lock(wt, 30)
     try:
-        monkeypatch.setattr(gitstore, "LOCK_TIMEOUT_SECONDS", 1.0)
+        monkeypatch.setattr(locking, "LOCK_TIMEOUT_SECONDS", 1.0)
         with pytest.raises(LockTimeout, match="erasure.lock: writers"):
             repo.forget(as_user="alice", owner="alice", subject="user:alice", now=T1)
     finally:
@@ -102,7 +102,7 @@ def test_finishing_an_interrupted_erasure_waits_for_a_linked_worktrees_writer(wi
     assert Journal(repo.root).exists()
     holder = hold_write_lock(wt, 30)
     try:
-        monkeypatch.setattr(gitstore, "LOCK_TIMEOUT_SECONDS", 1.0)
+        monkeypatch.setattr(locking, "LOCK_TIMEOUT_SECONDS", 1.0)
         with pytest.raises(LockTimeout, match="erasure.lock: writers"):
             repo.finish_erasure()
         assert Journal(repo.root).exists()

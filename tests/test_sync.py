@@ -32,7 +32,7 @@ def clones(repo, tmp_path):
         git(tmp_path, "clone", "-q", str(bare), str(path))
         git(path, "config", "user.name", f"Person {name}")
         git(path, "config", "user.email", f"{name}@example.org")
-        from mdmem.hooks import ensure
+        from mdmem.hooks.install import ensure
         import sys
         ensure(path, sys.executable)
         out.append(MemoryRepo.open(path))

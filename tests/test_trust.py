@@ -734,7 +734,8 @@ def test_every_facade_operation_refuses_an_undeclared_user(repo):
             "prove_gone", "verify", "approve", "reject", "sweep", "consolidate", "history"} <= set(called), called
     assert snapshot(repo.root) == before and not (repo.root / "private" / "mallory").exists()
     # The module-level entry points of the library refuse too.
-    from mdmem import hooks, remote
+    from mdmem import remote
+    from mdmem.hooks import install as hooks
     for call in (lambda: remote.sync(repo, as_user="mallory"), lambda: remote.open_conflicts(repo, as_user="mallory"),
                  lambda: hooks.install(repo, as_user="mallory", python=sys.executable)):
         with pytest.raises(BadInput, match="mallory is not a user"):

@@ -164,7 +164,7 @@ def test_a_process_killed_while_holding_notes_in_memory_loses_nothing(repo):
 DEFERRED_WRITER = r"""
 import os, signal, sys
 from mdmem import MemoryRepo
-from mdmem.storage.gitstore import INDEX_DELAY_SECONDS
+from mdmem.storage.gitindex import INDEX_DELAY_SECONDS
 repo = MemoryRepo.open(sys.argv[1])
 repo.store.index_delay = 60 if sys.argv[2] == "kill" else INDEX_DELAY_SECONDS
 for i in range(3):
@@ -186,7 +186,7 @@ def git_status(root) -> str:
 
 
 def test_deferred_index_entries_are_written_soon_and_on_close(repo):
-    from mdmem.storage.gitstore import INDEX_DELAY_SECONDS
+    from mdmem.storage.gitindex import INDEX_DELAY_SECONDS
 
     repo.store.index_delay = INDEX_DELAY_SECONDS
     team_fact(repo, "Refunds are allowed within 30 days", key="refund.window", new_key=True)

@@ -20,11 +20,12 @@ def register(sub) -> None:
 
 
 def run(ctx) -> int:
-    from .. import hooks
+    from ..hooks import install as installing
+    from ..hooks import run as running
 
     a = ctx.args
     if a.action == "install":
-        out = hooks.install(ctx.repo(), as_user=ctx.user, python=sys.executable, now=ctx.now)
+        out = installing.install(ctx.repo(), as_user=ctx.user, python=sys.executable, now=ctx.now)
         for notice in out["notices"]:
             print(notice, file=sys.stderr)
         ctx.emit(out, f"mdmem's hooks installed in {out['hooks_dir']}"
@@ -37,7 +38,7 @@ def run(ctx) -> int:
     root = toplevel()
     if a.hook == "pre-commit":
         # git tells the hook which index it commits through the environment (GIT_INDEX_FILE).
-        report = hooks.pre_commit(root, env=dict(os.environ))
+        report = running.pre_commit(root, env=dict(os.environ))
         for warning in report.warnings:
             print(warning, file=sys.stderr)
         for problem in report.problems:
@@ -47,13 +48,13 @@ def run(ctx) -> int:
                   file=sys.stderr)
             return 2
     elif a.hook == "post-merge":
-        report = hooks.post_merge(root, squash=bool(a.hook_args and a.hook_args[0] == "1"))
+        report = running.post_merge(root, squash=bool(a.hook_args and a.hook_args[0] == "1"))
     elif a.hook == "post-rewrite":
         sys.stdin.read()  # git lists the rewritten commits; the views depend on the tip only
         from ..storage.gitstore import GitStore
 
         store = GitStore(root)  # the person's git identity is read through the store, like watch --commit
-        report = hooks.post_rewrite(root, kind=(a.hook_args or [""])[0], actor=_actor(store, root),
+        report = running.post_rewrite(root, kind=(a.hook_args or [""])[0], actor=_actor(store, root),
                                     author=_author(store))
     else:
         from ..errors import BadInput

@@ -19,7 +19,7 @@ def run(ctx) -> int:
     from ..mcp.server import parse_capabilities, serve
 
     allowed = parse_capabilities(ctx.args.allow)
-    from ..storage.gitstore import INDEX_DELAY_SECONDS
+    from ..storage.gitindex import INDEX_DELAY_SECONDS
 
     repo = ctx.repo()
     # A long-lived server: git's index written once after a burst of writes, not per write

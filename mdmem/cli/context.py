@@ -163,7 +163,7 @@ class Ctx:
             repo.index.progress = self._progress_always()
             if not getattr(self.args, "skip_hook_check", False):
                 # The hooks travel with the repo; a clone gets them enabled by its first mdmem command.
-                from ..hooks import ensure
+                from ..hooks.install import ensure
                 notice = ensure(repo.root, sys.executable)
                 if notice:
                     print(notice, file=sys.stderr)

@@ -12,7 +12,7 @@ import re
 from ..model import layout
 from ..model.clock import format_time
 from ..storage import history_ops as ops
-from ..storage.gitstore import Trailers
+from ..storage.trailers import Trailers
 from .plan import Plan
 
 AUDIT_PATH = layout.ERASURE_LOG

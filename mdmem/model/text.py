@@ -25,19 +25,3 @@ def escape_controls(text: str, *, newlines: bool = True) -> str:
     if not newlines:
         out = out.replace("\t", "\\t").replace("\n", "\\n")
     return out
-
-
-def check_unicode(value: str, field: str) -> str:
-    """A string that UTF-8 can hold: a lone surrogate (from a JSON "\\ud800" or a
-    non-UTF-8 command line) would fail at the commit, after the gate."""
-    if "\x00" in value:
-        # git takes a file with a NUL for binary: diffs and reviews would hide the note's text.
-        from ..errors import BadInput
-        raise BadInput(f"{field}: holds a NUL character (position {value.index(chr(0))}); send text without it")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        from ..errors import BadInput
-        raise BadInput(f"{field}: not valid Unicode text (a lone surrogate at position {exc.start}); "
-                       "send UTF-8") from None
-    return value

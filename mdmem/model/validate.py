@@ -81,3 +81,17 @@ def _contract_problems(path: str, meta: dict, contracts: Contracts) -> list[tupl
         except BadInput:
             pass  # reported by read_fields
     return problems
+
+
+def check_unicode(value: str, field: str) -> str:
+    """A string that UTF-8 can hold: a lone surrogate (from a JSON "\\ud800" or a
+    non-UTF-8 command line) would fail at the commit, after the gate."""
+    if "\x00" in value:
+        # git takes a file with a NUL for binary: diffs and reviews would hide the note's text.
+        raise BadInput(f"{field}: holds a NUL character (position {value.index(chr(0))}); send text without it")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise BadInput(f"{field}: not valid Unicode text (a lone surrogate at position {exc.start}); "
+                       "send UTF-8") from None
+    return value

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from ..config import CONFIG_NAME, render_config
 from ..errors import BadInput
-from ..storage.gitstore import GitStore, Trailers
+from ..storage.gitstore import GitStore
+from ..storage.trailers import Trailers
 from ..template import read_template
 
 
@@ -21,7 +22,7 @@ def found(path: str | Path, *, teams: dict[str, list[str]] | None, erasers: list
         raise BadInput(f"{root}: already a git repository; mdmem init makes a new one")
     if root.exists() and any(root.iterdir()):
         raise BadInput(f"{root}: folder is not empty; give mdmem init an empty or new folder")
-    from .. import hooks
+    from ..hooks import install as hooks
 
     teams = teams or {}
     files = {

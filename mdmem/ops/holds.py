@@ -11,7 +11,8 @@ from ..model.note import Note, new_id, parse_note
 from ..policy.gate import AGENT, HUMAN
 from ..results import ReviewItem, WriteResult
 from ..storage import sync_ops
-from ..storage.gitstore import GitStore, Trailers, parse_trailers
+from ..storage.gitstore import GitStore
+from ..storage.trailers import Trailers, parse_trailers
 from .state import RepoState
 
 REVIEW_PREFIX = "review/"

@@ -6,7 +6,7 @@ from ..model.clock import TimeLike, format_time, parse_time, resolve_write_time
 from ..policy import gate
 from ..policy.access import require_user
 from ..results import SweepResult, WriteResult
-from ..storage.gitstore import Trailers
+from ..storage.trailers import Trailers
 from ..storage.worktree import scan_notes
 from . import read, write
 from .state import RepoState

@@ -7,7 +7,7 @@ import datetime as _dt
 from ..model.clock import TimeLike, resolve_now
 from ..policy.access import require_user
 from ..results import RenderResult
-from ..storage.gitstore import Trailers
+from ..storage.trailers import Trailers
 from .state import RepoState
 
 

@@ -10,7 +10,7 @@ from ..model.clock import TimeLike, format_time, resolve_now
 from ..policy import gate
 from ..policy.access import require_user
 from ..results import ReviewItem, WriteResult
-from ..storage.gitstore import Trailers
+from ..storage.trailers import Trailers
 from . import write
 from ..erasure.receipt import AUDIT_PATH, erased_commit_ids
 from .holds import REVIEW_PREFIX, closed_ids, review_item

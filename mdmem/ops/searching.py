@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import BadInput, MdmemError
 from ..model.clock import TimeLike
 from ..model.layout import root_of
-from ..model.text import check_unicode
+from ..model.validate import check_unicode
 from ..policy.access import require_user
 from ..results import IndexReport, ProgressCallback
 from .state import RepoState

@@ -15,14 +15,14 @@ from ..model import layout
 from ..model.clock import SpanLike, TimeLike, add_span, parse_duration, parse_time, resolve_write_time
 from ..model.kinds import SUMMARY_KEY, Contract
 from ..model.note import FIELDS as NOTE_FIELDS, Note, check_source, new_id
-from ..model.text import check_unicode
+from ..model.validate import check_unicode
 from ..model.validate import validate_note
 from ..policy import gate
 from ..policy.access import require_user
 from ..policy.gate import AGENT, HUMAN, Provenance, check_key_reuse, judge_source
 from ..results import BatchResult, ProgressCallback, WriteResult
 from ..search.index_worker import IndexWorker, spare_core
-from ..storage.gitstore import Trailers
+from ..storage.trailers import Trailers
 from ..storage.queries import blob_hash
 from ..storage.worktree import StoredNote, live_in_dir
 from . import holds, read, render

@@ -24,9 +24,9 @@ from ..results import ProgressCallback
 from ..storage.worktree import StoredNote
 from . import bm25
 from .doctable import prepare_vectors
-from .doctable import Int64Column, code
+from .doctable import code
 from .bulkwriter import BulkWriter
-from .textfield import FastText
+from .pickled import FastText, Int64Column  # registered: indexes name them by code
 
 NEVER = 2**62  # sentinel "no end" for numeric time fields
 # Questions are full of words that say nothing about the answer ("what does ... do?").

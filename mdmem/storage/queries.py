@@ -7,13 +7,11 @@ the methods rely only on its ``repo`` (pygit2), ``root`` and ``git()``.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pygit2
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pygit2
 
 from . import history_ops
-from .gitstore import stage
+from .gitindex import stage
 
 IN_PROGRESS = (("rebase-merge", "a rebase"), ("rebase-apply", "a rebase or am"), ("MERGE_HEAD", "a merge"),
                ("CHERRY_PICK_HEAD", "a cherry-pick"), ("REVERT_HEAD", "a revert"))

@@ -8,8 +8,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..model.kinds import Contracts
 from ..errors import NoteInvalid
+from ..model.kinds import Contracts
 from ..model.layout import is_note_path, root_of
 from ..model.note import DEFAULT_MAX_BYTES, Note, check_size
 from ..model.validate import validate_note

@@ -1,4 +1,4 @@
-"""Team sync through an ordinary git remote, and the guard that keeps erased history out.
+"""Team sync through an ordinary git remote: fetch, fast-forward or merge in memory, push.
 
 The erasure record (audit/erasures.jsonl) keeps the ids of rewritten commits, never their
 content. A stale clone still has those commits; sync refuses to merge or push from it,
@@ -6,18 +6,15 @@ and the pre-receive guard on the shared remote refuses any push that contains th
 """
 from __future__ import annotations
 
-import shlex
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
-from .erasure.forget import AUDIT_PATH, erased_blob_ids, erased_commit_ids, purge_caches
-from .config import CONFIG_NAME
-from .errors import BadInput, Conflict, GitFailed, MdmemError, Refused
-from .ops.holds import REVIEW_PREFIX
-from .storage import sync_ops
-from .storage.gitstore import parse_trailers
-from .storage.queries import blob_hash, run_git_at
+from ..erasure.forget import AUDIT_PATH, erased_blob_ids, erased_commit_ids, purge_caches
+from ..config import CONFIG_NAME
+from ..errors import BadInput, Conflict, GitFailed, MdmemError, Refused
+from ..ops.holds import REVIEW_PREFIX
+from ..storage import sync_ops
+from ..storage.trailers import parse_trailers
+from ..storage.queries import blob_hash
 
 
 @dataclass(frozen=True)
@@ -53,7 +50,7 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
     index and work tree exactly as they were. No rebase or merge is ever left in progress:
     the merge commit is built in memory and the branch moves by compare-and-swap.
     """
-    from .model.clock import resolve_now
+    from ..model.clock import resolve_now
 
     user = repo.access.check_user(as_user)  # declared in the trusted mdmem.toml, not only non-empty
     when = resolve_now(now)
@@ -112,7 +109,7 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
                 sync_ops.set_ref(store, f"refs/remotes/{remote}/{branch}", store.head())
         # Holds are pushed (and closed ones deleted there) only beside a main the remote took:
         # the approval that closes a hold travels on main (attack 6, F19).
-        from .ops.holds import decisions
+        from ..ops.holds import decisions
 
         decided = decisions(store)  # history's approve/reject commits, read once for both uses below
         holds = _sync_holds(repo, remote, push=push and pushed in (None, "pushed"), closed=set(decided))
@@ -156,7 +153,7 @@ def _sync_holds(repo, remote: str, *, push: bool, closed: set[str]) -> dict:
     After an erasure a local hold on the old history is made again on the erased one (the
     same held change), or dropped and named when it touches an erased version; the remote's
     copy on the old history is replaced (with a lease) or deleted."""
-    from .ops.holds import HOLD_ID
+    from ..ops.holds import HOLD_ID
 
     store = repo.store
     local, scratch = f"refs/heads/{REVIEW_PREFIX}", f"refs/mdmem-sync/{remote}/{REVIEW_PREFIX}"
@@ -246,8 +243,8 @@ def _drop_erased_leftovers(store) -> None:
 def _erased_needles(store, erased: set[str]) -> list[str]:
     """The distinctive sentences of the erased note versions (blob ids) this clone still holds
     (an old history not dropped yet): what a replayed change or a remade hold must not quote."""
-    from .erasure import needles as nd
-    from .erasure.scan import split_note
+    from ..erasure import needles as nd
+    from ..erasure.scan import split_note
 
     found: set[str] = set()
     for blob in sorted(sync_ops.present(store, erased)):
@@ -256,7 +253,7 @@ def _erased_needles(store, erased: set[str]) -> list[str]:
 
 
 def _quotes(data: bytes | str, needles: list[str]) -> bool:
-    from .erasure.needles import occurs
+    from ..erasure.needles import occurs
 
     text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
     return any(occurs(text, n) for n in needles)
@@ -292,9 +289,9 @@ def _remake_hold(store, oid: str, erased: set[str], needles: list[str]) -> str |
 def _not_a_hold(repo, oid: str) -> str | None:
     """Why a fetched branch is not a hold mdmem made (one regular note within the size limit,
     that parses and agrees with its path), or None."""
-    from .errors import MdmemError
-    from .model.layout import is_note_path
-    from .model.validate import validate_note
+    from ..errors import MdmemError
+    from ..model.layout import is_note_path
+    from ..model.validate import validate_note
 
     store = repo.store
     parents = store.parents(oid)
@@ -316,7 +313,7 @@ def _not_a_hold(repo, oid: str) -> str | None:
 
 
 def _readable(repo, user: str, path: str) -> bool:
-    from .model.layout import root_of
+    from ..model.layout import root_of
 
     return repo.access.may_read_root(user, root_of(path))
 
@@ -488,7 +485,7 @@ def _replay_commits(repo, user: str, commits: list[tuple[str, list[str]]], onto:
     message. A commit touching an erased note version is left out and named; one whose change
     meets a different version of its file on ``onto`` (a both-sides edit), or a merge, needs a
     person (nothing changed). Views are left to the render after sync."""
-    from .views.fresh import is_view_path
+    from ..views.fresh import is_view_path
 
     store = repo.store
     tip, replayed, left_out = onto, [], []
@@ -520,7 +517,7 @@ def _replay_commits(repo, user: str, commits: list[tuple[str, list[str]]], onto:
 def _refuse_converting_attributes(store, head, their_head, remote, branch) -> None:
     """A .gitattributes line that converts notes in the work tree would make every note
     unreadable here after the checkout (attack 6, F10): refused, naming it and its commit."""
-    from .hooks import ATTRIBUTES, converting_attributes
+    from ..hooks.install import ATTRIBUTES, converting_attributes
 
     if not their_head:
         return
@@ -574,9 +571,9 @@ def _resolve(repo, path: str, base: str, ours: str, theirs: str, mine: str | Non
     why a person is needed. A version valid at ``when`` beats one that is not valid yet (a
     skewed clock or a typo must not leave the note with no live version); then the later
     valid_from, then the later commit."""
-    from .errors import NoteInvalid
-    from .model.layout import parse_path
-    from .model.note import parse_note
+    from ..errors import NoteInvalid
+    from ..model.layout import parse_path
+    from ..model.note import parse_note
 
     store = repo.store
     try:
@@ -609,9 +606,9 @@ def _resolve(repo, path: str, base: str, ours: str, theirs: str, mine: str | Non
 
 def _merge(repo, user: str, when, head: str, their_head: str, base: str, label: str) -> list[ConflictPair]:
     """Merge in memory, resolve what policy resolves, commit with the views regenerated."""
-    from .model.layout import is_note_path
-    from .storage.gitstore import Trailers
-    from .views.fresh import Views, changed, is_view_path
+    from ..model.layout import is_note_path
+    from ..storage.trailers import Trailers
+    from ..views.fresh import Views, changed, is_view_path
 
     store = repo.store
     conflicted = sync_ops.conflicted_paths(store, head, their_head)
@@ -665,7 +662,7 @@ def _merge(repo, user: str, when, head: str, their_head: str, base: str, label: 
 
 
 def _render_if_stale(repo, user: str, when) -> list[str]:
-    from .storage.gitstore import Trailers
+    from ..storage.trailers import Trailers
 
     repo.reset_caches()
     changes = repo.fresh_view_changes()
@@ -679,7 +676,7 @@ def _render_if_stale(repo, user: str, when) -> list[str]:
 def open_conflicts(repo, *, as_user: str) -> list[dict]:
     """Pairs resolved by sync that nobody has looked at since: the live version is still the
     one the merge chose. Only pairs in roots the user may read."""
-    from .model.layout import parse_path
+    from ..model.layout import parse_path
 
     user = repo.access.check_user(as_user)
     store = repo.store
@@ -703,89 +700,3 @@ def open_conflicts(repo, *, as_user: str) -> list[dict]:
             out.append({"path": path, "live": live, "superseded": superseded, "merge": sha,
                         "rule": " ".join(parts[3:]).strip("()")})
     return out
-
-
-GUARD_MEMORY = "mdmem-guard-erasures.jsonl"  # in the bare repo's own folder: no push can change it
-GUARD_CHAINED = "pre-receive.before-mdmem"  # a pre-receive hook the server had, run first
-
-
-def install_guard(bare: str | None) -> Path:
-    if not bare:
-        raise BadInput("guard: give the path of the bare repository to protect")
-    path = Path(bare)
-    if run_git_at(path, "rev-parse", "--is-bare-repository", check=False).strip() != "true":
-        raise BadInput(f"{path}: not a bare git repository")
-    hook = path / "hooks" / "pre-receive"
-    hook.parent.mkdir(parents=True, exist_ok=True)
-    marker = "# Installed by `mdmem guard`"
-    previous = hook.with_name(GUARD_CHAINED)
-    if hook.exists() and marker not in hook.read_text(errors="replace"):
-        if previous.exists():
-            raise BadInput(f"guard: {hook} and {previous} both exist and neither is mdmem's; merge them by hand "
-                           "(nothing changed)")
-        hook.rename(previous)  # the server's own hook (branch protection...) keeps running, first
-    hook.write_text("#!/bin/sh\n" + marker + ": refuse pushes that bring erased history back.\n"
-                    "refs=$(cat)\n"
-                    f'if [ -x "$(dirname "$0")/{GUARD_CHAINED}" ]; then\n'
-                    f'  printf \'%s\\n\' "$refs" | "$(dirname "$0")/{GUARD_CHAINED}" || exit $?\n'
-                    "fi\n"
-                    f'printf \'%s\\n\' "$refs" | exec {shlex.quote(sys.executable)} -I -m mdmem.cli.main '
-                    'guard --check "$PWD"\n')
-    hook.chmod(0o755)
-    _remember_erasures(path, _audits(path, ("refs/heads/main", "HEAD")))
-    return hook
-
-
-def _audits(bare: str | Path, revs) -> str:
-    return "\n".join(run_git_at(bare, "show", f"{rev}:{AUDIT_PATH}", check=False) for rev in revs)
-
-
-def _remember_erasures(bare: str | Path, audit: str) -> None:
-    """The guard keeps every receipt it has seen in a file of its own: a later commit that
-    deletes or empties the audit log must not make it forget an erasure (attack F26)."""
-    memory = Path(bare) / GUARD_MEMORY
-    known = set(memory.read_text().splitlines()) if memory.exists() else set()
-    new = [line for line in dict.fromkeys(audit.splitlines()) if line.strip().startswith("{") and line not in known]
-    if new:
-        with open(memory, "a") as f:
-            f.write("".join(line + "\n" for line in new))
-
-
-def check_push(bare: str, refs_text: str) -> list[str]:
-    """For each pushed ref: the erased commits its new history would contain, the erased note
-    versions (by blob id) it would bring back under new commit ids, and receipts it would drop
-    from the audit log (append-only). Erasures are known from every receipt the guard has seen."""
-    memory = Path(bare) / GUARD_MEMORY
-    here = (memory.read_text() if memory.exists() else "") + "\n" + _audits(bare, ("refs/heads/main", "HEAD"))
-    problems = []
-    arriving = []
-    for line in refs_text.splitlines():
-        parts = line.split()
-        if len(parts) != 3 or set(parts[1]) == {"0"}:
-            continue
-        old, new, ref = parts
-        pushed = run_git_at(bare, "show", f"{new}:{AUDIT_PATH}", check=False)
-        arriving.append(pushed)
-        if set(old) != {"0"}:
-            kept = set(pushed.splitlines())
-            dropped = [ln for ln in run_git_at(bare, "show", f"{old}:{AUDIT_PATH}", check=False).splitlines()
-                       if ln.strip() and ln not in kept]
-            if dropped:
-                problems.append(f"{ref} removes {len(dropped)} erasure receipt(s) from {AUDIT_PATH}; the audit log "
-                                "is append-only")
-                continue
-        audit = here + "\n" + pushed
-        found = sorted(set(run_git_at(bare, "rev-list", new, check=False).split()) & erased_commit_ids(audit))
-        if found:
-            problems.append(f"{ref} contains {len(found)} erased commit(s) (first {found[0][:10]}); "
-                            "re-clone instead of pushing an old clone")
-            continue
-        listing = run_git_at(bare, "rev-list", "--objects", new, check=False)
-        objects = {ln.split(" ", 1)[0] for ln in listing.splitlines()}
-        back = objects & erased_blob_ids(audit)
-        if back:
-            problems.append(f"{ref} brings back {len(back)} erased note version(s) under new commits (a rebase or "
-                            "cherry-pick of erased history); re-clone and re-apply only your own changes")
-    if not problems:
-        _remember_erasures(bare, "\n".join(arriving))
-    return problems

@@ -1,0 +1,57 @@
+"""git objects as mdmem reads and writes them: file modes carried with bytes, tree lookups, read retries."""
+from __future__ import annotations
+
+from typing import Callable
+
+
+import pygit2
+
+
+
+class FileData(bytes):
+    """A file's bytes with its git mode: executable, or a symlink (the bytes are its target).
+    Plain ``bytes`` mean a regular file, which every note is; the other files a team keeps in
+    its memory repo (scripts, links, hooks) keep their mode through sync and fast-forward."""
+
+    mode: int
+
+    def __new__(cls, data: bytes, mode: int):
+        obj = super().__new__(cls, data)
+        obj.mode = mode
+        return obj
+
+
+def with_mode(data: bytes, mode: int) -> bytes:
+    return data if mode == pygit2.GIT_FILEMODE_BLOB else FileData(data, mode)
+
+
+def mode_of(data: bytes) -> int:
+    return getattr(data, "mode", pygit2.GIT_FILEMODE_BLOB)
+
+
+REF_READ_TRIES = 20
+
+
+def tree_blob_ids(tree: pygit2.Tree, paths, *, blobs_only: bool = True,
+                   load: Callable[[pygit2.Oid], pygit2.Tree] | None = None) -> dict[str, str | None]:
+    """Each path's entry id in ``tree`` (None if absent; with ``blobs_only``, None for a
+    folder too), every folder on the way read once for all of them (through ``load``, the
+    store's per-write trees, when given)."""
+    folders: dict[str, pygit2.Tree | None] = {"": tree}
+
+    def folder(name: str) -> pygit2.Tree | None:
+        if name not in folders:
+            parent_name, _, base = name.rpartition("/")
+            parent = folder(parent_name)
+            entry = parent[base] if parent is not None and base in parent else None
+            is_tree = entry is not None and entry.type_str == "tree"
+            folders[name] = (load(entry.id) if load is not None else entry) if is_tree else None
+        return folders[name]
+
+    out: dict[str, str | None] = {}
+    for path in paths:
+        parent_name, _, base = path.rpartition("/")
+        sub = folder(parent_name)
+        entry = sub[base] if sub is not None and base in sub else None
+        out[path] = None if entry is None or (blobs_only and entry.type_str != "blob") else str(entry.id)
+    return out
