@@ -94,6 +94,18 @@ class Access:
             return frozenset({name})
         return self.teams.get(name, frozenset())
 
+    def rewriters_of_root(self, root: str) -> frozenset[str]:
+        """Who may rewrite a root's history (erasure) on a git host that enforces reads as well:
+        the erasers for a team root; for a private root only its owner. A host cannot grant the
+        rewrite of a repository without its read, so an eraser erases someone's private
+        repository by having the host delete it, never by holding a clone of it."""
+        scope, _, name = root.partition("/")
+        if scope == "private":
+            return frozenset({name}) if name else frozenset()
+        if scope == "team":
+            return self.erasers
+        return frozenset()
+
     def check_write(self, user: str, root: str) -> None:
         """Writers: the owner of a private root, members of a team."""
         self.check_user(user)

@@ -1,0 +1,97 @@
+"""mdmem host rules --gitolite|--forgejo|--gitlab|--github: a git host's access rules generated from
+the memberships each scope repository's mdmem.toml declares (``--apply ADMIN_URL`` pushes gitolite's
+to its gitolite-admin); mdmem host repos ADDRESS: the scope repositories this key may read there."""
+from __future__ import annotations
+
+from .context import add_common
+
+
+def register(sub) -> None:
+    p = sub.add_parser("host", help="a git host's access rules from the declared memberships (rules), "
+                       "or what your key may read on a host (repos)")
+    hs = p.add_subparsers(dest="host_action", metavar="ACTION", required=True)
+    r = hs.add_parser("rules", help="print (or apply to gitolite) the host's rules for each scope root")
+    fmt = r.add_mutually_exclusive_group(required=True)
+    for name in ("gitolite", "forgejo", "gitlab", "github"):
+        fmt.add_argument(f"--{name}", dest="format", action="store_const", const=name,
+                         help=f"rules for {name}" + (" (gitolite.conf repo blocks)" if name == "gitolite" else
+                                                     " (the settings to make, as text)"))
+    r.add_argument("--repo", dest="repos", action="append", metavar="PATH",
+                   help="a memory repository whose mdmem.toml declares the roots (repeat for several "
+                        "scope repositories; default: the enclosing one, or MDMEM_REPO)")
+    r.add_argument("--root", dest="roots", action="append", metavar="ROOT",
+                   help="only this scope root (team/<team> or private/<user>); repeatable")
+    r.add_argument("--prefix", default="", help="the repositories' folder on the host (memory/ -> "
+                   "memory/team/payments)")
+    r.add_argument("--org", default="memory", help="Forgejo/GitLab/GitHub organization or group")
+    r.add_argument("--apply", metavar="ADMIN_URL", help="gitolite: commit the rules to this gitolite-admin "
+                   "repository and push (creates the repositories they name)")
+    r.add_argument("--name", default="mdmem", help="with --apply: the rules file, conf/mdmem/NAME.conf")
+    r.add_argument("--as", dest="as_user", metavar="USER", help="with --apply: who commits the rules")
+    r.add_argument("--json", action="store_true", help="print JSON for scripts and agents")
+    r.set_defaults(run=run_rules)
+    q = hs.add_parser("repos", help="the scope repositories your ssh key may read on a gitolite host")
+    q.add_argument("address", help="the host: ssh://USER@HOST[:PORT] (GIT_SSH_COMMAND picks the key)")
+    q.add_argument("--prefix", default="", help="the repositories' folder on the host")
+    add_common(q, identity=False, repo=False)
+    q.set_defaults(run=run_repos)
+
+
+def _sources(ctx) -> list:
+    from pathlib import Path
+
+    from ..host.rules import check_root, roots_declared
+    from ..repo import MemoryRepo
+
+    paths = ctx.args.repos or [ctx.env.get("MDMEM_REPO") or None]
+    wanted = [check_root(r, "--root") for r in ctx.args.roots or []]
+    out = []
+    for given in paths:
+        repo = MemoryRepo.find(Path(ctx.cwd, given) if given else Path(ctx.cwd))
+        try:
+            config = repo.config
+        finally:
+            repo.close()
+        roots = roots_declared(config)
+        out += [(root, config) for root in roots if not wanted or root in wanted]
+    return out
+
+
+def run_rules(ctx) -> int:
+    from ..errors import BadInput
+    from ..host import gitolite
+    from ..host.rules import grants, render
+
+    a = ctx.args
+    found = grants(_sources(ctx), prefix=a.prefix)
+    text = render(found, a.format, org=a.org)
+    applied = None
+    if a.apply:
+        if a.format != "gitolite":
+            raise BadInput(f"host rules --apply: only gitolite rules are applied by mdmem; {a.format}'s are "
+                           "settings for its admin (print them without --apply)")
+        user = ctx.user
+        applied = gitolite.apply(a.apply, text, name=a.name, identity=(user, f"{user}@mdmem.invalid"),
+                                 ssh_command=ctx.env.get("GIT_SSH_COMMAND"))
+    if ctx.json:
+        ctx.emit({"format": a.format, "repositories": [g.to_dict() for g in found], "text": text,
+                  "applied": applied})
+    else:
+        print(text, end="" if text.endswith("\n") else "\n")
+        if a.apply:
+            print(f"# applied to {a.apply}: " + (f"commit {applied[:10]}" if applied else "already there"))
+    return 0
+
+
+def run_repos(ctx) -> int:
+    from ..host import gitolite
+
+    a = ctx.args
+    address = gitolite.Address.parse(a.address)
+    pairs = gitolite.scope_repos(gitolite.readable(address, ssh_command=ctx.env.get("GIT_SSH_COMMAND")),
+                                 prefix=a.prefix)
+    rows = [{"root": root, "name": r.name, "url": address.url(r.name), "write": r.write} for root, r in pairs]
+    ctx.emit({"host": str(address), "repositories": rows},
+             "\n".join(f"{row['root']:<28} {row['url']}" + ("" if row["write"] else "  (read-only)") for row in rows)
+             or f"{address}: no scope repository is readable with this key")
+    return 0
