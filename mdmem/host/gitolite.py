@@ -43,7 +43,7 @@ class HostRepo:
     read: bool
     write: bool
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {"name": self.name, "read": self.read, "write": self.write}
 
 

@@ -37,7 +37,7 @@ class Grant:
         """Everyone the host lets clone it."""
         return tuple(sorted(set(self.readwrite) | set(self.rewrite)))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {"root": self.root, "name": self.name, "private": self.private, "readwrite": list(self.readwrite),
                 "rewrite": list(self.rewrite), "readers": list(self.readers)}
 

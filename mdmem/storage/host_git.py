@@ -24,7 +24,7 @@ def _env(ssh_command: str | None) -> dict[str, str]:
     return env
 
 
-def _failed(what: str, r: subprocess.CompletedProcess) -> GitFailed:
+def _failed(what: str, r: "subprocess.CompletedProcess[str]") -> GitFailed:
     detail = (r.stderr or r.stdout or "").strip().splitlines()
     return GitFailed(f"{what}: exited {r.returncode}: {' / '.join(detail[-3:]) or 'no output'}")
 
