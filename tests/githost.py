@@ -237,3 +237,19 @@ def session_host():
         yield host
     finally:
         host.stop()
+
+
+def every_byte(folder: Path) -> bytes:
+    """Every file under ``folder`` (.git included) as stored, plus every git object it holds,
+    decompressed (a pack stores text zlib-compressed, so a raw scan alone would miss it)."""
+    chunks = []
+    for dirpath, _dirs, files in os.walk(folder):
+        for name in files:
+            p = Path(dirpath) / name
+            if p.is_file() and not p.is_symlink():
+                chunks.append(p.read_bytes())
+    for git_dir in {p.parent for p in Path(folder).rglob("HEAD") if (p.parent / "objects").is_dir()}:
+        r = subprocess.run(["git", "--git-dir", str(git_dir), "cat-file", "--batch-all-objects", "--batch",
+                            "--unordered"], capture_output=True)
+        chunks.append(r.stdout)
+    return b"\n".join(chunks)

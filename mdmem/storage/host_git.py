@@ -25,8 +25,10 @@ def _env(ssh_command: str | None) -> dict[str, str]:
 
 
 def _failed(what: str, r: "subprocess.CompletedProcess[str]") -> GitFailed:
-    detail = (r.stderr or r.stdout or "").strip().splitlines()
-    return GitFailed(f"{what}: exited {r.returncode}: {' / '.join(detail[-3:]) or 'no output'}")
+    # The host's own words (gitolite: "FATAL: R any ... DENIED by fallthru") come first; git's
+    # generic "make sure you have the correct access rights" after them says less.
+    detail = [line.strip() for line in (r.stderr or r.stdout or "").splitlines() if line.strip()]
+    return GitFailed(f"{what}: exited {r.returncode}: {' / '.join(detail[:4]) or 'no output'}")
 
 
 def ssh_call(target: str, port: int | None, command: list[str], *, ssh_command: str | None) -> str:
@@ -85,3 +87,43 @@ def edit_and_push(url: str, edit: Callable[[Path], str | None], *, identity: tup
         git("commit", "-q", "-m", message)
         git("push", "-q", "origin", "HEAD")
         return git("rev-parse", "HEAD").strip()
+
+
+def _git(root: Path, *args: str) -> str:
+    r = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if r.returncode != 0:
+        raise _failed(f"git {' '.join(args[:2])} in {root}", r)
+    return r.stdout
+
+
+def copy_branches(source: Path, dest: Path, *, checkout: str | None = None) -> None:
+    """A new repository at ``dest`` holding ``source``'s branches and tags and only the objects
+    they reach (fetched through git's pack protocol, never by copying the object folder); with
+    ``checkout`` that branch is checked out in its work tree."""
+    dest.mkdir(parents=True, exist_ok=True)
+    _git(dest, "init", "-q", "-b", checkout or "main")
+    _git(dest, "fetch", "-q", "--no-tags", "--update-head-ok", str(Path(source).resolve()), "+refs/heads/*:refs/heads/*",
+         "+refs/tags/*:refs/tags/*")
+    if checkout:
+        _git(dest, "checkout", "-q", "-f", checkout)
+
+
+def changed_paths(root: Path, commit: str) -> list[str]:
+    """The paths ``commit`` changes against its first parent (all of them for a root commit)."""
+    out = _git(root, "diff-tree", "--root", "--no-commit-id", "-r", "--name-only", "-z", commit)
+    return [p for p in out.split("\0") if p]
+
+
+def head(root: Path) -> str:
+    return _git(root, "rev-parse", "HEAD").strip()
+
+
+def count_commits(root: Path) -> int:
+    return int(_git(root, "rev-list", "--count", "HEAD").strip())
+
+
+def set_remote(root: Path, name: str, url: str) -> None:
+    if name in _git(root, "remote").split():
+        _git(root, "remote", "set-url", name, url)
+    else:
+        _git(root, "remote", "add", name, url)
