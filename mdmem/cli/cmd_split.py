@@ -9,12 +9,15 @@ from .context import add_common
 def register(sub) -> None:
     p = sub.add_parser("split", help="turn this memory (every root in one repository) into one scope repository "
                        "per root, each with its root's whole history")
-    p.add_argument("--to", required=True, metavar="FOLDER", help="where the scope repositories go (FOLDER/team/payments...)")
+    p.add_argument("--to", required=True, metavar="FOLDER",
+                   help="where the scope repositories go (FOLDER/team/payments...)")
     p.add_argument("--root", dest="roots", action="append", metavar="ROOT",
-                   help="only this scope root (team/<team> or private/<user>); repeatable; default: every declared root")
+                   help="only this scope root (team/<team> or private/<user>); repeatable; default: every "
+                   "declared root you may split")
     p.add_argument("--push", metavar="ADDRESS", help="push each to its repository on this host: ssh://USER@HOST[:PORT] "
                    "(apply `mdmem host rules` there first; GIT_SSH_COMMAND picks the key)")
-    p.add_argument("--prefix", default="", help="the repositories' folder on the host (memory/ -> memory/team/payments)")
+    p.add_argument("--prefix", default="",
+                   help="the repositories' folder on the host (memory/ -> memory/team/payments)")
     add_common(p)
     p.set_defaults(run=run)
 

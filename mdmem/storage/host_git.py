@@ -102,8 +102,8 @@ def copy_branches(source: Path, dest: Path, *, checkout: str | None = None) -> N
     ``checkout`` that branch is checked out in its work tree."""
     dest.mkdir(parents=True, exist_ok=True)
     _git(dest, "init", "-q", "-b", checkout or "main")
-    _git(dest, "fetch", "-q", "--no-tags", "--update-head-ok", str(Path(source).resolve()), "+refs/heads/*:refs/heads/*",
-         "+refs/tags/*:refs/tags/*")
+    _git(dest, "fetch", "-q", "--no-tags", "--update-head-ok", str(Path(source).resolve()),
+         "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*")
     if checkout:
         _git(dest, "checkout", "-q", "-f", checkout)
 
