@@ -13,7 +13,7 @@ from ..template import read_template
 
 
 def found(path: str | Path, *, teams: dict[str, list[str]] | None, erasers: list[str] | None, as_user: str,
-          when: _dt.datetime, people: list[str] | None = None) -> Path:
+          when: _dt.datetime, people: list[str] | None = None, scope_root: str | None = None) -> Path:
     """Create the repo at ``path`` (an empty or new folder) and return its root."""
     root = Path(path)
     if (root / CONFIG_NAME).exists():
@@ -26,7 +26,7 @@ def found(path: str | Path, *, teams: dict[str, list[str]] | None, erasers: list
 
     teams = teams or {}
     files = {
-        CONFIG_NAME: render_config(teams, erasers, people=[as_user, *(people or [])]).encode(),
+        CONFIG_NAME: render_config(teams, erasers, people=[as_user, *(people or [])], scope_root=scope_root).encode(),
         "README.md": read_template("README.md").encode(),
         "MEMORY.md": read_template("MEMORY.md").encode(),
         ".gitignore": read_template("gitignore").encode(),

@@ -31,11 +31,13 @@ class Access:
     teams: dict[str, frozenset[str]]
     erasers: frozenset[str] = frozenset()
     people: frozenset[str] = frozenset()  # the names of the [people.<user>] tables
+    # A scope repository ([scope] root in mdmem.toml) holds this one root: a write elsewhere is refused.
+    scope_root: str | None = None
 
     @classmethod
     def of(cls, config) -> "Access":
         """The access rules of a (trusted) :class:`mdmem.config.Config`."""
-        return cls(config.teams, config.erasers, frozenset(config.people))
+        return cls(config.teams, config.erasers, frozenset(config.people), getattr(config, "scope_root", None))
 
     @cached_property
     def users(self) -> frozenset[str]:
@@ -107,8 +109,11 @@ class Access:
         return frozenset()
 
     def check_write(self, user: str, root: str) -> None:
-        """Writers: the owner of a private root, members of a team."""
+        """Writers: the owner of a private root, members of a team; in a scope repository, only its root."""
         self.check_user(user)
+        if self.scope_root is not None and root != self.scope_root:
+            raise Refused(f"scope: this repository holds only {self.scope_root} ([scope] root in mdmem.toml); "
+                          f"{root} lives in its own repository (mount it in a workspace and write there)")
         scope, _, name = root.partition("/")
         if scope == "private" and name != user:
             raise Refused(f"scope: {user} may not write to {root}; only {name} writes there")
