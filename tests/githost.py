@@ -50,6 +50,18 @@ def _run(*args: str, env: dict | None = None, cwd: Path | None = None, input: st
     return r.stdout
 
 
+def _retry_locked(*args: str) -> None:
+    """useradd/usermod lock /etc/passwd; another session (an xdist worker) may hold it a moment."""
+    for _ in range(50):
+        r = subprocess.run(list(args), capture_output=True, text=True)
+        if r.returncode == 0:
+            return
+        if "lock" not in r.stderr:
+            break
+        time.sleep(0.2)
+    raise RuntimeError(f"{' '.join(args)} exited {r.returncode}: {r.stderr}")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -131,9 +143,12 @@ class GitHost:
             except subprocess.TimeoutExpired:
                 self.sshd.kill()
                 self.sshd.wait()
-        # sshd's children (sessions) belong to the user: end them before removing it.
-        subprocess.run(["pkill", "-KILL", "-u", self.user], capture_output=True)
-        subprocess.run(["userdel", self.user], capture_output=True)
+        # sshd's children (a session still open) are in the process group it was started in.
+        try:
+            os.killpg(self.sshd.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        _retry_locked("userdel", self.user)
         shutil.rmtree(self.home, ignore_errors=True)
         shutil.rmtree(self.base, ignore_errors=True)
 
@@ -145,12 +160,14 @@ def start_host() -> GitHost:
         raise HostUnavailable(reason)
     base = Path(tempfile.mkdtemp(prefix="mdmem-githost-"))
     user = f"mdmemgit{os.getpid()}"[:31]
-    home = Path(tempfile.mkdtemp(prefix="mdmem-gitolite-"))
+    # Not under the test's temp folder: pytest-xdist gives each worker a private (0700) one, and
+    # the gitolite user must reach its home.
+    home = Path(tempfile.mkdtemp(prefix="mdmem-gitolite-", dir="/tmp"))
     sshd = None
     try:
         subprocess.run(["userdel", user], capture_output=True)     # a leftover of a killed session
-        _run("useradd", "--system", "--home-dir", str(home), "--shell", "/bin/sh", "--no-create-home", user)
-        _run("usermod", "-p", "*", user)     # a locked account's keys are refused (UsePAM no)
+        _retry_locked("useradd", "--system", "--home-dir", str(home), "--shell", "/bin/sh", "--no-create-home", user)
+        _retry_locked("usermod", "-p", "*", user)     # a locked account's keys are refused (UsePAM no)
         pw = pwd.getpwnam(user)
         os.chown(home, pw.pw_uid, pw.pw_gid)
         home.chmod(0o755)

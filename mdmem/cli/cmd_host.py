@@ -18,7 +18,7 @@ def register(sub) -> None:
                                                      " (the settings to make, as text)"))
     r.add_argument("--repo", dest="repos", action="append", metavar="PATH",
                    help="a memory repository whose mdmem.toml declares the roots (repeat for several "
-                        "scope repositories; default: the enclosing one, or MDMEM_REPO)")
+                        "scope repositories; default: the workspace or repository this runs in, or MDMEM_REPO)")
     r.add_argument("--root", dest="roots", action="append", metavar="ROOT",
                    help="only this scope root (team/<team> or private/<user>); repeatable")
     r.add_argument("--prefix", default="", help="the repositories' folder on the host (memory/ -> "
@@ -38,22 +38,29 @@ def register(sub) -> None:
 
 
 def _sources(ctx) -> list:
+    """(root, the mdmem.toml governing it) of each repository given, of each mount of the workspace
+    this runs in, or of the memory repository this runs in."""
     from pathlib import Path
 
     from ..host.rules import check_root, roots_declared
     from ..repo import MemoryRepo
+    from .context import is_workspace
 
-    paths = ctx.args.repos or [ctx.env.get("MDMEM_REPO") or None]
     wanted = [check_root(r, "--root") for r in ctx.args.roots or []]
+    configs = []
+    if ctx.args.repos:
+        for given in ctx.args.repos:
+            with MemoryRepo.open(Path(ctx.cwd, given)) as repo:
+                configs.append((None, repo.config))
+    else:
+        here = ctx.repo()
+        if is_workspace(here):
+            configs = [(root, here.repo_for(root).config) for root in sorted(here.file.mounts)]
+        else:
+            configs = [(None, here.config)]
     out = []
-    for given in paths:
-        repo = MemoryRepo.find(Path(ctx.cwd, given) if given else Path(ctx.cwd))
-        try:
-            config = repo.config
-        finally:
-            repo.close()
-        roots = roots_declared(config)
-        out += [(root, config) for root in roots if not wanted or root in wanted]
+    for root, config in configs:
+        out += [(r, config) for r in ([root] if root else roots_declared(config)) if not wanted or r in wanted]
     return out
 
 

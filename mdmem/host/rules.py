@@ -59,8 +59,11 @@ def check_prefix(prefix: str) -> str:
 
 
 def roots_declared(config: Config) -> list[str]:
-    """The scope roots a repository's mdmem.toml governs when it holds them all (one repository
-    of many roots): every declared team's root and every declared user's private root."""
+    """The scope roots a repository's mdmem.toml governs: a scope repository's one root (``[scope]
+    root``); in one repository of many roots, every declared team's root and every declared user's
+    private root."""
+    if config.scope_root:
+        return [config.scope_root]
     access = Access.of(config)
     return sorted({f"team/{t}" for t in config.teams} | {f"private/{u}" for u in access.users})
 
@@ -68,6 +71,9 @@ def roots_declared(config: Config) -> list[str]:
 def grant(root: str, config: Config, *, prefix: str = "") -> Grant:
     """The grant of one root from the mdmem.toml that governs it."""
     check_root(root)
+    if config.scope_root and config.scope_root != root:
+        raise BadInput(f"{root}: the repository given for it holds {config.scope_root} ([scope] root in its "
+                       "mdmem.toml); give each root its own repository")
     access = Access.of(config)
     if root.startswith("team/") and root.partition("/")[2] not in config.teams:
         known = ", ".join(sorted(config.teams)) or "none"

@@ -4,8 +4,8 @@ with its root's whole history and nothing of any other root's.
 Each scope repository is an ordinary mdmem repository holding one root, its notes at the paths
 they have today (``team/payments/...``). Its history is the source's, rewritten by git-filter-repo
 to the root's own files plus what governs it: ``mdmem.toml`` reduced in every version to that
-root (its team and members, or its owner; the roles and every other section as they were, so each
-version stays trusted by the same admins), the erasure receipts (ids and counts, never content;
+root (``[scope] root``; its team and members, or its owner; the roles and every other section as
+they were, so each version stays trusted by the same admins), the erasure receipts (ids and counts, never content;
 every repository keeps them all so its guard refuses erased history) and the repository's own
 files. The top-level ``MEMORY.md`` (it lists every root) is dropped from history and rendered
 afresh. Commits that touched only other roots vanish; the holds (``review/<id>``) of the root are
@@ -76,6 +76,7 @@ def reduce_config(data: bytes, root: str) -> bytes:
             out["people"][name] = {}
     elif scope == "private":
         out["people"] = {name: {}}
+    out["scope"] = {**(config.get("scope") if isinstance(config.get("scope"), dict) else {}), "root": root}
     head = ("# mdmem.toml of this scope repository (made by `mdmem split`): who may see and write\n"
             f"# {root}, and how its memory behaves. Committed, so changes are reviewed like code.\n\n")
     return (head + dump_toml(out)).encode("utf-8")
