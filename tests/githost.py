@@ -180,8 +180,11 @@ def start_host() -> GitHost:
         admin_pub = home / "admin.pub"
         shutil.copy(base / "keys" / "admin.pub", admin_pub)
         os.chown(admin_pub, pw.pw_uid, pw.pw_gid)
-        _run("runuser", "-u", user, "--", "env", f"HOME={home}", f"PATH={os.environ['PATH']}",
-             "gitolite", "setup", "-pk", str(admin_pub))
+        as_host = ["runuser", "-u", user, "--", "env", f"HOME={home}", f"PATH={os.environ['PATH']}"]
+        _run(*as_host, "gitolite", "setup", "-pk", str(admin_pub))
+        # Repositories gitolite creates from now on get HEAD -> main, the branch mdmem pushes
+        # (docs/sharing.md); after setup: gitolite-admin itself must stay on master.
+        _run(*as_host, "git", "config", "--global", "init.defaultBranch", "main")
         # sshd's privilege separation folder; Debian creates it only when the service starts.
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(base / "host_key"))

@@ -13,7 +13,7 @@ from mdmem import MemoryRepo
 from mdmem.config import Config
 from mdmem.errors import BadInput
 from mdmem.host import gitolite
-from mdmem.host.rules import grant, grants, render, roots_declared
+from mdmem.host.rules import Grant, grant, grants, render, roots_declared
 
 T0 = "2026-10-01T09:00:00Z"
 TOML = b"""
@@ -98,7 +98,7 @@ def applied(githost, tmp_path):
                            erasers=["dana"], as_user="dana", now=T0)
     repo.close()
     r = cli("host", "rules", "--gitolite", "--repo", str(tmp_path / "mem"), "--prefix", ns,
-            "--apply", githost.admin_url, "--name", ns, "--as", "dana", "--json", env=githost.env("admin"))
+            "--apply", githost.admin_url, "--as", "dana", "--json", env=githost.env("admin"))
     assert r.returncode == 0, r.stderr
     return ns, json.loads(r.stdout)
 
@@ -142,6 +142,8 @@ def test_applied_rules_refuse_a_members_rewrite_and_allow_the_erasers(githost, a
 
 def test_reapplying_the_same_rules_changes_nothing(githost, applied, tmp_path):
     ns, out = applied
-    again = gitolite.apply(githost.admin_url, out["text"], name=ns, identity=("dana", "dana@x"),
+    found = [Grant(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in g.items()
+                      if k in ("root", "name", "readwrite", "rewrite")}) for g in out["repositories"]]
+    again = gitolite.apply(githost.admin_url, found, identity=("dana", "dana@x"),
                            ssh_command=githost.ssh_command("admin"))
     assert again is None

@@ -11,53 +11,17 @@ from pathlib import Path
 
 import pytest
 from githost import every_byte
+from scope_memory import ALICE_NEW, ALICE_OLD, BOB_PRIVATE, PAYMENTS, ROOTS, SEARCH, TEXTS, old_memory
 
 from mdmem import MemoryRepo
 from mdmem.errors import Refused
 from mdmem.host.split import reduce_config, split
 
-T0, T1, T2 = "2026-10-01T09:00:00Z", "2026-10-02T09:00:00Z", "2026-10-03T09:00:00Z"
-ALICE_OLD = "Alice is interviewing at Acme next week"
-ALICE_NEW = "Alice accepted the offer from Acme Corp"
-BOB_PRIVATE = "Bob keeps his bike lock code at 8812"
-PAYMENTS = "Payments deploy on Tuesdays after the standup"
-SEARCH = "Search reindexes nightly at two in the morning"
-ERASED = "Carol's badge number is 99-ZEBRA-1717 do not share"
-ROOTS = ["private/alice", "private/bob", "private/carol", "private/dana", "team/payments", "team/search"]
-# what each root's repository may hold; anything from another root is a leak
-TEXTS = {"private/alice": [ALICE_OLD, ALICE_NEW], "private/bob": [BOB_PRIVATE],
-         "team/payments": [PAYMENTS, "Invoices are cut by the scanner tool"], "team/search": [SEARCH]}
 
 
 def cli(*args, env=None, cwd=None):
     return subprocess.run([sys.executable, "-m", "mdmem.cli.main", *args], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, cwd=cwd)
-
-
-def old_memory(path: Path) -> Path:
-    """One repository of every root, as before scope repositories: history (a note in two
-    versions), a hold waiting for review, an erasure receipt."""
-    repo = MemoryRepo.init(path, teams={"payments": ["alice", "bob", "dana"], "search": ["carol"]},
-                           erasers=["dana"], as_user="dana", now=T0, embedder="none")
-    with repo:
-        repo.remember(ALICE_OLD, as_user="alice", kind="profile", subject="user:alice", key="job", scope="private",
-                      now=T0)
-        repo.remember(ALICE_NEW, as_user="alice", kind="profile", subject="user:alice", key="job", scope="private",
-                      now=T1)
-        repo.remember(BOB_PRIVATE, as_user="bob", kind="profile", subject="user:bob", key="bike", scope="private",
-                      now=T0)
-        repo.remember(PAYMENTS, as_user="bob", kind="fact", subject="service:billing", key="deploy.window",
-                      scope="team", team="payments", now=T0)
-        repo.remember(SEARCH, as_user="carol", kind="fact", subject="service:search", key="reindex", scope="team",
-                      team="search", now=T0)
-        repo.remember(ERASED, as_user="carol", kind="fact", subject="service:search", key="badge", scope="team", new_key=True,
-                      team="search", now=T1)
-        held = repo.remember("Invoices are cut by the scanner tool", as_user="bob", kind="fact",
-                             subject="service:billing", key="invoices", scope="team", team="payments",
-                             source="tool:scanner", new_key=True, now=T1)
-        assert held.status == "held"
-        repo.forget(as_user="dana", paths=["team/search/service/search/fact/badge.md"], now=T2)
-    return path
 
 
 def versions(root_dir: Path, under: str) -> set[tuple[str, str]]:
@@ -135,8 +99,9 @@ def test_each_scope_repository_declares_only_what_governs_it_and_stays_trusted(s
     assert "payments" not in text and "carol" not in text and "bob" not in text
     assert "search" not in (scopes / "team/payments/mdmem.toml").read_text()
     assert {p: sorted(r) for p, r in out["people"].items()} == {
-        "alice": ["private/alice", "team/payments"], "bob": ["private/bob", "team/payments"],
-        "carol": ["private/carol", "team/search"], "dana": ["private/dana", "team/payments", "team/search"]}
+        "alice": ["private/alice", "team/payments"], "bob": ["private/bob", "team/ops", "team/payments"],
+        "carol": ["private/carol", "team/ops", "team/search"],
+        "dana": ["private/dana", "team/ops", "team/payments", "team/search"]}
 
 
 def test_reduce_config_keeps_a_version_that_does_not_parse_as_it_was():
@@ -163,7 +128,7 @@ def test_split_into_a_folder_holding_a_scope_repository_already_is_refused(split
 def test_split_and_push_to_a_host_gives_each_person_exactly_their_repositories(githost, tmp_path):
     ns = githost.namespace()
     source = old_memory(tmp_path / "old")
-    r = cli("host", "rules", "--gitolite", "--prefix", ns, "--apply", githost.admin_url, "--name", ns,
+    r = cli("host", "rules", "--gitolite", "--prefix", ns, "--apply", githost.admin_url,
             "--as", "dana", cwd=source, env=githost.env("admin"))
     assert r.returncode == 0, r.stderr
     r = cli("split", "--to", str(tmp_path / "dana"), "--push", githost.address, "--prefix", ns, "--as", "dana",
@@ -174,7 +139,8 @@ def test_split_and_push_to_a_host_gives_each_person_exactly_their_repositories(g
     out = json.loads(r.stdout)
     assert sorted(line.split(":")[0] for line in out["not_pushed"]) == ["private/alice", "private/bob", "private/carol"]
     assert "DENIED" in out["not_pushed"][0]
-    assert {x["root"] for x in out["repositories"] if x["pushed"]} == {"private/dana", "team/payments", "team/search"}
+    assert {x["root"] for x in out["repositories"] if x["pushed"]} == {"private/dana", "team/ops", "team/payments",
+                                                                      "team/search"}
     # each owner splits and pushes their own private root from their copy of the old repository
     for person in ("alice", "bob", "carol"):
         r = cli("split", "--to", str(tmp_path / f"own-{person}"), "--root", f"private/{person}", "--push",
@@ -183,7 +149,7 @@ def test_split_and_push_to_a_host_gives_each_person_exactly_their_repositories(g
     for root in ROOTS:
         clone = tmp_path / "bob" / root
         got = githost.git("bob", "clone", "-q", githost.url(f"{ns}/{root}"), str(clone), check=False)
-        assert (got.returncode == 0) == (root in ("private/bob", "team/payments")), (root, got.stderr)
+        assert (got.returncode == 0) == (root in ("private/bob", "team/ops", "team/payments")), (root, got.stderr)
     data = every_byte(tmp_path / "bob")
     assert BOB_PRIVATE.encode() in data and PAYMENTS.encode() in data
     for text in (ALICE_OLD, ALICE_NEW, SEARCH):

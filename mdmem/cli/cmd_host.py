@@ -1,6 +1,7 @@
 """mdmem host rules --gitolite|--forgejo|--gitlab|--github: a git host's access rules generated from
 the memberships each scope repository's mdmem.toml declares (``--apply ADMIN_URL`` pushes gitolite's
-to its gitolite-admin); mdmem host repos ADDRESS: the scope repositories this key may read there."""
+to its gitolite-admin); mdmem host repos ADDRESS: the scope repositories this key may read there;
+mdmem host clone ADDRESS PATH: a workspace mounting each of them."""
 from __future__ import annotations
 
 from .context import add_common
@@ -25,8 +26,8 @@ def register(sub) -> None:
                    "memory/team/payments)")
     r.add_argument("--org", default="memory", help="Forgejo/GitLab/GitHub organization or group")
     r.add_argument("--apply", metavar="ADMIN_URL", help="gitolite: commit the rules to this gitolite-admin "
-                   "repository and push (creates the repositories they name)")
-    r.add_argument("--name", default="mdmem", help="with --apply: the rules file, conf/mdmem/NAME.conf")
+                   "repository and push (creates the repositories they name); one file per repository, "
+                   "conf/mdmem/<name>.conf, so the rules of repositories not given stay as they were")
     r.add_argument("--as", dest="as_user", metavar="USER", help="with --apply: who commits the rules")
     r.add_argument("--json", action="store_true", help="print JSON for scripts and agents")
     r.set_defaults(run=run_rules)
@@ -35,6 +36,13 @@ def register(sub) -> None:
     q.add_argument("--prefix", default="", help="the repositories' folder on the host")
     add_common(q, identity=False, repo=False)
     q.set_defaults(run=run_repos)
+    c = hs.add_parser("clone", help="make a workspace of every scope repository your key may read on a host "
+                      "(again on a workspace: mount what is new)")
+    c.add_argument("address", help="the host: ssh://USER@HOST[:PORT] (GIT_SSH_COMMAND picks the key)")
+    c.add_argument("path", help="the workspace folder (made if new)")
+    c.add_argument("--prefix", default="", help="the repositories' folder on the host")
+    add_common(c, repo=False)
+    c.set_defaults(run=run_clone)
 
 
 def _sources(ctx) -> list:
@@ -78,7 +86,7 @@ def run_rules(ctx) -> int:
             raise BadInput(f"host rules --apply: only gitolite rules are applied by mdmem; {a.format}'s are "
                            "settings for its admin (print them without --apply)")
         user = ctx.user
-        applied = gitolite.apply(a.apply, text, name=a.name, identity=(user, f"{user}@mdmem.invalid"),
+        applied = gitolite.apply(a.apply, found, identity=(user, f"{user}@mdmem.invalid"),
                                  ssh_command=ctx.env.get("GIT_SSH_COMMAND"))
     if ctx.json:
         ctx.emit({"format": a.format, "repositories": [g.to_dict() for g in found], "text": text,
@@ -102,3 +110,22 @@ def run_repos(ctx) -> int:
              "\n".join(f"{row['root']:<28} {row['url']}" + ("" if row["write"] else "  (read-only)") for row in rows)
              or f"{address}: no scope repository is readable with this key")
     return 0
+
+
+def run_clone(ctx) -> int:
+    import os
+    import sys
+
+    from ..host import gitolite
+    from ..host.mount import from_host
+
+    a = ctx.args
+    address = gitolite.Address.parse(a.address)
+    out = from_host(os.path.join(ctx.cwd, a.path), address, as_user=ctx.user, prefix=a.prefix,
+                    ssh_command=ctx.env.get("GIT_SSH_COMMAND"), **ctx.settings(), user_config=ctx.user_config())
+    for root, why in out.failed.items():
+        print(f"mdmem: not mounted: {root}: {why}", file=sys.stderr)
+    ctx.emit(out.to_dict(), f"workspace {out.workspace} for {ctx.user} from {out.host}: mounted "
+             f"{', '.join(out.mounted) or 'nothing new'}"
+             + (f"; already mounted {', '.join(out.already)}" if out.already else ""))
+    return 9 if out.failed else 0

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..errors import BadInput
 from ..model.layout import check_name
 from ..storage import host_git
-from .rules import check_prefix
+from .rules import Grant, check_prefix, gitolite_conf
 
 INCLUDE = 'include "mdmem/*.conf"'
 
@@ -84,25 +84,34 @@ def scope_repos(repos: list[HostRepo], *, prefix: str = "") -> list[tuple[str, H
     return sorted(out, key=lambda p: p[0])
 
 
-def apply(admin_url: str, conf: str, *, name: str = "mdmem", identity: tuple[str, str],
-          ssh_command: str | None) -> str | None:
-    """Write ``conf`` as ``conf/mdmem/<name>.conf`` in gitolite-admin (the main gitolite.conf
-    includes that folder once), commit and push: gitolite applies it and creates any new
-    repository it names. Returns the admin commit, or None when the rules were already there."""
-    check_name(name, "rules file name")
+def rules_file(name: str) -> str:
+    """The file in gitolite-admin holding one repository's block: conf/mdmem/<name, / as -->.conf."""
+    return f"conf/mdmem/{name.replace('/', '--')}.conf"
+
+
+def apply(admin_url: str, grants: list[Grant], *, identity: tuple[str, str], ssh_command: str | None) -> str | None:
+    """Write each repository's block as its own file under ``conf/mdmem/`` in gitolite-admin (the
+    main gitolite.conf includes that folder once), commit and push: gitolite applies them and
+    creates any new repository. One file per repository, so rules regenerated from some scope
+    repositories (an admin's workspace) leave the others' as they were. Returns the admin commit,
+    or None when the rules were already there."""
 
     def edit(work: Path) -> str | None:
         main = work / "conf" / "gitolite.conf"
         if not main.is_file():
             raise BadInput(f"host: {admin_url} has no conf/gitolite.conf; is it a gitolite-admin repository?")
         text = main.read_text(encoding="utf-8")
+        changed = []
         if INCLUDE not in text.splitlines():
             main.write_text(text.rstrip("\n") + f"\n\n{INCLUDE}\n", encoding="utf-8")
-        target = work / "conf" / "mdmem" / f"{name}.conf"
-        target.parent.mkdir(exist_ok=True)
-        if target.exists() and target.read_text(encoding="utf-8") == conf and INCLUDE in text.splitlines():
-            return None
-        target.write_text(conf, encoding="utf-8")
-        return f"mdmem host rules: {name}"
+            changed.append("include")
+        for g in grants:
+            target = work / rules_file(g.name)
+            target.parent.mkdir(exist_ok=True)
+            conf = gitolite_conf([g])
+            if not target.exists() or target.read_text(encoding="utf-8") != conf:
+                target.write_text(conf, encoding="utf-8")
+                changed.append(g.name)
+        return f"mdmem host rules: {', '.join(changed)}" if changed else None
 
     return host_git.edit_and_push(admin_url, edit, identity=identity, ssh_command=ssh_command)
