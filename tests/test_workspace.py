@@ -252,3 +252,20 @@ def test_the_launcher_sends_no_workspace_call_to_one_clones_daemon(alice):
     inside = str((alice.root / "team" / "payments").resolve())  # what getcwd says in a mount
     assert repo_root_for_call(["recall", "x"], {}, inside) is None
     assert repo_root_for_call(["recall", "x"], {}, str(alice.root)) is None
+
+
+def test_init_makes_a_scope_repository_and_a_wrong_scope_root_is_named(tmp_path):
+    r = cli("init", "pay", "--team", "payments=alice,bob", "--scope-root", "team/payments", "--as", "alice",
+            "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["scope_root"] == "team/payments"
+    assert 'root = "team/payments"' in (tmp_path / "pay" / "mdmem.toml").read_text()
+    r = cli("init", "mine", "--scope-root", "private/alice", "--as", "alice", cwd=tmp_path)
+    assert r.returncode == 0 and "[people.alice]" in (tmp_path / "mine" / "mdmem.toml").read_text()
+    r = cli("init", "bad", "--scope-root", "teams/payments", "--as", "alice", cwd=tmp_path)
+    assert r.returncode == BadInput.exit_code and "scope.root" in r.stderr and "team/payments" in r.stderr
+    assert not (tmp_path / "bad").exists()
+    path = tmp_path / "pay" / "mdmem.toml"
+    path.write_text(path.read_text().replace('root = "team/payments"', 'root = "payments"'))
+    with pytest.raises(BadInput, match="scope.root: 'payments'"):
+        MemoryRepo.open(tmp_path / "pay")
