@@ -9,7 +9,10 @@ from .context import add_common, is_workspace
 
 
 def register(sub) -> None:
-    p = sub.add_parser("workspace", help="a folder mounting the scope repositories you may read")
+    p = sub.add_parser("workspace", help="a folder mounting the scope repositories you may read",
+                       description="A workspace mounts scope repositories (one per team/<team> or "
+                                   "private/<user>) at their roots; every mdmem command run inside it acts on "
+                                   "all of them. Each OP takes --as USER (or MDMEM_USER) and --json.")
     ops = p.add_subparsers(dest="op", metavar="OP", required=True)
     init = ops.add_parser("init", help="make an empty workspace for a person")
     init.add_argument("path")

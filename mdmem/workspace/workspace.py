@@ -279,9 +279,23 @@ class Workspace:
                 continue
             yield root, repo
 
+    def mounted_repos(self, user: str) -> list[MemoryRepo]:
+        """The open repository of every mount the person may read (what a long-lived server watches)."""
+        return [repo for _, repo in self.readable(user)]
+
+    @property
+    def user_config(self) -> UserConfig:
+        return self.settings.get("user_config") or UserConfig()
+
     def _writable(self, user: str, root: str) -> MemoryRepo:
         self.check_user(user)
-        return self.repo_for(root)  # the repository's own gate refuses a writer it does not declare
+        repo = self.repo_for(root)  # the repository's own gate refuses a writer it does not declare
+        try:
+            repo.check_user(user)
+        except BadInput:
+            raise Refused(f"{root}: {user} is not declared in its {CONFIG_NAME} (not a member) and may not "
+                          "write there") from None
+        return repo
 
     # --- writing ----------------------------------------------------------------------------
     def remember(self, text: str, *, as_user: str, kind: str, subject: str, key: str | None = None,
@@ -430,7 +444,7 @@ class Workspace:
         """The mount holding ``path``; an unmounted root answers as a note not visible (no oracle)."""
         self.check_user(user)
         root = self._root_of(path, user)
-        if root not in self.file.mounts:
+        if root not in self.file.mounts or not reads(self.repo_for(root), user, root):
             raise not_visible(path, user)
         return self.repo_for(root)
 
@@ -678,7 +692,16 @@ class Workspace:
             if missing:
                 self.repo_for(missing[0])  # Refused, naming it
             return roots
-        return [root for root, _ in self.readable(user)]
+        # Every mount whose mdmem.toml declares this person (an eraser need not read a root to erase it).
+        return [root for root in sorted(self.file.mounts) if self._declares(root, user)]
+
+    def _declares(self, root: str, user: str) -> bool:
+        try:
+            self.repo_for(root).check_user(user)
+            return True
+        except MdmemError as exc:
+            self.problems[root] = str(exc)
+            return False
 
     def _forget_one(self, root: str, user: str, args: dict[str, Any], *, dry_run: bool) -> ErasurePlan | ErasureReceipt:
         paths = [p for p in args["paths"] or [] if p.startswith(root + "/")] or None
