@@ -9,7 +9,8 @@ from .context import add_common
 
 def register(sub) -> None:
     p = sub.add_parser("host", help="a git host's access rules from the declared memberships (rules), "
-                       "or what your key may read on a host (repos)")
+                       "what your key may read on a host (repos), a workspace of it (clone)",
+                       description="`host rules --apply` and `host clone` act as someone: --as USER (or MDMEM_USER).")
     hs = p.add_subparsers(dest="host_action", metavar="ACTION", required=True)
     r = hs.add_parser("rules", help="print (or apply to gitolite) the host's rules for each scope root")
     fmt = r.add_mutually_exclusive_group(required=True)
