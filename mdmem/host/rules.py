@@ -129,8 +129,9 @@ def gitolite_conf(grants_: list[Grant], *, org: str = "") -> str:
 
 
 def _repo_name(g: Grant) -> str:
-    """Forgejo, GitLab and GitHub repository names have no ``/``: team/payments -> team-payments."""
-    return g.name.replace("/", "-")
+    """Forgejo, GitLab and GitHub repository names have no ``/`` and live in an organization (the
+    namespace a gitolite prefix gives): team/payments -> team-payments."""
+    return g.root.replace("/", "-")
 
 
 def forgejo_text(grants_: list[Grant], *, org: str) -> str:
