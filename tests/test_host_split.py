@@ -112,11 +112,11 @@ def test_someone_not_an_admin_splits_only_the_roots_they_may_read(split_out, tmp
     source, _scopes, _ = split_out
     with MemoryRepo.open(source, embedder="none") as repo:
         with pytest.raises(Refused, match=r"split: bob may split only the roots they may read "
-                                          r"\(private/bob, team/payments\); private/alice needs a config admin"):
+                                          r"\(private/bob, team/ops, team/payments\); private/alice needs a config admin"):
             split(source, tmp_path / "out", as_user="bob", roots=["private/alice"], config=repo.config)
         assert not (tmp_path / "out").exists()
         mine = split(source, tmp_path / "out", as_user="bob", config=repo.config)
-    assert [r.root for r in mine] == ["private/bob", "team/payments"]
+    assert [r.root for r in mine] == ["private/bob", "team/ops", "team/payments"]
 
 
 def test_split_into_a_folder_holding_a_scope_repository_already_is_refused(split_out, tmp_path):

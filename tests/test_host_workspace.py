@@ -195,6 +195,8 @@ def test_bob_removed_from_a_team_fetches_nothing_new_and_his_workspace_says_so(s
     mounts = {m["root"]: m for m in json.loads(r.stdout)["mounts"]}
     assert mounts["private/bob"]["ok"] and mounts["team/ops"]["ok"] and not mounts["team/payments"]["ok"]
     assert b"Thursdays" not in every_byte(bob_ws)
+    # rules regenerated from dana's workspace changed only its repositories: alice still reaches hers
+    served.host.git("alice", "clone", "-q", served.url("private/alice"), str(served.tmp / "alice-own"))
 
 
 def test_check_names_a_mount_whose_declaration_no_longer_includes_the_person(served):
