@@ -274,3 +274,24 @@ def test_mounting_from_a_host_that_refuses_the_key_is_named(served):
     with pytest.raises(GitFailed, match="ssh .*info"):
         from_host(served.tmp / "ws-nobody", gitolite.Address.parse(f"nobody@127.0.0.1:{served.host.port}"),
                   as_user="bob", ssh_command=served.host.ssh_command("bob"))
+
+
+def test_the_hosts_guard_refuses_erased_history_coming_back_on_a_hold_branch(githost, request):
+    """Installed by the host's admin and run by gitolite's user: a member may create any
+    review/<id> branch, and the guard still refuses one bringing erased commits back."""
+    probe = subprocess.run(["runuser", "-u", githost.user, "--", "test", "-x", sys.executable])
+    if probe.returncode != 0:
+        pytest.skip(f"gitolite's user cannot run this Python ({sys.executable}); the guard needs mdmem "
+                    "installed where the host's user can run it")
+    served = request.getfixturevalue("served")
+    dana_ws = served.workspace("dana")
+    stale = served.tmp / "carol-stale"         # a plain clone from before the erasure
+    served.host.git("carol", "clone", "-q", served.url("team/search"), str(stale))
+    with served.acting("dana"), Workspace.open(dana_ws, embedder="none") as ws:
+        ws.sync(as_user="dana")
+        ws.forget(as_user="dana", subject="user:bob", push=True, force=True, now=T3)
+    served.host.run_as_host(sys.executable, "-I", "-m", "mdmem.cli.main", "guard",
+                            str(served.host.bare(f"{served.ns}/team/search")))
+    back = served.host.git("carol", "push", served.url("team/search"), "HEAD:refs/heads/review/sneak", cwd=stale,
+                           check=False)
+    assert back.returncode != 0 and "mdmem: refused" in back.stderr, back.stderr
