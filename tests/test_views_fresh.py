@@ -6,7 +6,8 @@ import re
 import pytest
 from conftest import T0, T1, git, git_status, run_cli, team_fact
 
-from mdmem import MemoryRepo, hooks
+from mdmem import MemoryRepo
+from mdmem.hooks import install as hooks
 from mdmem.views.fresh import Views
 from mdmem.views.render import MetaCache, RootEntries
 
