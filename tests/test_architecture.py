@@ -104,6 +104,10 @@ def test_layers_import_downwards():
             ("mdmem.cli", "mdmem.mcp"),
         ("ops/", "views/", "erasure/", "hooks/install.py"): ("mdmem.repo", "mdmem.remote", "mdmem.hooks.run"),
         ("ops/", "views/", "erasure/", "search/", "storage/", "model/", "policy/"): ("mdmem.remote",),
+        # workspace/ sits above the facade and remote/, below the boundaries
+        ("workspace/",): ("mdmem.cli", "mdmem.mcp"),
+        ("repo.py", "ops/", "views/", "erasure/", "remote/", "hooks/", "search/", "storage/", "model/", "policy/",
+         "watch.py", "results.py", "errors.py", "config.py", "cache.py"): ("mdmem.workspace",),
     }
     bad = []
     for rel, tree in modules().items():
