@@ -154,9 +154,11 @@ def test_each_repository_decides_who_reads_it(tmp_path, remotes, alice):
     info = {m.root: m for m in alice.mount_list()}["team/search"]
     assert not info.readable and not info.writable and "alice is not declared a reader of team/search" in info.problem
     assert "team/search (not readable" in (alice.root / "MEMORY.md").read_text()
-    with pytest.raises(Refused):
+    with pytest.raises(Refused, match="team/search: alice is not declared"):
         alice.remember("x", as_user="alice", kind="fact", subject="service:search", key="x", scope="team",
                        team="search", now=T0)
+    _, bad = alice.check()  # the host's rules and the declared members disagree: check names the mount
+    assert [(b.path, b.field) for b in bad] == [("team/search", "membership")]
 
 
 def test_only_the_workspaces_person_acts_in_it(alice):

@@ -11,6 +11,7 @@ person clone, and asks each mount as the acting person.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import sys
 from collections.abc import Iterable, Iterator, Mapping
@@ -50,6 +51,29 @@ def reads(repo: MemoryRepo, user: str, root: str) -> bool:
         return repo.access.may_read_root(user, root)
     except BadInput:  # not a declared user of that repository (removed from the team)
         return False
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield str(k)
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def file_text(path: Path) -> str:
+    """A workspace file's text as a person would read it (a journal's JSON strings unescaped)."""
+    raw = path.read_bytes().decode("utf-8", errors="replace")
+    if path.suffix == ".json":
+        try:
+            return "\n".join(_strings(json.loads(raw)))
+        except ValueError:
+            pass
+    return raw
 
 
 class Workspace:
@@ -521,6 +545,12 @@ class Workspace:
             g, b = repo.check()
             good += g
             bad += b
+            if not reads(repo, self.user, root):
+                # The host let this person clone it, the repository does not declare them: the
+                # host's rules and the declarations have drifted apart (regenerate the host's rules).
+                bad.append(NoteInvalid(root, "membership", f"{self.user} has a clone of this repository but its "
+                                       f"{CONFIG_NAME} does not declare them a reader; the host's access rules "
+                                       "and the declared members disagree"))
         return good, bad
 
     def stale_views(self) -> list[str]:
@@ -769,5 +799,22 @@ class Workspace:
                 unread[root] = "not mounted in this workspace (the host lists it)"
         if owner is not None and f"private/{owner}" not in self.file.mounts:
             unread.setdefault(f"private/{owner}", "not mounted in this workspace")
-        verdict = FAIL if any(not p.passed for p in proofs.values()) else INCOMPLETE if unread or not proofs else PASS
-        return WorkspaceProof(proofs=proofs, unread=unread, verdict=verdict)
+        left = self._workspace_files_holding(needles)
+        failed = any(not p.passed for p in proofs.values()) or bool(left)
+        verdict = FAIL if failed else INCOMPLETE if unread or not proofs else PASS
+        return WorkspaceProof(proofs=proofs, unread=unread, verdict=verdict, workspace_files=left)
+
+    def _workspace_files_holding(self, needles: list[str]) -> list[str]:
+        """The workspace's own files (its generated MEMORY.md, journals of operations under way)
+        that still hold a needle: named, never the needle."""
+        files = [self.root / VIEW_NAME, self.root / WORKSPACE_FILE,
+                 *sorted((self.root / JOURNAL_DIR).glob("*.json*"))]
+        out = []
+        for path in files:
+            try:
+                text = file_text(path).casefold()
+            except OSError:
+                continue
+            if any(n.casefold() in text for n in needles if n):
+                out.append(str(path.relative_to(self.root)))
+        return out
