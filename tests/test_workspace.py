@@ -271,3 +271,22 @@ def test_init_makes_a_scope_repository_and_a_wrong_scope_root_is_named(tmp_path)
     path.write_text(path.read_text().replace('root = "team/payments"', 'root = "payments"'))
     with pytest.raises(BadInput, match="scope.root: 'payments'"):
         MemoryRepo.open(tmp_path / "pay")
+
+
+def test_review_spans_mounts_and_a_decision_lands_in_the_holding_repository(tmp_path, remotes, alice):
+    held = alice.remember("Billing freezes deploys in December", as_user="alice", kind="fact",
+                          subject="service:billing", key="freeze", scope="team", team="payments",
+                          source="agent:claude", channel="agent", now=T0)
+    assert held.status == "held"
+    assert [i.review_id for i in alice.review_list(as_user="alice")] == [held.review_id]
+    assert all(m.ok for m in alice.sync(as_user="alice", push=True).mounts)  # holds travel with sync
+    bob = workspace(tmp_path, "bob", remotes, ["private/bob", "team/payments"])
+    assert [i.review_id for i in bob.review_list(as_user="bob")] == [held.review_id]
+    before = git(bob.clone_path("team/payments"), "rev-parse", "HEAD").strip()
+    done = bob.approve(held.review_id, as_user="bob", now=T0)
+    assert done.status == "committed" and done.path == "team/payments/service/billing/fact/freeze.md"
+    assert git(bob.clone_path("team/payments"), "rev-list", "--count", f"{before}..HEAD").strip() == "1"
+    assert bob.review_list(as_user="bob") == []
+    with pytest.raises(NotFound, match="no such held write"):
+        bob.reject("nope", as_user="bob")
+    bob.close()

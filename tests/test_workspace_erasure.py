@@ -60,7 +60,8 @@ def test_prove_gone_names_each_repository_it_did_not_read(tmp_path):
     assert proof.unread == {"private/alice": "not mounted in this workspace"}
     assert proof.proofs["team/payments"].passed
     # a clone that cannot be read is named too
-    carol.file.known.append("team/infra")
+    carol.set_known(["team/infra", "team/payments"])  # what a host lists; the mounted one is not "unread"
+    assert carol.file.known == ["team/infra"]
     proof = carol.prove_gone([ABOUT], as_user="carol", owner="alice")
     assert "team/infra" in proof.unread and proof.verdict == "INCOMPLETE"
     carol.close()

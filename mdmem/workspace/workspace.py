@@ -212,6 +212,11 @@ class Workspace:
         self.file.mounts[root] = Mount(root, remote, mount_folder(root))
         self.file.known = [r for r in self.file.known if r != root]
         self.file.save(self.root)
+        repo = self.repo_for(root)
+        if reads(repo, self.user, root):
+            # git clone brings only the main branch: the holds waiting for review come as sync brings them
+            with contextlib.suppress(MdmemError):
+                repo.sync(as_user=self.user)
         self.write_view()
         return self.mount_info(root)
 
@@ -256,6 +261,12 @@ class Workspace:
         del self.file.mounts[root]
         self.file.save(self.root)
         self.write_view()
+
+    def set_known(self, roots: Iterable[str]) -> None:
+        """Roots a host says exist for this person (mounted or not): prove-gone names each one not
+        mounted as not read. Saved in the workspace file."""
+        self.file.known = sorted({check_root(r, "known root") for r in roots} - set(self.file.mounts))
+        self.file.save(self.root)
 
     def identity_path(self, full: str | Path) -> str | None:
         """A file's note path (``team/<team>/...``) from where it is on disk: under the workspace
@@ -407,6 +418,8 @@ class Workspace:
                     self._run_forget(pending)
                 finish_op(self.root, pending)
                 finished.append(pending.id)
+        if finished:
+            self.write_view()  # the view made before the crash may quote what was erased
         return finished
 
     def retire(self, *, as_user: str, path: str, valid_until: TimeLike = None, expect_version: str | None = None,
