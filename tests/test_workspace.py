@@ -290,3 +290,20 @@ def test_review_spans_mounts_and_a_decision_lands_in_the_holding_repository(tmp_
     with pytest.raises(NotFound, match="no such held write"):
         bob.reject("nope", as_user="bob")
     bob.close()
+
+
+def test_import_in_a_workspace_routes_each_line_and_names_an_unmounted_root(alice, tmp_path):
+    items = tmp_path / "items.jsonl"
+    items.write_text("\n".join(json.dumps(i) for i in [
+        {"text": "Billing deploys Tuesdays", "kind": "fact", "subject": "service:billing", "key": "d",
+         "scope": "team", "team": "payments"},
+        {"text": "mine", "kind": "fact", "subject": "user:alice", "key": "m"},
+        {"text": "infra", "kind": "fact", "subject": "service:infra", "key": "m", "scope": "team", "team": "infra"},
+    ]) + "\n")
+    alice.close()
+    r = cli("import", str(items), "--as", "alice", "--json", cwd=alice.root)
+    assert r.returncode == 10, r.stderr
+    out = json.loads(r.stdout)
+    assert sorted(c["path"] for c in out["committed"]) == ["private/alice/user/alice/fact/m.md",
+                                                          "team/payments/service/billing/fact/d.md"]
+    assert [(x["line"], "team/infra is not mounted" in x["reason"]) for x in out["refused"]] == [(3, True)]

@@ -373,7 +373,7 @@ class Workspace:
                 if root not in self.file.mounts:
                     self.repo_for(root)  # raises Refused naming the root
             except MdmemError as exc:
-                out.refused.append({"line": item["line"], "error": exc.to_dict()})
+                out.refused.append({"line": item["line"], "reason": str(exc), "exit_code": exc.exit_code})
                 continue
             by_root.setdefault(root, []).append(item)
         with self._lock():
