@@ -184,7 +184,16 @@ class Workspace:
         for repo in self._repos.values():
             repo.index.progress = progress
 
-    def add(self, root: str, remote: str, *, as_user: str | None = None) -> MountInfo:
+    def add_many(self, remotes: Mapping[str, str], *, as_user: str | None = None) -> list[MountInfo]:
+        """Mount several repositories (root -> remote), the workspace view written once at the end.
+        One that fails stops the rest with its error; the ones mounted before it stay mounted."""
+        try:
+            return [self.add(root, remote, as_user=as_user, refresh_view=False)
+                    for root, remote in sorted(remotes.items())]
+        finally:
+            self.write_view()
+
+    def add(self, root: str, remote: str, *, as_user: str | None = None, refresh_view: bool = True) -> MountInfo:
         """Clone ``remote`` and mount it at ``root``. The clone must be a scope repository holding
         ``root`` (``[scope] root`` in its mdmem.toml) or holding no other root's notes."""
         check_root(root)
@@ -217,7 +226,8 @@ class Workspace:
             # git clone brings only the main branch: the holds waiting for review come as sync brings them
             with contextlib.suppress(MdmemError):
                 repo.sync(as_user=self.user)
-        self.write_view()
+        if refresh_view:
+            self.write_view()
         return self.mount_info(root)
 
     def _check_clone(self, root: str, dest: Path) -> None:
