@@ -1,4 +1,4 @@
-"""Speed as an agent sees it (issue 13): notes of ordinary length (~60 words), recall back to
+"""Speed as an agent sees it: notes of ordinary length (~60 words), recall back to
 back AND after idle pauses (an agent thinks between calls), write until searchable (remember
 returns, then the next recall finds the note), a hand edit found by the next recall, bulk
 import, a cold rebuild, and one CLI call (wall time and peak memory), at 1k/10k/100k notes.
@@ -34,7 +34,7 @@ cache removed), per --modes; wall and CPU seconds with the load average (--skip 
 --fixtures DIR keeps each size's filled repo there (built once, reused; with --skip rebuild the
 index is only caught up), so a 100k run need not fill 100,000 notes every time.
 Temporary repos (the bulk import, sizes without --fixtures) go under $TMPDIR (Python's tempfile):
-on session 16's machine /tmp made and filled folders ~8x slower than the same disk elsewhere
+on one test machine /tmp made and filled folders ~8x slower than the same disk elsewhere
 (mkdir 0.39-0.77 ms against 0.04-0.09, a 500-byte file 0.46-0.63 against 0.04-0.07), which a
 bulk import (a file and ~0.7 folders a note) pays; say where the run was made.
 """

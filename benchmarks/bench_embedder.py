@@ -1,4 +1,4 @@
-"""The default embedder's speed and memory (issue 13): the package's graph (weight-only int8,
+"""The default embedder's speed and memory: the package's graph (weight-only int8,
 float32 products) against the graph mdmem runs (search/minilm_graph.py: integer GEMM), on
 ordinary ~60-word notes, interleaved so the machine's load hits both alike.
 

@@ -1,4 +1,4 @@
-"""Fault loops (issue 11): kill -9 at random points, damaged caches, hostile notes under
+"""Fault loops: kill -9 at random points, damaged caches, hostile notes under
 resource limits, 2,000 writes with git housekeeping forced during them.
 
     python benchmarks/bench_faults.py [--quick] [--json] [--only write,rebuild,watch,cache,hostile,gc]
@@ -341,7 +341,7 @@ if __name__ == "__main__":
         rows += hostile()
     if "gc" in ONLY:
         rows += gc_writes(300 if QUICK else 2000)
-    table("Fault loops (issue 11)", ["fault", "runs", "scale", "failures / lost", "detail", "deleted by git commit",
+    table("Fault loops", ["fault", "runs", "scale", "failures / lost", "detail", "deleted by git commit",
                                      "status / other", "result"], rows, as_json=wants_json())
     if detail:
         table("Cache cases that failed", ["case", "stderr"], detail, as_json=wants_json())

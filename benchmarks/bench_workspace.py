@@ -79,8 +79,7 @@ def build(base: Path, mounts: int, notes: int, embedder: str) -> tuple[Workspace
     git("-C", str(one.root), "fetch", "-q", "origin")
     git("-C", str(one.root), "branch", "-q", "--set-upstream-to=origin/main")
     ws = Workspace.init(base / "ws-alice", as_user="alice", embedder=embedder)
-    for root, remote in sorted(remotes.items()):
-        ws.add(root, str(remote), as_user="alice")
+    ws.add_many({root: str(remote) for root, remote in remotes.items()}, as_user="alice")
     return ws, one, remotes, one_remote
 
 
@@ -111,8 +110,7 @@ def run(mounts: int, notes: int, embedder: str, nq: int) -> dict:
         nothing_one = [timed(lambda: one.sync(as_user="alice")) for _ in range(3)]
         # one new note in every repository, pushed by bob (his own workspace / clone)
         bob = Workspace.init(base / "ws-bob", as_user="bob", embedder=embedder)
-        for root, remote in sorted(remotes.items()):
-            bob.add(root, str(remote), as_user="bob")
+        bob.add_many({root: str(remote) for root, remote in remotes.items()}, as_user="bob")
         bob_one = base / "bob-one"
         git("clone", "-q", str(one_remote), str(bob_one))
         bob_repo = MemoryRepo.open(bob_one, embedder=embedder)

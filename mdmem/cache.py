@@ -52,7 +52,7 @@ _INDEX_FILE = re.compile(r"^(_?MAIN_|\.MAIN_)")
 def remove(path: Path) -> None:
     """A cache file or folder, gone (whatever it is). A folder that is a link to one elsewhere
     (an index moved to another disk) loses its index files there too: removing only the link
-    left an erased note's words in the target (attack 9b, G4). Nothing else there is touched."""
+    left an erased note's words in the target. Nothing else there is touched."""
     if path.is_symlink():
         target = Path(os.path.realpath(path))
         try:
@@ -128,7 +128,7 @@ def open_sqlite(path: Path, setup: Callable[[sqlite3.Connection], None]) -> sqli
         move_aside(path, "not a file")
     for suffix in ("-journal", "-wal", "-shm"):
         # A folder (or link) where SQLite keeps its journal made every open fail ("unable to
-        # open database file") and the good database was moved aside for it (attack 13).
+        # open database file") and the good database was moved aside for it.
         # (A link to a file is left: it may be a hot journal SQLite must roll back.)
         side = path.with_name(path.name + suffix)
         if os.path.lexists(side) and not side.is_file():

@@ -12,5 +12,5 @@ def read_template(name: str) -> str:
     if data is None:  # a loader that cannot read data files
         raise FileNotFoundError(f"mdmem_template/{name}")
     # Newlines as text mode gave them: a CRLF checkout of mdmem's source (core.autocrlf) must
-    # not install a `#!/bin/sh\r` hook (attack 7, F3).
+    # not install a `#!/bin/sh\r` hook.
     return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")

@@ -180,7 +180,7 @@ class Watcher:
             author = git_identity(self.repo.store)
             user = git_user(self.repo.store, self.repo.config)
             # The same write permission as remember: an edit of a root this person may not write
-            # (another's private notes, another team's) stays uncommitted and is named (attack 5, A11).
+            # (another's private notes, another team's) stays uncommitted and is named.
             refused = sorted(p for p in dirty if not user or user not in self.repo.access.writers_of_root(root_of(p)))
             for path in refused:
                 self.on_event(WatchEvent(path, "not committed", f"{user or 'this git identity'} may not write "

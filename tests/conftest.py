@@ -1,3 +1,5 @@
+"""Shared fixtures and helpers: real repositories (one per test, in tmp_path), git and CLI runners,
+processes that hold locks or defer git's index, and the team repositories several files share."""
 from __future__ import annotations
 
 import atexit
@@ -211,6 +213,60 @@ def lock_held_by_another_thread(repo):
     finally:
         release.set()
         thread.join()
+
+
+ENV = {"MDMEM_EMBEDDER": "none"}
+
+
+@pytest.fixture
+def two_teams(tmp_path) -> MemoryRepo:
+    repo = MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice", "bob", "dana"], "search": ["carol"]},
+                           erasers=["dana"], now=T0, as_user="alice", embedder="none")
+    repo.remember("Alice home phone 555-0142", as_user="alice", kind="profile", subject="user:alice", key="phone",
+                  now=T0)
+    repo.remember("Search reindexes nightly", as_user="carol", kind="fact", subject="service:search",
+                  key="reindex", scope="team", team="search", now=T0)
+    return repo
+
+
+@pytest.fixture
+def billing_team(tmp_path) -> MemoryRepo:
+    repo = MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice", "bob", "dana"], "search": ["carol"]},
+                           erasers=["dana"], now=T0, as_user="alice", embedder="none")
+    repo.remember("Billing deploys any weekday", as_user="bob", kind="fact", subject="service:billing",
+                  key="deploy.window", scope="team", team="payments", now=T0)
+    return repo
+
+
+def open_defect(why: str):
+    return pytest.mark.xfail(strict=True, reason=f"open: {why}")
+
+
+DEPLOY = "team/payments/service/billing/fact/deploy.window.md"
+
+
+def shared_remote(root, tmp_path, who: str):
+    """A bare remote beside the repo, which ``who`` syncs to first."""
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(root, "remote", "add", "origin", str(remote))
+    assert run_cli("sync", "--push", "--as", who, env=ENV, cwd=root).returncode == 0
+    return remote
+
+
+def widen_locally(root):
+    """bob's uncommitted edit: himself an eraser, a member of search, self-approval on."""
+    cfg = root / "mdmem.toml"
+    text = cfg.read_text()
+    text = text.replace('erasers = ["dana"]', 'erasers = ["dana", "bob"]')
+    text = text.replace('search = ["carol"]', 'search = ["carol", "bob"]')
+    text = text.replace("self_approve = false", "self_approve = true")
+    assert text != cfg.read_text()
+    cfg.write_text(text)
+
+
+def untrusted(repo):
+    return {f["path"]: f for f in repo.verify()["untrusted"]}
 
 
 @pytest.fixture(scope="session")

@@ -104,6 +104,10 @@ def test_layers_import_downwards():
             ("mdmem.cli", "mdmem.mcp"),
         ("ops/", "views/", "erasure/", "hooks/install.py"): ("mdmem.repo", "mdmem.remote", "mdmem.hooks.run"),
         ("ops/", "views/", "erasure/", "search/", "storage/", "model/", "policy/"): ("mdmem.remote",),
+        # workspace/ sits above the facade and remote/, below the boundaries
+        ("workspace/",): ("mdmem.cli", "mdmem.mcp"),
+        ("repo.py", "ops/", "views/", "erasure/", "remote/", "hooks/", "search/", "storage/", "model/", "policy/",
+         "watch.py", "results.py", "errors.py", "config.py", "cache.py"): ("mdmem.workspace",),
     }
     bad = []
     for rel, tree in modules().items():
@@ -233,7 +237,7 @@ def test_the_facade_is_thin():
 
 def test_only_gitdir_names_the_cache_folder():
     """The caches live in .git/mdmem/ (storage/gitdir.py: a commit can fill or redirect a work-tree
-    folder, attack 5 A14/A19). Code that builds a path with ".mdmem" writes where a teammate's
+    folder). Code that builds a path with ".mdmem" writes where a teammate's
     commit can reach: every cache path comes from cache_dir(). The watchers only skip the old
     folder's events."""
     allowed = {"storage/gitdir.py", "storage/tree_watch.py", "watch.py"}

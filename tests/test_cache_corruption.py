@@ -1,4 +1,4 @@
-"""Every cache is disposable (issue 11): each cache file damaged in turn (truncated, garbage,
+"""Every cache is disposable: each cache file damaged in turn (truncated, garbage,
 empty, wrong type); writes and recall go on, with one warning line, and the cache is rebuilt.
 The whole matrix over every index file runs in benchmarks/bench_faults.py."""
 from __future__ import annotations
@@ -169,7 +169,7 @@ def test_a_rebuild_killed_midway_leaves_recall_working(seeded, tmp_path, point):
                                           ("../mdmem-locks/write.lock", "folder"),
                                           ("../mdmem-locks/daemon.lock", "folder"), ("", "file")])
 def test_a_cache_path_of_the_wrong_type_is_dropped_not_a_crash(seeded, tmp_path, path, becomes):
-    """Attack F16: a folder where a cache file belongs (or the reverse, .mdmem itself as a
+    """A folder where a cache file belongs (or the reverse, .mdmem itself as a
     file) stopped every command with exit 70 or a bare OS error. The lock files beside the
     cache folder (.git/mdmem-locks) likewise."""
     root = copy_of(seeded, tmp_path)
@@ -195,7 +195,7 @@ def test_a_cache_path_of_the_wrong_type_is_dropped_not_a_crash(seeded, tmp_path,
 def test_a_link_to_a_file_at_a_databases_journal_is_left_for_sqlite(tmp_path):
     """open_sqlite moves a folder, FIFO or dangling link at <db>-journal aside (every open
     failed on it), but a link to a file may be a hot journal SQLite must roll back: moving it
-    aside handed back a half-written database (attack 13, round 5)."""
+    aside handed back a half-written database."""
     import os
     import sqlite3
 

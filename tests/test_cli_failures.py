@@ -1,4 +1,4 @@
-"""Every failure is an exit code and one line (issue 11): no tracebacks for huge durations,
+"""Every failure is an exit code and one line: no tracebacks for huge durations,
 far dates, non-UTF-8 arguments, lone surrogates or a closed pipe; terminal escapes in note
 text are shown, never executed, and never reach MEMORY.md."""
 from __future__ import annotations

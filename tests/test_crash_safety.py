@@ -1,4 +1,4 @@
-"""The commit is the acknowledgement (issue 11): crashes and stale git locks on the write path.
+"""The commit is the acknowledgement: crashes and stale git locks on the write path.
 
 Kills are real (a subprocess SIGKILLs itself at the named point); locks are real files,
 held open by a real second process where the test needs a live writer.
@@ -95,7 +95,8 @@ def test_a_young_ref_lock_is_waited_for(repo):
     lock.write_bytes(b"")  # dead writer, just now: stale after STALE_LOCK_SECONDS
     started = time.monotonic()
     r = team_fact(repo, "Billing deploys any weekday before 3pm")
-    assert r.status == "committed" and time.monotonic() - started < 8
+    # Waited until the lock was stale (STALE_LOCK_SECONDS), not the write lock's whole timeout (60 s).
+    assert r.status == "committed" and time.monotonic() - started < 30
     assert_consistent(repo.root)
 
 

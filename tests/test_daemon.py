@@ -131,7 +131,7 @@ def test_a_team_change_committed_elsewhere_takes_effect_on_the_next_call(running
 
 def test_an_erasure_elsewhere_ends_the_daemon_that_held_the_text(running):
     """Dropping what it held was not enough: memory a process freed may still hold the erased
-    text until reused (attack 8, F18). The daemon exits, and with it its memory."""
+    text until reused. The daemon exits, and with it its memory."""
     assert "walrus" in cli("recall", "walrus certificate", "--as", "bob", cwd=running).stdout
     info = daemon.ask(running, "ping")
     assert info["open"], info
@@ -349,10 +349,10 @@ def test_a_started_daemon_watches_the_tree_instead_of_walking_it(running):
     assert info["warm_passes"] >= 1, info  # its caches warmed when it started (search/warm.py)
 
 
-# --- attack 8 (notes/attack8.md): each finding a test ---------------------------------------
+# --- hostile callers, broken connections and environments: each a defect found and fixed -----
 
 def test_an_erasure_cut_short_is_finished_before_the_daemon_answers(running):
-    """F16: the daemon kept answering with text an interrupted (or running) forget was erasing."""
+    """The daemon kept answering with text an interrupted (or running) forget was erasing."""
     import mdmem.erasure.forget as fm
     from mdmem.erasure.forget import forget
     from mdmem.erasure.journal import Journal
@@ -374,7 +374,7 @@ def test_an_erasure_cut_short_is_finished_before_the_daemon_answers(running):
 
 
 def test_a_stuck_client_or_a_frozen_daemon_does_not_hold_up_anyones_calls(running):
-    """F1: one connection that sent half a request, or never read its answer, hung every call."""
+    """One connection that sent half a request, or never read its answer, hung every call."""
     import socket
     import struct
 
@@ -400,7 +400,7 @@ def test_a_stuck_client_or_a_frozen_daemon_does_not_hold_up_anyones_calls(runnin
 
 
 def test_a_relative_user_config_is_read_from_the_callers_folder(running, tmp_path):
-    """F2: a relative MDMEM_CONFIG was read from the repo (where anyone may commit a file)."""
+    """A relative MDMEM_CONFIG was read from the repo (where anyone may commit a file)."""
     (running / "mine.toml").write_text("[embedder\nbroken")  # planted in the repo: not the caller's
     caller = tmp_path / "home"
     caller.mkdir()
@@ -413,7 +413,7 @@ def test_a_relative_user_config_is_read_from_the_callers_folder(running, tmp_pat
 
 
 def test_a_user_an_admin_just_added_is_known_to_the_daemon(running):
-    """F9: the identity check ran before the held repo took up the new mdmem.toml."""
+    """The identity check ran before the held repo took up the new mdmem.toml."""
     cli("ls", "--as", "bob", cwd=running)
     config = running / "mdmem.toml"
     config.write_text(config.read_text().replace('search = ["carol"]', 'search = ["carol"]\nops = ["erin"]'))
@@ -426,7 +426,7 @@ def test_a_user_an_admin_just_added_is_known_to_the_daemon(running):
 
 
 def test_a_call_whose_environment_git_or_httpx_would_read_differently_runs_in_its_own_process(running):
-    """F10, F15, F5: git, proxies and help wrapping read the process's environment."""
+    """Git, proxies and help wrapping read the process's environment."""
     for extra in ({"PATH": "/nonexistent"}, {"HTTPS_PROXY": "http://127.0.0.1:9"}, {"GIT_DIR": "/nowhere"},
                   {"COLUMNS": "200"}):
         call = ["ls", "--as", "bob"] if "COLUMNS" not in extra else ["recall", "--help"]
@@ -443,11 +443,11 @@ def test_a_call_whose_environment_git_or_httpx_would_read_differently_runs_in_it
         assert (there.returncode, there.stdout) == (here.returncode, here.stdout), extra
     assert served(running) == 0
     assert cli("ls", "--as", "bob", cwd=running, env={"MDMEM_NO_DAEMON": "0"}).returncode == 0
-    assert served(running) == 1  # F19: "0" does not mean "bypass"
+    assert served(running) == 1  # "0" does not mean "bypass"
 
 
 def test_a_daemon_whose_socket_is_gone_exits(running, tmp_path):
-    """F13, F21: .git/mdmem removed, or the repo moved: the daemon nobody can reach exits."""
+    """.git/mdmem removed, or the repo moved: the daemon nobody can reach exits."""
     pid = daemon.ask(running, "ping")["pid"]
     moved = tmp_path / "moved"
     running.rename(moved)
@@ -477,7 +477,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_two_starts_at_once_both_succeed_with_one_daemon(mem):
-    """F12: the start that lost the race failed with a traceback (exit 70)."""
+    """The start that lost the race failed with a traceback (exit 70)."""
     full = {k: v for k, v in os.environ.items() if k != "MDMEM_USER"}
     procs = [subprocess.Popen([sys.executable, "-m", "mdmem.cli.launch", "daemon", "start", "--json"], cwd=mem,
                               env={**full, **ENV}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -498,7 +498,7 @@ def test_idle_must_be_a_finite_number_of_seconds(mem):
 
 
 def test_the_client_says_what_the_command_says_without_a_traceback(running, tmp_path):
-    """F3, F4, F14: a closed stdout, a full disk, a deleted folder."""
+    """A closed stdout, a full disk, a deleted folder."""
     full = {**{k: v for k, v in os.environ.items() if k != "MDMEM_USER"}, **ENV}
     script = f"{sys.executable} -m mdmem.cli.launch recall bluebird --as bob --repo {running}"
     for shell in (f"{script} >&-", f"{script} >/dev/full"):
@@ -651,14 +651,14 @@ def test_after_an_erasure_the_next_call_starts_a_new_daemon(stop_after):
     while _alive(first["pid"]) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(first["pid"])
-    # at once, not a minute after the last start (attack 10, F7)
+    # at once, not a minute after the last start
     r = call("recall", "walrus certificate", "--as", "bob", "--json", cwd=mem, env=env)
     assert r.returncode == 0 and "walrus" not in r.stdout
     assert wait_for_daemon(mem)["pid"] != first["pid"]
 
 
 def test_after_a_daemon_stop_the_next_call_starts_a_new_daemon_at_once(stop_after):
-    """Session 11: the one-try-a-minute rule (for a daemon that cannot start) also held after a
+    """The one-try-a-minute rule (for a daemon that cannot start) also held after a
     person's `daemon stop`, so for up to a minute every call ran in a process of its own (~1 s
     at 10k notes; bench_agent's second row got "served 3/5")."""
     mem = stop_after
@@ -675,10 +675,10 @@ def test_after_a_daemon_stop_the_next_call_starts_a_new_daemon_at_once(stop_afte
     assert wait_for_daemon(mem, seconds=30)["pid"] != first["pid"]
 
 
-# --- attack 10 (notes/attack10.md) ------------------------------------------------------------
+# --- erasures, pipes, terminals and start-up races around the daemon ---------------------------
 
 def test_erasing_text_never_committed_ends_the_daemon_too(stop_after):
-    """F2: forgetting a hand edit rewrites no commit (only a receipt is added), so the branch
+    """Forgetting a hand edit rewrites no commit (only a receipt is added), so the branch
     check did not see it, and the daemon's memory kept the text it had answered with."""
     mem = stop_after
     env = default_env()
@@ -698,7 +698,7 @@ def test_erasing_text_never_committed_ends_the_daemon_too(stop_after):
 
 @pytest.mark.parametrize("name", [launch.LOG_NAME, launch.AUTOSTART_MARK])
 def test_a_fifo_in_place_of_the_log_or_the_mark_does_not_hold_the_call(stop_after, name):
-    """F3: the call printed its answer and never exited (a FIFO opened to write waits for a
+    """The call printed its answer and never exited (a FIFO opened to write waits for a
     reader). A FIFO at the log's name: nothing starts where it could not log. At the mark's
     (a name only mdmem writes, in its disposable cache): replaced by a mark of its own."""
     mem = stop_after
@@ -715,7 +715,7 @@ def test_a_fifo_in_place_of_the_log_or_the_mark_does_not_hold_the_call(stop_afte
 
 
 def test_help_and_usage_wrap_at_the_callers_terminal_width(running):
-    """F4: through the daemon argparse measured no terminal and wrapped at 80 columns."""
+    """Through the daemon argparse measured no terminal and wrapped at 80 columns."""
     path = launch.socket_path(str(running))
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     for argv in (["recall", "--help"], ["recall", "--bogus"]):
@@ -727,7 +727,7 @@ def test_help_and_usage_wrap_at_the_callers_terminal_width(running):
 
 
 def test_the_daemon_runs_the_mdmem_the_caller_imported_wherever_it_was_found(stop_after, tmp_path):
-    """F1: started with -I, the daemon ignored the PYTHONPATH (or user site) the caller found
+    """Started with -I, the daemon ignored the PYTHONPATH (or user site) the caller found
     mdmem through: it ran the installed copy (other code: "an upgrade?" every minute) or none."""
     import shutil
 
@@ -748,7 +748,7 @@ def test_the_daemon_runs_the_mdmem_the_caller_imported_wherever_it_was_found(sto
 
 
 def test_starting_by_name_gives_a_running_daemon_the_idle_time_asked_for(stop_after):
-    """F6: `mdmem daemon start --idle 7200` found the one a call had started and kept its 600 s."""
+    """`mdmem daemon start --idle 7200` found the one a call had started and kept its 600 s."""
     mem = stop_after
     call("recall", "bluebird", "--as", "bob", cwd=mem, env=default_env())
     assert wait_for_daemon(mem)["idle_seconds"] == launch.AUTOSTART_IDLE_SECONDS
@@ -761,7 +761,7 @@ def test_starting_by_name_gives_a_running_daemon_the_idle_time_asked_for(stop_af
 
 @pytest.mark.parametrize("planted", ["folder", "link"])
 def test_a_folder_or_link_at_the_autostart_mark_neither_stops_autostart_nor_daemon_stop(stop_after, planted):
-    """Session 11's attack: a folder (or a symbolic link) where the autostart mark's file belongs
+    """A folder (or a symbolic link) where the autostart mark's file belongs
     turned autostart off for good, and `daemon stop` could not remove it."""
     mem = stop_after
     env = default_env()

@@ -37,9 +37,7 @@ ALLOWED_MACHINE_PATHS = {"README.md": ['"/tmp/mem"'], "tests/test_readme.py": ['
 # Scratch files of the machines this was built on that comments in the code and tests still
 # cite, wherever those comments move; the comment rewrite removes them. Take a mention off once it
 # is gone; never add one.
-KNOWN_MACHINE_PATH_MENTIONS = ["/work/prof/s9_wus_stages.py", "scratch warm3.py", "scratch tocrace.py",
-                               "scratch h9.py", "notes/attack5.md", "notes/attack6.md", "notes/attack7.md",
-                               "notes/attack8.md", "notes/attack10.md", "notes/issue-14-scripts/s5/t4-merge-attack.py"]
+KNOWN_MACHINE_PATH_MENTIONS: list[str] = []
 SOURCE_FOLDERS = ("mdmem", "tests", "benchmarks", "memory_repo_template", ".ci")
 
 

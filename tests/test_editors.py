@@ -181,7 +181,7 @@ def test_ls_and_show_follow_the_visibility_rule(repo):
 
 
 def test_new_keeps_what_you_typed_when_the_placeholder_line_is_left(repo, tmp_path):
-    """Attack F6: text typed below the placeholder was thrown away with exit 0."""
+    """Text typed below the placeholder was thrown away with exit 0."""
     from mdmem.ops.scaffold import PLACEHOLDER
 
     editor, _ = _editor(tmp_path, PLACEHOLDER + "\nRefunds take 30 days.")
@@ -193,7 +193,7 @@ def test_new_keeps_what_you_typed_when_the_placeholder_line_is_left(repo, tmp_pa
 
 
 def test_a_hand_commit_by_an_unknown_identity_is_told_why_its_note_leaves_the_view(repo, tmp_path):
-    """Attack F4: the note silently dropped out of the views; only `mdmem verify` said why."""
+    """The note silently dropped out of the views; only `mdmem verify` said why."""
     editor, _ = _editor(tmp_path, "A refund costs a 2 EUR fee")
     out = run_cli("new", "--kind", "fact", "--subject", "service:billing", "--key", "refund.fee", "--scope",
                   "team", "--team", "payments", "--repo", str(repo.root), "--as", "bob", env={"EDITOR": editor})

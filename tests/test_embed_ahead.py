@@ -110,7 +110,7 @@ def test_a_remembered_note_is_embedding_before_the_write_takes_the_lock(repo, mo
 
 def test_a_servers_embedder_gets_a_text_only_once_it_is_committed(repo, monkeypatch):
     """Texts for an embedding server (Ollama, OpenAI) are handed over after the commit, not
-    before: a write that fails to commit sends nothing to a third party (attack 9, F8)."""
+    before: a write that fails to commit sends nothing to a third party."""
     secret = "zebra-forty-two-secret"
     with EmbedServer() as server:
         use_server(repo, server)
@@ -265,7 +265,7 @@ def test_a_small_import_embeds_nothing_ahead_by_default(repo):
 
 def test_a_recall_refused_for_bad_input_sends_no_question(repo):
     """The question goes to a server embedder only once the recall's input is known good (it is
-    embedded on a thread beside the catch-up; attack 9b)."""
+    embedded on a thread beside the catch-up)."""
     from mdmem.errors import BadInput
 
     with EmbedServer() as server:

@@ -1,4 +1,4 @@
-"""Erasure as an attacker tried it after issue 10 landed: oracles through caches and the work
+"""Erasure as an attacker tries it: oracles through caches and the work
 tree, a non-eraser's --text changing others' files, lost unrelated edits, stash messages."""
 import functools
 import json
@@ -98,7 +98,7 @@ def test_a_stash_message_quoting_erased_text_is_scrubbed(repo):
 
 
 def test_erasing_a_person_keeps_team_notes_their_private_notes_only_quoted(repo):
-    """Attack F9: alice copies two team notes (one in a team she is not in) into her private
+    """Alice copies two team notes (one in a team she is not in) into her private
     notes and asks for her erasure; the teams' notes, written first, are theirs and stay."""
     deploy = "Billing deploys any weekday before 3pm"
     repo.remember(deploy, as_user="bob", kind="fact", subject="service:billing", key="deploy.window",
@@ -165,7 +165,7 @@ def test_forget_dry_run_answers_alike_for_unreadable_and_missing(tmp_path, ask):
 
 
 def test_a_linked_worktree_keeps_its_unrelated_work_when_one_file_in_it_holds_erased_text(repo, tmp_path):
-    """Attack F20: forget deleted the whole linked worktree (and all its uncommitted work) when
+    """`forget` deleted the whole linked worktree (and all its uncommitted work) when
     one untracked file in it held erased text, with no --force and nothing said."""
     wt = tmp_path / "wt"
     git(repo.root, "worktree", "add", "-q", str(wt), "-b", "wtb")
@@ -184,7 +184,7 @@ def test_a_linked_worktree_keeps_its_unrelated_work_when_one_file_in_it_holds_er
 
 
 def test_erasing_alice_leaves_users_whose_handles_differ_only_in_case(tmp_path):
-    """Attack F17: access control keeps `Alice` and `alice` apart, erasure lower-cased both and
+    """Access control keeps `Alice` and `alice` apart, erasure lower-cased both and
     pseudonymised Alice's commits and notes too (they then broke as invalid and untrusted)."""
     repo = MemoryRepo.init(tmp_path / "mem", teams={**TEAMS, "ops": ["Alice"]}, erasers=["dana"], now=T0,
                            as_user="alice")
@@ -198,7 +198,7 @@ def test_erasing_alice_leaves_users_whose_handles_differ_only_in_case(tmp_path):
 
 
 def test_forget_leaves_no_copy_in_kept_packs_rr_cache_or_a_branch_description(repo):
-    """Attack F8: erased objects stayed in .keep packs, plaintext in .git/rr-cache and in a
+    """Erased objects stayed in .keep packs, plaintext in .git/rr-cache and in a
     branch description in .git/config, and forget reported success."""
     root = repo.root
     git(root, "repack", "-a", "-d", "-q")
@@ -218,7 +218,7 @@ def test_forget_leaves_no_copy_in_kept_packs_rr_cache_or_a_branch_description(re
 
 
 def test_erasing_a_subject_covers_its_sub_subjects(repo):
-    """Attack F32: notes under user:alice:oncall stayed (and the dry run did not show them)."""
+    """Notes under user:alice:oncall stayed (and the dry run did not show them)."""
     repo.remember("Alice is on call Tuesdays", as_user="bob", kind="fact", subject="user:alice:oncall", key="day",
                   scope="team", team="payments", now=T0)
     plan = repo.forget(as_user="dana", owner="alice", subject="user:alice", dry_run=True, now=T1)
@@ -229,7 +229,7 @@ def test_erasing_a_subject_covers_its_sub_subjects(repo):
 
 
 def test_forgetting_a_person_again_changes_nothing(repo):
-    """Attack F29: a second `forget --owner alice` rewrote the commits made since the first."""
+    """A second `forget --owner alice` rewrote the commits made since the first."""
     repo.forget(as_user="dana", owner="alice", subject="user:alice", now=T1)
     repo.remember("Later fact after the erasure", as_user="bob", kind="fact", subject="service:later", key="k",
                   scope="team", team="payments", now=T1)

@@ -1,4 +1,5 @@
-"""Issue 10's reproduced defects, one test each (every one failed on the erasure before it)."""
+"""Erasure's defects as reproduced, one test each (every one failed on the erasure before its fix):
+what a forget must rewrite, keep, refuse and leave behind."""
 import json
 import os
 import signal
@@ -358,7 +359,7 @@ def test_prove_gone_stops_with_the_reason_on_an_object_git_cannot_read(tmp_path)
 
 def test_the_recovery_of_a_killed_erasure_waits_for_the_git_gc_it_started(tmp_path):
     """kill -9 of forget leaves its `git gc` child pruning, holding git's locks; the next
-    open's recovery removed those locks under it (attack 13). It now waits while the process
+    open's recovery removed those locks under it. It now waits while the process
     gc.pid names on this machine is alive, and at once for a dead one."""
     import socket
 
@@ -381,7 +382,7 @@ def test_the_recovery_of_a_killed_erasure_waits_for_the_git_gc_it_started(tmp_pa
     lock.write_text("")
     started = time.monotonic()
     ops.remove_stale_locks(repo.root)  # the same pid, now dead: no wait
-    assert time.monotonic() - started < 0.5 and not lock.exists()
+    assert time.monotonic() - started < waited / 2 and not lock.exists()  # a fraction of the wait above
 
 
 def test_a_note_whose_index_entry_is_deferred_is_tracked_for_the_plan(repo):

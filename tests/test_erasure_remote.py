@@ -1,5 +1,5 @@
 """Erased history must not come back through a remote: under new commit ids (a rebase in an old
-clone), or because the eraser forgot --push and then synced (attack F10, F1)."""
+clone), or because the eraser forgot --push and then synced."""
 import json
 import subprocess
 
@@ -115,7 +115,7 @@ def test_sync_push_does_not_publish_over_commits_made_on_the_old_history(repo, t
 
 def test_a_running_mcp_server_keeps_working_after_another_process_erases(repo):
     """Agents keep one server for a whole session; an eraser's forget in another process
-    rewrites history and prunes the old objects under it (attack F7: every later recall,
+    rewrites history and prunes the old objects under it (every later recall,
     startup and remember failed with "object not found" until a restart)."""
     import asyncio
 
@@ -153,7 +153,7 @@ def test_a_running_mcp_server_keeps_working_after_another_process_erases(repo):
 
 
 def test_the_guard_remembers_erasures_when_a_push_deletes_the_audit_log(repo, tmp_path):
-    """Attack F26: a commit deleting audit/erasures.jsonl made the guard forget every erasure;
+    """A commit deleting audit/erasures.jsonl made the guard forget every erasure;
     the next force-push of the pre-erasure history was accepted."""
     bare, stale = shared(repo, tmp_path, guard=True)
     repo.forget(as_user="alice", owner="alice", subject="user:alice", push=True, now=T1)
@@ -175,7 +175,7 @@ def test_the_guard_remembers_erasures_when_a_push_deletes_the_audit_log(repo, tm
 
 
 def test_forget_push_never_wipes_a_teammates_newer_commit(repo, tmp_path):
-    """Attack F24: forget --push force-pushed blindly; a teammate's note pushed after the
+    """`forget` --push force-pushed blindly; a teammate's note pushed after the
     eraser's last sync disappeared from the remote."""
     bare, clone = shared(repo, tmp_path, guard=True)
     bob_writes(clone)
@@ -197,7 +197,7 @@ def test_forget_push_never_wipes_a_teammates_newer_commit(repo, tmp_path):
 
 
 def test_guard_keeps_the_servers_own_pre_receive_hook_and_runs_it_first(tmp_path):
-    """Attack F31: mdmem guard silently overwrote an existing pre-receive hook."""
+    """`mdmem guard` silently overwrote an existing pre-receive hook."""
     bare = tmp_path / "r.git"
     git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
     own = bare / "hooks" / "pre-receive"

@@ -1,3 +1,5 @@
+"""The write gate: who may write where, what is held for review, and what is refused before
+anything is written (identity, scopes, paraphrased keys, stale versions, hand edits)."""
 import pytest
 from conftest import T0, T1, snapshot, team_fact
 

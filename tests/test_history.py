@@ -1,3 +1,5 @@
+"""History from git: every version of a note, its state at a past time, and never a version the
+reader may not see."""
 import pytest
 from conftest import T0, T1, team_fact
 

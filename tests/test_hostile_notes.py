@@ -1,4 +1,4 @@
-"""One hostile note, committed by anyone with push access, costs at most that note (issue 11).
+"""One hostile note, committed by anyone with push access, costs at most that note.
 
 Each hostile note is committed with plain git (--no-verify skips our hook, as an attacker
 would), then another user's recall, check, rebuild and writes must go on. The CLI runs in
@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import T0, git, run_cli, team_fact
+from conftest import ENV, T0, git, git_status, run_cli, team_fact
 
 from mdmem import MemoryRepo, NoteInvalid
 from mdmem.errors import BadInput
@@ -265,7 +265,7 @@ def test_conflict_markers_make_a_note_invalid_but_a_setext_heading_does_not():
 
 @pytest.mark.parametrize("where", ["private/dana", "team/payments/MEMORY.md"])
 def test_a_file_where_a_folder_belongs_or_the_reverse_costs_nothing_but_a_check_problem(tmp_path, where):
-    """Attack F14: one plain-git commit of private/dana as a file (or a root's MEMORY.md as a
+    """One plain-git commit of private/dana as a file (or a root's MEMORY.md as a
     folder) made every write, startup and render of that root crash (exit 70)."""
     repo = MemoryRepo.init(tmp_path / "mem", teams={"payments": ["alice", "bob", "dana"]}, now=T0, as_user="alice")
     team_fact(repo, "Billing deploys any weekday before 3pm")
@@ -299,7 +299,7 @@ def test_a_file_where_a_folder_belongs_or_the_reverse_costs_nothing_but_a_check_
 
 
 def test_hostile_file_names_are_printed_escaped_on_one_line(tmp_path):
-    """Attack F15: check and the forget plan printed committed file names raw, so a name could
+    """Check and the forget plan printed committed file names raw, so a name could
     write terminal escapes (OSC 52, clear screen) or fake a line of output."""
     repo = MemoryRepo.init(tmp_path / "mem", teams={"payments": ["alice", "bob", "dana"]}, erasers=["dana"],
                            now=T0, as_user="alice")
@@ -322,3 +322,104 @@ def test_hostile_file_names_are_printed_escaped_on_one_line(tmp_path):
     lines = plan.stdout.splitlines()
     assert not [ln for ln in lines if ln.strip() == "x/k.md" or ln.startswith("x/k.md")], plan.stdout
     assert "\x1b" not in plan.stdout + plan.stderr
+
+
+def test_a_folder_committed_at_a_view_path_leaves_gits_index_consistent(repo):
+    """A view path
+    holding a folder in HEAD (committed by hand with --no-verify) is replaced by mdmem's next
+    write with the rendered file, in the commit and the work tree, but _sync_worktree
+    (gitstore.py:866-871) only `index.add`s the view's path: git's index keeps the folder's
+    entries under it (`team/payments/MEMORY.md/a`). `git status` is then not clean (`AD`)
+    and the next plain `git commit` of anything fails: "You have both
+    team/payments/MEMORY.md and team/payments/MEMORY.md/a ... Error building trees"."""
+    team_fact(repo, "first")
+    root = repo.root
+    git(root, "rm", "-q", "team/payments/MEMORY.md")
+    (root / "team/payments/MEMORY.md").mkdir()
+    (root / "team/payments/MEMORY.md/a").write_text("a folder where the view belongs\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "--no-verify", "-m", "a folder at the view's path")
+    assert team_fact(repo, "second", key="other.window", new_key=True).status == "committed"
+    assert git(root, "ls-tree", "HEAD", "team/payments/MEMORY.md").stdout.startswith("100644 blob")
+    assert git_status(root) == ""
+    (root / "unrelated.txt").write_text("x\n")
+    git(root, "add", "unrelated.txt")
+    git(root, "commit", "-q", "--no-verify", "-m", "a person's commit")  # fails: the index is broken
+
+
+# The caches lived in the work tree (.mdmem/), which a commit can fill or replace by a
+# symlink: a committed verify.json laundered an untrusted edit, a committed index served fake
+# text, a .mdmem symlink made every clone write (and delete) outside the repo. They live in
+# .git/mdmem/ now, where no commit writes.
+def test_a_committed_cache_folder_is_never_read(two_teams, tmp_path):
+    root = two_teams.root
+    note = "team/payments/service/billing/fact/deploy.window.md"
+    two_teams.remember("Billing deploys any weekday before 3pm", as_user="bob", kind="fact", subject="service:billing",
+                  key="deploy.window", scope="team", team="payments", now=T0)
+    assert (root / ".git" / "mdmem" / "verify.json").exists() or (root / ".git" / "mdmem" / "state.json").exists()
+    assert not (root / ".mdmem").exists()
+    # carol (no payments member) edits the note, and commits a verify.json that says bob did.
+    path = root / note
+    path.write_text(path.read_text().replace("any weekday before 3pm", "only on Sundays, per carol"))
+    git(root, "-c", "user.name=carol", "-c", "user.email=carol@mdmem.invalid", "commit", "-qam", "carol edits",
+        "--no-verify")
+    c1 = git(root, "rev-parse", "HEAD").stdout.strip()
+    forged = root / ".mdmem"
+    forged.mkdir()
+    (forged / "verify.json").write_text(
+        '{"version": 4, "head": "%s", "touch": {"%s": ["%s", "bob@mdmem.invalid"]}, "fm": {}, "sig": {}, '
+        '"deleted": {}, "config": null, "config_base": null, "founder": null}' % (c1, note, c1))
+    git(root, "add", "-f", ".mdmem")
+    git(root, "-c", "user.name=carol", "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "tidy", "--no-verify")
+    fresh = tmp_path / "fresh"
+    git(tmp_path, "clone", "-q", str(root), str(fresh))
+    with MemoryRepo(fresh, embedder="none") as repo:
+        flags = {f["path"]: f for f in repo.verify()["untrusted"]}
+        assert flags[note]["reason"] == "committer"
+        assert repo.get(as_user="bob", subject="service:billing", kind="fact", key="deploy.window").untrusted
+
+
+def test_a_cache_symlink_committed_by_a_teammate_sends_nothing_outside(two_teams, tmp_path):
+    victim = tmp_path / "victimdata"
+    (victim / "fulltext").mkdir(parents=True)
+    (victim / "fulltext" / "keep.txt").write_text("keep")
+    (two_teams.root / ".mdmem").symlink_to(victim)
+    git(two_teams.root, "add", "-f", ".mdmem")
+    git(two_teams.root, "-c", "user.name=carol", "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "tidy",
+        "--no-verify")
+    fresh = tmp_path / "fresh"
+    git(tmp_path, "clone", "-q", str(two_teams.root), str(fresh))
+    r = run_cli("recall", "reindexes", "--as", "carol", env=ENV, cwd=fresh)
+    assert r.returncode == 0 and "reindex" in r.stdout, (r.stdout, r.stderr)
+    assert sorted(p.name for p in victim.rglob("*")) == ["fulltext", "keep.txt"]
+
+
+# The hooks, forget and housekeeping ran `python -m mdmem...` with the work tree as cwd: a
+# `mdmem/` package a teammate committed at the repo root ran instead of the installed one.
+def test_a_committed_mdmem_package_never_runs(two_teams, tmp_path):
+    marker = tmp_path / "pwned"
+    evil = two_teams.root / "mdmem"
+    (evil / "cli").mkdir(parents=True)
+    (evil / "storage").mkdir()
+    payload = f"open({str(marker)!r}, 'a').write(__name__ + '\\n')\n"
+    for name in ("__init__.py", "cli/__init__.py", "cli/main.py", "storage/__init__.py", "storage/housekeeping.py"):
+        (evil / name).write_text(payload)
+    git(two_teams.root, "add", "mdmem")
+    git(two_teams.root, "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "tools", "--no-verify")
+    # (the test runs the CLI as `python -m` from elsewhere; people run the `mdmem` script)
+    assert run_cli("hooks", "install", "--repo", str(two_teams.root), "--as", "bob", env=ENV, cwd=tmp_path).returncode == 0
+    note = two_teams.root / "team" / "search" / "service" / "search" / "fact" / "reindex.md"
+    note.write_text(note.read_text().replace("nightly", "hourly"))
+    committed = git(two_teams.root, "-c", "user.email=carol@mdmem.invalid", "commit", "-qam", "by hand", check=False)
+    assert committed.returncode == 0, committed.stderr
+    r = run_cli("forget", "--path", "private/alice/user/alice/profile/phone.md", "--repo", str(two_teams.root), "--as",
+                "alice", env=ENV, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    import os
+    here = os.getcwd()
+    os.chdir(two_teams.root)  # housekeeping inherits the cwd: a CLI write run inside the repo
+    try:
+        two_teams.store.housekeep_in_background().wait(timeout=60)
+    finally:
+        os.chdir(here)
+    assert not marker.exists(), marker.read_text()

@@ -7,8 +7,7 @@ import subprocess
 import sys
 
 import pytest
-
-from conftest import T0, T1, git_status, run_cli, team_fact
+from conftest import ENV, T0, T1, git, git_status, run_cli, team_fact
 
 from mdmem import MemoryRepo
 
@@ -223,7 +222,7 @@ def test_an_import_killed_keeps_whole_batches_and_a_rerun_finishes(repo, point, 
 
 
 def test_an_import_that_writes_nothing_says_so_in_its_exit_code(repo, tmp_path):
-    """Attack F3: exit 10 ("wrote some items...") came back when every item was refused."""
+    """Exit 10 ("wrote some items...") came back when every item was refused."""
     team_fact_key = {"text": "Deploys close at 3pm", "kind": "fact", "subject": "service:billing",
                      "key": "deploy.window", "scope": "team", "team": "payments"}
     repo.remember(**{**team_fact_key, "text": "Deploys close at 2pm"}, as_user="bob")
@@ -235,3 +234,59 @@ def test_an_import_that_writes_nothing_says_so_in_its_exit_code(repo, tmp_path):
     held.write_text(json.dumps({**team_fact_key, "source": "tool:grafana"}) + "\n")
     proc = run_cli("import", str(held), "--as", "bob", "--repo", str(repo.root), env={"MDMEM_EMBEDDER": "none"})
     assert proc.returncode == 4, (proc.stdout, proc.stderr)
+
+
+# `mdmem import ./vault` dropped the vault's editor fields (tags, aliases), so `--tag`
+# found nothing; they are kept now, like fields added by hand. mdmem's own fields cannot be
+# smuggled in that way.
+def test_import_keeps_a_vaults_editor_fields(billing_team):
+    root = billing_team.root
+    vault = root.parent / "vault"
+    vault.mkdir()
+    (vault / "chargebacks.md").write_text("---\ntags: [billing]\naliases: [cb]\ncreated: 2024-01-02\nid: x1\n---\n"
+                                          "Chargebacks are disputed within 10 days\n")
+    r = run_cli("import", str(vault), "--as", "bob", "--kind", "fact", "--subject", "service:billing", "--scope",
+                "team", "--team", "payments", "--new-key", env=ENV, cwd=root)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    text = (root / "team/payments/service/billing/fact/chargebacks.md").read_text()
+    assert "billing" in text and "cb" in text and "2024-01-02" in text and "x1" not in text
+    r = run_cli("recall", "Chargebacks are disputed", "--tag", "billing", "--as", "bob", env=ENV, cwd=root)
+    assert "within 10 days" in r.stdout, r.stdout
+    with MemoryRepo(root, embedder="none") as repo:
+        out = repo.remember_many([{"text": "t", "kind": "fact", "subject": "service:x", "key": "k", "scope": "team",
+                                   "team": "payments", "extra": {"owner": "alice"}},
+                                  {"text": "t", "kind": "fact", "subject": "service:x", "key": "k2", "scope": "team",
+                                   "team": "payments", "extra": {"tags": [{"deep": 1}]}}],
+                                 as_user="bob", new_key=True, now=T0)
+    assert len(out.refused) == 2 and "owner" in out.refused[0]["reason"] and "tags" in out.refused[1]["reason"]
+
+
+# A JSONL import refused `context` and `tags` (a conversation history could carry neither).
+def test_jsonl_import_carries_context_and_tags(billing_team, tmp_path):
+    lines = tmp_path / "turns.jsonl"
+    lines.write_text('{"text": "Yes, last Tuesday!", "kind": "fact", "subject": "service:billing", "key": "t1", '
+                     '"scope": "team", "team": "payments", "context": "Caroline: when did billing deploy?", '
+                     '"tags": ["deploys"]}\n')
+    r = run_cli("import", str(lines), "--as", "bob", "--new-key", env=ENV, cwd=billing_team.root)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    text = (billing_team.root / "team/payments/service/billing/fact/t1.md").read_text()
+    assert "when did billing deploy?" in text and "deploys" in text
+    r = run_cli("recall", "when did billing deploy", "--tag", "deploys", "--as", "bob", env=ENV, cwd=billing_team.root)
+    assert "last Tuesday" in r.stdout, r.stdout
+
+
+def test_an_import_that_held_one_item_and_refused_another_does_not_exit_as_if_nothing_was_held(repo, tmp_path):
+    """README: exit 10 when an import "wrote some items and held or refused others"; 3 = "refused
+    ...; nothing written". An import with one held item and one refused item makes a hold (a
+    review branch) and exits 3, the same as an import where everything was refused: a script
+    that retries on 3 makes the same hold again (two review ids for one note)."""
+    items = tmp_path / "notes.jsonl"
+    items.write_text(
+        '{"text": "p99 is 180ms", "kind": "fact", "subject": "service:billing", "key": "latency", '
+        '"scope": "team", "team": "payments", "source": "tool:grafana"}\n'
+        '{"text": "bad", "kind": "nope", "subject": "service:billing", "key": "x", "scope": "team", '
+        '"team": "payments"}\n')
+    r = run_cli("import", str(items), "--as", "bob", "--new-key", "--repo", str(repo.root))
+    held = [b for b in git(repo.root, "branch", "--list", "review/*").stdout.split() if b.startswith("review/")]
+    assert len(held) == 1
+    assert r.returncode != 3, (r.returncode, r.stdout)

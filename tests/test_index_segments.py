@@ -1,4 +1,4 @@
-"""How many segments the full-text index holds over a repository's life (session 16).
+"""How many segments the full-text index holds over a repository's life.
 
 Whoosh's own merge (MERGE_SMALL) never merges catch-ups' segments of tens of notes once a big
 segment (a rebuild's) is there: the segments piled up one per process that wrote, and a word

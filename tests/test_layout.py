@@ -1,3 +1,5 @@
+"""Note identity to path and back: subjects become folders, keys files, episodes sharded by month,
+and no subject, key or root name can name a path outside its place."""
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -149,7 +149,7 @@ def damage_file(path, damage: str) -> None:
     elif damage == "folder":
         path.unlink()
         path.mkdir()
-    elif damage == "fifo":  # an open that would block for ever (attack 9, F7)
+    elif damage == "fifo":  # an open that would block for ever
         path.unlink()
         os.mkfifo(path)
     elif damage == "other segment":
@@ -157,16 +157,16 @@ def damage_file(path, damage: str) -> None:
     elif damage in ("ids beyond", "ids zeroed"):
         fill = b"\xff" if damage == "ids beyond" else b"\0"
         path.write_bytes(data[:r["ids_at"]] + fill * (4 * r["n_post"]) + data[r["ids_at"] + 4 * r["n_post"]:])
-    elif damage in ("weights nan", "weights negative"):  # attack 9, F1: scores NaN reached --json
+    elif damage in ("weights nan", "weights negative"):  # scores NaN reached --json
         tf = np.frombuffer(data[r["tf_at"]:r["tf_at"] + 4 * r["n_post"]], "<f4")
         bad = np.full(len(tf), np.nan, "<f4") if damage == "weights nan" else (tf * -7).astype("<f4")
         path.write_bytes(data[:r["tf_at"]] + bad.tobytes() + data[r["tf_at"] + 4 * r["n_post"]:])
-    elif damage == "millions of empty keys":  # attack 9, F2: 2 GB and seconds per process at 2^26
+    elif damage == "millions of empty keys":  # 2 GB and seconds per process at 2^26
         n = 1 << 22
         with open(path, "wb") as f:
             f.write(postings._HEADER.pack(postings.MAGIC, n, 0, 0, r["docs"], r["fewest"], 0, r["segid"]))
             f.truncate(postings._HEADER.size + 20 * (n + 1))
-    elif damage == "one huge key":  # attack 9, F2: every new term copied a 64 MB key to compare
+    elif damage == "one huge key":  # every new term copied a 64 MB key to compare
         kb = 1 << 26
         with open(path, "wb") as f:
             f.write(postings._HEADER.pack(postings.MAGIC, 1, kb, 0, r["docs"], r["fewest"], 0, r["segid"]))
@@ -217,7 +217,7 @@ repo.close()
 
 def test_a_file_cut_short_under_a_running_reader_does_not_kill_it(tmp_path, small_lists):
     """A long-lived process reads lists as it needs them: a file cut short in place meanwhile
-    (a copy over it, a sync tool) was a SIGBUS through the memory map (attack 9, F9)."""
+    (a copy over it, a sync tool) was a SIGBUS through the memory map."""
     repo = filled(tmp_path)
     repo.reindex(rebuild=True)
     expected = answers(repo)
@@ -273,7 +273,7 @@ def word_repo(tmp_path) -> MemoryRepo:
 def test_a_reader_of_the_index_before_an_erasure_writes_no_file_after_it(tmp_path, small_lists, monkeypatch):
     """A process that opened the index before an erasure (an MCP server) writes a segment's
     file only under the index lock and only while the segment is still the index's: it wrote
-    the old segment's file, erased words and all, into the rebuilt folder (attack 9, F6)."""
+    the old segment's file, erased words and all, into the rebuilt folder."""
     word_repo(tmp_path).close()
     root = tmp_path / "m"
     [path] = long_files(root)
@@ -297,7 +297,7 @@ def test_a_reader_of_the_index_before_an_erasure_writes_no_file_after_it(tmp_pat
 
 def test_prove_gone_sees_a_word_left_in_a_file_of_long_lists(tmp_path, small_lists):
     """Each key ends with a NUL: a raw scan finds a word there as in Whoosh's own files; a
-    killed writer's temporary holding an erased word fails the proof (attack 9, F10)."""
+    killed writer's temporary holding an erased word fails the proof."""
     repo = word_repo(tmp_path)
     [path] = long_files(repo.root)
     before = path.read_bytes()
@@ -310,7 +310,7 @@ def test_prove_gone_sees_a_word_left_in_a_file_of_long_lists(tmp_path, small_lis
     checker.close()
 
 
-# --- attack 9b: checksummed files that still lie, descriptors, a linked folder ------------
+# --- checksummed files that still lie, descriptors, a linked folder ------------
 def read_entries(path):
     """(docs, segment id, [(key without its NUL, ids, tf)]) of a v2 file."""
     data = path.read_bytes()
@@ -359,7 +359,7 @@ def _term(word: str) -> bytes:
 
 def test_a_checksummed_list_shorter_than_the_segments_is_not_used(tmp_path, small_lists):
     """A list of 3 where Whoosh has 6, rising, inside, positive, with a good checksum: its
-    length is checked against the term's document frequency (attack 9b, G1). A file crafted
+    length is checked against the term's document frequency. A file crafted
     with good checksums and lists of the right length but other documents would still be used,
     as Whoosh's own segment files would be."""
     repo = filled(tmp_path)
@@ -448,7 +448,7 @@ def test_an_erasure_clears_an_index_folder_moved_behind_a_link(tmp_path):
 
 def test_a_file_of_lists_shorter_than_any_long_list_is_not_read(tmp_path, small_lists):
     """Lists of 2 postings (a real file's have LONG_POSTINGS or more): a million such keys fit
-    the size cap and cost every process 0.8 s and 136 MB at open (attack 9b, G6)."""
+    the size cap and cost every process 0.8 s and 136 MB at open."""
     path = tmp_path / "MAIN_x.longpost"
     entries = [(f"body\0w{i}".encode(), np.array([0, 1 + i % 5]), np.array([1.0, 1.0])) for i in range(1000)]
     write_entries(path, 3000, b"MAIN_x", entries)

@@ -127,7 +127,7 @@ def test_no_tool_result_for_others_carries_alices_private_text(repo):
 
 
 def test_the_server_answers_at_once_and_builds_the_index_beside(repo):
-    """Issue 11: the server built the whole index before answering initialize (11.9 s at
+    """The server built the whole index before answering initialize (11.9 s at
     1,980 notes). It answers at once; recall answers from the views until the index is in."""
     import time
 
@@ -160,7 +160,7 @@ def test_the_server_answers_at_once_and_builds_the_index_beside(repo):
 
 
 def test_a_client_that_leaves_at_once_does_not_crash_the_server(repo):
-    """Attack F23: a client that disconnects while the server's first index build still runs
+    """A client that disconnects while the server's first index build still runs
     made `mdmem serve` exit 70 with "cannot join thread before it is started"."""
     import shutil
     for _ in range(2):

@@ -336,7 +336,7 @@ def test_an_agents_write_goes_over_the_agent_channel(repo):
 
 def test_remember_scope_reaches_the_write(repo):
     """``scope`` reaches the write: ``scope=private`` with a ``team`` is refused (it wrote a
-    private note where no teammate saw it: attack 17), and ``scope=team`` without a team is
+    private note where no teammate saw it), and ``scope=team`` without a team is
     refused (mutmut: the tool dropping ``scope`` survived: a team write infers its scope from
     ``team``, and would commit the first call)."""
     head = repo.store.head()

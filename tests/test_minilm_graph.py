@@ -173,7 +173,7 @@ def test_q_k_and_v_share_one_quantisation_with_the_very_same_numbers(graph_dir):
     texts = TEXTS + ["x " * 300, "ok"]
     ours = MiniLMEmbedder(cache_dir=graph_dir).embed_documents(texts)
     theirs = session_vectors(minilm_graph.make_session(model.SerializeToString()), texts)
-    # Bit for bit where the integer GEMM is VNNI's; on an AVX2-only CPU (AMD EPYC, session 10)
+    # Bit for bit where the integer GEMM is VNNI's; on an AVX2-only CPU (AMD EPYC)
     # the kernel orders its float output pass by the product's width: 1.5e-8 apart. Another
     # quantisation of the input would move numbers by its step (~1e-3).
     assert np.abs(ours - theirs).max() < 1e-6
@@ -399,3 +399,62 @@ def test_missing_onnx_package_is_a_clear_error_only_when_a_graph_must_be_built(g
     lines = out.stdout.splitlines()
     assert lines[0] == "cached (384,)", out  # a cached graph needs no onnx package
     assert lines[1].startswith("ERR") and "pip install onnx" in lines[1], out
+
+
+def test_a_fifo_as_the_graph_check_file_does_not_hang_the_embedder(tmp_path):
+    """ad6f80f capped the check read at 256 bytes (a check linked to an endless file hung the
+    load), but open() of a FIFO blocks until a writer appears: a FIFO (or a symlink to one)
+    where `<graph>.check` belongs hangs every process that embeds, forever. Expected: the
+    check is opened without blocking (or its type checked first) and the graph rebuilt."""
+    folder = tmp_path / "models"
+    folder.mkdir()
+    graph = folder / "minilm-0123456789abcdef-r2.onnx"
+    graph.write_bytes(b"not a graph")
+    os.mkfifo(folder / (graph.name + ".check"))
+    code = ("from pathlib import Path\nfrom mdmem.search.minilm_graph import cached_path\n"
+            f"print(cached_path(Path({str(graph)!r})))\n")
+    try:
+        r = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("cached_path blocked on a FIFO check file for 10 s") from None
+    assert r.returncode == 0 and r.stdout.strip() == "None", (r.stdout, r.stderr)
+
+
+def test_a_build_killed_mid_write_leaves_no_33mb_temporary_behind(tmp_path):
+    """kill -9 of a process while it writes the graph (_replace: mkstemp, 33 MB, fsync,
+    rename) leaves `.minilm-....onnx.XXXX.tmp` in .git/mdmem/ forever: nothing ever removes
+    one, so every interrupted first recall/import costs 33 MB of disk that no command reports
+    or cleans. Expected: the next build (or any load) removes stale temporaries of its graph."""
+    import signal
+    import time
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    code = ("from pathlib import Path\nfrom mdmem.search.embedders import MiniLMEmbedder\n"
+            f"MiniLMEmbedder(cache_dir=Path({str(folder)!r}))._session()\n")
+    left = []
+    for _ in range(5):
+        proc = subprocess.Popen([sys.executable, "-I", "-c", code], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 120
+            while proc.poll() is None and time.monotonic() < deadline:
+                tmps = list(folder.glob(".*.tmp"))
+                if tmps and tmps[0].stat().st_size > 1_000_000:
+                    os.kill(proc.pid, signal.SIGKILL)
+                    break
+                time.sleep(0.002)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        left = list(folder.glob(".*.tmp"))
+        if left:
+            break
+        for f in folder.iterdir():  # it finished before the kill: start again from nothing
+            f.unlink()
+    assert left, "never caught the build mid-write (machine too fast?)"
+    from mdmem.search.embedders import MiniLMEmbedder
+
+    MiniLMEmbedder(cache_dir=folder).embed_query("build it again")
+    assert [p.name for p in folder.glob(".*.tmp")] == [], "a killed build's temporary graph stays forever"

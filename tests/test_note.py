@@ -1,3 +1,5 @@
+"""A note's frontmatter: parsing with UTC times, round trips, each schema break named by its field,
+kind aliases and contracts."""
 import pytest
 
 from mdmem import NoteInvalid

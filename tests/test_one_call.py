@@ -1,4 +1,4 @@
-"""Issue 13, one CLI call and ranking speed: what the speed-ups must not change.
+"""One CLI call and ranking speed: what the speed-ups must not change.
 
 - decoded posting lists kept per segment reader give the same ranking as decoding afresh,
   through writes, hand edits, deletions and disk catch-ups in one process;
@@ -213,7 +213,7 @@ def test_a_long_lived_writer_keeps_its_trust_cache_at_close(repo):
 
 
 def test_a_writer_that_outlived_an_erasure_by_another_process_does_not_save_the_erased_state(tmp_path):
-    """Attack 12: process A (a long-lived writer, 32+ commits of its own) held a trust state
+    """Process A (a long-lived writer, 32+ commits of its own) held a trust state
     naming a subject; process B erased the subject; A's close saved its old state, and the
     erased path was in .git/mdmem/verify.json again. prove-gone now checks that file too."""
     import json
@@ -247,7 +247,7 @@ def test_a_writer_that_outlived_an_erasure_by_another_process_does_not_save_the_
 
 
 def test_a_trust_state_dumped_while_another_process_erased_is_not_written_back(tmp_path, monkeypatch):
-    """Attack 12's lead: a reader computed its trust state (naming a subject), and while it
+    """A reader computed its trust state (naming a subject), and while it
     dumped it to JSON (~35 ms at 10k notes) another process's forget erased the subject and
     purged the caches; the reader then wrote its old state into verify.json. The save now
     checks the head under the write lock, after the dump."""
@@ -298,7 +298,7 @@ def test_a_trust_state_dumped_while_another_process_erased_is_not_written_back(t
 
 
 def test_a_long_lived_writer_follows_the_view_cache_another_process_erasure_deleted(tmp_path, caplog):
-    """Session 12's lead: process A (a long-lived writer, such as the MCP server) had
+    """Process A (a long-lived writer, such as the MCP server) had
     viewmeta.sqlite open; process B's forget deleted it; A's next save wrote into the deleted
     file ("attempt to write a readonly database"), then moved B's good file aside as damaged
     and logged an unreadable cache. A now opens the file that is there, dropping what it held

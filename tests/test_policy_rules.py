@@ -77,7 +77,7 @@ def test_derivation():
 def test_approver():
     gate.check_approver("dana", "bob", gate.HUMAN, self_approve=False)
     # An agent's write: in its person's private root the person reviews it; in a team root a
-    # teammate does, like any other write (attack 5, A10: else the agent approves itself).
+    # teammate does, like any other write (else the agent approves itself).
     gate.check_approver("bob", "bob", gate.AGENT, self_approve=False, root="private/bob", readers=frozenset({"bob"}))
     with pytest.raises(Refused):
         gate.check_approver("bob", "bob", gate.AGENT, self_approve=False, root="team/payments",
@@ -322,7 +322,7 @@ def test_a_held_write_whose_note_changed_since_needs_override():
 
 def test_a_claimed_identity_must_be_true():
     """human:<x> only as x, system:<job> only over mdmem's own channel: both are trusted
-    sources, so a false claim would skip review (attack 5, A2). Every other source is only
+    sources, so a false claim would skip review. Every other source is only
     judged by the gate (mutmut: no test of policy/gate reached this rule)."""
     for source, user, channel in (("human:alice", "alice", gate.HUMAN), ("user", "alice", gate.HUMAN),
                                   ("tool:grafana", "alice", gate.AGENT), ("system:consolidate", "mdmem", gate.SYSTEM),

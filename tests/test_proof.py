@@ -11,7 +11,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import T0, T1
+from conftest import T0, T1, team_fact
 from embed_server import EmbedServer
 
 from mdmem import MemoryRepo
@@ -445,7 +445,7 @@ def test_caches_hold_only_history_reads_the_versions_index(tmp_path):
 
 
 def test_the_trust_cache_check_fails_closed_on_a_file_it_cannot_read(tmp_path):
-    """Attack 12: a damaged verify.json was searched as bytes, where JSON's escapes hide a
+    """A damaged verify.json was searched as bytes, where JSON's escapes hide a
     non-ASCII needle (zoë is written zo\\u00eb); a folder in its place crashed prove-gone."""
     from mdmem.erasure.proof import _trust_cache_check
 
@@ -469,7 +469,7 @@ def test_the_trust_cache_check_fails_closed_on_a_file_it_cannot_read(tmp_path):
 
 
 def test_the_rest_of_the_cache_folder_is_checked_and_forget_clears_the_daemon_log(tmp_path):
-    """Attack 12 (a lead): prove-gone read no file of .git/mdmem but the index, the two SQLite
+    """prove-gone read no file of .git/mdmem but the index, the two SQLite
     caches and verify.json: a daemon's log, a moved-aside copy or a half-written temporary file
     could keep an erased text unseen. forget now removes the log and temporary files."""
     from mdmem import MemoryRepo
@@ -492,3 +492,29 @@ def test_the_rest_of_the_cache_folder_is_checked_and_forget_clears_the_daemon_lo
     failed = repo.prove_gone(["Quokkaberry"], as_user="dana", subject="customer:quokka").to_dict()
     assert sorted(failed["needles"][0]["checks"]["other_cache_files"]["where"]) == [
         ".git/mdmem/broken/viewmeta.sqlite.1", ".git/mdmem/daemon.log"]
+
+
+def test_the_lock_files_names_do_not_fail_an_erasers_proof(tmp_path):
+    """The eraser's proof reads every file of .git outside objects/ and the cache folder, and
+    also checks every such file's *name* for the needle (mdmem/erasure/proof.py:179-183: only
+    parts[0] in ("objects", CACHE_NAME) is skipped). Before the move the lock files were in
+    .git/mdmem/locks/, inside the skipped cache folder; now .git/mdmem-locks/{write,index,
+    daemon}.lock (and .git/worktrees/<n>/mdmem-locks/...) are named in the scan, so a proof of
+    "daemon" or "lock" fails with only `file name mdmem-locks/daemon.lock` -- names mdmem chose
+    itself, which no erasure can remove (forget leaves mdmem-locks be, rightly): the proof
+    can never pass for those needles, and prove-gone exits 7 on a clean repository."""
+    from mdmem.cli import daemon
+
+    repo = MemoryRepo.init(tmp_path / "mem", teams={"payments": ["alice", "bob", "dana"]}, erasers=["dana"],
+                           as_user="alice", embedder="none")
+    try:
+        team_fact(repo, "Billing deploys any weekday before noon")
+        repo.recall("billing", as_user="bob")  # the index lock
+        daemon.starting(repo.root)  # the daemon's lock file, as every daemon start or probe makes it
+        assert (repo.root / ".git" / "mdmem-locks" / "daemon.lock").is_file()
+        report = repo.prove_gone(["daemon", "lock"], as_user="dana").to_dict()
+    finally:
+        repo.close()
+    failing = {name: check["where"] for needle in report["needles"] for name, check in needle["checks"].items()
+               if not check["passed"]}
+    assert report["passed"], failing

@@ -1,4 +1,4 @@
-"""prove-gone fails closed on what it cannot read, and forget clears what it left (attack 13).
+"""prove-gone fails closed on what it cannot read, and forget clears what it left.
 
 A proof passed while an erased note's text was still on disk in files it did not read or could
 not see into: a linked worktree's own index, Whoosh files outside the current index (compressed,
@@ -159,7 +159,7 @@ def test_a_linked_worktree_keeps_no_index_and_no_file_with_the_erased_text(tmp_p
 @pytest.mark.parametrize("where", ["objects/info/notes.txt", "objects/pack/pack-1234.keep", "mdmem/models/x.json"])
 def test_files_beside_git_objects_and_in_models_are_read(copy, where):
     """objects/info/, a pack's .keep or .promisor, and the embedder's models/ folder were
-    skipped whole; text there passed the proof (attack 13, second round)."""
+    skipped whole; text there passed the proof (second round)."""
     root, _ = copy
     target = root / ".git" / where
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -239,7 +239,7 @@ def test_a_repository_whose_git_directory_lives_elsewhere_and_its_linked_worktre
 
 def test_a_linked_worktrees_embedding_cache_holds_only_texts_history_holds(copy):
     """The check that every cached vector belongs to a text history still holds read only
-    the repository's own cache folder (attack 13, round 2): a linked worktree's vectors of an
+    the repository's own cache folder: a linked worktree's vectors of an
     erased text would stay unflagged (their keys are hashes: no byte scan finds the text)."""
     import numpy as np
 
@@ -263,7 +263,7 @@ def test_a_linked_worktrees_embedding_cache_holds_only_texts_history_holds(copy)
 def test_an_interrupted_erasure_is_finished_only_in_the_main_worktree(tmp_path, monkeypatch):
     """Opening a linked worktree finished an interrupted erasure there: the receipt landed on
     the linked worktree's branch, the main worktree kept the erased note, and the journal was
-    gone (attack 13, round 3). It is refused there, journal kept; the main one finishes it."""
+    gone. It is refused there, journal kept; the main one finishes it."""
     from conftest import T1
 
     import mdmem.erasure.forget as fm
@@ -328,7 +328,7 @@ def test_short_needles_do_not_match_the_random_bytes_of_vectors_graphs_and_commi
 def test_a_folder_where_a_database_keeps_its_journal_is_named_not_crashed_on(copy):
     """The proof opened the embedding cache as the cache does: it wrote, and a folder at
     embeddings.sqlite-journal made it move the good database to broken/ and crash (exit 70);
-    `mdmem index --rebuild` crashed the same way (attack 13, round 4)."""
+    `mdmem index --rebuild` crashed the same way."""
     import numpy as np
 
     from mdmem.search.embedding_cache import EmbeddingCache

@@ -1,8 +1,11 @@
+"""`recall`: current versions only, each user's scopes only, past states, read rules per kind, the
+score floor, broken notes and lost caches never breaking answers, and scores that do not depend on
+notes the reader may not see."""
 import shutil
 import subprocess
 import sys
 
-from conftest import T0, T1, team_fact
+from conftest import ENV, T0, T1, git, run_cli, team_fact
 
 from mdmem import MemoryRepo
 from mdmem.storage.gitdir import cache_dir
@@ -145,6 +148,7 @@ def test_two_processes_syncing_at_once(repo):
 
 def test_recall_names_the_user(repo):
     import pytest
+
     from mdmem import BadInput
     with pytest.raises(BadInput):
         repo.recall("x", as_user=None)
@@ -152,6 +156,7 @@ def test_recall_names_the_user(repo):
 
 def test_cli_recall_json(repo):
     import json
+
     from conftest import run_cli
     seed(repo)
     r = run_cli("recall", "When is billing allowed to deploy?", "--repo", str(repo.root), "--as", "dana",
@@ -185,6 +190,7 @@ def test_history_recall_follows_new_commits_without_a_rebuild(repo):
 
 def test_cli_index_rebuild_and_recall_at(repo):
     import json
+
     from conftest import run_cli
     seed(repo)
     r = run_cli("index", "--rebuild", "--repo", str(repo.root), "--json")
@@ -216,8 +222,9 @@ def test_a_long_lived_process_sees_what_another_process_wrote(repo):
 
 
 def test_key_is_an_exact_lookup_for_any_keyed_kind_and_refused_where_it_means_nothing(repo):
-    """Attack F2: --key was silently ignored unless --kind profile."""
+    """--key was silently ignored unless --kind profile."""
     import pytest
+
     from mdmem.errors import BadInput
 
     team_fact(repo, "Refunds within 30 days", key="refund.window")
@@ -231,3 +238,40 @@ def test_key_is_an_exact_lookup_for_any_keyed_kind_and_refused_where_it_means_no
     with pytest.raises(BadInput, match="history"):
         repo.recall("refunds", as_user="bob", kinds=["fact"], subject="service:billing", key="refund.window",
                     include_history=True)
+
+
+# Recall's warning about a broken note printed a committed file name's newline raw: a
+# teammate could fake extra output lines.
+def test_recall_warnings_are_one_line_each(two_teams):
+    folder = two_teams.root / "team" / "payments" / "service" / "billing" / "fact"
+    folder.mkdir(parents=True)
+    (folder / "x\nFAKE ok: all good.md").write_text("---\nkind: fact\n---\nhi\n")
+    git(two_teams.root, "add", "-A")
+    git(two_teams.root, "-c", "user.email=bob@mdmem.invalid", "commit", "-qm", "x", "--no-verify")
+    r = run_cli("recall", "hi", "--as", "dana", env=ENV, cwd=two_teams.root)
+    assert r.returncode == 0, r.stderr
+    assert not any(line.startswith("FAKE") for line in r.stdout.splitlines())
+    assert "x\\nFAKE ok: all good.md: " in r.stdout
+
+
+def _bob_scores(tmp_path, name, private_word):
+    repo = MemoryRepo.init(tmp_path / name, teams={"payments": ["alice", "bob", "dana"], "search": ["carol"]},
+                           now=T0, as_user="mdmem")
+    team_fact(repo, "The vendor codename is quagga", key="codename", new_key=True)
+    team_fact(repo, "The ledger tool is zorilla", key="ledger", new_key=True)
+    for i in range(8):
+        repo.remember(f"Alice: {private_word} deal note {i}", as_user="alice", kind="fact", subject="user:alice",
+                      key=f"q{i}", scope="private", new_key=True, now=T0)
+    hits = repo.recall("quagga zorilla", as_user="bob", now=T1)
+    repo.close()
+    return [(h.path, round(h.score, 6)) for h in hits]
+
+
+def test_recall_scores_do_not_depend_on_notes_the_reader_may_not_see(tmp_path):
+    """Candidates are filtered by visibility before ranking, but the BM25 statistics still count
+    alice's private notes: bob's score for his own team note changes with whether alice's private
+    notes contain the word he asks about -- an oracle for text he may not read (also over MCP)."""
+    with_word = _bob_scores(tmp_path, "a", "quagga")
+    without = _bob_scores(tmp_path, "b", "walrus")
+    assert [p for p, _ in with_word] == [p for p, _ in without]
+    assert with_word == without

@@ -1,6 +1,6 @@
 """The score floor per mode: it decides whether a question has evidence at all; with BM25
 only, once one note clears it, the other notes sharing a word with the question fill the
-list below it instead of being dropped (issue 15: 45% of long-conversation questions got
+list below it instead of being dropped (45% of long-conversation questions got
 fewer than k notes)."""
 from conftest import T0, T1
 

@@ -1,4 +1,4 @@
-"""Signed memory survives an erasure (attack 5, A25).
+"""Signed memory survives an erasure.
 
 With ``[trust] require_signed``, every note's latest commit needs a good signature. An erasure
 rewrites history with git-filter-repo, which drops every signature: before this, one erasure

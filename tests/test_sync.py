@@ -1,9 +1,11 @@
 """`mdmem sync` integrates a remote's history or changes nothing: views regenerated, keyed
-notes changed on both sides resolved by validity, a person's conflicts refused untouched."""
+notes changed on both sides resolved by validity, a person's conflicts refused untouched; a
+history without the config, a forged erasure receipt or a view merge driver aimed at notes stops
+nothing it should not, and no conflict names a root the user cannot read."""
 import json
 
 import pytest
-from conftest import T0, T1, git, git_status, run_cli, snapshot
+from conftest import ENV, T0, T1, git, git_status, run_cli, shared_remote, snapshot
 
 from mdmem import MemoryRepo
 from mdmem.errors import Conflict
@@ -32,8 +34,9 @@ def clones(repo, tmp_path):
         git(tmp_path, "clone", "-q", str(bare), str(path))
         git(path, "config", "user.name", f"Person {name}")
         git(path, "config", "user.email", f"{name}@example.org")
-        from mdmem.hooks.install import ensure
         import sys
+
+        from mdmem.hooks.install import ensure
         ensure(path, sys.executable)
         out.append(MemoryRepo.open(path))
     return out
@@ -121,7 +124,7 @@ def test_hand_edits_of_one_note_on_both_sides_stop_with_the_repo_as_it_was(clone
     assert r.returncode == 5 and path in r.stderr and "by hand on both sides" in r.stderr
     assert snapshot(b.root) == before
     assert_settled(b.root)
-    # The advice works as printed (attack F13: the remote-tracking ref had not moved), and while
+    # The advice works as printed (the remote-tracking ref had not moved), and while
     # the person resolves, the half-merged note is invalid: check says so, recall never serves it.
     assert "git fetch origin && git merge origin/main" in r.stderr
     git(b.root, "fetch", "-q", "origin")
@@ -168,7 +171,7 @@ def test_sync_refuses_to_run_over_a_merge_in_progress_or_clobber_edits(clones):
 
 
 def test_hooks_a_teammate_commits_never_run_in_another_clone(clones, tmp_path):
-    """Attack F19: git ran whatever the committed .githooks folder held after a pull. mdmem's
+    """Git ran whatever the committed .githooks folder held after a pull. mdmem's
     hooks come from its package into .git/hooks; a committed hook folder is plain files."""
     a, b = clones
     pwned = tmp_path / "pwned"
@@ -206,8 +209,8 @@ def test_stale_views_pushed_by_someone_are_regenerated_by_sync(clones):
 
 @pytest.mark.parametrize("local_commit", [True, False], ids=["merge", "fast-forward"])
 def test_sync_keeps_symlinks_and_executable_bits(clones, local_commit):
-    """Files a team keeps beside its notes arrive as git would check them out (attack F12:
-    symlinks became regular files and scripts lost +x, in the merge commit and the work tree)."""
+    """Files a team keeps beside its notes arrive as git would check them out
+    (symlinks became regular files and scripts lost +x, in the merge commit and the work tree)."""
     a, b = clones
     docs = a.root / "docs"
     docs.mkdir()
@@ -229,7 +232,7 @@ def test_sync_keeps_symlinks_and_executable_bits(clones, local_commit):
 
 
 def test_sync_push_that_the_remote_rejects_exits_5(clones, tmp_path):
-    """Attack F21: a rejected push (another clone pushed first) said so but exited 0, so cron
+    """A rejected push (another clone pushed first) said so but exited 0, so cron
     jobs never noticed. The remote here rejects every push, as a race would."""
     a, b = clones
     hook = tmp_path / "remote.git" / "hooks" / "pre-receive"
@@ -241,7 +244,7 @@ def test_sync_push_that_the_remote_rejects_exits_5(clones, tmp_path):
 
 
 def test_sync_reports_untrusted_notes_only_in_roots_the_user_may_read(clones):
-    """Attack F22: sync --json listed other users' private notes (path, committer) as untrusted."""
+    """`sync --json` listed other users' private notes (path, committer) as untrusted."""
     a, b = clones
     r = a.remember("Alice likes green tea", as_user="alice", kind="profile", subject="user:alice", key="tea", now=T1)
     sync(a, as_user="alice", push=True)
@@ -258,7 +261,7 @@ def test_sync_reports_untrusted_notes_only_in_roots_the_user_may_read(clones):
 
 
 def test_a_version_not_valid_yet_does_not_win_a_sync_conflict(clones):
-    """Attack F30: the side with a far-future valid_from won "by validity" and left the note
+    """The side with a far-future valid_from won "by validity" and left the note
     with no live version for everyone."""
     a, b = clones
     fact(a, "Billing deploys any weekday", "deploy.window", now=T0)
@@ -273,3 +276,90 @@ def test_a_version_not_valid_yet_does_not_win_a_sync_conflict(clones):
     assert out["conflicts"] and out["conflicts"][0]["live_side"] == "local"
     assert "Mon-Thu" in b.get(as_user="bob", subject="service:billing", kind="fact", key="deploy.window",
                               now=T2).note.text
+
+
+def test_sync_refuses_a_history_without_the_config(two_teams, tmp_path):
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(two_teams.root, "remote", "add", "origin", str(bare))
+    assert run_cli("sync", "--push", "--as", "bob", env=ENV, cwd=two_teams.root).returncode == 0
+    other = tmp_path / "carol"
+    branch = git(two_teams.root, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip()
+    git(tmp_path, "clone", "-q", "--branch", branch, str(bare), str(other))
+    git(other, "rm", "-q", "mdmem.toml")
+    git(other, "-c", "user.name=carol", "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "cleanup",
+        "--no-verify")
+    git(other, "push", "-q", "origin", "HEAD")
+    head = git(two_teams.root, "rev-parse", "HEAD").stdout
+    r = run_cli("sync", "--as", "bob", env=ENV, cwd=two_teams.root)
+    assert r.returncode == 3 and "has no mdmem.toml" in r.stderr and "carol@mdmem.invalid" in r.stderr, r.stderr
+    assert git(two_teams.root, "rev-parse", "HEAD").stdout == head and (two_teams.root / "mdmem.toml").is_file()
+    assert run_cli("recall", "phone", "--as", "alice", env=ENV, cwd=two_teams.root).returncode == 0
+
+
+# The view merge driver kept our side for whatever path the committed .gitattributes sent
+# it: one line `*.md merge=mdmem-view` by any teammate made a plain `git pull` drop every
+# concurrent note edit without a conflict.
+def test_the_view_merge_driver_keeps_a_side_only_for_views(two_teams, tmp_path):
+    root = two_teams.root
+    note = "team/payments/service/billing/fact/deploy.window.md"
+    two_teams.remember("Billing deploys any weekday before 3pm", as_user="bob", kind="fact", subject="service:billing",
+                  key="deploy.window", scope="team", team="payments", now=T0)
+    run_cli("hooks", "install", "--as", "bob", env=ENV, cwd=root)
+    with open(root / ".gitattributes", "a") as f:
+        f.write("*.md merge=mdmem-view\n")
+    git(root, "-c", "user.email=carol@mdmem.invalid", "commit", "-qam", "attrs", "--no-verify")
+    branch = git(root, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip()
+    other = tmp_path / "alice"
+    git(tmp_path, "clone", "-q", "--branch", branch, str(root), str(other))
+    run_cli("hooks", "install", "--as", "alice", env=ENV, cwd=other)
+    for where, who, text in ((other, "alice", "5pm (alice)"), (root, "bob", "2pm (bob)")):
+        path = where / note
+        path.write_text(path.read_text().replace("3pm", text))
+        git(where, "-c", f"user.email={who}@mdmem.invalid", "commit", "-qam", f"{who} edit", "--no-verify")
+    pulled = git(root, "pull", "--no-rebase", "--no-edit", str(other), branch, check=False)
+    assert pulled.returncode != 0 and "CONFLICT" in pulled.stdout + pulled.stderr
+    assert "<<<<<<<" in (root / note).read_text()
+
+
+# Anyone could append a fake receipt naming a shared commit: sync then called every clone,
+# fresh ones too, "an old clone" and refused for good.
+def test_a_forged_receipt_naming_a_live_commit_stops_no_sync(two_teams, tmp_path):
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(two_teams.root, "remote", "add", "origin", str(bare))
+    assert run_cli("sync", "--push", "--as", "bob", env=ENV, cwd=two_teams.root).returncode == 0
+    branch = git(two_teams.root, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip()
+    carol = tmp_path / "carol"
+    git(tmp_path, "clone", "-q", "--branch", branch, str(bare), str(carol))
+    shared = git(carol, "rev-parse", "HEAD~1").stdout.strip()
+    (carol / "audit").mkdir(exist_ok=True)
+    with open(carol / "audit" / "erasures.jsonl", "a") as f:
+        f.write('{"actor": "dana", "id": "erasure-20261130T164000Z-fake01", "rewritten_commits": ["%s"], '
+                '"erased_blobs": [], "targets": {"paths": "1 path(s), not recorded"}}\n' % shared)
+    git(carol, "add", "audit")
+    git(carol, "-c", "user.email=carol@mdmem.invalid", "commit", "-qm", "audit", "--no-verify")
+    git(carol, "push", "-q", "origin", "HEAD")
+    r = run_cli("sync", "--as", "bob", env=ENV, cwd=two_teams.root)
+    assert r.returncode == 0, r.stderr
+
+
+# `sync` named other people's private note paths in its conflicts.
+def test_sync_does_not_name_conflicts_in_roots_the_user_cannot_read(billing_team, tmp_path):
+    import json
+
+    root = billing_team.root
+    remote = shared_remote(root, tmp_path, "alice")
+    other = tmp_path / "c"
+    git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(other))
+    for where, text in ((root, "Alice phone 555-0100"), (other, "Alice phone 555-0199")):
+        r = run_cli("remember", text, "--kind", "profile", "--subject", "user:alice", "--key", "phone", "--as", "alice",
+                    env=ENV, cwd=where)
+        assert r.returncode == 0, r.stderr
+    assert run_cli("sync", "--push", "--as", "alice", env=ENV, cwd=root).returncode == 0
+    r = run_cli("sync", "--as", "bob", "--json", env=ENV, cwd=other)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["status"] == "merged" and out["conflicts"] == [] and "private/alice" not in r.stdout
+    r = run_cli("sync", "--as", "alice", "--json", env=ENV, cwd=other)
+    assert r.returncode == 0

@@ -1,4 +1,4 @@
-"""Attacks on verify's merge attribution (issue 14, session 6).
+"""verify's merge attribution, attacked: a merge is no writer.
 
 verify judges each note by who wrote the version HEAD holds. A merge is not a writer: a version
 it took unchanged from another parent is attributed to the commit on that side that wrote it,
@@ -56,7 +56,7 @@ def team_note(text, note_id="01JDQ6Z4V4K3Y8N1XQ2W5T7RZD"):
 
 
 def test_a_merged_plant_with_forged_trailers_by_an_unmapped_address_is_flagged(tmp_path):
-    """The reproduction of session 5 (notes/issue-14-scripts/s5/t4-merge-attack.py): bob's plant,
+    """Bob's plant,
     trailers claiming alice, author an address mdmem does not know; alice's sync has to merge."""
     repo, _, bob = setup_pair(tmp_path)
     plain_commit(bob, PLANT, note_text())  # Bob <bob@example.com>, "Memory-Actor: alice" trailers
@@ -200,7 +200,7 @@ def crafted_merge(root, email, old: str, paths: list[str], message="merge") -> s
 
 
 def test_a_crafted_merge_bringing_back_an_old_version_is_the_mergers(tmp_path):
-    """Attack on the merge rule itself: bob makes a merge whose second parent is an OLD commit on
+    """The merge rule itself, attacked: bob makes a merge whose second parent is an OLD commit on
     alice's line and takes from it an old version of her note and the old mdmem.toml that still
     made him an eraser. Those versions were written by alice, but the line had moved past them:
     bringing them back is bob's act, judged as his (flagged, the old config not applied)."""

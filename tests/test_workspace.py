@@ -154,9 +154,11 @@ def test_each_repository_decides_who_reads_it(tmp_path, remotes, alice):
     info = {m.root: m for m in alice.mount_list()}["team/search"]
     assert not info.readable and not info.writable and "alice is not declared a reader of team/search" in info.problem
     assert "team/search (not readable" in (alice.root / "MEMORY.md").read_text()
-    with pytest.raises(Refused):
+    with pytest.raises(Refused, match="team/search: alice is not declared"):
         alice.remember("x", as_user="alice", kind="fact", subject="service:search", key="x", scope="team",
                        team="search", now=T0)
+    _, bad = alice.check()  # the host's rules and the declared members disagree: check names the mount
+    assert [(b.path, b.field) for b in bad] == [("team/search", "membership")]
 
 
 def test_only_the_workspaces_person_acts_in_it(alice):
@@ -269,3 +271,39 @@ def test_init_makes_a_scope_repository_and_a_wrong_scope_root_is_named(tmp_path)
     path.write_text(path.read_text().replace('root = "team/payments"', 'root = "payments"'))
     with pytest.raises(BadInput, match="scope.root: 'payments'"):
         MemoryRepo.open(tmp_path / "pay")
+
+
+def test_review_spans_mounts_and_a_decision_lands_in_the_holding_repository(tmp_path, remotes, alice):
+    held = alice.remember("Billing freezes deploys in December", as_user="alice", kind="fact",
+                          subject="service:billing", key="freeze", scope="team", team="payments",
+                          source="agent:claude", channel="agent", now=T0)
+    assert held.status == "held"
+    assert [i.review_id for i in alice.review_list(as_user="alice")] == [held.review_id]
+    assert all(m.ok for m in alice.sync(as_user="alice", push=True).mounts)  # holds travel with sync
+    bob = workspace(tmp_path, "bob", remotes, ["private/bob", "team/payments"])
+    assert [i.review_id for i in bob.review_list(as_user="bob")] == [held.review_id]
+    before = git(bob.clone_path("team/payments"), "rev-parse", "HEAD").strip()
+    done = bob.approve(held.review_id, as_user="bob", now=T0)
+    assert done.status == "committed" and done.path == "team/payments/service/billing/fact/freeze.md"
+    assert git(bob.clone_path("team/payments"), "rev-list", "--count", f"{before}..HEAD").strip() == "1"
+    assert bob.review_list(as_user="bob") == []
+    with pytest.raises(NotFound, match="no such held write"):
+        bob.reject("nope", as_user="bob")
+    bob.close()
+
+
+def test_import_in_a_workspace_routes_each_line_and_names_an_unmounted_root(alice, tmp_path):
+    items = tmp_path / "items.jsonl"
+    items.write_text("\n".join(json.dumps(i) for i in [
+        {"text": "Billing deploys Tuesdays", "kind": "fact", "subject": "service:billing", "key": "d",
+         "scope": "team", "team": "payments"},
+        {"text": "mine", "kind": "fact", "subject": "user:alice", "key": "m"},
+        {"text": "infra", "kind": "fact", "subject": "service:infra", "key": "m", "scope": "team", "team": "infra"},
+    ]) + "\n")
+    alice.close()
+    r = cli("import", str(items), "--as", "alice", "--json", cwd=alice.root)
+    assert r.returncode == 10, r.stderr
+    out = json.loads(r.stdout)
+    assert sorted(c["path"] for c in out["committed"]) == ["private/alice/user/alice/fact/m.md",
+                                                          "team/payments/service/billing/fact/d.md"]
+    assert [(x["line"], "team/infra is not mounted" in x["reason"]) for x in out["refused"]] == [(3, True)]

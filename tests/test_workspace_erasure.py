@@ -60,7 +60,8 @@ def test_prove_gone_names_each_repository_it_did_not_read(tmp_path):
     assert proof.unread == {"private/alice": "not mounted in this workspace"}
     assert proof.proofs["team/payments"].passed
     # a clone that cannot be read is named too
-    carol.file.known.append("team/infra")
+    carol.set_known(["team/infra", "team/payments"])  # what a host lists; the mounted one is not "unread"
+    assert carol.file.known == ["team/infra"]
     proof = carol.prove_gone([ABOUT], as_user="carol", owner="alice")
     assert "team/infra" in proof.unread and proof.verdict == "INCOMPLETE"
     carol.close()
@@ -131,3 +132,19 @@ def test_a_kill_mid_write_across_repositories_is_finished_by_the_next_command(tm
                         team="payments").note.text == "Alice reviews billing PRs"
     assert not list((ws.root / ".mdmem-journal").glob("*.json"))
     reopened.close()
+
+
+def test_prove_gone_fails_while_the_workspace_view_still_holds_the_text(tmp_path):
+    """An erasure made in a clone by hand (not through the workspace) leaves the workspace's own
+    generated MEMORY.md quoting the note: the proof names that file until it is regenerated."""
+    remotes = people(tmp_path)
+    carol = workspace(tmp_path, "carol", remotes, ["team/payments", "private/alice"])
+    carol.repo_for("team/payments").forget(as_user="carol", owner="alice")
+    carol.repo_for("private/alice").forget(as_user="carol", owner="alice")
+    (carol.root / "MEMORY.md").write_text(f"left over: {ABOUT}\n")  # as a view made before the erasure
+    proof = carol.prove_gone([SECRET, ABOUT], as_user="carol", owner="alice")
+    assert proof.verdict == "FAIL" and proof.workspace_files == ["MEMORY.md"]
+    assert ABOUT not in json.dumps(proof.to_dict())  # named, never quoted
+    carol.write_view()
+    assert carol.prove_gone([SECRET, ABOUT], as_user="carol", owner="alice").verdict == "PASS"
+    carol.close()

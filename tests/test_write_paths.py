@@ -1,4 +1,4 @@
-"""Issue 13, the write side: what a write leaves for the next recall is done without a pass
+"""The write side of speed: what a write leaves for the next recall is done without a pass
 over every note (verify's flags move on with the notes a write changed) — and the answers
 equal a whole pass."""
 import os

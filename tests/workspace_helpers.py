@@ -45,8 +45,7 @@ def team_of_three(base: Path) -> dict[str, Path]:
 
 def workspace(base: Path, user: str, remotes: dict[str, Path], roots: list[str]) -> Workspace:
     ws = Workspace.init(base / f"ws-{user}", as_user=user, now=T0, **SETTINGS)
-    for root in roots:
-        ws.add(root, str(remotes[root]), as_user=user)
+    ws.add_many({root: str(remotes[root]) for root in roots}, as_user=user)
     return ws
 
 

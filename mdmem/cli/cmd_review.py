@@ -24,7 +24,7 @@ def run(ctx) -> int:
         items = repo.review_list(as_user=ctx.user)
         conflicts = open_conflicts(repo, as_user=ctx.user)
         # The whole held text, indented: a reviewer approves what they read (a first line alone
-        # hid an agent's payload in the lines after it; attack 5, A28).
+        # hid an agent's payload in the lines after it).
         text = "\n".join(f"{i.review_id}  {i.path}  by {i.actor}:\n"
                          + "\n".join(f"    | {line}" for line in i.note.text.splitlines()) + f"\n    {i.reason}"
                          + (f"\n    the note changed since it was held (now {i.changed_since[:10]}): "

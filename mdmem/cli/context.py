@@ -168,7 +168,7 @@ class Ctx:
         if self._repo is None:
             path = getattr(self.args, "repo", None) or self.env.get("MDMEM_REPO")
             # The person's own config says where note text may go and with which secret;
-            # a committed mdmem.toml never names the secret that is sent (issue 14).
+            # a committed mdmem.toml never names the secret that is sent.
             settings = {**self.settings(), "user_config": self.user_config()}
             repo, self._owns_repo = self.opener(path, self.cwd, settings)
             if hasattr(self.args, "as_user") and (self.args.as_user is not None or self.env.get("MDMEM_USER")):

@@ -145,7 +145,7 @@ def exchange(path: str, request: dict, *, timeout: float | None = None) -> dict 
 
 def terminal_columns() -> int | None:
     """The width of the terminal this call writes to (None: not a terminal): what argparse and
-    rich measure in the caller's own process, which the daemon's has not got (F4)."""
+    rich measure in the caller's own process, which the daemon's has not got."""
     try:
         return os.get_terminal_size(sys.__stdout__.fileno()).columns  # as shutil.get_terminal_size
     except (AttributeError, ValueError, OSError):
@@ -222,7 +222,7 @@ def socket_path(root: str) -> str | None:
 
 # The daemon's interpreter imports mdmem from the very folder this process imported it from:
 # not by sys.path (`-I` ignored the PYTHONPATH or user site the caller found mdmem through, so
-# the daemon ran other code or none; attack 10, F1), and never from the repo's folder where it
+# the daemon ran other code or none), and never from the repo's folder where it
 # starts (-P: a `mdmem/` committed there must not be what it runs).
 _BOOT = ("import importlib.util, os, sys\n"
          "init = sys.argv[1]\n"
@@ -249,7 +249,7 @@ def spawn_daemon(root: str, idle_seconds: float, env, log: int):
                             start_new_session=True)
 
 
-# Non-blocking: a FIFO planted at the log's or the mark's name would hold the call forever (F3).
+# Non-blocking: a FIFO planted at the log's or the mark's name would hold the call forever.
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
@@ -280,7 +280,7 @@ def autostart(root: str) -> bool:
 
     try:
         root.encode("utf-8")
-    except UnicodeEncodeError:  # argparse in the daemon could not take it as --repo (F5)
+    except UnicodeEncodeError:  # argparse in the daemon could not take it as --repo
         return False
     import stat
 

@@ -54,7 +54,7 @@ def forget(repo, *, as_user: str, when: _dt.datetime, subject=None, owner=None, 
     borrowed = ops.alternates(repo.root)
     if borrowed:
         # The erased objects would stay readable through the other store, and prove-gone fail
-        # without saying why (attack 5, A18.11): the clone must own its objects first.
+        # without saying why: the clone must own its objects first.
         raise Conflict(f"forget: this clone borrows objects from {borrowed[0]} (git clone --shared or --reference), "
                        "where erased versions would stay readable; make it self-contained first: "
                        "git repack -a -d && rm .git/objects/info/alternates (nothing changed)")
@@ -67,7 +67,7 @@ def forget(repo, *, as_user: str, when: _dt.datetime, subject=None, owner=None, 
     if repo.config.trust.require_signed and not repo.store.signing_key:
         # The rewrite drops every signature; only the eraser's signed receipt can attest the
         # rewritten commits (policy/verify.py). Unsigned, every note written since the erased one
-        # would turn untrusted and leave the views (attack 5, A25).
+        # would turn untrusted and leave the views.
         raise BadInput("forget: this repo requires signed commits ([trust] require_signed) and your config has no "
                        "[signing] key: the erasure's receipt must be signed to vouch for the commits it rewrites; "
                        "set [signing] key in your mdmem config (~/.config/mdmem/config.toml); nothing changed")
@@ -113,8 +113,8 @@ def require_main_worktree(root: Path, *, finishing: bool = False) -> None:
     """The rewrite, the checkout of the rewritten notes and the journal belong to the main
     worktree: from a linked one, forget crashed half way, and finishing an interrupted one there
     committed the receipt on the linked worktree's branch and left the main one holding the
-    erased notes (attack 13). Checked before any lock is taken (MemoryRepo.forget): a refusal
-    that first waited for every writer blocked its own worktree for as long (attack 15)."""
+    erased notes. Checked before any lock is taken (MemoryRepo.forget): a refusal
+    that first waited for every writer blocked its own worktree for as long."""
     if finishing:
         what = "an interrupted erasure must be finished (open it there, or run `mdmem forget --resume` there)"
         why = "until then this worktree is not used"
@@ -129,7 +129,7 @@ def finish_interrupted(repo) -> ErasureReceipt | None:
     """Finish an interrupted erasure under the repository's locks (the gate alone); None if
     there is none. In a linked worktree the journal is also there while an erasure RUNS in the
     main one, which holds the gate: wait for it as a writer would; still there once the gate is
-    free, the erasure was interrupted, and only the main worktree may finish it (attack 15b: a
+    free, the erasure was interrupted, and only the main worktree may finish it (a
     linked worktree opened during a forget was told it had been interrupted)."""
     if not pending(repo.root):
         return None
@@ -181,7 +181,7 @@ def _run(repo, journal: Journal, state: dict) -> dict:
         now_reachable = ops.reachable_commits(root)
         rewritten = sorted(set(state["old_commits"]) - now_reachable)
         # The commits the rewrite made: filter-repo drops signatures, so with require_signed the
-        # receipt (signed by the eraser) attests them (policy/verify.py; attack 5, A25).
+        # receipt (signed by the eraser) attests them (policy/verify.py).
         attested = sorted(now_reachable - set(state["old_commits"]))
         state["counts"]["commits_rewritten"] = len(rewritten)
         erased_blobs = sorted(set(state.get("old_note_blobs", [])) - ops.blobs_at(root, is_note_path))
@@ -251,7 +251,7 @@ def _clean(repo, plan: Plan) -> None:
     ops.scrub_git_leftovers(root, [n.encode() for n in plan.needles])
     # Stash entries and detached worktrees back from their parking refs: a worktree's HEAD
     # before the reflogs expire (moving it logs the commit it left, an erased one: its objects
-    # stayed; attack 13), the stash after (its entries are its reflog).
+    # stayed), the stash after (its entries are its reflog).
     held = sorted(ops.list_refs(root, HOLD_PREFIX))
     for name, oid, _ in held:
         if name.startswith(f"{HOLD_PREFIX}worktree/"):
@@ -327,7 +327,7 @@ def purge_caches(repo) -> int:
     full-text and versions indexes and the view metadata are deleted and rebuilt; the daemon's
     log (the rewrite ended the daemon) and half-written temporary files go. In the repository's
     cache folder and in each linked worktree's (a process working in one keeps its own index
-    there: attack 13)."""
+    there)."""
     from ..search.embedding_cache import EmbeddingCache, cache_key
     from ..search.note_index import folder_index_lock
 

@@ -78,7 +78,7 @@ def ordered(needles) -> list[str]:
 def any_case(needle: str | bytes) -> bool:
     """Whether ``needle`` is matched in any letter case: a distinctive one is (a copy quoting
     "zorblax bluefin harbor" survived the erasure of "Zorblax Bluefin Harbor", and prove-gone
-    passed: attack 17); a short one -- a person's name pseudonymised in commit messages, a
+    passed); a short one -- a person's name pseudonymised in commit messages, a
     needle prove-gone is asked about -- only as given ("Alice" is not the user name "alice" in
     mdmem.toml's teams)."""
     text = needle.decode("utf-8", "replace") if isinstance(needle, bytes) else needle
@@ -89,7 +89,7 @@ def any_case(needle: str | bytes) -> bool:
 def _pattern(needle: str | bytes) -> re.Pattern:
     """The needle as a whole token: where it starts or ends with a letter or digit, the
     character beyond must not be one (erasing ``555-0199`` once rewrote an unrelated
-    ``1-800-555-01990`` to ``1-800-[removed]0`` in a team note, in all history; attack 5, A29).
+    ``1-800-555-01990`` to ``1-800-[removed]0`` in a team note, in all history).
     Bytes >= 0x80 count as letters (UTF-8 text). In any letter case if :func:`any_case` (ASCII
     letters in bytes, every letter in str)."""
     flags = re.IGNORECASE if any_case(needle) else 0
@@ -151,7 +151,7 @@ def context_block(front: bytes) -> bytes:
 def outside_context(front: bytes) -> bytes:
     """A note's frontmatter without its ``context`` block: the fields a needle cannot be
     scrubbed from without breaking the note (a needle only in the context is scrubbed there,
-    and the note kept: attack 17 found a team fact erased whole, every version, for a phone
+    and the note kept: otherwise a team fact would be erased whole, every version, for a phone
     number its context quoted)."""
     lines = front.split(b"\n")
     inside = set(_context_rows(lines))

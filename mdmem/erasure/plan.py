@@ -115,7 +115,7 @@ class Plan:
 
     def changes_anything(self) -> bool:
         # A person with no commit of theirs left (already erased) is nothing to do: a second
-        # forget must not rewrite the commits made since (attack F29).
+        # forget must not rewrite the commits made since.
         return bool(self.targets or self.copies or self.messages or (self.people and self.commits_touched)
                     or self.local_files
                     or self.refs_renamed or any(s["action"] == "scrubbed" for s in self.stashes)
@@ -193,7 +193,7 @@ def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, text
         admins = repo.trust.config_admins()
         if owner in admins and not admins - {owner}:
             # Their commits become a pseudonym's, which no config names: nobody could change
-            # mdmem.toml afterwards (attack 5, A8c).
+            # mdmem.toml afterwards.
             raise Refused(f"forget: {owner} is this repo's only config admin ("
                           + ("its only eraser" if repo.access.erasers else "its founder; it names no erasers")
                           + "): name another eraser in mdmem.toml ([roles] erasers) and commit it first, else "

@@ -95,7 +95,7 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
     linked_files = [(f"worktree {tree.path}: {rel}", rel, p.read_bytes()) for tree in trees
                     for rel, p in _work_tree_files(tree.path) if readable(root_of(rel))]
     # A locked worktree whose folder is not here (an unmounted disk) may come back holding the
-    # text, and nothing here can read it: it fails (attack 13). An unlocked one whose folder is
+    # text, and nothing here can read it: it fails. An unlocked one whose folder is
     # gone is named in cannot_reach (git prunes it).
     away = [f"worktree {tree.path} (locked, its folder is not here: cannot be checked; mount it, or "
             "`git worktree unlock` and `git worktree prune` if it is gone)" for tree in trees
@@ -159,7 +159,7 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
 def _named_by_mdmem(parts: tuple[str, ...]) -> bool:
     """A path (under the git dir) whose name mdmem chose: in a cache folder or a lock folder, the
     repository's or a linked worktree's. Their names are fixed words ("daemon.log", "index.lock"):
-    a needle like "lock" must not fail every proof on them (attack 14c); what they hold is read."""
+    a needle like "lock" must not fail every proof on them; what they hold is read."""
     own = (CACHE_NAME, LOCKS_NAME)
     return parts[0] in own or (len(parts) > 2 and parts[0] == "worktrees" and parts[2] in own)
 
@@ -203,7 +203,7 @@ class _EraserFiles:
                     out.index_files.append((rel, p.read_bytes()))
                 elif top == "models" and p.suffix == ".onnx" and minilm_graph.cached_path(p) is not None:
                     continue  # the embedder's graph as built, its sha256 in its check file: weights,
-                    # in which short needles ("Wu") match by chance (attack 13, round 3)
+                    # in which short needles ("Wu") match by chance
                 elif top not in CACHES_CHECKED_BY_KIND:
                     out.other_cache_files.append((rel, p.read_bytes()))
                     if not _bytes_checkable(p.name):
@@ -257,7 +257,7 @@ def _caches_hold_only_history(repo, scan: HistoryScan, readable, eraser: bool) -
         cache_path = base / "embeddings.sqlite"
         if eraser and os.path.lexists(cache_path):
             # Read without changing it (opening it as the cache does writes, and moved a file
-            # it could not open to broken/: attack 13, round 4).
+            # it could not open to broken/).
             entries = _cache_entries(cache_path)
             if entries is None:
                 where.append(f"{label}embeddings.sqlite (cannot be read as a database: cannot be checked; "
@@ -308,7 +308,7 @@ def _in_cache(path: Path, caches: list[Path]) -> bool:
 
 def _raw_forms(needle: str) -> list[bytes]:
     """The needle as a byte scan must look for it: as UTF-8, and as JSON writes it by default
-    (``\\u00eb`` for ë: the view cache's rows, state files; attack 13)."""
+    (``\\u00eb`` for ë: the view cache's rows, state files)."""
     forms = [needle.encode()]
     escaped = json.dumps(needle)[1:-1].encode()
     return forms if escaped == forms[0] else [*forms, escaped]
@@ -320,7 +320,7 @@ def _raw_forms(needle: str) -> list[bytes]:
 _BYTES_CHECKABLE_SUFFIXES = (".json", ".tmp", ".log", ".lock", ".longpost", ".onnx", ".onnx.check")
 _BYTES_CHECKABLE_NAMES = frozenset({"worktree-id", "daemon.autostart", "MAIN_WRITELOCK"})
 # A database, its journal or log, or a copy moved aside (broken/<name>.<time>); not a name that
-# merely holds ".sqlite" (viewmeta.sqlite.gz is compressed: attack 13).
+# merely holds ".sqlite" (viewmeta.sqlite.gz is compressed).
 _SQLITE_NAME = re.compile(r"[\w.-]+\.sqlite(?:-journal|-wal|-shm)?(?:\.\d+)?")
 
 
@@ -348,7 +348,7 @@ def _object_files(git_dir: Path, root: Path) -> tuple[list[str], list[tuple[str,
     """The files under objects/ the object scan does not read: (those whose objects git does
     not list, each failing the proof: a pack without its index, a killed fetch's tmp_pack_*, a
     killed push's incoming-* quarantine; the rest, read as bytes: objects/info/, a pack's
-    .keep, .promisor and other side files, which may hold text; attack 13). Loose objects and
+    .keep, .promisor and other side files, which may hold text). Loose objects and
     indexed packs are read whole by the object scan."""
     objects = git_dir / "objects"
     unlisted: list[str] = []
@@ -364,7 +364,7 @@ def _object_files(git_dir: Path, root: Path) -> tuple[list[str], list[tuple[str,
         if rel.startswith("info/commit-graph") or p.name.startswith("multi-pack-index") or (
                 match and match.group(1) in ("rev", "bitmap", "mtimes")):
             continue  # binary by format (object ids, offsets, bitmaps): no text to hold, and a
-            # short needle matches their random bytes by chance (attack 13, round 3)
+            # short needle matches their random bytes by chance
         if rel.startswith("info/") or (match and match.group(1) not in ("pack", "idx")):
             side.append((_label(p, root), p.read_bytes() if p.is_file() else b""))
         elif match and (match.group(1) == "idx" or p.with_suffix(".idx").is_file()):
@@ -378,7 +378,7 @@ def _object_files(git_dir: Path, root: Path) -> tuple[list[str], list[tuple[str,
 def _stray_index_files(folder: Path, root: Path) -> list[str]:
     """Files in a search index's folders that are not part of its current index (a segment a
     kill left, a folder without its table of contents): Whoosh compresses what it stores, so
-    neither reading the index nor a byte scan sees what they hold (attack 13). Each fails."""
+    neither reading the index nor a byte scan sees what they hold. Each fails."""
     from whoosh import index as windex
 
     out = []
@@ -442,7 +442,7 @@ def _index_check(caches: list[Path], root: Path, files: list[tuple[str, bytes]],
 def _sqlite_check(path: Path, name_of, forms: list[bytes], allowed_texts: list[str], needle: str, *,
                   database_bytes: bool = True) -> list[str]:
     """The database and its rollback journal or write-ahead log, each read as bytes even when
-    the database itself is gone (a journal a killed writer left holds whole pages; attack 13);
+    the database itself is gone (a journal a killed writer left holds whole pages);
     something other than a file at one of those names cannot be read, and fails.
     ``database_bytes=False``: the database itself is read row by row only (the embedding cache:
     hashed keys and float vectors, whose bytes a short needle matches by chance)."""
@@ -466,7 +466,7 @@ def _sqlite_check(path: Path, name_of, forms: list[bytes], allowed_texts: list[s
     explained = sum(occurrences(t, needle) for t in allowed_texts)
     if (data or not database_bytes) and not where and path.is_file():
         # A long row continues on overflow pages, each starting with a link to the next: a
-        # needle across that seam is in no page's bytes (attack 13). SQLite reads it whole.
+        # needle across that seam is in no page's bytes. SQLite reads it whole.
         rows = _sqlite_values(path)
         if rows is None:
             where.append(f"{name_of(path)} (cannot be read as a database: cannot be checked; delete it, it is a cache)")
@@ -522,7 +522,7 @@ def _occurrences_in_values(values: list, forms: list[bytes]) -> int:
 def _trust_cache_check(path: Path, name_of, needle: str, allow_paths: list[str]) -> list[str]:
     """verify.json names note paths (a subject is part of one) and writers' e-mails: the needle
     in any of its strings fails, except in the path of a note allowed to keep it. (A process
-    that outlived an erasure run by another once saved its old state there again: attack 12.)
+    that outlived an erasure run by another once saved its old state there again.)
     A file that cannot be read or parsed fails too: JSON may spell the needle with escapes
     (``\\u00eb``), so its bytes alone prove nothing. mdmem rewrites a damaged one on its next
     open; it is a cache, and deleting it is safe."""

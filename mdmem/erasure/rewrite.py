@@ -108,13 +108,13 @@ class Rewriter:
         front, body = split_note(data) if note_file else (b"", data)
         if digest:
             # A digest of the subject names an erased note by kind and key on its own line, and
-            # by id in derived_from: both go, like a view's line (attack 5, A13).
+            # by id in derived_from: both go, like a view's line.
             body = b"\n".join(line for line in body.split(b"\n") if not any(line.startswith(d) for d in digest))
             if self.id_lines is not None:
                 front = self.id_lines.sub(b"", front)
         if view and self.targets:
             # A view's line about an erased note names its path and key beside the text: the
-            # whole line goes, not only the text (attack 5, A13: "[[.../medical.leave.oncology.md]]
+            # whole line goes, not only the text ("[[.../medical.leave.oncology.md]]
             # medical.leave.oncology -- [removed]" stayed in every older view).
             body = b"\n".join(line for line in body.split(b"\n") if not any(t in line for t in self.targets))
         if scrub:

@@ -3,7 +3,7 @@
 git runs hooks from the clone's own ``.git/hooks`` folder, and mdmem installs its three hooks
 there from its own package, never from the work tree: a hook is code that runs on every
 commit, so nothing a teammate commits may become one (a committed ``.githooks/`` folder that
-``core.hooksPath`` pointed at ran whatever the last pull brought: attack F19). Any mdmem
+``core.hooksPath`` pointed at ran whatever the last pull brought). Any mdmem
 command in a clone installs them when they are missing or not mdmem's (``ensure``), and
 ``mdmem hooks install`` does it explicitly. The committed ``.gitattributes`` names the merge
 driver for MEMORY views; the driver itself is defined in the clone's local config.
@@ -29,7 +29,7 @@ DRIVER = "mdmem-view"
 # The driver keeps our side only for a MEMORY view (the hooks regenerate it); any other path is a
 # normal three-way merge (git merge-file: a conflict stays a conflict). Which paths reach the
 # driver is the committed .gitattributes, which anyone may change: `*.md merge=mdmem-view` once
-# made every concurrent note edit silently keep one side (attack 5, A16). %P is the path.
+# made every concurrent note edit silently keep one side. %P is the path.
 DRIVER_COMMAND = ("sh -c 'case \"$4\" in team/*/*/*|private/*/*/*) exec git merge-file -q \"$1\" \"$2\" \"$3\";; "
                   "MEMORY.md|team/*/MEMORY.md|private/*/MEMORY.md) exit 0;; "
                   "*) exec git merge-file -q \"$1\" \"$2\" \"$3\";; esac' mdmem-view %A %O %B %P")
@@ -46,7 +46,7 @@ def converting_attributes(text: str) -> list[str]:
     """The lines of a .gitattributes that make git rewrite notes between what is committed and
     the work tree in a way mdmem cannot read through: another encoding, a filter driver, $Id$
     expansion. (Line endings are fine: mdmem reads CRLF as LF.) One such committed line made
-    every note unreadable in every clone (attack 6, F10)."""
+    every note unreadable in every clone."""
     import fnmatch
 
     out = []

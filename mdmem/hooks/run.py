@@ -126,7 +126,7 @@ def pre_commit(root: Path, *, env: dict | None = None) -> HookReport:
         data = read_in(store, tree, path)
         if data is None:
             continue  # deleted
-        if store.is_link_in(tree, path):  # its blob is the target's name, not a note (A18.7)
+        if store.is_link_in(tree, path):  # its blob is the target's name, not a note
             report.problems.append(f"{path}: is a symbolic link; a note is a regular file")
             continue
         report.problems += [f"{path}: {name}: {reason}" for name, reason in note_problems(path, data, config.contracts)]

@@ -189,7 +189,7 @@ def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | 
             watcher.stop()
         # The client left while the first catch-up may still be embedding: letting the
         # interpreter exit under it aborted the process (onnxruntime's threads: SIGABRT,
-        # "terminate called without an active exception"; attack 5, A6). Wait a little; the
+        # "terminate called without an active exception"). Wait a little; the
         # caller ends the process at once if it is still running (the index is a cache).
         builder.join(drain_seconds)
     return not builder.is_alive()

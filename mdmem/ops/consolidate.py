@@ -23,7 +23,7 @@ def build_digest(subject: str, root: str, inputs: list[StoredNote],
                  max_bytes: int | None = None) -> tuple[str, list[StoredNote]]:
     """The digest's text and the notes it lists. Past ``max_bytes`` (a digest is a note, and a
     note has a size limit) the rest are counted, not listed: a large subject still gets a
-    digest (attack 5, A18.10: 2,600 facts made it 400 KB and consolidate refused)."""
+    digest (2,600 facts made it 400 KB and consolidate refused)."""
     ordered = sorted(inputs, key=lambda s: (_ORDER.get(s.note.kind, 9), s.note.key or "", s.path))
     lines = [f"Digest of {subject} in {root}: {len(ordered)} live note(s)."]
     listed: list[StoredNote] = []
@@ -57,7 +57,7 @@ def consolidate(repo: RepoState, *, as_user: str, subject: str, scope: str | Non
                                     max_bytes=repo.config.note_max_bytes)[0]
               if s.note.is_live(when) and s.note.kind != "summary" and s.note.subject == subject]
     # A note verify flags (no permitted writer committed it) must not reach a digest that
-    # mdmem's own trusted source then carries into views and startup (attack 5, A30).
+    # mdmem's own trusted source then carries into views and startup.
     untrusted = repo.trust.flags()
     inputs = [s for s in inputs if s.path not in untrusted]
     if not inputs:

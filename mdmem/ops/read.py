@@ -22,7 +22,7 @@ from .state import RepoState
 # --- where a note lives, and reading it ----------------------------------------------
 def root_for(user: str, scope: str, team: str | None, owner: str | None) -> str:
     # An argument that does not apply is refused, not dropped: `--scope private --team payments`
-    # wrote a private note where no teammate saw it (attack 17).
+    # wrote a private note where no teammate saw it.
     if scope == "private":
         if team:
             raise BadInput(f"team: --team {team} names a team note's team, but --scope is private; "
@@ -177,7 +177,7 @@ def check(repo: RepoState) -> tuple[list[StoredNote], list[NoteInvalid]]:
     bad += [NoteInvalid(path, "path", f"must be {what}, not this (a plain-git commit made it)")
             for path, what in misplaced]
     # A team the config no longer declares (renamed, removed): its notes are read by no one
-    # through mdmem, and nothing said so (attack 17).
+    # through mdmem, and nothing said so.
     teams = repo.config.teams
     orphaned = [s for s in good if s.note.scope == "team" and s.note.team not in teams]
     bad += [NoteInvalid(s.path, "team", f"team {s.note.team!r} is not declared in {CONFIG_NAME} ([teams]): no one "

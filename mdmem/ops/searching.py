@@ -45,7 +45,7 @@ def recall(repo: RepoState, query: str, *, as_user: str, k: int = 5, kinds: list
         check_unicode(query, "query")
         if len(query) > MAX_QUERY_CHARS:
             # Each word costs the full-text search ~0.7 ms, under the lock every recall shares:
-            # a 200,000-word query (one MCP call) stalled the server for minutes (attack 5, A18.9).
+            # a 200,000-word query (one MCP call) stalled the server for minutes.
             raise BadInput(f"query: {len(query):,} characters; a recall query is at most {MAX_QUERY_CHARS:,} "
                            "(the embedder reads its first ~256 tokens anyway): ask with the gist")
     args: dict[str, Any] = dict(as_user=as_user, k=k, kinds=kinds, subject=subject, key=key, at=at,
@@ -57,7 +57,7 @@ def recall(repo: RepoState, query: str, *, as_user: str, k: int = 5, kinds: list
     except Exception:  # noqa: BLE001 -- an index file that cannot be read, or a passing race
         # Asked once more from the index as it is on disk now before it is called damaged:
         # another process's commit deleted the table of contents just listed, or a note was
-        # rewritten while git status hashed it (attack 16 P4, P5: a healthy index was moved
+        # rewritten while git status hashed it (a healthy index was moved
         # aside and rebuilt from every note, minutes at 100k).
         repo.index.reopen()
         repo.reset_recaller()

@@ -391,7 +391,7 @@ def commit_pending(repo: RepoState, user: str, when: _dt.datetime, prepare_now: 
             version = blob_hash(data)
             if pending.superseded == version:
                 # The same note again (an agent repeating itself within a second): no empty
-                # commit; the answer names the commit that holds this version (attack 5, A18.4).
+                # commit; the answer names the commit that holds this version.
                 held_by = repo.store.log(pending.path)
                 return WriteResult("committed", pending.path, commit=held_by[0].commit if held_by else None,
                                    version=version, note_id=pending.note.id)
@@ -425,7 +425,7 @@ def commit_changes(repo: RepoState, changes: dict[str, bytes | None], message: s
     rendered on the tip read here and the commit is made only on that tip (BranchMoved
     otherwise: the writers' retry renders again): a person's `git commit` takes no mdmem lock,
     and a commit on a newer tip carried views without its notes, and told every cache (the
-    views' kept state, the index's hints) a parent it did not have (attack 7, F1)."""
+    views' kept state, the index's hints) a parent it did not have."""
     repo.committing(changes)  # their embedding, if any, runs beside the commit
     parent = repo.store.head()
     altered = render.views_for(repo, changes, when, head=parent)

@@ -141,8 +141,8 @@ def check_derivation(access: Access, root: str, wanted_ids: set[str], found: dic
 def approvers(writer: str, channel: str, *, self_approve: bool, root: str, readers: frozenset[str]) -> list[str]:
     """Who may approve a held write: a second person, whichever channel it came over -- a
     person's own agent's team write is still reviewed by a teammate, else the person (or the
-    agent with a shell) approves it alone and it reaches every teammate's startup view
-    (attack 5, A10). In a private root the owner is the only person who may ever read the
+    agent with a shell) approves it alone and it reaches every teammate's startup view.
+    In a private root the owner is the only person who may ever read the
     note, so no second person exists: the owner approves holds into their own private root.
     ``[review] self_approve = true`` lifts the rule for single-user repos. ``channel`` is kept
     for the record; it no longer changes the answer."""

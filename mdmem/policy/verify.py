@@ -262,7 +262,7 @@ class Verifier:
         committed (a repo being set up by hand). An uncommitted edit takes effect once it is
         committed and judged: a local edit must not make its author an eraser, a team member
         or a self-approver -- such a clone pushed an erasure of another person's notes
-        through the guard (attack 5, A1). No trusted version at all: an empty config (no
+        through the guard. No trusted version at all: an empty config (no
         teams, no roles, the default trust), which is closed."""
         head = self.repo.store.head()
         if head is None:
@@ -428,7 +428,7 @@ class Verifier:
         git) is held to the same: the version it made says its committer, or keeps what the
         version before it said (a person fixing a teammate's note keeps the teammate's name).
         Without this, bob committed a team note "owner: alice, source: human:alice" and every
-        view showed it as alice's word (attack 17)."""
+        view showed it as alice's word."""
         if len(entry) > 2:
             return ""  # an erasure's pseudonym, vouched for by its eraser: its claims went with it
         user = self.repo.config.committer(entry[1])
@@ -486,7 +486,7 @@ class Verifier:
         server). Fewer are left to the next process's walk: rewriting verify.json costs ~35 ms at
         10,000 notes, walking a commit ~2 ms."""
         if self._state is not None and self._unsaved >= SAVE_AFTER_COMMITS:
-            self._save(self._state)  # only if it is still HEAD's (an erasure by another process: attack 12)
+            self._save(self._state)  # only if it is still HEAD's (an erasure by another process)
 
     # --- the rule ---------------------------------------------------------------------
     def flags(self, head: str | None = None) -> dict[str, Flag]:
@@ -567,7 +567,7 @@ class Verifier:
     def signer_of(self, commit: str) -> str | None:
         """The declared person whose key made a good signature on ``commit``, checked against the
         last trusted allowed-signers file; None if unsigned or signed by no one declared (a hold
-        under require_signed is its signer's write, not its e-mail's: attack 6, F17)."""
+        under require_signed is its signer's write, not its e-mail's)."""
         state = self._current(self.repo.store.head())
         base = state.get("signers_base")
         keys = self.repo.store.read_at(self.repo.config.trust.allowed_signers, base) if base else None
@@ -683,7 +683,7 @@ def _attestation(commit: str, attest: dict[str, list], sigs: dict, who, allowed)
     """The good signature standing in for ``commit``'s, which an erasure's rewrite dropped
     (git-filter-repo keeps no signatures): that of the receipt listing it, whose commit a person
     in ``allowed`` made and signed with their own key. A later erasure may have rewritten that
-    receipt's commit too: then the receipt attesting it stands in, and so on (attack 5, A25)."""
+    receipt's commit too: then the receipt attesting it stands in, and so on."""
     for _ in range(64):
         receipt, by = attest.get(commit, (None, None))
         person = who(by) if receipt else None

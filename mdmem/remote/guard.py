@@ -50,7 +50,7 @@ def _audits(bare: str | Path, revs) -> str:
 
 def _remember_erasures(bare: str | Path, audit: str) -> None:
     """The guard keeps every receipt it has seen in a file of its own: a later commit that
-    deletes or empties the audit log must not make it forget an erasure (attack F26)."""
+    deletes or empties the audit log must not make it forget an erasure."""
     memory = Path(bare) / GUARD_MEMORY
     known = set(memory.read_text().splitlines()) if memory.exists() else set()
     new = [line for line in dict.fromkeys(audit.splitlines()) if line.strip().startswith("{") and line not in known]

@@ -108,7 +108,7 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
             if ok:
                 sync_ops.set_ref(store, f"refs/remotes/{remote}/{branch}", store.head())
         # Holds are pushed (and closed ones deleted there) only beside a main the remote took:
-        # the approval that closes a hold travels on main (attack 6, F19).
+        # the approval that closes a hold travels on main.
         from ..ops.holds import decisions
 
         decided = decisions(store)  # history's approve/reject commits, read once for both uses below
@@ -117,7 +117,7 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
     repo.reset_caches()
     head = repo.store.head()
     # Conflicts in roots the user may not read are resolved all the same, but not named
-    # (like the untrusted list): a path in private/<other> tells what they keep (A18.8).
+    # (like the untrusted list): a path in private/<other> tells what they keep.
     conflicts = [c for c in conflicts if _readable(repo, user, c.path)]
     detail = f"{branch} now at {head[:10] if head else '(empty)'}"
     if conflicts:
@@ -135,7 +135,7 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
     out["holds"] = holds
     out.update(replayed)
     # A hold approved in one clone and rejected in another (offline) is both, once merged:
-    # the approved note is live; a person decides (attack 6, F12).
+    # the approved note is live; a person decides.
     both = sorted(r for r, ops in decided.items() if {"approve", "reject"} <= ops)
     if both:
         out["approved_and_rejected"] = both
@@ -144,7 +144,7 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
 
 def _sync_holds(repo, remote: str, *, push: bool, closed: set[str]) -> dict:
     """Held writes travel with sync, so the second person who must review one sees it in their
-    own clone (attack 5, A23). What is open is decided by history, not by any clone's branches:
+    own clone. What is open is decided by history, not by any clone's branches:
     a hold an approve or reject commit names (``closed``: ``ops.holds.decisions``) is closed everywhere, its
     branch dropped here and, with ``push``, on the remote. Otherwise a hold the remote has
     and this clone lacks is taken (only mdmem's id form, one regular note within the size
@@ -233,7 +233,7 @@ def _sync_holds(repo, remote: str, *, push: bool, closed: set[str]) -> dict:
 
 def _drop_erased_leftovers(store) -> None:
     """Objects of history an erasure removed that only reflogs still reach (a replay killed
-    before it dropped them: attack 6, F7) go at the next sync."""
+    before it dropped them) go at the next sync."""
     audit = store.show_file("HEAD", AUDIT_PATH) if store.head() else ""
     left = sorted(sync_ops.present(store, erased_commit_ids(audit))) if audit else []
     if left and not sync_ops.refs_containing(store, left[0]):
@@ -264,7 +264,7 @@ def _erased_change(store, parent: str, changes: dict[str, bytes | None], erased:
     """Why a change made on history an erasure removed may not be made again on the erased
     one (a replayed commit, a remade hold), or None: it changes an erased note version, or it
     quotes erased text (pushed before the erasure, forget would have scrubbed it; made again
-    as it is, it would undo the erasure for that text: attack 6, F6)."""
+    as it is, it would undo the erasure for that text)."""
     blobs = {store.blob_id(p, parent) for p in changes} | {blob_hash(d) for d in changes.values() if d is not None}
     if blobs & erased:
         return "it changes an erased note version"
@@ -395,7 +395,7 @@ def _refuse_erased(store, head, their_head, remote, branch) -> None:
             + "; the fetched history was dropped, nothing changed", publishable=not others, erased=erased_here)
     # A receipt names commits its erasure rewrote away: one its own history still holds is no
     # erasure (a forged or broken receipt line -- any teammate can append one), and believing it
-    # would stop every clone's sync for good, fresh clones included (attack 5, A15).
+    # would stop every clone's sync for good, fresh clones included.
     claimed = erased_commit_ids(there)
     stale = sorted(store.commit_ids("HEAD") & (claimed - store.commit_ids(their_head))) if head and claimed else []
     if stale:
@@ -422,14 +422,14 @@ class _CloneBehindErasure(Refused):
 
 def _purge_clone_caches(repo) -> None:
     """This clone's caches purged as forget purges the eraser's (they held the old history's
-    texts: the view cache's rows, vectors, index documents; attack 13)."""
+    texts: the view cache's rows, vectors, index documents)."""
     repo.reset_caches()
     purge_caches(repo)
 
 
 def _replay_after_erasure(repo, user: str, head: str, their_head: str, remote: str, branch: str) -> dict:
     """This clone's own commits (made since it last synced) re-applied onto the erased history,
-    which replaces the old one here; the old history's objects are dropped (attack 5, A12)."""
+    which replaces the old one here; the old history's objects are dropped."""
     store = repo.store
     known = sync_ops.rev(store, f"refs/remotes/{remote}/{branch}")
     if not known:
@@ -440,7 +440,7 @@ def _replay_after_erasure(repo, user: str, head: str, their_head: str, remote: s
     commits = sync_ops.commits_not_in(store, head, known)
     # The caches are purged before the history is replaced as well as after: killed in between,
     # the next replay finds this clone still behind and runs again; killed after the history
-    # was replaced, nothing would run the purge again and the old texts stayed (attack 13).
+    # was replaced, nothing would run the purge again and the old texts stayed.
     _purge_clone_caches(repo)
     tip, out = _replay_commits(repo, user, commits, their_head, erased, remote, _erased_needles(store, erased))
     _refuse_dirty(store, store.tree_changes(head, tip), "replay")
@@ -452,7 +452,7 @@ def _replay_after_erasure(repo, user: str, head: str, their_head: str, remote: s
             sync_ops.set_ref(store, f"refs/remotes/{remote}/{name}", None)
     sync_ops.drop_unreachable(store)
     # Its caches held the old history's texts (the view cache's rows, vectors, index
-    # documents), as the erasing clone's did before its purge: the same purge here (attack 13),
+    # documents), as the erasing clone's did before its purge: the same purge here,
     # again for what was rebuilt from the old history since the first.
     _purge_clone_caches(repo)
     holding = _refs_holding(store, erased_commit_ids(audit))
@@ -463,7 +463,7 @@ def _replay_after_erasure(repo, user: str, head: str, their_head: str, remote: s
 
 def _replay_theirs_onto_erasure(repo, user: str, head: str, their_head: str, erased_commits: set[str]) -> dict:
     """Teammates' commits on the history this clone erased, re-applied onto the erasure so it
-    can be published without losing them (attack 5, A17)."""
+    can be published without losing them."""
     store = repo.store
     erased = erased_blob_ids(store.show_file("HEAD", AUDIT_PATH))
     commits = [(c, p) for c, p in sync_ops.commits_not_in(store, their_head, head) if c not in erased_commits]
@@ -501,7 +501,7 @@ def _replay_commits(repo, user: str, commits: list[tuple[str, list[str]]], onto:
         base = {p: store.blob_id(p, parents[0]) for p in changes}
         new = {p: None if d is None else blob_hash(d) for p, d in changes.items()}
         if all(store.blob_id(path, tip) == new[path] for path in changes):
-            continue  # already there (a commit the remote had before its rewrite: attack 6, F18)
+            continue  # already there (a commit the remote had before its rewrite)
         for path in changes:
             if store.blob_id(path, tip) not in (base[path], new[path]):
                 raise Conflict(f"sync --replay: {path} differs in {where} from the version {commit[:10]} changed; "
@@ -516,7 +516,7 @@ def _replay_commits(repo, user: str, commits: list[tuple[str, list[str]]], onto:
 
 def _refuse_converting_attributes(store, head, their_head, remote, branch) -> None:
     """A .gitattributes line that converts notes in the work tree would make every note
-    unreadable here after the checkout (attack 6, F10): refused, naming it and its commit."""
+    unreadable here after the checkout: refused, naming it and its commit."""
     from ..hooks.install import ATTRIBUTES, converting_attributes
 
     if not their_head:
@@ -533,7 +533,7 @@ def _refuse_converting_attributes(store, head, their_head, remote, branch) -> No
 
 def _refuse_config_removed(store, head, their_head, remote, branch) -> None:
     """A history without mdmem.toml would stop every mdmem command in this clone (it is how a
-    memory repo is found): refused, naming the commit, whoever made it (attack 5, A9)."""
+    memory repo is found): refused, naming the commit, whoever made it."""
     if not head or not their_head or store.blob_id(CONFIG_NAME, head) is None:
         return
     if store.blob_id(CONFIG_NAME, their_head) is not None:

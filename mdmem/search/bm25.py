@@ -161,7 +161,7 @@ def _bm25f_weights(tf: np.ndarray, lengths: np.ndarray, scale: float, avgfl: flo
 
 
 class Visible:
-    """BM25F's statistics over the documents one reader may see (attack 17): the number of them,
+    """BM25F's statistics over the documents one reader may see: the number of them,
     each word's number among them, and each field's average length among them. Over the whole
     index (Whoosh's own) bob's score for his own team note changed with whether alice's private
     notes held the word he asked about: an oracle for text he may not read. Lengths are the
@@ -368,7 +368,7 @@ def _long_postings(long, reader, count: int, field: str, btext: bytes):
     """A long list from the segment's file; None if it is not there (then decoded). A file
     found damaged here is not read again, and removed (the next process writes it anew): a list
     must also be as long as the segment says the term's is (``count``; a shorter one with a
-    good checksum was used, attack 9b G1)."""
+    good checksum was used)."""
     try:
         listed = long.get(field, btext)
         if listed is not None and len(listed[0]) != count:

@@ -6,9 +6,9 @@ here the write hands its notes' texts to one worker thread before it commits (re
 views, tree edit, git's index: 10-25 ms at 10k notes), which embeds them on the other core
 (onnxruntime and the HTTP embedders release the GIL) while the commit is made and the caller
 goes on; the index's catch-up takes the vectors it finds instead of embedding again (waiting
-for one still being made). Started after the commit instead (sessions 7-8), the catch-up
+for one still being made). Started after the commit instead, the catch-up
 waited 9-17 ms for it: write until searchable at 10k MiniLM notes, p50 of 20, quiet machine,
-53-59 -> 38 ms (session 9, /work/prof/s9_wus_stages.py); remember itself unchanged (25-28 ms).
+53-59 -> 38 ms; remember itself unchanged (25-28 ms).
 
 What a worker makes is only ever a guess: it is keyed by the embedding cache's key (model and
 exact text), so a vector is used only for the very text the catch-up embeds; a note edited

@@ -232,14 +232,14 @@ def merge_when_many(writer, segments: list) -> list:
     again: a 100k index gained one per process that wrote, without end. A word a process meets
     for the first time is looked up and decoded in every segment: with 9 segments the
     first-time recall took 6.7-11.7 ms (p95 12.6-20.1) at 100k, against 4.6-5.8 (p95 9.5-12.2)
-    with the small ones merged into one (session 16).
+    with the small ones merged into one.
 
     So small segments (fewer than MERGE_BELOW_DOCS documents) are merged once the commit would
     make MERGE_AFTER_SEGMENTS of them: the two smallest, and each next one no bigger than twice
     what is merged so far (a size tier), at most MERGE_BUDGET_DOCS documents in all. A merge
     costs ~1-2 ms a document (Whoosh's add_reader), paid by the recall whose catch-up commits,
     under the index lock: a tier without a budget rewrote up to ~6,000 documents in one commit
-    (10 s; attack 16 M1). A segment with no live document is dropped, whatever its size."""
+    (10 s). A segment with no live document is dropped, whatever its size."""
     from whoosh.reading import SegmentReader
 
     dead = [s for s in segments if s.doc_count() == 0]

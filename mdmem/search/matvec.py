@@ -2,7 +2,7 @@
 
 A recall compares the question with every allowed note's vector: one pass over the whole
 matrix (10,000 x 384 float32 = 15 MB; 150 MB at 100,000). The pass is bound by memory, not
-arithmetic: on the 2-core AVX2 machine of session 12, 10,400 vectors took 1.9-2.6 ms on one
+arithmetic: on a 2-core AVX2 machine, 10,400 vectors took 1.9-2.6 ms on one
 thread once the question's embedding had pushed them out of the cache, and 1.4-1.5 ms read as
 two halves on two threads. In a 10k MiniLM recall the pass came after the question's
 embedding, ~3 ms of ~11.
@@ -11,7 +11,7 @@ The product is numpy's einsum, not BLAS. OpenBLAS's own threads spin while they 
 (4.7 ms of CPU and 13 ms of wall for what one thread did in 0.74 ms, on the machine under
 load), and its thread count is one process-wide setting that only the thread that set it can
 put back (OpenBLAS 0.3.31: a limit restored from another thread was ignored and left BLAS on
-one thread for good, attack 12). einsum's own loop runs on the calling thread without the GIL,
+one thread for good). einsum's own loop runs on the calling thread without the GIL,
 as fast as one BLAS thread when the vectors come from memory (1.7-1.9 against 1.8-2.1 ms) and a
 little slower from cache (1.35 against 1.1 ms); and each row's value is computed the same way
 whatever the rows around it (for a row-major matrix, which is what the index holds), so a

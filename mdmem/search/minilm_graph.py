@@ -31,7 +31,7 @@ keyed by model id, never mix its vectors with the old ones. Measured (LoCoMo dev
 hit@1/5/10, 760 questions, the ranking of the time): package graph .442/.732/.830; every
 MatMul integer .434/.726/.830 (cosine to the package's vectors mean .994, min .988; 11.6 ms
 CPU a note); with the feed-forward output in float32 (recipe 1) .445/.732/.826 (cosine mean
-.997, min .995; 16.2 ms CPU a note). Recipe 3 (session 7; the ranking of then): recipe 2
+.997, min .995; 16.2 ms CPU a note). Recipe 3 (the ranking of then): recipe 2
 .480/.762/.828, recipe 3 .478/.763/.826 (cosine to the package's graph mean .9970, min
 .9950, against .9971/.9946 for recipe 2); CPU a ~60-word note 10.7 -> 8.4 ms (median of 7
 interleaved rounds, one thread, load ~3.5). Integer feed-forward output in more layers was
@@ -111,7 +111,7 @@ def cached_path(path: Path) -> Path | None:
     None if missing or damaged."""
     try:
         # Non-blocking: a FIFO (or a link to one) would block open() until a writer came; it
-        # is not a regular file, so it is no check (attack 7, F4).
+        # is not a regular file, so it is no check.
         fd = os.open(check_path(path), os.O_RDONLY | os.O_NONBLOCK)
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -160,7 +160,7 @@ def write_cached(path: Path, graph: bytes) -> None:
 
 def remove_stale_temporaries(path: Path) -> None:
     """Temporary files of ``path`` and its check that a build killed mid-write left (33 MB
-    each, forever; attack 7, F5): those no process has open (a build writing one keeps it
+    each, forever): those no process has open (a build writing one keeps it
     open), or, where /proc cannot tell, older than STALE_TEMPORARY_SECONDS."""
     found = [tmp for name in (path.name, check_path(path).name) for tmp in path.parent.glob(f".{name}.*.tmp")]
     if not found:

@@ -123,7 +123,7 @@ class NoteIndex:
     def held(self):
         """The mutex, for a call (a recall, a catch-up): said before it is waited for, so a
         warming pass lets go and waits (Python's locks favour the thread that just let go: a
-        recall waited out most of a pass, 80-333 ms, attack 17b)."""
+        recall waited out most of a pass, 80-333 ms)."""
         with self._wanting_lock:
             self.wanting += 1
         try:
@@ -259,7 +259,7 @@ class NoteIndex:
             # HEAD again, under the lock: another process may have caught the index up past the
             # HEAD read above while this one waited. Saving that older commit moved state.json
             # back, and the next catch-up added notes already indexed without removing their
-            # old versions (superseded text found by every process; attack 16 P1).
+            # old versions (superseded text found by every process).
             head = self.repo.store.head()
             changed, fresh, dirty = self._changes(state, head, scan=scan)
             if state.get("pending"):
@@ -269,8 +269,8 @@ class NoteIndex:
             elif changed:
                 # Said before the index commit: a kill between it and the save below left notes
                 # in the index that state.json said were not, and the next catch-up added the
-                # "fresh" ones again beside them (duplicates, a superseded version kept; attack
-                # 16 P3). The save below drops the mark.
+                # "fresh" ones again beside them (duplicates, a superseded version kept).
+                # The save below drops the mark.
                 cachefiles.write_state(self.state_path, {**state, "pending": head})
             report = self._apply(sorted(changed), state.get("broken", {}), progress=progress or self.progress,
                                  fresh=fresh, prebuilt=self._usable(prebuilt, set(changed), dirty))
@@ -309,7 +309,7 @@ class NoteIndex:
             # were dirty, which may now match HEAD): no walk over the work tree. And the
             # commit's own files, when few: a commit moves the branch before it writes the work
             # tree, and a catch-up in between read the old file as HEAD's, for good (the file's
-            # event then found it "equal to HEAD", as recorded; attack 16 P2). Compared here,
+            # event then found it "equal to HEAD", as recorded). Compared here,
             # such a file is recorded as differing, and its event indexes it again.
             recheck = set(self._touched) | (set(dirty) if moved else set())
             if len(committed) <= RECHECK_COMMITTED_MAX:

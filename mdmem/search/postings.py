@@ -5,13 +5,13 @@ A term's posting list is read from Whoosh's whoosh3 blocks (zlib, unpickling and
 per block of 128 postings, ~40 us a block). bm25.py keeps what it decoded for the life of a
 reader, but a word a process meets for the first time pays in full: at 100,000 notes a question
 with a few common words decoded ~500 blocks (20-60 ms) where the same recall took 4 ms warm; the
-p95 of recall was those first meetings (session 9). A fresh process (the CLI) meets every word
+p95 of recall was those first meetings. A fresh process (the CLI) meets every word
 for the first time.
 
 So a segment of LONG_SEGMENT_DOCS documents or more gets a file beside it, ``<segment>.longpost``,
 with every posting list of LONG_POSTINGS postings or more (at least two blocks) in the given
 fields, decoded once when the segment appears (a rebuild, an import, a merge) or when a process
-first opens an index without it (an index made before session 9: ~0.1 s at 10k notes, ~2.4 s at
+first opens an index without it (an index made before these files existed: ~0.1 s at 10k notes, ~2.4 s at
 100k, once). It is written under the index lock, only while its segment is still in the index's
 table of contents (an erasure rebuilding the folder holds that lock: a reader that opened the old
 index never writes the old segment's words into the new folder).
@@ -126,7 +126,7 @@ class LongPostings:
         # O_NONBLOCK: a FIFO put where the file belongs would block the open for ever.
         self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
         # Closed when this object goes, if close() was not called (a repo dropped unclosed
-        # leaked one descriptor each, attack 9b G3).
+        # leaked one descriptor each).
         self._closer = weakref.finalize(self, os.close, self._fd)
         try:
             st = os.fstat(self._fd)

@@ -156,7 +156,7 @@ class Recall:
         kind_names = sorted({c.name for c in contracts}) or None
         roots = self.repo.access.readable_roots(user)  # the one visibility rule
         # BM25F's statistics are kept under the very roots they are counted over (a shared
-        # setting read later could name another reader's: attack 17b); the warm keeps these.
+        # setting read later could name another reader's); the warm keeps these.
         seen_by = tuple(sorted(roots))
         self.index.reader_roots = seen_by
         if tags is not None and (isinstance(tags, str) or not all(isinstance(t, str) for t in tags)):

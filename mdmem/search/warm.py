@@ -1,10 +1,10 @@
-"""A long-lived process's search caches, warmed in the background (issue 13).
+"""A long-lived process's search caches, warmed in the background.
 
 A question's words met for the first time by a process cost ~100 ns a posting: the long list
 read from the big segment's file (postings.py), checked, and its BM25F weights computed
 (bm25.py). At 100,000 notes a first-time question touching five such words took 12-17 ms where
-the same question took 3-5 ms once they were kept: the whole p95 of recall (session 17, scratch
-warm3.py on the bench's fixture: p95 12-13 ms without, 4.4-4.8 with every long list warmed, p50
+the same question took 3-5 ms once they were kept: the whole p95 of recall (on the
+benchmark's 100k fixture: p95 12-13 ms without, 4.4-4.8 with every long list warmed, p50
 3.7-5.8 -> 2.3-3.2).
 
 So a process that will live (the MCP server, the daemon: :meth:`NoteIndex.keep_warm`) keeps
@@ -114,7 +114,7 @@ class Warmer:
 
         def give_way() -> None:
             # A call waiting for the mutex gets it first: Python's locks favour the thread that
-            # just let go, and a recall waited out most of a pass (attack 17b). An idle pass
+            # just let go, and a recall waited out most of a pass. An idle pass
             # stops instead (interrupted). The GIL is let go first, so a call wanting it can get
             # as far as asking for the mutex (held() counts it).
             time.sleep(0)

@@ -6,7 +6,7 @@ work tree: a commit can put any file in
 the work tree -- a teammate committed ``.mdmem/`` (a poisoned index served fake text for a
 real note; a forged ``verify.json`` turned an untrusted edit trusted in every fresh clone)
 or a ``.mdmem`` symlink (every clone wrote its caches, and deleted folders, outside the
-repo) -- but nothing a commit carries is ever written inside ``.git`` (attack 5, A14, A19).
+repo) -- but nothing a commit carries is ever written inside ``.git``.
 A linked worktree (``.git`` is a file naming its git dir) has caches of its own.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 CACHE_NAME = "mdmem"
 # The lock files, beside the cache folder and not in it: a lock file deleted while held lets a
 # second process lock a new file at the same path (two writers at once), and the caches are
-# disposable (`rm -rf .git/mdmem` is a fair way to reset them; attack 14b).
+# disposable (`rm -rf .git/mdmem` is a fair way to reset them).
 LOCKS_NAME = "mdmem-locks"
 ERASURE_DONE = "mdmem-erasure.done"  # in the shared git dir: see erasure_done_path
 LEGACY_CACHE = ".mdmem"  # where caches lived before: a work-tree folder a commit could fill
@@ -46,7 +46,7 @@ def cache_dir(root: Path) -> Path:
 
 def clear_cache_path(cache_folder: Path) -> None:
     """A file (or a link to one) where a cache folder belongs is removed: everything there is
-    disposable, and every cache inside failed on it (attack F16). Checked where the locks are
+    disposable, and every cache inside failed on it. Checked where the locks are
     taken, which every reader and writer does first."""
     try:
         mode = os.lstat(cache_folder).st_mode  # one stat: every write comes here
@@ -73,16 +73,16 @@ def erasure_lock_path(root: Path) -> Path:
     any worktree): every writer holds it shared while it holds its own worktree's write lock, an
     erasure holds it alone. Each worktree's writers serialise on their own write lock, so an
     erasure holding only its own let a linked worktree's write run under git-filter-repo and
-    `gc --prune=now` (attack 14c); a list of the worktrees' locks missed a worktree added while
-    the erasure waited (attack 15). With the gate no list is needed."""
+    `gc --prune=now`; a list of the worktrees' locks missed a worktree added while
+    the erasure waited. With the gate no list is needed."""
     return common_git_dir(root) / LOCKS_NAME / "erasure.lock"
 
 
 def erasure_turnstile_path(root: Path) -> Path:
     """Beside the gate: an erasure holds it alone from before it waits for the gate; a writer
     passes it (shared, let go at once) before it takes the gate. flock favours no one, so
-    without it writers taking turns on the gate kept an erasure waiting for ever (attack 15b:
-    two agents writing in a loop, every forget timed out)."""
+    without it writers taking turns on the gate kept an erasure waiting for ever
+    (two agents writing in a loop, every forget timed out)."""
     return common_git_dir(root) / LOCKS_NAME / "erasure-waiting.lock"
 
 

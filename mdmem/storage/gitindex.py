@@ -39,8 +39,7 @@ def stage(index: pygit2.Index, entry: str | pygit2.IndexEntry) -> None:
     """``index.add(entry)`` (a work-tree path, or an entry), first dropping what git's own
     ``update-index --replace`` drops: entries under the path (a folder stood there) and a file
     at a folder on its way. libgit2 keeps them, and git then refuses every commit ("you have
-    both X and X/a"): a view path committed as a folder did that after mdmem's next write
-    (attack 14)."""
+    both X and X/a"): a view path committed as a folder did that after mdmem's next write."""
     path = entry if isinstance(entry, str) else entry.path
     index.remove_directory(path)
     parts = path.split("/")
@@ -77,7 +76,7 @@ class IndexKeeping:
         for all of them) and drop them from the journal. Never raises: what fails is kept and
         tried again a little later (git's own index.lock -- a person's git, or the stat refresh
         mdmem runs in a copied repository -- made the write fail, and the entries were dropped:
-        git status stayed dirty until some later write, attack 15c), and stays in the journal
+        git status stayed dirty until some later write), and stays in the journal
         for repair meanwhile."""
         if not self._index_due:
             return
@@ -119,7 +118,7 @@ class IndexKeeping:
             self.last_repair_error = f"{type(exc).__name__}: {exc}"
             self._index_due |= due
             # No timer left behind (a LockTimeout before the flush cleared it kept the finished
-            # one, and no later write armed another: attack 15d).
+            # one, and no later write armed another).
             timer, self._index_timer = self._index_timer, None
             if timer is not None and timer is not threading.current_thread():
                 timer.cancel()
@@ -131,7 +130,7 @@ class IndexKeeping:
         """Whether git's index holds, for a path of ours still due, a version a person staged
         since our write: neither HEAD's, nor the one before our write (the journal's), while the
         work tree is not HEAD's either. It is theirs and stays, as repair and the hook leave it
-        (a retried flush staged HEAD's over a person's `git add`: attack 15d)."""
+        (a retried flush staged HEAD's over a person's `git add`)."""
         staged = str(index[path].id) if path in index else None
         want = str(entry.id) if entry is not None else None
         if staged == want or staged == before.get(path, staged):

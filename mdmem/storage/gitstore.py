@@ -58,7 +58,7 @@ class GitStore(GitQueries, StoreLocking, HistoryReading, Signing, CommitWriting,
         # actor -> (author name, email); the repo's [people] table (config.identity) when given
         self.identity = identity or default_identity
         # Why the last work-tree sync or flush of git's index failed; None again once a flush
-        # succeeds (a retry that worked left the old message behind, attack 15d).
+        # succeeds (a retry that worked left the old message behind).
         self.last_repair_error: str | None = None
         self.signing_key: str | None = None  # an SSH private key: sign every commit with it
         # Paths of this process's commits whose entries are not yet in git's index, written by
@@ -116,7 +116,7 @@ class GitStore(GitQueries, StoreLocking, HistoryReading, Signing, CommitWriting,
         takes the write lock; by default unless the command never reads the index
         (_INDEX_FREE_COMMANDS). A reader must not wait for the write lock: trust's catch-up ran
         `git log` under the search index's lock, flushing, while a forget holding the gate
-        waited for that index lock (attack 15c)."""
+        waited for that index lock."""
         if flush is None:
             flush = _subcommand(args) not in _INDEX_FREE_COMMANDS
         if flush:

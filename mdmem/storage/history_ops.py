@@ -220,7 +220,7 @@ def expire_reflogs(root: Path) -> None:
 
 def gc_prune(root: Path) -> None:
     """Repack and prune every unreachable object now (reflogs: expire them first). Packs marked
-    ``.keep`` are repacked too: a kept pack would keep erased objects (attack F8)."""
+    ``.keep`` are repacked too: a kept pack would keep erased objects."""
     for keep in (git_dir(root) / "objects" / "pack").glob("*.keep"):
         keep.unlink(missing_ok=True)
     run_git(root, "gc", "--prune=now", "--quiet", check=False)
@@ -253,7 +253,7 @@ GC_WAIT_SECONDS = 120.0
 
 def _wait_for_gc(gd: Path, timeout: float) -> None:
     """A killed forget's `git gc` child outlives it and goes on pruning, holding git's locks:
-    wait until the process named by gc.pid (on this machine) is gone (attack 13)."""
+    wait until the process named by gc.pid (on this machine) is gone."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -343,7 +343,7 @@ class Worktree:
 def linked_worktrees(root: Path) -> list[Worktree]:
     """The repository's other worktrees (from a linked one, the main one too). Not the shared
     git directory itself, which git names as the main worktree of a --separate-git-dir
-    repository without core.worktree (attack 13)."""
+    repository without core.worktree."""
     out = []
     current: dict = {}
     skip = {Path(root).resolve(), git_dir(root).resolve()}
@@ -382,14 +382,14 @@ def _git_in(admin: Path, *args: str) -> None:
 def set_worktree_head(root: Path, path: Path, oid: str) -> None:
     """Point the linked worktree at ``path`` at ``oid`` (detached), through its own git directory
     in .git/worktrees/: that works while its folder is gone or unmounted, where `git -C path`
-    failed silently and left it on an erased commit (attack 13)."""
+    failed silently and left it on an erased commit."""
     _git_in(_worktree_admin(root, path), "update-ref", "--no-deref", "HEAD", oid)
 
 
 def reset_missing_worktree_index(root: Path, path: Path) -> None:
     """A linked worktree whose folder is gone still has its index in .git/worktrees/, and git
     keeps every object an index names: its entries are set to its (rewritten) HEAD's, so the
-    erased blobs can be pruned (attack 13). Its work tree, if it comes back, shows the change."""
+    erased blobs can be pruned. Its work tree, if it comes back, shows the change."""
     _git_in(_worktree_admin(root, path), "read-tree", "HEAD")
 
 
@@ -503,7 +503,7 @@ def filter_repo_in_own_process(root: Path, module: str) -> None:
     """Run ``python -I -m module ROOT`` (which calls :func:`filter_repo`): filter-repo changes the
     working directory and may exit the process, so it gets one of its own. Isolated (-I): with
     the work tree as cwd, plain ``-m`` would import a ``mdmem/`` a teammate committed there
-    instead of the installed package (attack 5, A27); the hooks and housekeeping do the same."""
+    instead of the installed package; the hooks and housekeeping do the same."""
     import sys
     proc = subprocess.run([sys.executable, "-I", "-m", module, str(root)], capture_output=True, text=True,
                           cwd=str(root))

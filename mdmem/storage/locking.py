@@ -154,7 +154,7 @@ class StoreLocking:
         stat): what this process kept of the old history names commits that are gone. libgit2's
         object and pack lists included: it still found the erased tip in a pack gc had
         deleted, and a linked worktree's writer that waited for the erasure then failed every
-        write with a raw NotFoundError (attack 15). The repository is opened anew and
+        write with a raw NotFoundError. The repository is opened anew and
         ``on_rewritten`` (the facade's caches) is told."""
         stamp = file_stamp(self._erasure_done)
         if stamp == self._erasures_seen:
@@ -173,7 +173,7 @@ class StoreLocking:
         the file lock itself is the parent's alone (locks.Lock closes its descriptor in the
         child, so a parent killed mid-write frees it whatever the child does)."""
         self._threads_lock = threading.Lock()
-        _HOLDERS.clear()  # in the child only a store's own record counts (attack 9, F3/F4)
+        _HOLDERS.clear()  # in the child only a store's own record counts
         if self._holder == threading.get_ident():
             self._threads_lock.acquire()  # the forking thread is inside locked(): it releases this one
         else:

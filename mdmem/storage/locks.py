@@ -2,7 +2,7 @@
 
 Our own, not filelock's: filelock 4 runs ~740 Python calls for one acquire and release (fork
 bookkeeping, singletons, a soft-lock fallback), ~0.5-0.6 ms measured at 100k notes, which every
-write paid once; an flock of an existing file here costs ~20 us (session 14)."""
+write paid once; an flock of an existing file here costs ~20 us."""
 from __future__ import annotations
 
 import errno
@@ -47,7 +47,7 @@ class Lock:
     Forks: an flock belongs to the open file, which parent and child share. A child closes
     every descriptor a Lock has open, held or still waited on, as it starts (never unlocking:
     that would free the parent's lock), so a writer killed mid-write frees the lock even while
-    a worker it forked lives on (attack 14, 14b); and the child's copy of the Lock is not held.
+    a worker it forked lives on; and the child's copy of the Lock is not held.
 
     The lock's path is mdmem's own (``.git/mdmem-locks/``, beside the disposable cache folder,
     never in it): whatever is there that is not a regular file (a folder, a link, a FIFO) is
@@ -107,7 +107,7 @@ class Lock:
     def _open(self) -> tuple[int, int]:
         """(the lock folder, the lock file) opened, neither through a link: the folder by
         itself (O_DIRECTORY|O_NOFOLLOW), the file inside that very folder (a folder swapped
-        for a link meanwhile cannot send it elsewhere; attack 14c)."""
+        for a link meanwhile cannot send it elsewhere)."""
         for _ in range(_OPEN_TRIES):
             try:
                 folder = os.open(self._folder or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -118,7 +118,7 @@ class Lock:
                 continue
             try:
                 # Registered as it opens, under the lock a fork waits for: a child never keeps a
-                # descriptor of ours, even one a thread is still waiting on (attack 14b).
+                # descriptor of ours, even one a thread is still waiting on.
                 with _FDS_LOCK:
                     fd = os.open(self._name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644,
                                  dir_fd=folder)
@@ -266,7 +266,7 @@ def renew_after_fork(obj: Any) -> None:
     one thread then). A thread lock that another thread held at the fork stays locked for
     ever in the child's copy, and a thread pool's threads are not in the child: a program
     that forks while mdmem works in a thread (multiprocessing's "fork", preloading servers)
-    would wait out every lock timeout in the child (attack 7, F2)."""
+    would wait out every lock timeout in the child."""
     _RENEWED_AFTER_FORK.add(obj)
 
 

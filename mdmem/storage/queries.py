@@ -197,7 +197,7 @@ class GitQueries:
         process's commits whose entries are deferred, another's not flushed yet): a file whose
         content is HEAD's is not dirty. The deferred entries used to be flushed first, which
         took the write lock under the search index's lock: a reader then waited for a forget
-        that waited for the index lock (a deadlock of two lock timeouts, attack 15b), and a
+        that waited for the index lock (a deadlock of two lock timeouts), and a
         recall paid for the rewrite of git's index (~90 ms at 100k notes)."""
         self.refresh_stat_if_moved()
         out: dict[str, str] = {}
@@ -226,7 +226,7 @@ class GitQueries:
             pass
         try:
             # Not flushed first: it refreshes the stat data of entries whatever they hold, and a
-            # reader (under the search index's lock) must not wait for the write lock (attack 15b).
+            # reader (under the search index's lock) must not wait for the write lock.
             self.git("update-index", "-q", "--refresh", flush=False)
         except GitFailed:
             return  # git's index locked (a write in progress): tried again next time

@@ -54,7 +54,7 @@ class Entry(NamedTuple):
 
 def _as_text(line: str) -> str:
     """A note's line in a view with what only mdmem writes there escaped: a ``[source: ...]``
-    tag and ``[[link]]`` brackets, so a note cannot fake another line's provenance (attack F28)."""
+    tag and ``[[link]]`` brackets, so a note cannot fake another line's provenance."""
     return line.replace("[[", "\\[\\[").replace("]]", "\\]\\]").replace("[source:", "\\[source:")
 
 

@@ -50,7 +50,7 @@ def _write(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as out:
-        json.dump(data, out)
+        json.dump(data, out, default=str)  # times and paths as text: what remember takes back
         out.flush()
         os.fsync(out.fileno())
     os.replace(tmp, path)

@@ -67,12 +67,14 @@ PASS, FAIL, INCOMPLETE = "PASS", "FAIL", "INCOMPLETE"
 @dataclass(frozen=True)
 class WorkspaceProof(Result):
     """``prove_gone`` across mounts: each readable repository's proof, and every repository it could
-    not read, named with why. ``verdict``: FAIL when any proof failed, else INCOMPLETE when any
-    repository was not read, else PASS. ``passed`` only on PASS."""
+    not read, named with why. ``verdict``: FAIL when any proof failed or a workspace file (its
+    MEMORY.md, a journal) holds a needle, else INCOMPLETE when any repository was not read, else
+    PASS. ``passed`` only on PASS."""
 
     proofs: dict[str, ProofReport]
     unread: dict[str, str]
     verdict: str
+    workspace_files: list[str] = field(default_factory=list)  # the workspace's own files still holding one
 
     @property
     def passed(self) -> bool:
@@ -80,4 +82,4 @@ class WorkspaceProof(Result):
 
     def to_dict(self) -> dict[str, Any]:
         return {"proofs": {r: p.to_dict() for r, p in self.proofs.items()}, "unread": self.unread,
-                "verdict": self.verdict, "passed": self.passed}
+                "workspace_files": self.workspace_files, "verdict": self.verdict, "passed": self.passed}

@@ -1,12 +1,9 @@
-"""Attack 15d: commit 4324403 (GitStore.git flushes git's index only for commands that read it,
-_INDEX_FREE_COMMANDS; a failed flush_index keeps its entries and re-arms a timer, FLUSH_RETRIES)
-and 054b8bd (dirty_note_paths told from HEAD).
+"""git's index entries a write defers (flushed later, off the write's path): a copied repository's
+first recall keeps them, sync flushes its own before it asks git status, a retried flush never
+undoes a person's own `git add`, and a flush ended by lock timeouts leaves no later write
+unflushed. Real processes, real git."""
+from __future__ import annotations
 
-Real processes, real git. Each test failed on 14ae804; its docstring says what broke, why it
-matters and where. Fixed: sync flushes this process's deferred entries before it asks git status
-(remote._refuse_dirty); a flush leaves an entry a person staged since our write alone
-(GitStore._staged_by_a_person, the rule repair and the hook follow); a failed flush never keeps a
-finished timer (the next write arms one)."""
 import os
 import subprocess
 import time
@@ -14,12 +11,54 @@ import time
 from conftest import git, git_status, start_python, stop, team_fact
 
 from mdmem import MemoryRepo
+from mdmem.storage import gitindex
+
+
+def test_a_copied_repos_first_recall_loses_the_deferred_index_flush(repo, tmp_path):
+    """In a copied (or restored, or moved) repository, a long-lived process (store.index_delay,
+    as the MCP server: 0.2 s) writes a note and recalls at once: the recall's walk runs
+    refresh_stat_if_moved (storage/queries.py:221-248), which now runs `git update-index --refresh`
+    WITHOUT flushing this process's deferred entries first (queries.py:239, flush=False, 054b8bd) and
+    outside the write lock. Meanwhile the entries' timer fires (gitstore.py:707 _flush_later ->
+    flush_index:712) and libgit2 finds git's index.lock held by that update-index: index.write()
+    fails ("the index is locked", gitstore.py:743), flush_index swallows it (:745-746) AFTER taking
+    the paths out of self._index_due (:720) -- so nothing in the process flushes them again. `git
+    status` then shows the new note as a staged deletion plus an untracked file, and the scope's
+    MEMORY.md as modified both ways, until some later write repairs the journal; the process's
+    last_repair_error says "GitError: the index is locked". Before 054b8bd the refresh flushed first
+    (synchronously), so the timer had nothing left to do. A refresh of a big work tree takes
+    seconds (measured here with 30k tracked files copied by `cp -a`: update-index 1.5-2 s on a
+    loaded machine; the race then hit 1 run in 3 with the real 0.2 s delay, no hook); here a
+    core.fsmonitor hook that answers after 1.5 s stands in for the big tree, so the window is
+    certain (git runs it while holding index.lock, as it hashes files then)."""
+    kw = dict(as_user="bob", kind="fact", subject="service:billing", scope="team", team="payments")
+    repo.remember("Deploys on Tuesday walrus", key="k0", new_key=True, **kw)
+    repo.recall("walrus", as_user="bob")
+    repo.close()
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-a", str(repo.root), str(copy)], check=True)
+    hook = tmp_path / "fsmonitor-hook"
+    hook.write_text("#!/bin/sh\nsleep 1.5\nexit 1\n")  # a slow watcher (a big tree): git scans itself
+    hook.chmod(0o755)
+    git(copy, "config", "core.fsmonitor", str(hook))
+    moved = MemoryRepo.open(copy)
+    try:
+        moved.store.index_delay = gitindex.INDEX_DELAY_SECONDS  # as `mdmem serve` (cli/cmd_serve.py:27)
+        moved.remember("Pager rota is weekly narwhal", key="k1", new_key=True, **kw)
+        moved.recall("narwhal", as_user="bob")
+        time.sleep(2 * gitindex.INDEX_DELAY_SECONDS + 0.5)  # the deferred entries' time is long past
+        status = git(copy, "status", "--porcelain").stdout
+        error = moved.store.last_repair_error
+    finally:
+        moved.close()
+    assert status == "", f"git status after the deferred flush's time ({error}):\n{status}"
+
 
 NOTE = "team/payments/service/billing/fact/deploy.window.md"
 
 
 def test_sync_in_a_deferring_process_refuses_its_own_just_written_note_as_uncommitted(repo, tmp_path):
-    """D1. A long-lived process that defers git's index entries (store.index_delay, as `mdmem serve`
+    """A long-lived process that defers git's index entries (store.index_delay, as `mdmem serve`
     sets it, cli/cmd_serve.py:27) writes a note and then syncs; a teammate changed the same note
     with a later valid_from, so the merge takes theirs (a conflict sync resolves by validity). The
     sync is refused: "uncommitted edits to team/payments/.../deploy.window.md would be overwritten
@@ -58,7 +97,7 @@ def test_sync_in_a_deferring_process_refuses_its_own_just_written_note_as_uncomm
 
 
 def test_a_retried_flush_undoes_a_persons_git_add_of_the_note(repo):
-    """D2. A person's `git add` of a note mdmem just wrote is silently undone by mdmem's retried
+    """A person's `git add` of a note mdmem just wrote is silently undone by mdmem's retried
     index flush. A long-lived process (index_delay 0.2 s, as `mdmem serve`) writes a note; a
     person's git holds git's index.lock at that moment (their own `git add`, `git commit -a` with
     its editor open, a long `git status`... any git command that writes the index), so the deferred
@@ -130,7 +169,7 @@ def test_a_retried_flush_undoes_a_persons_git_add_of_the_note(repo):
 
 
 def test_flush_retries_ended_by_lock_timeouts_leave_every_later_write_unflushed(repo):
-    """D3. After FLUSH_RETRIES failed flushes whose write lock could not be taken, the process never
+    """After FLUSH_RETRIES failed flushes whose write lock could not be taken, the process never
     writes git's index again on its own: every later write's entries stay deferred (git status shows
     mdmem's own notes modified, new ones as staged deletions plus untracked files) for the life of
     the process. flush_index's retry path (gitstore.py:761-769) keeps `self._index_timer` pointing

@@ -1,21 +1,16 @@
-"""Attack 15b: the erasure gate (commit d86c6c5: GitStore.locked takes .git/mdmem-locks/erasure.lock
-shared, MemoryRepo.forget/finish_erasure take it alone; require_main_worktree before any lock;
-GitStore.follow_erasures).
+"""The erasure gate: an erasure waits for the writers and readers already in, lets no new writer in
+until it ends, is never starved by writers in a loop nor deadlocked by a reader holding the index
+lock, and a process opening the repository meanwhile is told of the erasure only once the gate is
+free. Real processes, real git, real `git worktree add`."""
+from __future__ import annotations
 
-Real processes, real git, real `git worktree add`. Each test failed on d86c6c5; its docstring says
-what broke, why it matters and where. Fixed: an erasure holds a turnstile beside the gate
-(gitdir.erasure_turnstile_path) that writers pass before taking the gate (B1); the work tree's
-dirty notes are told from HEAD without flushing git's index first, and the stat refresh does not
-flush either, so a reader under the index lock never waits for the write lock (B2); a linked
-worktree opened while an erasure runs waits for it like a writer, and is told "interrupted" only
-if the journal is still there once the gate is free (B3)."""
 import os
 import subprocess
 import sys
 import threading
 import time
 
-from conftest import deferring_reader, erasure_journal, forget_stalls_beside, start_python, stop, T1
+from conftest import T1, deferring_reader, erasure_journal, forget_stalls_beside, start_python, stop, team_fact
 
 from mdmem import MemoryRepo
 from mdmem.errors import Conflict, LockTimeout
@@ -23,11 +18,8 @@ from mdmem.search.note_index import index_lock
 from mdmem.storage import locking
 
 
-
-# --- B1: two busy writers starve the erasure for ever -----------------------------------------------
-
 def test_two_writers_in_a_loop_starve_forget(with_worktree, monkeypatch):
-    """B1. Two processes remembering in a loop in the same worktree (two agents, an MCP server
+    """Two processes remembering in a loop in the same worktree (two agents, an MCP server
     and a script): `forget` in the main worktree never gets the gate and fails with LockTimeout
     ("writers in this repository's worktrees held it for 60s; try again") -- and trying again
     fails the same way for as long as they write. Measured: with LOCK_TIMEOUT_SECONDS=10 it
@@ -74,10 +66,8 @@ def test_two_writers_in_a_loop_starve_forget(with_worktree, monkeypatch):
     assert error is None, f"forget starved by two writers, after {waited:.1f}s: {error}"
 
 
-# --- B2: the index lock and the gate: forget waits two minutes, then fails half way ----------------
-
 def test_forget_deadlocks_with_a_reader_holding_the_index_lock(with_worktree):
-    """B2. A long-lived process with deferred index entries (the MCP server sets
+    """A long-lived process with deferred index entries (the MCP server sets
     store.index_delay; here 30 s so the window is certain) remembers a note, then runs a
     recall that walks the work tree (its first call; also after a watch overflow or without
     inotify) while another process's forget holds the gate. The recall takes the search index
@@ -105,10 +95,8 @@ def test_forget_deadlocks_with_a_reader_holding_the_index_lock(with_worktree):
     assert "error" not in result, result
 
 
-# --- B3: a linked worktree cannot be opened while an erasure runs ---------------------------------
-
 def test_a_linked_worktree_opened_while_forget_runs_is_told_the_erasure_was_interrupted(with_worktree):
-    """B3. While a forget runs in the main worktree, opening the repository in a linked worktree
+    """While a forget runs in the main worktree, opening the repository in a linked worktree
     (MemoryRepo.open, every `mdmem` CLI command there, starting the MCP server or the daemon
     there) fails at once with Conflict: "<wt> is a linked worktree: an interrupted erasure must be
     finished (open it there, or run `mdmem forget --resume` there) in the repository's main
@@ -154,3 +142,38 @@ def test_a_linked_worktree_opened_while_forget_runs_is_told_the_erasure_was_inte
         stop(eraser)
     assert eraser.returncode == 0, err
     assert error is None, f"opening the linked worktree during a running erasure: {error}"
+
+
+def test_forget_deadlocks_with_a_reader_whose_trust_catches_up_under_the_index_lock(with_secret):
+    """The deadlock of a reader holding the index lock (above) is still there by another road. A long-lived process with
+    deferred index entries (store.index_delay, as the MCP server; 30 s here so the window is
+    certain -- at 0.2 s it is a recall within 0.2 s of a remember, or any time after the timer's
+    flush itself timed out) has recalled once and remembered once; another process then commits
+    (any agent or person), a forget starts, and the first process recalls again. Its catch-up takes
+    the search index lock (search/note_index.py:200), sees HEAD moved and asks trust for flags
+    there (note_index.py:215 -> policy/verify.py:463 flags -> :144 _current -> store.changes_by_commit
+    -> gitstore.py:515 git() -> flush_index:719 -> locked() -> pass_turnstile, locks.py:192): it
+    waits for the erasure's turnstile while holding the index lock, and the forget, holding the gate,
+    waits for that index lock in purge_caches (erasure/forget.py:351, 120 s). Neither moves until
+    the reader's flush times out (LOCK_TIMEOUT_SECONDS, 60 s; flush_index swallows it and the
+    entries stay due, so each further git() under the lock waits again): forget stalls a minute or
+    more, or fails half way once the reader's waits pass the index lock's 120 s. 054b8bd took the
+    flush out of dirty_note_paths only; every store.git() with flush=True under the index lock
+    (trust's catch-up here, VersionsIndex.ensure -> commits_with_note_paths, search/versions.py:68)
+    still takes the write lock. A normal forget here takes ~1-3 s; it must finish within 25 s.
+    (Observed stack of the reader: note_index._sync:215 -> verify.flags:463 -> _current:144 ->
+    changes_by_commit -> git:515 -> flush_index:719 -> locked:230 -> _enter_gate:273 ->
+    pass_turnstile:192.)"""
+    repo = with_secret
+    reader = deferring_reader(repo.root, recall_first=True, env={"MDMEM_EMBEDDER": "none"})
+    result: dict = {}
+    try:
+        assert reader.stdout.readline().strip() == "ready", reader.stderr.read()
+        # Another process's commit: the reader's trust state (at its own commit) must catch up.
+        team_fact(repo, "Deploys happen on Wednesdays now", key="deploy.window2", new_key=True)
+    except BaseException:
+        stop(reader)
+        raise
+    stalled = forget_stalls_beside(repo, reader, result)
+    assert not stalled, "forget stalled > 25 s"
+    assert "error" not in result, result

@@ -1,16 +1,9 @@
-"""Attack 16 (helper, session 16): commit d0895c5 (fulltext.merge_when_many: small segments merged
-by size tier once a commit would make 4 of them; also the versions index), and the catch-ups
-around it.
-
-Real processes and repositories where the defect needs them. Each test failed on 55bd73e; its
-docstring says what broke, how, and whether d0895c5 brought it (M) or it was there before (P:
-reproduced on 3876086 with the same stress script). Fixed since: P1 (HEAD read again under the
-index lock), P4 and P5 (recall asks once more from the index as it is on disk before calling it
-damaged), M1 (a merge budget per commit), M3 (dead segments dropped), P3 (state.json
-marks a catch-up pending before its index commit), P2a/P2b (a catch-up compares the moved
-commits' own files with HEAD). Still open, marked xfail (strict, so a fix shows): M2 (merged
-segments' quantised lengths). Kill points and pauses are put into the child process by wrapping the named function
-(as test_crash_safety.py does): the wrapped code still runs, only its moment is chosen."""
+"""The full-text index's catch-up beside writes and other processes: a catch-up that waited for the
+lock, ran mid-write or was killed after its index commit never loses a superseded note nor keeps
+an old version for good; a table of contents replaced by another commit, or git status racing a
+write, never moves a healthy index aside; small segments are merged within a budget per commit,
+rank as a rebuild once merged, and big segments are never dropped. Real processes where the race
+needs them; kill points and pauses are put into the child process by wrapping the named function."""
 from __future__ import annotations
 
 import json
@@ -20,7 +13,6 @@ import shutil
 import time
 
 import pytest
-
 from conftest import T0, T1, start_python, stop, team_fact
 
 from mdmem import MemoryRepo
@@ -40,8 +32,6 @@ def _broken(root) -> list[str]:
     return sorted(os.listdir(aside)) if aside.exists() else []
 
 
-# --- P1: state.json moves backwards -------------------------------------------------------------
-
 HOLDER = """
     import sys
     from mdmem import MemoryRepo
@@ -59,6 +49,7 @@ HOLDER = """
     sys.stdin.readline()
 """
 
+
 WAITER = """
     from mdmem import MemoryRepo
     from mdmem.search.note_index import NoteIndex
@@ -74,8 +65,7 @@ WAITER = """
 
 
 def test_a_catch_up_that_waited_for_the_lock_moves_state_back_and_a_superseded_note_stays_found(repo):
-    """P1 (there before d0895c5; found by the multi-process stress, 10 of 299 notes stale at the
-    end of 90 s). NoteIndex._sync reads HEAD (note_index.py:178) before it takes the index lock
+    """NoteIndex._sync reads HEAD (note_index.py:178) before it takes the index lock
     (:198) and, under the lock, catches up from state.json's commit to that HEAD and saves it as
     state.json's commit (:206-210). If another process caught the index up past that HEAD while
     this one waited, state.json goes BACK to the older commit while the index holds the newer
@@ -107,8 +97,6 @@ def test_a_catch_up_that_waited_for_the_lock_moves_state_back_and_a_superseded_n
     assert [t for t in _texts(hits) if "vault" in t] == ["The vault codename is beta2"]
 
 
-# --- P2: a catch-up reads the work tree before a commit's files are written ---------------------
-
 PAUSED_WRITER = """
     import sys
     from mdmem import MemoryRepo
@@ -127,6 +115,7 @@ PAUSED_WRITER = """
                key="vault.codename", scope="team", team="payments")
     print("written", flush=True)
 """
+
 
 LONG_READER = """
     import json, sys
@@ -173,7 +162,7 @@ def _lagging_work_tree(repo, recent_max):
 
 
 def test_a_long_lived_process_that_recalls_mid_write_keeps_the_old_version_for_good(repo):
-    """P2a (there before d0895c5; found by the stress's long-lived reader). GitStore.commit moves
+    """GitStore.commit moves
     the branch (gitstore.py:693) and only then writes the work tree (:696-702). A catch-up in
     that window diffs to the new HEAD but reads the notes from the work tree (_read_notes ->
     read_note), i.e. the OLD text, and records the path as matching HEAD (it is not rechecked:
@@ -187,7 +176,7 @@ def test_a_long_lived_process_that_recalls_mid_write_keeps_the_old_version_for_g
 
 
 def test_a_catch_up_on_disk_mid_write_leaves_the_old_version_in_the_index_for_every_process(repo):
-    """P2b: the same window when the catch-up goes to disk (more than RECENT_MAX changes held, or
+    """The same window when the catch-up goes to disk (more than RECENT_MAX changes held, or
     here RECENT_MAX = 0 in the long-lived process): the old text is committed to the index and
     state.json says it is HEAD's. Every later process, a fresh one included (its walk finds
     nothing dirty), answers the superseded "alpha1" and misses "beta2"."""
@@ -198,8 +187,6 @@ def test_a_catch_up_on_disk_mid_write_leaves_the_old_version_in_the_index_for_ev
     hits = fresh.recall("vault codename alpha1 beta2", as_user="bob", k=5)
     assert [t for t in _texts(hits) if "vault" in t] == ["The vault codename is beta2"]
 
-
-# --- P3: kill -9 between the index commit and state.json ----------------------------------------
 
 KILLED_CATCH_UP = """
     import os, signal
@@ -216,7 +203,7 @@ KILLED_CATCH_UP = """
 
 @pytest.mark.parametrize("where", ["_save_state", "_apply"])
 def test_a_catch_up_killed_after_its_index_commit_leaves_a_superseded_note_found(repo, where):
-    """P3 (there before d0895c5). _apply commits the index (note_index.py:409), _sync then saves
+    """_apply commits the index (note_index.py:409), _sync then saves
     state.json (:209). A kill -9 in between (a CLI call killed just after its catch-up's commit;
     a kill DURING the commit, merge included, is safe) leaves notes in the index that state.json says are not
     there. The next catch-up add_document's the notes new in HEAD again ("fresh", no delete):
@@ -233,8 +220,6 @@ def test_a_catch_up_killed_after_its_index_commit_leaves_a_superseded_note_found
     hits = fresh.recall("vault codename alpha1 beta2", as_user="bob", k=5, now=T1)
     assert [t for t in _texts(hits) if "vault" in t] == ["The vault codename is beta2"]
 
-
-# --- P4: a table of contents read without the lock, removed by another process's commit --------
 
 TOC_READER = """
     import sys
@@ -261,7 +246,7 @@ TOC_READER = """
 
 
 def test_a_table_of_contents_replaced_by_another_commit_moves_a_healthy_index_aside(repo):
-    """P4 (there before d0895c5; seen once in the stress: "unreadable cache (FileNotFoundError:
+    """Seen once under a multi-process stress ("unreadable cache (FileNotFoundError:
     .../fulltext/_MAIN_107.toc); moved aside ... and rebuilt"). Whoosh's open_dir, exists_in and
     FileIndex.schema read the newest _MAIN_<n>.toc without retrying (only FileIndex.reader
     retries), and every commit deletes the older one. NoteIndex._apply_recent reads
@@ -291,8 +276,6 @@ def test_a_table_of_contents_replaced_by_another_commit_moves_a_healthy_index_as
     assert _broken(repo.root) == [], reader.stderr.read()
 
 
-# --- P5: git status failing on a file being written is taken for index damage -----------------
-
 STATUS_RACE = """
     import pygit2
     from mdmem import MemoryRepo
@@ -310,12 +293,12 @@ STATUS_RACE = """
 
 
 def test_git_status_racing_a_note_write_moves_a_healthy_index_aside(repo):
-    """P5 (there before d0895c5). A fresh process's first catch-up walks the work tree with git
+    """A fresh process's first catch-up walks the work tree with git
     status (queries.dirty_note_paths -> pygit2 status). When a note file is replaced while status
     hashes it (any write by another process, an editor's save), libgit2 raises
     OSError("error reading file for hashing"); recall's catch-all (ops/searching.py:57) takes it
     for a damaged index: moved aside with a warning and rebuilt from every note. Observed
-    naturally 3 times in 90 s with one writing and one reading process (scratch tocrace.py); the
+    naturally 3 times in 90 s with one writing and one reading process; the
     error is injected here once, as libgit2 raises it, to make the moment certain."""
     team_fact(repo, "Deploys happen on Tuesdays")
     repo.recall("deploys", as_user="bob", now=T0)
@@ -324,8 +307,6 @@ def test_git_status_racing_a_note_write_moves_a_healthy_index_aside(repo):
     assert "Deploys happen on Tuesdays" in out, err
     assert _broken(repo.root) == [], err
 
-
-# --- M1: a merge stalls a one-note catch-up for seconds -----------------------------------------
 
 WORDS = ("ledger payout invoice refund gateway timeout deploy window billing tuesday coffee rollout "
          "canary shard replica queue retry backoff audit token vault quorum alert pager owner budget "
@@ -344,7 +325,7 @@ def _doc(i: int, rnd: random.Random) -> dict:
 
 
 def test_a_one_note_catch_up_never_rewrites_more_than_the_merge_budget(tmp_path):
-    """M1 (d0895c5, fixed). Three small segments of 650 notes and a catch-up of ONE note:
+    """Three small segments of 650 notes and a catch-up of ONE note:
     merge_when_many rewrote all 1,950 documents through Whoosh's add_reader (stored fields, every
     field's length, every posting: one Python call each, ~1-2 ms a document, about twice the cost
     of indexing them anew): 1.9-2.0 s here, 4.4 s with 20 dictionary words a note; a 1,900-note
@@ -375,17 +356,15 @@ def test_a_one_note_catch_up_never_rewrites_more_than_the_merge_budget(tmp_path)
             assert searcher.doc_count() == n + 1
 
 
-# --- M2: merged segments' statistics are not a rebuild's ----------------------------------------
-
 def test_notes_written_by_a_few_processes_rank_as_a_rebuild_once_merged(repo, tmp_path):
-    """M2 (d0895c5, low). Whoosh's add_reader copies each document's field length as the byte it
+    """Whoosh's add_reader copies each document's field length as the byte it
     stored (quantised: 11, 15, 19, 22, 24, 27... come back different) and sums those into the
     merged segment's field-length totals; a segment written from the notes sums the true
     lengths. So once the segments holding them are merged, BM25F's average field lengths (and
     every score) differ from a rebuild of the same notes (~2-3e-4 relative here), with no
     update or deletion at all. The repository holds recall to "ranks exactly as a full reindex"
     (tests/test_recent_notes.py, exact bm25); before d0895c5 these 5 segments were not merged
-    (NO_MERGE below 8) and the scores were equal. Fixed in session 17 by the way: recall's BM25F
+    (NO_MERGE below 8) and the scores were equal. Fixed since: recall's BM25F
     statistics are the reader's (bm25.Visible), summed from each document's stored length byte,
     which a merge copies as it is."""
     from test_recent_notes import QUERIES, corpus, ranked
@@ -412,10 +391,8 @@ def test_notes_written_by_a_few_processes_rank_as_a_rebuild_once_merged(repo, tm
     assert {q: ranked(rebuilt, q) for q in QUERIES} == got
 
 
-# --- M3: a big segment whose every document is deleted is kept for ever ------------------------
-
 def test_big_segments_left_without_a_live_document_are_never_dropped(tmp_path, monkeypatch):
-    """M3 (d0895c5, low). merge_when_many keeps every segment of MERGE_BELOW_DOCS documents or more
+    """merge_when_many keeps every segment of MERGE_BELOW_DOCS documents or more
     as it is, counting deleted ones (doc_count_all), even when none is alive. Whoosh's
     MERGE_SMALL, used before (the versions index always, note_index at 8 segments), dropped a
     segment with doc_count() == 0 for free. A batch of >= 2,000 changed notes (an import, a

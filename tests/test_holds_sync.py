@@ -1,16 +1,17 @@
-"""Findings of the sixth attack (notes/attack6.md) on held writes travelling with sync and on
-`sync --replay`, each a test that failed before its fix."""
+"""Held writes travelling with `mdmem sync` and `sync --replay`: a hold is approved only if its
+claimed writer may write it, holds on history an erasure removed are remade or dropped, history
+decides which holds are closed, and a replay carries unpushed commits over an erasure without
+quoting erased text. Real clones and bare remotes."""
 from __future__ import annotations
 
 import json
 import subprocess
 
 import pytest
+from conftest import DEPLOY, ENV, T0, git, run_cli, shared_remote
 
-from conftest import T0, git, run_cli
 from mdmem import MemoryRepo
 
-ENV = {"MDMEM_EMBEDDER": "none"}
 FACT = ["--kind", "fact", "--subject", "service:billing", "--scope", "team", "--team", "payments", "--new-key"]
 
 
@@ -84,7 +85,7 @@ derived_from: []
 """
 
 
-# F1. Approving a hold skipped the check remember applies to a source naming a writer: a
+# Approving a hold skipped the check remember applies to a source naming a writer: a
 # hand-made hold saying system:consolidate or human:dana was committed as such.
 @pytest.mark.parametrize("source,owner", [("system:consolidate", "bob"), ("human:dana", "bob"), ("tool:x", "dana")])
 def test_a_forged_holds_claimed_source_or_owner_is_refused_at_approval(clones, source, owner):
@@ -97,7 +98,7 @@ def test_a_forged_holds_claimed_source_or_owner_is_refused_at_approval(clones, s
     assert not (clones["dana"] / path).exists()
 
 
-# F2. One malformed, symlinked or oversized hold pushed by anyone broke `review list` for
+# One malformed, symlinked or oversized hold pushed by anyone broke `review list` for
 # everyone (and named a root they cannot read). sync now refuses to take it.
 def test_branches_that_are_no_hold_are_not_taken_and_do_not_break_review_list(clones):
     carol = clones["carol"]
@@ -116,7 +117,7 @@ def test_branches_that_are_no_hold_are_not_taken_and_do_not_break_review_list(cl
     assert "p99 is 180ms" in r.stdout and "team/search" not in r.stdout + r.stderr
 
 
-# F3, F14. A hold made before someone's erasure kept the erased history alive in the clone;
+# A hold made before someone's erasure kept the erased history alive in the clone;
 # approving it (or pushing it) put the erased text back. It is made again on the erased
 # history, or dropped and named when it touches an erased version.
 def test_holds_on_history_an_erasure_removed_are_remade_or_dropped(clones):
@@ -137,7 +138,7 @@ def test_holds_on_history_an_erasure_removed_are_remade_or_dropped(clones):
     assert "180ms" in (dana / "team/payments/service/billing/fact/latency.md").read_text()
 
 
-# F4. An erasure published by `sync --push` (forget without --push) left the remote's old
+# An erasure published by `sync --push` (forget without --push) left the remote's old
 # holds (erased text included), and a fresh clone kept them in refs/remotes/origin/review/*.
 def test_publishing_an_erasure_replaces_the_remotes_old_holds(clones, tmp_path):
     bob, dana, remote = clones["bob"], clones["dana"], clones["remote"]
@@ -155,7 +156,7 @@ def test_publishing_an_erasure_replaces_the_remotes_old_holds(clones, tmp_path):
     assert b"555-0199" not in objects(fresh)
 
 
-# F5, F15. Open and closed were a clone's local state: a lost state file re-published an
+# Open and closed were a clone's local state: a lost state file re-published an
 # approved hold, and anyone's stray `git branch -D` plus `sync --push` deleted a teammate's
 # pending hold everywhere. History decides now (the approve or reject commit names the hold).
 def test_history_decides_which_holds_are_closed(clones):
@@ -179,7 +180,7 @@ def test_history_decides_which_holds_are_closed(clones):
     assert r.returncode in (3, 6) and first not in (bob / "audit/reviews.jsonl").read_text()  # approved already
 
 
-# F6. sync --replay re-applied a clone's unpushed copies of erased text (a note quoting it).
+# `sync --replay` re-applied a clone's unpushed copies of erased text (a note quoting it).
 def test_replay_leaves_out_commits_quoting_erased_text(clones):
     bob, dana, remote = clones["bob"], clones["dana"], clones["remote"]
     cli(bob, "remember", "Secret vendor contract number ZX-99417 expires soon", *FACT, "--key", "vendor",
@@ -198,7 +199,7 @@ def test_replay_leaves_out_commits_quoting_erased_text(clones):
     assert "ZX-99417" not in git(remote, "log", "-p", "--all").stdout
 
 
-# F7, F8. A replay killed before it dropped the old objects left them for good; branches and
+# A replay killed before it dropped the old objects left them for good; branches and
 # stashes on the old history were kept without a word.
 def test_a_killed_replay_is_cleaned_by_the_next_sync_and_old_branches_are_named(clones):
     bob, dana = clones["bob"], clones["dana"]
@@ -216,7 +217,7 @@ def test_a_killed_replay_is_cleaned_by_the_next_sync_and_old_branches_are_named(
     cli(bob, "sync", "--as", "bob")
     assert b"QQ-55123" not in objects(bob)
     # Nor in its caches: the replay purges them before it replaces the history too (killed
-    # after that, nothing ran the purge again: attack 13, round 5).
+    # after that, nothing ran the purge again).
     proof = subprocess.run([str(__import__("sys").executable), "-m", "mdmem.cli.main", "prove-gone", "--needle",
                             "QQ-55123", "--as", "dana"], cwd=bob, env={**__import__("os").environ, **ENV},
                            capture_output=True, text=True)
@@ -225,7 +226,7 @@ def test_a_killed_replay_is_cleaned_by_the_next_sync_and_old_branches_are_named(
     assert "refund" in git(bob, "log", "--oneline").stdout
 
 
-# F12. A hold rejected in one clone and approved (offline) in another ended up both, silently.
+# A hold rejected in one clone and approved (offline) in another ended up both, silently.
 def test_a_hold_approved_in_one_clone_and_rejected_in_another_is_named(clones):
     bob, dana, alice = clones["bob"], clones["dana"], clones["alice"]
     held = hold(bob, "p99 is 999ms", "latency")
@@ -241,7 +242,7 @@ def test_a_hold_approved_in_one_clone_and_rejected_in_another_is_named(clones):
     assert f"review {held} was approved in one clone and rejected in another" in r.stdout
 
 
-# F10. One committed .gitattributes line (working-tree-encoding) made every note unreadable in
+# One committed .gitattributes line (working-tree-encoding) made every note unreadable in
 # the work tree of every clone; the hook refuses it now and sync will not bring it in.
 def test_attributes_that_convert_notes_are_refused_by_the_hook_and_by_sync(clones):
     bob, dana = clones["bob"], clones["dana"]
@@ -283,7 +284,7 @@ def signed_team(root, tmp_path) -> dict:
     return keys
 
 
-# F17. Under require_signed a hold's writer was still only its e-mail: an unsigned hold forged
+# Under require_signed a hold's writer was still only its e-mail: an unsigned hold forged
 # as bob was approved as bob's write.
 @pytest.mark.skipif(__import__("shutil").which("ssh-keygen") is None, reason="needs ssh-keygen")
 def test_under_require_signed_a_hold_needs_its_writers_signature(tmp_path):
@@ -314,7 +315,7 @@ def test_under_require_signed_a_hold_needs_its_writers_signature(tmp_path):
     dana.close()
 
 
-# F21. Replayed commits lost their signatures: under require_signed the notes a person's own
+# Replayed commits lost their signatures: under require_signed the notes a person's own
 # replayed writes touched became untrusted. The person replaying signs again what they wrote.
 @pytest.mark.skipif(__import__("shutil").which("ssh-keygen") is None, reason="needs ssh-keygen")
 def test_replay_signs_again_what_the_person_replaying_wrote(tmp_path):
@@ -342,3 +343,156 @@ def test_replay_signs_again_what_the_person_replaying_wrote(tmp_path):
     status = git(bob_root, "-c", f"gpg.ssh.allowedSignersFile={bob_root / 'allowed_signers'}", "log", "-1",
                  "--format=%G? %GS", replayed["as"]).stdout.split()
     assert status == ["G", "bob@mdmem.invalid"], status
+
+
+# Held writes never left the clone that held them: the second person who must approve a
+# team hold never saw it. Holds now travel with sync; a hold closed in one clone closes in all.
+def test_holds_travel_with_sync_and_close_everywhere(billing_team, tmp_path):
+    root = billing_team.root
+    remote = shared_remote(root, tmp_path, "dana")
+    bob = tmp_path / "c"
+    git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(bob))
+
+    def held(text, key):
+        r = run_cli("remember", text, "--kind", "fact", "--subject", "service:billing", "--key", key, "--new-key",
+                    "--scope", "team", "--team", "payments", "--source", "tool:grafana", "--as", "bob", "--json",
+                    env=ENV, cwd=bob)
+        assert r.returncode == 4, r.stderr
+        return __import__("json").loads(r.stdout)["review_id"]
+
+    first, second = held("p99 is 180ms", "latency"), held("p50 is 20ms", "p50")
+    r = run_cli("sync", "--push", "--as", "bob", "--json", env=ENV, cwd=bob)
+    assert r.returncode == 0, r.stderr
+    assert sorted(__import__("json").loads(r.stdout)["holds"]["pushed"]) == sorted([first, second])
+    assert f"refs/heads/review/{first}" in git(remote, "for-each-ref").stdout
+    # A fresh clone takes the holds and does not close them on its first push.
+    third = tmp_path / "fresh"
+    git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(third))
+    assert run_cli("sync", "--push", "--as", "alice", env=ENV, cwd=third).returncode == 0
+    assert f"refs/heads/review/{second}" in git(remote, "for-each-ref").stdout
+    # dana, in her own clone, sees both, approves one and rejects the other.
+    assert run_cli("sync", "--as", "dana", env=ENV, cwd=root).returncode == 0
+    listed = run_cli("review", "list", "--as", "dana", env=ENV, cwd=root)
+    assert first in listed.stdout and second in listed.stdout and "p99 is 180ms" in listed.stdout
+    assert run_cli("review", "approve", first, "--as", "dana", env=ENV, cwd=root).returncode == 0
+    assert run_cli("review", "reject", second, "--as", "dana", env=ENV, cwd=root).returncode == 0
+    # A sync without --push does not bring the closed holds back.
+    assert run_cli("sync", "--as", "dana", env=ENV, cwd=root).returncode == 0
+    assert git(root, "for-each-ref", "refs/heads/review/").stdout == ""
+    assert run_cli("sync", "--push", "--as", "dana", env=ENV, cwd=root).returncode == 0
+    assert "refs/heads/review/" not in git(remote, "for-each-ref").stdout
+    # bob's clone learns both were closed, and has the approved fact.
+    r = run_cli("sync", "--as", "bob", "--json", env=ENV, cwd=bob)
+    assert sorted(__import__("json").loads(r.stdout)["holds"]["closed"]) == sorted([first, second])
+    assert git(bob, "for-each-ref", "refs/heads/review/").stdout == ""
+    r = run_cli("recall", "p99 latency", "--as", "bob", env=ENV, cwd=bob)
+    assert "p99 is 180ms" in r.stdout and "p50 is 20ms" not in r.stdout
+
+
+# With holds fetched from a remote, anyone who can push can make one with plain
+# git. Its writer is the commit's identity (never its trailer), and a writer who may not write
+# the root (or no declared person) cannot be approved into it.
+@pytest.mark.parametrize("email", ["carol@mdmem.invalid", "mallory@example.com"])
+def test_a_hold_made_with_plain_git_by_a_non_writer_is_not_approved(billing_team, email):
+    root = billing_team.root
+    tip = git(root, "rev-parse", "HEAD").stdout.strip()
+    git(root, "branch", "review/forged01", tip)
+    git(root, "checkout", "-q", "review/forged01")
+    path = root / "team/payments/service/billing/fact/wire.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    note = (root / DEPLOY).read_text().replace("deploy.window", "wire").replace(
+        "Billing deploys any weekday", "Wire refunds to acct 666")
+    path.write_text(note)
+    git(root, "add", str(path))
+    git(root, "-c", f"user.email={email}", "-c", "user.name=x", "commit", "-qm",
+        "hold fact service:billing/wire\n\nMemory-Op: hold\nMemory-Actor: bob\nMemory-Source: tool:x\n"
+        "Memory-Hold-Reason: untrusted\nMemory-Channel: human", "--no-verify")
+    git(root, "checkout", "-q", "main")
+    r = run_cli("review", "approve", "forged01", "--as", "dana", env=ENV, cwd=root)
+    assert r.returncode == 3 and "may not write team/payments" in r.stderr, (r.returncode, r.stdout, r.stderr)
+    assert not (root / "team/payments/service/billing/fact/wire.md").exists()
+    assert run_cli("review", "reject", "forged01", "--as", "dana", env=ENV, cwd=root).returncode == 0
+
+
+# After someone's `forget --push`, sync told a clone with committed, unpushed notes to
+# re-clone, which loses them. It now names them, and `sync --replay` carries them over.
+def test_sync_replay_carries_unpushed_commits_over_an_erasure(billing_team, tmp_path):
+    import json
+
+    root = billing_team.root
+    billing_team.remember("Alice secret phone 555-0199", as_user="alice", kind="profile", subject="user:alice",
+                  key="phone", now=T0)
+    billing_team.remember("Alice is on leave until March", as_user="bob", kind="fact", subject="user:alice", key="leave",
+                  scope="team", team="payments", now=T0)
+    remote = shared_remote(root, tmp_path, "bob")
+    bob = tmp_path / "b"
+    git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(bob))
+    team_fact = ["--kind", "fact", "--scope", "team", "--team", "payments", "--as", "bob"]
+    assert run_cli("remember", "Refund window is 45 days for enterprise", "--subject", "service:billing", "--key",
+                   "refund.enterprise", "--new-key", *team_fact, env=ENV, cwd=bob).returncode == 0
+    # A change to a note the erasure then takes away: its base version is erased, so it stays out.
+    assert run_cli("remember", "Alice is on leave until April", "--subject", "user:alice", "--key", "leave",
+                   *team_fact, env=ENV, cwd=bob).returncode == 0
+    r = run_cli("forget", "--owner", "alice", "--subject", "user:alice", "--as", "dana", "--push", env=ENV, cwd=root)
+    assert r.returncode == 0, r.stderr
+    r = run_cli("sync", "--push", "--as", "bob", env=ENV, cwd=bob)
+    assert r.returncode == 3 and "--replay" in r.stderr and "2 commit(s) of yours are not on origin" in r.stderr, r.stderr
+    r = run_cli("sync", "--replay", "--push", "--as", "bob", "--json", env=ENV, cwd=bob)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    out = json.loads(r.stdout)
+    assert [c["subject"] for c in out["replayed"]] == ["remember fact service:billing/refund.enterprise"]
+    assert [c["subject"] for c in out["left_out"]] == ["remember fact user:alice/leave"]
+    assert out["status"] == "replayed" and out["push"] == "pushed"
+    import subprocess
+
+    everything = subprocess.run(["git", "-C", str(bob), "cat-file", "--batch-all-objects", "--batch"],
+                                capture_output=True, check=True).stdout
+    assert b"555-0199" not in everything and b"until March" not in everything  # old history gone here too
+    # And its caches (the view cache and vectors of the old history stayed,
+    # and the eraser's proof in this clone failed with nothing to do about it).
+    r = run_cli("prove-gone", "--needle", "until March", "--needle", "555-0199", "--as", "dana", env=ENV, cwd=bob)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    fresh = tmp_path / "fresh"
+    git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(fresh))
+    r = run_cli("recall", "refund window enterprise", "--as", "dana", env=ENV, cwd=fresh)
+    assert "45 days" in r.stdout, r.stdout
+    assert run_cli("check", env=ENV, cwd=fresh).returncode == 0
+
+
+# A local erasure that a teammate's push overtook could not be published: sync's advice
+# (cherry-pick) needed the dropped commits, and sync and forget --push sent you to each other.
+def test_sync_replay_publishes_an_erasure_a_teammates_push_overtook(billing_team, tmp_path):
+    import json
+    import subprocess
+
+    root = billing_team.root
+    billing_team.remember("Alice secret phone 555-0199 zanzibar quokka", as_user="alice", kind="profile",
+                  subject="user:alice", key="phone", now=T0)
+    remote = shared_remote(root, tmp_path, "bob")
+    bob = tmp_path / "b"
+    git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(bob))
+    assert run_cli("remember", "On-call rota moved to Tuesdays", "--kind", "fact", "--subject", "service:oncall",
+                   "--key", "rota", "--new-key", "--scope", "team", "--team", "payments", "--as", "bob",
+                   env=ENV, cwd=bob).returncode == 0
+    assert run_cli("sync", "--push", "--as", "bob", env=ENV, cwd=bob).returncode == 0
+    assert run_cli("forget", "--owner", "alice", "--subject", "user:alice", "--as", "dana", env=ENV,
+                   cwd=root).returncode == 0
+    r = run_cli("sync", "--push", "--as", "dana", env=ENV, cwd=root)
+    assert r.returncode == 3 and "remember fact service:oncall/rota" in r.stderr and "--replay" in r.stderr, r.stderr
+    r = run_cli("sync", "--replay", "--push", "--as", "dana", "--json", env=ENV, cwd=root)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    out = json.loads(r.stdout)
+    assert [c["subject"] for c in out["replayed"]] == ["remember fact service:oncall/rota"]
+    assert out["status"] == "replayed and published erasure"
+    local = subprocess.run(["git", "-C", str(root), "cat-file", "--batch-all-objects", "--batch"],
+                           capture_output=True, check=True).stdout
+    assert b"zanzibar" not in local
+    assert "zanzibar" not in git(remote, "log", "-p", "--all").stdout
+    fresh = tmp_path / "fresh"
+    git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(fresh))
+    r = run_cli("recall", "on-call rota", "--as", "dana", env=ENV, cwd=fresh)
+    assert "Tuesdays" in r.stdout, r.stdout
+    # bob's clone, now behind the erasure, carries nothing of its own over and is clean again.
+    r = run_cli("sync", "--replay", "--as", "bob", "--json", env=ENV, cwd=bob)
+    assert r.returncode == 0 and json.loads(r.stdout)["replayed"] == [], (r.stdout, r.stderr)
+    assert "zanzibar" not in git(bob, "log", "-p", "--all").stdout
