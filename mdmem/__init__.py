@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .errors import (BadInput, BranchMoved, Conflict, EmbedderError, GitFailed, Internal, LockTimeout,
-                         MdmemError, NoteInvalid, NotFound, ProofFailed, Refused)
+                         Incomplete, MdmemError, NoteInvalid, NotFound, ProofFailed, Refused)
     from .model.note import Note
     from .repo import MemoryRepo
     from .results import (BatchResult, ErasurePlan, ErasureReceipt, IndexReport, KeyInfo, ProgressCallback,
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 # public name -> the module that defines it
 _HOMES = {
     **dict.fromkeys(["MdmemError", "BadInput", "NoteInvalid", "Refused", "Conflict", "BranchMoved", "LockTimeout",
-                     "NotFound", "ProofFailed", "EmbedderError", "GitFailed", "Internal"], ".errors"),
+                     "NotFound", "ProofFailed", "Incomplete", "EmbedderError", "GitFailed", "Internal"], ".errors"),
     **dict.fromkeys(["WriteResult", "Version", "ReviewItem", "KeyInfo", "SweepResult", "BatchResult",
                      "ProgressCallback", "ErasurePlan", "ErasureReceipt", "ProofReport", "RenderResult",
                      "IndexReport"], ".results"),
@@ -35,7 +35,7 @@ __all__ = [
     "MemoryRepo", "Note", "StoredNote", "Hit", "WriteResult", "Version", "ReviewItem", "KeyInfo", "SweepResult",
     "BatchResult", "ProgressCallback", "ErasurePlan", "ErasureReceipt", "ProofReport", "RenderResult", "IndexReport",
     "MdmemError", "BadInput", "NoteInvalid", "Refused", "Conflict", "BranchMoved", "LockTimeout", "NotFound",
-    "ProofFailed", "EmbedderError", "GitFailed", "Internal",
+    "ProofFailed", "Incomplete", "EmbedderError", "GitFailed", "Internal",
 ]
 __version__ = "0.1.0"
 

@@ -328,7 +328,8 @@ def _toml_list(names: list[str]) -> str:
 
 
 def render_config(teams: dict[str, list[str]], erasers: list[str] | None = None, *,
-                  people: list[str] | None = None, scope_root: str | None = None) -> str:
+                  people: list[str] | None = None, emails: dict[str, list[str]] | None = None,
+                  scope_root: str | None = None) -> str:
     """The text of a fresh ``mdmem.toml``, from the template with the teams filled in.
     ``people`` (the creator first) get a ``[people.<user>]`` table unless a team or role names
     them already; the creator only when the teams or roles declare anyone: a repo that declares
@@ -346,7 +347,7 @@ def render_config(teams: dict[str, list[str]], erasers: list[str] | None = None,
     return (read_template("mdmem.toml")
             .replace("{{teams}}", "\n".join(lines) or "# payments = [\"alice\", \"bob\"]")
             .replace("{{erasers}}", _toml_list(erasers or []))
-            + _people_tables(people or [], teams, erasers or [], owner=_private_owner(scope_root))
+            + _people_tables(people or [], teams, erasers or [], emails or {}, owner=_private_owner(scope_root))
             + (_scope_table(scope_root) if scope_root else ""))
 
 
@@ -360,15 +361,21 @@ def _scope_table(root: str) -> str:
             "(mdmem workspace add).\n" f'root = "{root}"\n')
 
 
-def _people_tables(people: list[str], teams: dict[str, list[str]], erasers: list[str], *,
-                   owner: str | None = None) -> str:
-    """``owner``: a private scope repository's owner, always declared (the one reader there is)."""
+def _people_tables(people: list[str], teams: dict[str, list[str]], erasers: list[str],
+                   emails: dict[str, list[str]], *, owner: str | None = None) -> str:
+    """``emails``: a person's own git addresses (the founder's, from their git config), so a
+    commit they make by hand with git is theirs, not an unknown writer's. ``owner``: a private
+    scope repository's owner, always declared (the one reader there is)."""
     declared = set(erasers).union(*teams.values()) if teams or erasers else set()
     creator, others = (people[0], people[1:]) if people else (None, [])
+    # A repo that declares nobody takes any name (a fresh single-user repo): its founder's
+    # address is not recorded either, which would declare them and only them.
     wanted = ([owner] if owner else []) + ([creator] if creator and (declared or others) else []) + list(others)
     out = []
     for user in dict.fromkeys(wanted):
         check_name(user, "people")
-        if user not in declared:
+        if emails.get(user):
+            out.append(f"\n[people.{user}]\nemails = {_toml_list(emails[user])}  # {user}'s own git commits\n")
+        elif user not in declared:
             out.append(f"\n[people.{user}]\n# emails = [...] maps {user}'s own git commits to them\n")
     return "".join(out)

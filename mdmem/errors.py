@@ -9,6 +9,7 @@
     │   └── LockTimeout     5  another process held a repo or index lock too long
     ├── NotFound            6  no such note, or not visible to the acting user (the same on purpose)
     ├── ProofFailed         7  prove-gone found an erased text somewhere it checks
+    ├── Incomplete         11  a proof or an erasure could not reach every place (names who can finish it)
     ├── EmbedderError       8  an embedding backend is unreachable or answered wrongly
     ├── GitFailed           9  git (the binary or libgit2) failed; the message carries git's own
     └── Internal           70  a bug: an exception mdmem did not expect (never a user error)
@@ -113,6 +114,15 @@ class ProofFailed(MdmemError):
 
     exit_code = 7
     kind = "proof_failed"
+
+
+class Incomplete(MdmemError):
+    """A proof could not read every place the text could be (roots, caches or git files the
+    asker may not read), or an erasure could not make a remote drop the erased objects: no
+    verdict of PASS either way; the message names who or what can complete it."""
+
+    exit_code = 11
+    kind = "incomplete"
 
 
 class EmbedderError(MdmemError):

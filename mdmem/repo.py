@@ -87,16 +87,18 @@ class MemoryRepo(RepoState):
     def init(cls, path: str | Path, *, teams: dict[str, list[str]] | None = None, erasers: list[str] | None = None,
              as_user: str, now: TimeLike = None, embedder: str | None = None,
              fusion: str | None = None, people: list[str] | None = None,
-             scope_root: str | None = None) -> MemoryRepo:
+             emails: dict[str, list[str]] | None = None, scope_root: str | None = None) -> MemoryRepo:
         """A new memory repo in an empty folder; ``as_user`` (required) is who made it.
         ``scope_root`` (``team/<team>`` or ``private/<user>``): a scope repository holding that
         one root, for a workspace to mount (``[scope] root`` in mdmem.toml).
         ``people``: users with only private memory, declared in ``[people]`` (with the creator
-        when no team or role names them): a repo that declares users accepts only those."""
+        when no team or role names them): a repo that declares users accepts only those.
+        ``emails``: people's own git addresses for ``[people.<user>] emails`` (the CLI passes
+        the founder's, from git's config), so their hand commits count as theirs."""
         as_user = require_user(as_user)
         when = resolve_now(now)
         root = founding.found(path, teams=teams, erasers=erasers, as_user=as_user, when=when, people=people,
-                             scope_root=scope_root)
+                             emails=emails, scope_root=scope_root)
         repo = cls.open(root, embedder=embedder, fusion=fusion)
         repo.render(as_user=as_user, now=when)
         return repo
@@ -266,6 +268,14 @@ class MemoryRepo(RepoState):
     def fresh_view_changes(self) -> dict[str, bytes | None]:
         """Every view (and the root guide) as a fresh render of HEAD would have it, where it differs."""
         return render.fresh_view_changes(self)
+
+    def forged_views(self) -> list[dict[str, str]]:
+        """Views at HEAD that differ from a fresh render, with who last changed each (verify)."""
+        return render.forged_views(self)
+
+    def replace_forged_views(self, *, as_user: str | None, now: TimeLike = None) -> list[dict[str, str]]:
+        """A fresh render in place of each forged view (committed when ``as_user`` is given)."""
+        return render.replace_forged_views(self, as_user=as_user, now=now)
 
     def stale_views(self) -> list[str]:
         """Views committed at HEAD that differ from a fresh render of HEAD (`mdmem check`)."""

@@ -248,7 +248,9 @@ class ErasureReceipt(Result):
 class ProofReport(Result):
     """``prove_gone``: per needle (by index, never the text) each place checked with ``passed``
     and ``where``; the scope checks; what the asker could not check (not an eraser) and what
-    mdmem cannot reach at all. ``passed``: every needle and every scope check passed."""
+    mdmem cannot reach at all. ``verdict``: FAIL (found somewhere checked), INCOMPLETE (not
+    found, but the asker could not read every place: ``complete_by`` names who can), or PASS;
+    ``passed``: the verdict is PASS."""
 
     needles: list[dict[str, Any]]
     subject: str | None
@@ -257,9 +259,13 @@ class ProofReport(Result):
     not_checked: dict[str, Any]
     cannot_reach: list[str]
     passed: bool
+    verdict: str = "PASS"
+    complete_by: list[str] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ProofReport:
         return cls(needles=data["needles"], subject=data.get("subject"), owner=data.get("owner"),
                    scope=data["scope"], not_checked=data.get("not_checked", {}), cannot_reach=data["cannot_reach"],
-                   passed=data["passed"] if "passed" in data else data["pass"])  # "pass": before 2026-11-30
+                   passed=data["passed"] if "passed" in data else data["pass"],  # "pass": before 2026-11-30
+                   verdict=data.get("verdict", "PASS" if data.get("passed", data.get("pass")) else "FAIL"),
+                   complete_by=data.get("complete_by", []))

@@ -18,7 +18,7 @@ PUBLIC = {
     "MemoryRepo", "Note", "StoredNote", "Hit", "WriteResult", "Version", "ReviewItem", "KeyInfo", "SweepResult",
     "BatchResult", "ProgressCallback", "ErasurePlan", "ErasureReceipt", "ProofReport", "RenderResult", "IndexReport",
     "MdmemError", "BadInput", "NoteInvalid", "Refused", "Conflict", "BranchMoved", "LockTimeout", "NotFound",
-    "ProofFailed", "EmbedderError", "GitFailed", "Internal",
+    "ProofFailed", "Incomplete", "EmbedderError", "GitFailed", "Internal",
 }
 
 
@@ -78,8 +78,9 @@ def test_errors_map_to_the_tree():
     err = as_mdmem_error(FileNotFoundError(2, "No such file", "/x/y"))
     assert type(err) is MdmemError and "/x/y" in str(err)
     codes = {cls.exit_code for cls in (BadInput, mdmem.Refused, Conflict, mdmem.NotFound,
-                                       mdmem.ProofFailed, mdmem.EmbedderError, GitFailed, Internal)}
-    assert len(codes) == 8  # each family its own exit code
+                                       mdmem.ProofFailed, mdmem.Incomplete, mdmem.EmbedderError, GitFailed,
+                                       Internal)}
+    assert len(codes) == 9  # each family its own exit code
 
 
 def test_a_held_write_lock_is_a_lock_timeout(repo, monkeypatch):
@@ -213,13 +214,17 @@ def test_erasure_results_say_actor_and_read_old_receipts(repo):
     recorded = json.loads((repo.root / "audit" / "erasures.jsonl").read_text().splitlines()[-1])
     assert recorded["actor"] == "bob" and "asked_by" not in recorded
     # Every key the erasure records is a field of the result (nothing dropped at the boundary);
-    # the result adds where HEAD went and the mention scan, which the audit line leaves out.
-    assert set(recorded) | {"new_head", "mentions"} == {f.name for f in dataclasses.fields(ErasureReceipt)}
+    # the result adds where HEAD went, the mention scan and the erased ids, which the audit line
+    # leaves out (the erased ids are the eraser's alone: a committed one is an oracle).
+    from mdmem.erasure.receipt import PRIVATE_FIELDS
+    assert set(recorded) | set(PRIVATE_FIELDS) == {f.name for f in dataclasses.fields(ErasureReceipt)}
+    assert not set(recorded) & set(PRIVATE_FIELDS)
     old = {**recorded, "asked_by": recorded.pop("actor")}
     assert ErasureReceipt.from_dict(old).actor == "bob"
     report = repo.prove_gone(["555-0199"], as_user="bob")
-    assert isinstance(report, ProofReport) and report.passed and report.to_dict()["passed"] is True
-    assert set(report.to_dict()) == {"needles", "subject", "owner", "scope", "not_checked", "cannot_reach", "passed"}
+    assert isinstance(report, ProofReport) and report.verdict == "INCOMPLETE" and report.to_dict()["passed"] is False
+    assert set(report.to_dict()) == {"needles", "subject", "owner", "scope", "not_checked", "cannot_reach", "passed",
+                                     "verdict", "complete_by"}
 
 
 def test_an_erasure_interrupted_under_the_old_receipt_word_finishes_with_actor(repo, monkeypatch):

@@ -785,3 +785,51 @@ def test_a_folder_or_link_at_the_autostart_mark_neither_stops_autostart_nor_daem
     (mark / "inside").mkdir(parents=True)
     launch.forget_autostart(mem)  # what `daemon stop` runs
     assert not os.path.lexists(mark)
+
+
+def test_a_repo_in_a_deep_folder_gets_a_daemon_with_its_socket_in_the_runtime_folder(tmp_path):
+    """The socket under .git/mdmem/ passed the 108 bytes a Unix socket allows, and such a repo
+    got no daemon at all: its socket goes to the user's runtime folder, keyed by the
+    repository, in a folder only this user may enter."""
+    import shutil
+    import tempfile
+
+    deep = tmp_path.joinpath(*(["a-rather-long-folder-name"] * 4))
+    repo = MemoryRepo.init(deep / "mem", teams=TEAMS, now=T0, as_user="mdmem", people=PEOPLE)
+    team_fact(repo, "Billing deploys on Tuesdays after the bluebird review")
+    repo.close()
+    assert len(str(cache_dir(deep / "mem") / launch.SOCKET_NAME)) >= 108
+    runtime = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short, like /run/user/<uid>
+    env = {"XDG_RUNTIME_DIR": runtime}
+    try:
+        r = cli("daemon", "start", "--json", cwd=deep / "mem", env=env)
+        assert r.returncode == 0, r.stderr
+        path = launch.socket_path(str(deep / "mem"), env)
+        assert path is not None and path.startswith(runtime + "/mdmem/") and os.path.exists(path)
+        assert os.stat(runtime + "/mdmem").st_mode & 0o777 == 0o700
+        assert launch.socket_path(str(tmp_path / "elsewhere"), env) != path  # keyed by the repository
+        r = cli("recall", "bluebird review", "--as", "bob", cwd=deep / "mem", env=env)
+        assert r.returncode == 0 and "bluebird" in r.stdout
+        assert launch.exchange(path, {"op": "ping"}, timeout=5)["served"] == 1
+    finally:
+        cli("daemon", "stop", cwd=deep / "mem", env=env)
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+def test_after_a_killed_daemon_the_next_call_starts_a_new_one_at_once(stop_after):
+    """A daemon killed (kill -9, the OOM killer) left its socket; the next call ran in its own
+    process and, the autostart mark being recent, started none for 60 s: a daemon
+    that came up and is gone is started again at once."""
+    mem = stop_after
+    env = default_env()
+    assert call("recall", "bluebird", "--as", "bob", cwd=mem, env=env).returncode == 0
+    first = wait_for_daemon(mem)
+    os.kill(first["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while _alive(first["pid"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert os.path.exists(launch.socket_path(str(mem)))  # left behind
+    r = call("recall", "bluebird", "--as", "bob", cwd=mem, env=env)
+    assert r.returncode == 0 and "bluebird" in r.stdout
+    second = wait_for_daemon(mem, seconds=20)
+    assert second["pid"] != first["pid"]

@@ -43,7 +43,9 @@ def test_erasing_alice_passes_every_check_and_lists_mentions(repo):
     needles = ["interviewing for the open backend role", "async standups", "Alice"]
     report = repo.prove_gone(needles, as_user="alice", subject="user:alice", owner="alice",
                              allow_paths=receipt.mentions_for_review)
-    assert report.passed, json.dumps(report.to_dict(), indent=1)
+    # Every check alice could make passed; she is no eraser, so the proof is INCOMPLETE, not PASS.
+    assert report.verdict == "INCOMPLETE" and all(n["checks"][c]["passed"] for n in report.needles
+                                                  for c in n["checks"]), json.dumps(report.to_dict(), indent=1)
     assert report.scope["no_orphaned_index_entries"]["passed"]
     blob = all_bytes(repo.root)
     assert b"interviewing for the open backend role" not in blob and b"async standups" not in blob
@@ -169,9 +171,7 @@ def test_a_stale_clone_cannot_bring_erased_history_back(repo, tmp_path):
     subprocess.run(["git", "clone", "-q", str(bare), str(stale)], check=True)
 
     receipt = repo.forget(as_user="ali", texts=[PHONE], push=True, now=T1)
-    assert receipt.remotes["origin"].startswith("pushed")
-    subprocess.run(["git", "-C", str(bare), "reflog", "expire", "--expire=now", "--all"], check=True)
-    subprocess.run(["git", "-C", str(bare), "gc", "-q", "--prune=now"], check=True)
+    assert receipt.remotes["origin"].startswith("erased: pushed")  # the guard pruned; asked by id
     assert PHONE.encode() not in all_bytes(bare)
 
     # The stale clone merges the new history into its old one and pushes: refused.
@@ -194,7 +194,8 @@ def test_cli_forget_dry_run_and_prove_gone_exit_codes(repo):
     assert r.returncode == 0, r.stderr
     r = run_cli("prove-gone", "--needle", "async standups", "--owner", "alice", "--repo", str(repo.root),
                 "--as", "alice", "--json")
-    assert r.returncode == 0 and json.loads(r.stdout)["passed"]
+    # Gone from everywhere alice may look; she is no eraser: INCOMPLETE (11), never PASS.
+    assert r.returncode == 11 and json.loads(r.stdout)["verdict"] == "INCOMPLETE"
 
 
 def test_the_mention_scan_uses_configured_aliases(repo):
@@ -449,7 +450,6 @@ def test_forget_text_and_prove_gone_catch_a_copy_that_differs_only_in_case(tmp_p
     repo.close()
 
 
-@open_defect("the receipt's erased blob ids (and rewritten commit ids) are hashes of the erased content")
 def test_the_erasure_receipt_does_not_let_a_reader_recover_the_scrubbed_text(tmp_path):
     """forget --text scrubs "555-0173" in a team note to [removed] and keeps the note; the receipt
     (committed, append-only, kept for good by the guard) lists the old version's blob id. A blob id

@@ -127,7 +127,8 @@ def test_holds_on_history_an_erasure_removed_are_remade_or_dropped(clones):
     cli(dana, "sync", "--as", "dana")
     kept = hold(bob, "p99 is 180ms", "latency")                       # unrelated: made again
     quoting = hold(bob, "Copied: Secret pin GG-42424 for vault", "backup")  # quotes erased text: dropped
-    cli(dana, "forget", "--path", "team/payments/service/billing/fact/pin.md", "--push", "--as", "dana")
+    cli(dana, "forget", "--path", "team/payments/service/billing/fact/pin.md", "--push", "--as", "dana",
+        code=11)  # erased here; the unguarded remote still serves the old objects by id
     cli(bob, "sync", "--as", "bob", code=3)
     out = cli(bob, "sync", "--replay", "--push", "--as", "bob", "--json")
     assert out["holds"]["remade"] == [kept] and out["holds"]["dropped_erased"] == [quoting]
@@ -181,7 +182,7 @@ def test_history_decides_which_holds_are_closed(clones):
 
 
 # `sync --replay` re-applied a clone's unpushed copies of erased text (a note quoting it).
-def test_replay_leaves_out_commits_quoting_erased_text(clones):
+def test_replay_scrubs_a_quote_of_erased_text_and_keeps_the_commit(clones):
     bob, dana, remote = clones["bob"], clones["dana"], clones["remote"]
     cli(bob, "remember", "Secret vendor contract number ZX-99417 expires soon", *FACT, "--key", "vendor",
         "--as", "bob")
@@ -192,10 +193,15 @@ def test_replay_leaves_out_commits_quoting_erased_text(clones):
         "--key", "vendor.copy",
         "--as", "bob")
     cli(bob, "remember", "Refunds within 30 days", *FACT, "--key", "refund", "--as", "bob")
-    cli(dana, "forget", "--path", "team/payments/service/billing/fact/vendor.md", "--push", "--as", "dana")
+    cli(dana, "forget", "--path", "team/payments/service/billing/fact/vendor.md", "--push", "--as", "dana",
+        code=11)  # erased here; the unguarded remote still serves the old objects by id
     out = cli(bob, "sync", "--replay", "--push", "--as", "bob", "--json")
-    assert [c["subject"] for c in out["replayed"]] == ["remember fact service:billing/refund"]
-    assert [c["why"] for c in out["left_out"]] == ["it quotes erased text"]
+    # Replayed with the quote scrubbed, as forget scrubs history (leaving the whole
+    # commit out lost whatever else it held).
+    assert [c["subject"] for c in out["replayed"]] == ["remember fact service:billing/vendor.copy",
+                                                       "remember fact service:billing/refund"]
+    assert out["replayed"][0]["scrubbed"] == ["team/payments/service/billing/fact/vendor.copy.md"]
+    assert out["left_out"] == []
     assert "ZX-99417" not in git(remote, "log", "-p", "--all").stdout
 
 
@@ -207,7 +213,8 @@ def test_a_killed_replay_is_cleaned_by_the_next_sync_and_old_branches_are_named(
     cli(bob, "sync", "--push", "--as", "bob")
     cli(dana, "sync", "--as", "dana")
     cli(bob, "remember", "Refunds within 30 days", *FACT, "--key", "refund", "--as", "bob")
-    cli(dana, "forget", "--path", "team/payments/service/billing/fact/pin.md", "--push", "--as", "dana")
+    cli(dana, "forget", "--path", "team/payments/service/billing/fact/pin.md", "--push", "--as", "dana",
+        code=11)  # erased here; the unguarded remote still serves the old objects by id
     killed = subprocess.run(
         [str(__import__("sys").executable), "-c",
          "import os, sys; import mdmem.storage.sync_ops as s; s.drop_unreachable = lambda store: os._exit(137); "
@@ -434,11 +441,11 @@ def test_sync_replay_carries_unpushed_commits_over_an_erasure(billing_team, tmp_
     assert run_cli("remember", "Alice is on leave until April", "--subject", "user:alice", "--key", "leave",
                    *team_fact, env=ENV, cwd=bob).returncode == 0
     r = run_cli("forget", "--owner", "alice", "--subject", "user:alice", "--as", "dana", "--push", env=ENV, cwd=root)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 11, r.stderr  # erased here; the unguarded remote still serves the old objects by id
     r = run_cli("sync", "--push", "--as", "bob", env=ENV, cwd=bob)
     assert r.returncode == 3 and "--replay" in r.stderr and "2 commit(s) of yours are not on origin" in r.stderr, r.stderr
     r = run_cli("sync", "--replay", "--push", "--as", "bob", "--json", env=ENV, cwd=bob)
-    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert r.returncode == 10, (r.stdout, r.stderr)  # one change left out (saved scrubbed, named)
     out = json.loads(r.stdout)
     assert [c["subject"] for c in out["replayed"]] == ["remember fact service:billing/refund.enterprise"]
     assert [c["subject"] for c in out["left_out"]] == ["remember fact user:alice/leave"]

@@ -127,3 +127,20 @@ def test_every_benchmark_command_says_where_its_data_comes_from():
         script = re.search(r"benchmarks/(bench_\w+\.py)", line).group(1)
         assert (Path(__file__).resolve().parent.parent / "benchmarks" / script).exists(), script
         assert "# shared:" in line or "# generated" in line, line
+
+
+def test_the_erasure_section_runs_top_to_bottom_in_the_tours_repo(tmp_path):
+    """Each command of the erasure section, in order, in the repo the tour left, exits as its
+    comment says (before, the second exited 6 and the third named a note nothing created)."""
+    cwd, env = run_tour(tmp_path)
+    commands = indented_commands(section("Erasure"))
+    assert len(commands) >= 6
+    for command, comment in commands:
+        argv = shlex.split(command)
+        assert argv[0] == "mdmem", command
+        r = run_cli(*argv[1:], env=env, cwd=cwd)
+        wanted = 0 if "exit 7 if" in comment else int(re.search(r"exit (\d+)", comment).group(1)) \
+            if re.search(r"exit (\d+)", comment) else 0
+        assert r.returncode == wanted, (command, r.stdout, r.stderr)
+    notes = "".join(p.read_text() for p in cwd.rglob("*.md") if ".git" not in p.parts)
+    assert "async standups" not in notes and "555-0142" not in notes

@@ -475,8 +475,9 @@ def test_config_changed_by_a_non_admin_is_flagged_until_an_eraser_commits_it(tmp
         "--no-verify")
     r = run_cli("verify", "--as", "carol", "--json", env=env, cwd=root)
     out = json.loads(r.stdout)
-    assert out["untrusted"] == [], r.stdout + r.stderr
-    # The membership change went past the hooks, so the search view (its readers) is stale: reported.
+    # The membership change went past the hooks, so the search view (its readers) is stale: reported,
+    # judged like a planted note (named with who last changed it), and nothing else is untrusted.
+    assert [f["path"] for f in out["untrusted"]] == ["team/search/MEMORY.md"], r.stdout + r.stderr
     assert out["stale_views"] == ["team/search/MEMORY.md"] and r.returncode == 3
 
 
@@ -578,8 +579,10 @@ def test_config_change_by_a_non_admin_does_not_change_access(tmp_path):
     widened = (text.replace('search = ["carol"]', 'search = ["carol", "bob"]')
                .replace('erasers = ["dana"]', 'erasers = ["dana", "bob"]')
                .replace('sources = ["user", "human:*", "system:*"]', 'sources = ["user", "human:*", "system:*", "tool:*"]')
-               .replace("[trust]", '[trust]\nagent_kinds = ["fact", "episode", "working"]')
-               + '\n[people.alice]\nemails = ["bob@evil.example"]\n')  # his address as alice's
+               .replace("[trust]", '[trust]\nagent_kinds = ["fact", "episode", "working"]'))
+    # His address as alice's (init recorded hers when a git identity was configured).
+    widened = (widened.replace('emails = ["alice@mdmem.invalid", ', 'emails = ["bob@evil.example", "alice@mdmem.invalid", ')
+               if "[people.alice]" in widened else widened + '\n[people.alice]\nemails = ["bob@evil.example"]\n')
     assert widened.count("bob") == text.count("bob") + 3 and "tool:*" in widened and "agent_kinds" in widened
     cfg.write_text(widened)
     git(root, "-c", "user.name=bob", "-c", "user.email=bob@mdmem.invalid", "commit", "-qam", "tweak config",

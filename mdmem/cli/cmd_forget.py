@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from ..errors import BadInput, NotFound
+from ..erasure.receipt import remotes_not_erased
+from ..errors import BadInput, Incomplete, NotFound
 from ..model.text import escape_controls
 from ..repo import MemoryRepo
 from .context import add_common, is_workspace, open_repo
@@ -61,9 +62,10 @@ def run(ctx) -> int:
                       force=a.force, now=ctx.now)
     if a.dry_run:
         _print_plan(ctx, out.to_dict())
-    else:
-        _print_receipt(ctx, out.to_dict())
-    return 0
+        return 0
+    _print_receipt(ctx, out.to_dict())
+    # Erased here but not on a remote that still serves the erased objects: not a success.
+    return Incomplete.exit_code if remotes_not_erased(out.remotes) else 0
 
 
 def _forget_in_workspace(ctx, ws, paths) -> int:

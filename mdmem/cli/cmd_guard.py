@@ -1,5 +1,6 @@
-"""mdmem guard BARE_REPO: install a pre-receive hook refusing pushes of erased history;
-mdmem guard --check (run by that hook) reads the pushed refs on standard input."""
+"""mdmem guard BARE_REPO: install a pre-receive hook refusing pushes of erased history and a
+post-receive hook finishing an erasure that arrived (reflogs expired, erased objects pruned);
+mdmem guard --check / --after (run by those hooks) read the pushed refs on standard input."""
 from __future__ import annotations
 
 import sys
@@ -11,13 +12,21 @@ def register(sub) -> None:
     p = sub.add_parser("guard", help="protect a bare remote from pushes that bring erased history back")
     p.add_argument("bare", nargs="?", help="the bare repository to protect")
     p.add_argument("--check", action="store_true", help="(used by the hook) check refs from standard input")
+    p.add_argument("--after", action="store_true",
+                   help="(used by the post-receive hook) prune what an erasure that arrived removed")
     add_common(p, identity=False, repo=False)
     p.set_defaults(run=run)
 
 
 def run(ctx) -> int:
-    from ..remote import check_push, install_guard
+    from ..remote import after_push, check_push, install_guard
 
+    if ctx.args.after:
+        sys.stdin.read()
+        if after_push(ctx.args.bare or "."):
+            print("mdmem: an erasure arrived: reflogs expired and erased objects pruned on this server",
+                  file=sys.stderr)
+        return 0
     if ctx.args.check:
         problems = check_push(ctx.args.bare or ".", sys.stdin.read())
         for p in problems:

@@ -31,8 +31,17 @@ def parse_teams(values: list[str]) -> dict[str, list[str]]:
 
 
 def run(ctx) -> int:
+    from ..config import IMPLICIT_EMAIL_DOMAIN
+    from ..storage.queries import git_user_email
+
+    # The founder's own git address goes into [people.<founder>] emails: their hand edits,
+    # committed with plain git, are then theirs (not an unknown writer's, untrusted). mdmem's
+    # own address for them stays first: it is what mdmem's commits for them carry.
+    email = git_user_email(ctx.cwd, ctx.env)
+    emails = ({ctx.user: [f"{ctx.user}@{IMPLICIT_EMAIL_DOMAIN}", email]}
+              if email and not email.lower().endswith("@" + IMPLICIT_EMAIL_DOMAIN) else None)
     repo = MemoryRepo.init(ctx.args.path, teams=parse_teams(ctx.args.team), erasers=ctx.args.eraser,
-                           as_user=ctx.user, now=ctx.now, scope_root=ctx.args.scope_root)
+                           as_user=ctx.user, now=ctx.now, emails=emails, scope_root=ctx.args.scope_root)
     ctx.emit({"path": str(repo.root), "teams": {t: sorted(m) for t, m in repo.config.teams.items()},
               "commit": repo.store.head(), "scope_root": repo.config.scope_root},
              f"Initialised memory repo in {repo.root} ({len(repo.config.teams)} team(s)).")

@@ -22,7 +22,10 @@ def run(ctx) -> int:
                               include_ended=a.all, now=ctx.now)
     data = [{"path": s.path, "kind": s.note.kind, "subject": s.note.subject, "key": s.note.key,
              "version": s.version, "first_line": s.note.first_line(), "tags": s.note.tags,
-             "valid_until": format_time(s.note.valid_until), "expires_at": format_time(s.note.expires_at)}
+             "valid_until": format_time(s.note.valid_until), "expires_at": format_time(s.note.expires_at),
+             "untrusted": s.untrusted}
             for s in rows]
-    ctx.emit(data, "\n".join(f"{r['path']}\t{r['first_line']}" for r in data) or "(no notes)")
+    ctx.emit(data, "\n".join(f"{r['path']}\t{r['first_line']}" + (f"\t(UNTRUSTED: {r['untrusted']})"
+                                                                   if r["untrusted"] else "")
+                             for r in data) or "(no notes)")
     return 0

@@ -1,7 +1,7 @@
 """mdmem prove-gone --needle TEXT ... [--subject S] [--owner U] [--allow-path P]"""
 from __future__ import annotations
 
-from ..errors import ProofFailed
+from ..errors import Incomplete, ProofFailed
 from .context import add_common, is_workspace
 
 
@@ -34,7 +34,7 @@ def run(ctx) -> int:
                                    allow_paths=a.allow_paths).to_dict()
     lines = []
     for i, item in enumerate(report["needles"]):
-        lines.append(f"needle {i + 1}: {'PASS' if item['passed'] else 'FAIL'}")
+        lines.append(f"needle {i + 1}: {item.get('verdict', 'PASS' if item['passed'] else 'FAIL')}")
         for name, check in item["checks"].items():
             lines.append(f"  {'ok  ' if check['passed'] else 'FAIL'} {name}" +
                          (f": {', '.join(check['where'][:5])}" if check["where"] else ""))
@@ -49,5 +49,13 @@ def run(ctx) -> int:
                      f"{nc['git_objects']} git object(s); git metadata {nc['git_metadata']}")
     lines.append("cannot vouch for:")
     lines += [f"  - {x}" for x in report["cannot_reach"]]
+    if report["verdict"] == "INCOMPLETE":
+        who = (f"an eraser ({', '.join(report['complete_by'])}) can complete it: the same prove-gone --as "
+               f"{report['complete_by'][0]}" if report["complete_by"]
+               else "nobody can yet: a config admin names an eraser in mdmem.toml ([roles] erasers), who proves it")
+        lines.append("INCOMPLETE: this proof could not read every place the text could be (roots, git files or caches "
+                     f"you may not read), so it says nothing of them; {who}")
+    else:
+        lines.append(report["verdict"])
     ctx.emit(report, "\n".join(lines))
-    return 0 if report["passed"] else ProofFailed.exit_code
+    return {"PASS": 0, "FAIL": ProofFailed.exit_code}.get(report["verdict"], Incomplete.exit_code)

@@ -1,26 +1,54 @@
-"""mdmem serve --as USER [--allow read,write,delete]: the MCP server on stdio."""
+"""mdmem serve --as USER [--allow read,write,delete]: the MCP server on stdio for one identity.
+mdmem serve --http HOST:PORT: the team's memory server over HTTP, identity from each request's
+bearer token (see docs/server.md)."""
 from __future__ import annotations
 
 from .context import add_common, is_workspace
 
 
 def register(sub) -> None:
-    p = sub.add_parser("serve", help="run the MCP server on stdio for one identity")
+    p = sub.add_parser("serve", help="run the MCP server on stdio for one identity, or over HTTP for a team")
     p.add_argument("--allow", default="read,write",
-                   help="capabilities to grant: read, write, delete (default read,write: no forget)")
+                   help="stdio: capabilities to grant: read, write, delete (default read,write: no forget)")
     p.add_argument("--agent", metavar="NAME",
-                   help="the agent's name in provenance (agent:NAME); default: [agent] label in your "
+                   help="stdio: the agent's name in provenance (agent:NAME); default: [agent] label in your "
                         "mdmem config, else the name the MCP client gives")
+    http = p.add_argument_group("over HTTP (identity, agent and capabilities come from each request's token)")
+    http.add_argument("--http", metavar="HOST:PORT", nargs="?", const="127.0.0.1:8765",
+                      help="serve MCP over Streamable HTTP on HOST:PORT (default 127.0.0.1:8765; port 0 picks one)")
+    http.add_argument("--public-url", metavar="URL",
+                      help="the URL clients use for the MCP endpoint, like https://memory.example.com/mcp "
+                           "(the resource identifier and JWT audience; default http://HOST:PORT/mcp)")
+    http.add_argument("--tokens", metavar="FILE",
+                      help="the static token file (mdmem token add); default server-tokens.json beside your "
+                           "mdmem config")
+    http.add_argument("--jwt-jwks", metavar="FILE_OR_URL",
+                      help="accept JWT access tokens signed by a key of this JWKS (a file or an https URL)")
+    http.add_argument("--jwt-issuer", metavar="URL", help="the identity provider's issuer (iss) tokens must name")
+    http.add_argument("--jwt-audience", metavar="AUD", help="the audience (aud) tokens must name; default --public-url")
+    http.add_argument("--jwt-person-claim", metavar="CLAIM", default="sub",
+                      help="the claim naming the person, as the memory declares them (default sub)")
+    http.add_argument("--jwt-scope-prefix", metavar="PREFIX", default="mdmem:",
+                      help="capabilities are the scopes PREFIXread, PREFIXwrite, PREFIXdelete (default mdmem:)")
+    http.add_argument("--rate", type=float, default=20.0, metavar="N",
+                      help="requests a second per token, on average (default 20; 0: no limit)")
+    http.add_argument("--burst", type=int, default=40, metavar="N", help="requests per token at once (default 40)")
+    http.add_argument("--max-body", type=int, default=1_000_000, metavar="BYTES",
+                      help="largest request body (default 1000000)")
+    http.add_argument("--body-timeout", type=float, default=10.0, metavar="SECONDS",
+                      help="a request body must arrive within this (default 10)")
     add_common(p)
     p.set_defaults(run=run)
 
 
 def run(ctx) -> int:
+    from ..storage.gitindex import INDEX_DELAY_SECONDS
+
+    if ctx.args.http is not None:
+        return run_http(ctx)
     from ..mcp.server import parse_capabilities, serve
 
     allowed = parse_capabilities(ctx.args.allow)
-    from ..storage.gitindex import INDEX_DELAY_SECONDS
-
     repo = ctx.repo()
     # A long-lived server: git's index written once after a burst of writes, not per write
     # (a whole rewrite each time, 60-300 ms at 100k notes).
@@ -28,12 +56,94 @@ def run(ctx) -> int:
         each.store.index_delay = INDEX_DELAY_SECONDS
     label = ctx.args.agent if ctx.args.agent is not None else repo.user_config.agent_label
     if not serve(repo, ctx.user, allowed, label=label):
-        # The index catch-up is still running in native code: end the process without running
-        # interpreter shutdown under it (a kill -9 costs the cache nothing: it redoes the catch-up).
-        import os
-        import sys
+        end_now()
+    return 0
 
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+
+def end_now() -> None:
+    """The index catch-up is still running in native code: end the process without running
+    interpreter shutdown under it (a kill -9 costs the cache nothing: it redoes the catch-up)."""
+    import os
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def host_port(text: str) -> tuple[str, int]:
+    from ..errors import BadInput
+
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise BadInput(f"--http: {text!r}; give HOST:PORT like 127.0.0.1:8765 (port 0 picks a free one)")
+    return host, int(port)
+
+
+def token_file_path(ctx):
+    from pathlib import Path
+
+    from .context import user_config_path
+
+    if ctx.args.tokens:
+        return Path(ctx.cwd, ctx.args.tokens)
+    return Path(ctx.cwd, user_config_path(ctx.env)).parent / "server-tokens.json"
+
+
+def run_http(ctx) -> int:
+    import logging
+    import sys
+
+    from ..auth.jwt_tokens import JwtSettings, JwtVerifier
+    from ..auth.static_tokens import TokenFile
+    from ..errors import BadInput
+    from ..mcp.http import MCP_PATH, HttpLimits, TokenVerifier, listen, serve_http
+    from ..storage.gitindex import INDEX_DELAY_SECONDS
+
+    args = ctx.args
+    if args.as_user is not None or args.agent is not None or args.allow != "read,write":
+        raise BadInput("serve --http: --as, --agent and --allow are for stdio; over HTTP each request's token "
+                       "names the person, the agent and the capabilities (mdmem token add)")
+    host, port = host_port(args.http)
+    for name, value, low in (("--rate", args.rate, 0), ("--burst", args.burst, 1), ("--max-body", args.max_body, 1),
+                             ("--body-timeout", args.body_timeout, 0.001)):
+        if not value >= low:
+            raise BadInput(f"{name}: {value}; give a number of at least {low:g}")
+    if args.public_url is not None:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(args.public_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+            raise BadInput(f"--public-url: {args.public_url!r}; give the URL agents use for the MCP endpoint, "
+                           "like https://memory.example.com/mcp")
+    repo = ctx.repo()
+    repo.store.index_delay = INDEX_DELAY_SECONDS
+    sock = listen(host, port)
+    shown = f"[{host}]" if ":" in host else host
+    public_url = args.public_url or f"http://{shown}:{sock.getsockname()[1]}{MCP_PATH}"
+    tokens = TokenFile(token_file_path(ctx))
+    active = [e for e in tokens.entries().values() if not e.revoked]  # an unreadable file is named now
+    jwt = None
+    if args.jwt_jwks or args.jwt_issuer:
+        if not (args.jwt_jwks and args.jwt_issuer):
+            raise BadInput("--jwt-jwks and --jwt-issuer go together: the key set and the issuer its tokens name")
+        from pathlib import Path
+
+        jwks = args.jwt_jwks if "://" in args.jwt_jwks else str(Path(ctx.cwd, args.jwt_jwks))
+        jwt = JwtVerifier(JwtSettings(jwks=jwks, issuer=args.jwt_issuer, audience=args.jwt_audience or public_url,
+                                      person_claim=args.jwt_person_claim, scope_prefix=args.jwt_scope_prefix))
+    verifier = TokenVerifier(repo, tokens=tokens, jwt=jwt, resource=public_url)
+    limits = HttpLimits(rate_per_second=args.rate, burst=args.burst, max_body_bytes=args.max_body,
+                        body_seconds=args.body_timeout)
+    logging.getLogger("mdmem").setLevel(logging.WARNING)
+    print(f"mdmem: serving {public_url} (tokens: {tokens.path}"
+          + (f"; JWTs from {args.jwt_issuer}" if jwt else "") + ")", file=sys.stderr, flush=True)
+    if not active and jwt is None:
+        print(f"mdmem: no token in {tokens.path} yet: every request is refused until you add one "
+              "(mdmem token add --person NAME --agent LABEL --allow read,write)", file=sys.stderr, flush=True)
+    # The metadata names who issues tokens: the IdP, else this server (its static tokens).
+    issuer = args.jwt_issuer or public_url
+    if not serve_http(repo, verifier, sock, public_url=public_url, issuer=issuer, host=host, limits=limits):
+        end_now()
     return 0

@@ -1,7 +1,7 @@
 """mdmem sync [--remote NAME] [--push]: integrate a team remote's history, or change nothing."""
 from __future__ import annotations
 
-from ..errors import BranchMoved
+from ..errors import PARTIAL_EXIT_CODE, BranchMoved
 from .context import add_common, is_workspace
 
 
@@ -49,8 +49,12 @@ def run(ctx) -> int:
                  f"the other ({c['superseded'][:10]}) stays in history — `mdmem review list` shows it")
     for c in out.get("replayed", []):
         text += f"\n  replayed {c['commit'][:10]} as {c['as'][:10]}: {c['subject']}"
+        if c.get("scrubbed"):
+            text += f" ({c['why']}: {', '.join(c['scrubbed'])})"
     for c in out.get("left_out", []):
         text += f"\n  left out {c['commit'][:10]} ({c['why']}): {c['subject']}"
+        for saved in c.get("saved", []):
+            text += f"\n    saved, scrubbed: {saved}"
     if out.get("still_holding_erased"):
         text += ("\n  still holding the erased history (delete or rewrite them, then `git gc --prune=now`): "
                  + ", ".join(out["still_holding_erased"]))
@@ -74,4 +78,8 @@ def run(ctx) -> int:
     # Integrated here but not published: the branch moved on the remote meanwhile (exit 5, like
     # BranchMoved), so a cron job or script notices and syncs again.
     failed = out.get("push", "pushed") != "pushed" or holds.get("push_failed") or holds.get("error")
-    return BranchMoved.exit_code if failed else 0
+    if failed:
+        return BranchMoved.exit_code
+    # A replay that could not keep everything: the rest is saved scrubbed and named, not lost
+    # silently (exit 10, as an import that kept some items and not others).
+    return PARTIAL_EXIT_CODE if out.get("left_out") else 0

@@ -30,10 +30,15 @@ def run(ctx) -> int:
     report = repo.verify(as_user=user)  # only roots the user may read: verify is no oracle for the others
     flags = report["untrusted"]
     readable = set(repo.access.readable_roots(user))
-    stale = [v for v in repo.stale_views() if "/" not in v or root_of(v) in readable]
+    # A view that is not a fresh render of its notes tells agents what no note says: judged like
+    # a planted note, with who last changed it.
+    forged = [v for v in repo.forged_views() if "/" not in v["path"] or root_of(v["path"]) in readable]
+    stale = [v["path"] for v in forged]
+    flags = flags + [{"path": v["path"], "commit": v["commit"], "author": v["author"], "detail": v["detail"]}
+                     for v in forged]
     out = {"head": report["head"], "untrusted": flags, "stale_views": stale}
     lines = [f"UNTRUSTED {f['path']}: {f['detail']} (commit {f['commit'][:10]})" for f in flags]
-    lines += [f"STALE VIEW {v}: differs from a fresh render of its notes (`mdmem render` rewrites it)"
-              for v in stale]
+    if stale:
+        lines.append("`mdmem render` replaces the forged views with a fresh render")
     ctx.emit(out, "\n".join(lines) or "every note you may read was committed by a permitted writer")
     return Refused.exit_code if flags or stale else 0

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import UserConfig
+from ..errors import MdmemError
 from ..policy.access import require_user
 from ..repo import MemoryRepo
 from ..results import ProgressCallback
@@ -181,15 +182,36 @@ class Ctx:
                 repo.index.progress = self._progress_always()
             if not getattr(self.args, "skip_hook_check", False):
                 # The hooks travel with the repo; a clone gets them enabled by its first mdmem command.
-                from ..hooks.install import ensure
-                folders = [repo.clone_path(r) for r in sorted(repo.file.mounts)] \
-                    if is_workspace(repo) else [repo.root]  # type: ignore[attr-defined]
-                for folder in folders:
+                from ..hooks.install import INSTALLED_NOTICE, ensure
+                if is_workspace(repo):
+                    mounts = [(r, repo.clone_path(r)) for r in sorted(repo.file.mounts)]  # type: ignore[attr-defined]
+                else:
+                    mounts = [(None, repo.root)]
+                for root, folder in mounts:
                     notice = ensure(folder, sys.executable)
                     if notice:
                         print(notice, file=sys.stderr)
+                    if notice == INSTALLED_NOTICE:
+                        self._replace_forged_views(repo if root is None else repo.repo_for(root))  # type: ignore[attr-defined]
             self._repo = repo
         return self._repo
+
+    def _replace_forged_views(self, repo: MemoryRepo) -> None:
+        """The first mdmem command in a clone (it just installed the hooks) replaces a committed
+        view that is not a fresh render of its notes: agents read MEMORY.md first, and a forged
+        one pushed with --no-verify would reach them from every fresh clone."""
+        user = None
+        if hasattr(self.args, "as_user") and (self.args.as_user is not None or self.env.get("MDMEM_USER")):
+            user = self.user
+        try:
+            forged = repo.replace_forged_views(as_user=user, now=self.now)
+        except MdmemError as exc:
+            print(f"mdmem: could not replace forged MEMORY views: {exc}", file=sys.stderr)
+            return
+        for view in forged:
+            print(f"mdmem: replaced {view['path']}: it differed from a fresh render of its notes (last changed in "
+                  f"{view['commit'][:10]} by {view['author']})" + ("" if user else "; commit it with "
+                                                                   "`mdmem render --as YOU`"), file=sys.stderr)
 
     def close(self) -> None:
         if self._progress is not None:

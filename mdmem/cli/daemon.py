@@ -339,7 +339,8 @@ def listen_path(root: Path) -> Path:
     path = socket_path(str(root))
     if path is None:
         raise BadInput(f"{root}: the daemon's socket path would be longer than a Unix socket allows "
-                       "(108 bytes); move the repo to a shorter path")
+                       "(108 bytes), and no runtime folder of yours ($XDG_RUNTIME_DIR/mdmem or /tmp/mdmem-<uid>, "
+                       "0700) can hold it")
     return Path(path)
 
 

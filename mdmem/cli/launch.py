@@ -211,13 +211,51 @@ def _repo_argument(argv: list[str]) -> str | None:
     return None
 
 
-def socket_path(root: str) -> str | None:
+def socket_path(root: str, env=os.environ) -> str | None:
     """The daemon's socket of the repo at ``root``: in its git directory's cache folder
-    (storage/gitdir.py), so it is as private as the repo. None for a folder without one."""
+    (storage/gitdir.py), so it is as private as the repo; where that path is longer than a Unix
+    socket allows (a repo in a deep folder), in this user's runtime folder (``env``'s
+    $XDG_RUNTIME_DIR/mdmem, else /tmp/mdmem-<uid>; 0700 and ours, else none), named by a hash
+    of the repository's real path. None when neither fits."""
     from ..storage.gitdir import cache_dir  # pathlib only
 
     path = str(cache_dir(root) / SOCKET_NAME)  # type: ignore[arg-type]
-    return path if len(os.fsencode(path)) < 108 else None  # AF_UNIX's limit (sun_path)
+    if len(os.fsencode(path)) < SUN_PATH_MAX:  # AF_UNIX's limit (sun_path)
+        return path
+    folder = runtime_folder(env)
+    if folder is None:
+        return None
+    import hashlib
+
+    key = hashlib.sha256(os.fsencode(os.path.realpath(root))).hexdigest()[:32]
+    path = os.path.join(folder, f"{key}.sock")
+    return path if len(os.fsencode(path)) < SUN_PATH_MAX else None
+
+
+SUN_PATH_MAX = 108
+
+
+def runtime_folder(env) -> str | None:
+    """This user's folder for daemon sockets, made 0700 if missing; None unless it is a real
+    folder (not a link) this user owns that nobody else may enter (in /tmp anyone could have
+    made it first, to catch the calls and their environments)."""
+    import stat
+
+    base = env.get("XDG_RUNTIME_DIR") or ""
+    folder = os.path.join(base, "mdmem") if os.path.isabs(base) else f"/tmp/mdmem-{os.getuid()}"
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return None
+    return folder
 
 
 # The daemon's interpreter imports mdmem from the very folder this process imported it from:
@@ -289,7 +327,7 @@ def autostart(root: str) -> bool:
         st = os.lstat(mark)
         if not stat.S_ISREG(st.st_mode):
             _drop_mark(mark)  # not ours to read a time from: replaced by a mark of our own below
-        elif time.time() - st.st_mtime < AUTOSTART_RETRY_SECONDS:
+        elif time.time() - st.st_mtime < AUTOSTART_RETRY_SECONDS and not _died(root):
             return False  # tried a moment ago: it is warming up, or it could not start
     except FileNotFoundError:
         pass
@@ -308,6 +346,32 @@ def autostart(root: str) -> bool:
     finally:
         os.close(log)
     return True
+
+
+def _died(root: str) -> bool:
+    """A daemon came up (its socket is there) and is gone (its lock is free: killed, crashed):
+    started again at once, not after AUTOSTART_RETRY_SECONDS. One that never came up left no
+    socket, and one warming up holds its lock: both wait for the retry time."""
+    import fcntl
+
+    from ..storage.gitdir import locks_dir
+
+    path = socket_path(root)
+    if path is None or not os.path.exists(path):
+        return False
+    try:
+        fd = os.open(str(locks_dir(root) / "daemon.lock"), os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)  # type: ignore[arg-type]
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # held: a daemon runs (or starts)
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return True
+    finally:
+        os.close(fd)
 
 
 def code_stamp() -> str:

@@ -18,7 +18,7 @@ from .context import Ctx, Opener, open_repo
 # One module per command; each defines register(subparsers) and run(ctx) -> int.
 COMMANDS = ["init", "remember", "import", "get", "keys", "history", "retire", "sweep", "consolidate",
             "review", "check", "recall", "index", "watch", "render", "startup", "serve", "forget",
-            "prove-gone", "sync", "guard", "verify", "demo", "hooks", "new", "ls", "show", "daemon",
+            "prove-gone", "sync", "guard", "verify", "demo", "hooks", "new", "ls", "show", "daemon", "token",
             "workspace", "host", "split"]
 
 

@@ -29,6 +29,7 @@ from ..model.clock import format_time, parse_time
 from ..model.layout import is_note_path
 from ..results import ErasurePlan, ErasureReceipt
 from ..storage import history_ops as ops
+from . import erased
 from . import receipt as rc
 from .journal import Journal, pending
 from .needles import REMOVED, replace_all
@@ -189,13 +190,16 @@ def _run(repo, journal: Journal, state: dict) -> dict:
         receipt = rc.build(plan, rid=state["receipt_id"], when=when, counts=state["counts"],
                            old_head=state["old_head"], rewritten=rewritten, attested=attested,
                            erased_blobs=erased_blobs, mentions=mentions)
+        # The erased ids stay in this clone (never committed: erasure/erased.py says why); sync,
+        # the holds and the check of the remotes read them here.
+        erased.record(root, state["receipt_id"], commits=rewritten, blobs=erased_blobs)
         receipt["new_head"] = rc.commit(repo, receipt, plan, when)
         state["receipt"] = receipt
         state["mentions"] = mentions
         journal.advance(state, "receipted")
     receipt = dict(state["receipt"])
     if state.get("push"):
-        receipt["remotes"] = rc.push(root, state.get("leases", {}))
+        receipt["remotes"] = rc.push(root, state.get("leases", {}), receipt)
     else:
         receipt["remotes"] = {name: "not pushed: still holds the old history" for name in ops.remotes(root)}
     repo.reload()

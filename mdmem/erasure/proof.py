@@ -59,8 +59,8 @@ def _explained(data: str, needle: str, texts: list[str], links: list[str]) -> bo
 
 def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=None, allow_paths=None) -> ProofReport:
     """An eraser's proof covers everything; anyone else's covers the roots they may read (and
-    the repository's own files) and says how much it did not check, so it is no oracle for
-    other people's data."""
+    the repository's own files), says how much it did not check and is INCOMPLETE (never PASS),
+    naming the erasers who can complete it, so it is no oracle for other people's data."""
     if not needles:
         raise BadInput("prove-gone: give at least one --needle")
     if subject or owner:
@@ -151,8 +151,16 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
                              "roots": sorted(r for r in _all_roots(scan) if not readable(r))} \
         if not eraser else {}
     report["cannot_reach"] = cannot_reach(repo)
-    report["passed"] = (all(n["passed"] for n in report["needles"])
-                        and all(c["passed"] for c in report["scope"].values()))
+    found = not (all(n["passed"] for n in report["needles"]) and all(c["passed"] for c in report["scope"].values()))
+    # A proof by someone who may not read every root, git's own files and the caches did not
+    # look everywhere the text could be: it never says PASS, whether or not the text is in what
+    # it could not read (a PASS there would be an oracle for other people's data).
+    complete = eraser
+    for item in report["needles"]:  # ``passed``: every check made passed; ``verdict`` says if that is all
+        item["verdict"] = "FAIL" if not item["passed"] else ("PASS" if complete else "INCOMPLETE")
+    report["verdict"] = "FAIL" if found else ("PASS" if complete else "INCOMPLETE")
+    report["complete_by"] = [] if complete else sorted(repo.access.erasers)
+    report["passed"] = report["verdict"] == "PASS"
     return ProofReport.from_dict(report)
 
 
@@ -618,6 +626,10 @@ def cannot_reach(repo) -> list[str]:
     for name, url in ops.remotes(repo.root).items():
         out.append(f"remote {name} ({url}): holds whatever was last pushed; after `forget --push` it must "
                    "also expire its reflogs and gc before old objects are gone there")
+    from .processes import running
+
+    out += [f"running process pid {pid} ({what}): it drops its caches after an erasure, but memory it freed may "
+            "still hold erased text until it exits; restart it" for pid, what in running(repo.root)]
     out.append("other clones of this repository (each must re-clone or run `mdmem sync`, which refuses erased history)")
     out.append("backups, snapshots and freed disk blocks of this machine")
     backend = repo.config.embedder.backend

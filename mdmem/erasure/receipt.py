@@ -1,7 +1,10 @@
 """The erasure receipt: one line in ``audit/erasures.jsonl``, committed with the regenerated
-views. It records the targets as given (a person as their pseudonym), counts and the
-rewritten commit ids (ids, not content: a stale clone cannot push them back), never an
-erased text, path or key. Also the mention scan: live notes that still name the person,
+views. It records the targets as given (a person as their pseudonym), counts and the commits
+the rewrite made, never an erased text, path or key, and no id of anything erased: an old
+commit or blob id is something anyone could ask a remote for, and a blob id is the hash of
+the erased version, which confirms a guess at scrubbed text. Those ids are the eraser's own
+(the returned receipt; erasure/erased.py keeps them in the clone); other clones derive them.
+Also the mention scan: live notes that still name the person,
 for someone to review (a team fact may need rewriting, not deleting)."""
 from __future__ import annotations
 
@@ -46,7 +49,7 @@ def commit(repo, receipt: dict, plan: Plan, when: _dt.datetime) -> str:
     audit = store.read_at(AUDIT_PATH, head) or b""
     actor = plan.people.get(plan.as_user, plan.as_user)
     if f'"id": "{receipt["id"]}"'.encode() not in audit:
-        line = json.dumps({k: v for k, v in receipt.items() if k != "mentions"}, sort_keys=True)
+        line = json.dumps(published(receipt), sort_keys=True)
         message = f"forget: erasure receipt {receipt['id']}\n\n" + Trailers("forget", actor, "system:forget").render()
         store.commit({AUDIT_PATH: audit + line.encode() + b"\n"}, message, actor=actor, when=when)
     views = repo.fresh_view_changes()  # the views of the rewritten tree: views/fresh.py's one definition
@@ -56,15 +59,35 @@ def commit(repo, receipt: dict, plan: Plan, when: _dt.datetime) -> str:
     return str(store.head())
 
 
+# What the eraser learns and nobody else may read: never in the committed line.
+PRIVATE_FIELDS = ("old_head", "rewritten_commits", "erased_blobs", "mentions", "new_head")
+
+
+def published(receipt: dict) -> dict:
+    """The receipt as committed: everything but the erased ids (and the mention lines, text)."""
+    return {k: v for k, v in receipt.items() if k not in PRIVATE_FIELDS}
+
+
+def receipt_ids(text: str) -> set[str]:
+    """The ids of the receipts an audit log holds."""
+    ids = set()
+    for line in text.splitlines():
+        try:
+            ids.add(str(json.loads(line)["id"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return ids
+
+
 def erased_commit_ids(text: str) -> set[str]:
-    """The commits erasures rewrote: a clone still holding one is stale."""
+    """The commits erasures rewrote, as receipts written before they stopped carrying old ids
+    listed them (a legacy audit log): a clone still holding one is stale."""
     return _receipt_ids(text, "rewritten_commits")
 
 
 def erased_blob_ids(text: str) -> set[str]:
-    """The note versions erasures removed or scrubbed, by blob id. A blob id names content
-    (never shows it; a note's random id and times make it unguessable): the same content
-    coming back under new commit ids (a rebase or cherry-pick in an old clone) is caught."""
+    """The note versions erasures removed or scrubbed, by blob id, as legacy receipts listed
+    them (new receipts carry none: see the module's docstring)."""
     return _receipt_ids(text, "erased_blobs")
 
 
@@ -78,12 +101,61 @@ def _receipt_ids(text: str, field: str) -> set[str]:
     return ids
 
 
-def push(root, leases: dict[str, dict[str, str]]) -> dict:
+# Hosts where nobody can run mdmem's guard: their own procedure removes what a push leaves.
+HOSTED = {
+    "github": "GitHub keeps unreachable objects and cached views: open a request with GitHub Support "
+              "(docs.github.com, \"Removing sensitive data from a repository\") naming the repository and the "
+              "rewritten history, and ask them to purge unreachable objects; check pull requests and forks too",
+    "gitlab": "GitLab: Settings > Repository > Repository cleanup (upload filter-repo's commit-map), then "
+              "Settings > General > Advanced > Housekeeping \"Prune unreachable objects\"",
+    "forgejo": "Forgejo/Gitea: a site administrator runs \"Garbage collect all repositories\" (Site Administration "
+               "> Maintenance) or `git gc --prune=now` with reflogs expired in the repository on the server",
+}
+HOSTED_NAMES = {"github.com": "github", "gitlab.com": "gitlab", "codeberg.org": "forgejo"}
+CHECKED_IDS = 20  # erased ids asked for per remote (each one fetch)
+
+
+def hosted(url: str) -> str | None:
+    """Which code-hosting service a remote URL names (github, gitlab, forgejo), or None."""
+    host = re.sub(r"^[a-z+]+://", "", url.lower()).split("@")[-1].split("/")[0].split(":")[0]
+    if host in HOSTED_NAMES:
+        return HOSTED_NAMES[host]
+    if "gitlab" in host:
+        return "gitlab"
+    return "forgejo" if "forgejo" in host or "gitea" in host else None
+
+
+def push(root, leases: dict[str, dict[str, str]], receipt: dict) -> dict:
+    """Force-push to every remote, then ask each, as a fresh clone would, for erased ids by id.
+    A remote says "erased" only when it serves none of them; one that still does is named with
+    what must happen there (the guard's housekeeping, or the host's own purge)."""
     out = {}
+    asked = ([receipt["old_head"]] if receipt.get("old_head") else []) + list(receipt.get("rewritten_commits", []))[:5]
+    asked += list(receipt.get("erased_blobs", []))[:CHECKED_IDS]
     for name in ops.remotes(root):
         ok, err = ops.force_push_all(root, name, leases.get(name, {}))
-        out[name] = "pushed (force); the remote must still gc to drop the old objects" if ok else f"push failed: {err}"
+        if not ok:
+            out[name] = f"NOT erased there: push failed: {err}"
+            continue
+        service = hosted(ops.configured_url(root, name))
+        if service:
+            # Such a host shows unreachable commits by id on its web pages whatever a fetch says.
+            out[name] = f"NOT erased there yet: pushed (force); {HOSTED[service]}"
+            continue
+        served = ops.served_by(root, name, list(dict.fromkeys(asked)))
+        if served:
+            out[name] = (f"NOT erased there: pushed (force), but it still serves {len(served)} of {len(asked)} erased "
+                         "object(s) asked for by id; install `mdmem guard` on it (its hook expires reflogs and prunes "
+                         "when a receipt arrives), or expire its reflogs and run `git gc --prune=now` there")
+        else:
+            out[name] = (f"erased: pushed (force); it serves none of the {len(asked)} erased object(s) asked for by id"
+                         if asked else "erased: pushed (force); nothing erased to ask it for")
     return out
+
+
+def remotes_not_erased(remotes: dict[str, str]) -> list[str]:
+    """The remotes a receipt's push left holding erased objects (or could not check)."""
+    return sorted(name for name, status in remotes.items() if status.startswith("NOT erased"))
 
 
 def mention_scan(repo, plan: Plan) -> list[dict]:

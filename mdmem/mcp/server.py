@@ -14,12 +14,12 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
+from ..auth.principal import CAPABILITIES, parse_capabilities  # noqa: F401 -- cmd_serve imports them here
 from ..errors import BadInput, as_mdmem_error
 from ..model.layout import check_name
 from ..repo import MemoryRepo
 from ..model.kinds import KIND_GUIDE, agent_review_rule
 
-CAPABILITIES = ("read", "write", "delete")
 # tool module -> the capability it needs. Approving held writes is deliberately not a tool:
 # review is a person's act, through the CLI or the Python API.
 TOOLS = {"recall": "read", "get": "read", "keys": "read", "history": "read", "startup": "read",
@@ -79,6 +79,68 @@ class ServerContext:
         return name
 
 
+class ErasureFollower:
+    """Erased text leaves the server: once an erasure ends in this repository (its done-stamp
+    moves: erasure/journal.py), or while one is under way, every cache the server holds is
+    dropped and the freed memory given back, as the daemon lets go (it exits). Shared by
+    every transport: the Gatekeeper checks before each tool call, and ``watch`` once a second
+    for a server nobody calls."""
+
+    def __init__(self, ctx: ServerContext):
+        from ..erasure.journal import done_stamp
+
+        self.ctx = ctx
+        self.stamp = done_stamp(ctx.repo.root)
+        self.lock = threading.Lock()
+        self.drops = 0
+
+    def check(self) -> bool:
+        """Drop everything if an erasure ended (or runs) since the last look; True if it did."""
+        from ..erasure.journal import done_stamp, pending
+
+        root = self.ctx.repo.root
+        stamp = done_stamp(root)
+        if stamp == self.stamp and not pending(root):
+            return False
+        with self.lock:
+            self.ctx.repo.reload()  # the index, vectors, views, trust: each read again from disk
+            self.stamp = stamp
+            self.drops += 1
+            release_freed_memory()
+        return True
+
+    def watch(self, stop: threading.Event, seconds: float = 1.0) -> threading.Thread:
+        def loop() -> None:
+            while not stop.wait(seconds):
+                try:
+                    self.check()
+                except Exception:  # noqa: BLE001 -- the next tool call checks again
+                    pass
+
+        thread = threading.Thread(target=loop, name="mdmem-erasure-follower", daemon=True)
+        thread.start()
+        return thread
+
+
+def release_freed_memory() -> None:
+    """Collect what the dropped caches held and hand free memory back to the system, so the
+    erased text is not left readable in the process's freed blocks. Python keeps freed small
+    objects in its own arenas: fresh objects of each size are made and dropped to overwrite them."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    # Overwrite freed small blocks (pymalloc reuses them first) with copies of one byte.
+    for size in range(1, 513, 8):
+        junk = [bytes(size) for _ in range(4096)]
+        del junk
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)  # glibc: free pages go back to the system
+    except (OSError, AttributeError):
+        pass
+
+
 def agent_name(raw) -> str | None:
     """A client's self-reported name as a safe agent name (agent:<name> in provenance)."""
     if not isinstance(raw, str):
@@ -94,34 +156,36 @@ class Gatekeeper:
     """MCP middleware: learns the client's name for each call and refuses tool calls that carry
     arguments the tool does not declare (an ignored ``owner``/``as_user`` is a lie let through)."""
 
-    def __init__(self, ctx: ServerContext, params: dict[str, frozenset[str]]):
+    def __init__(self, ctx: ServerContext, params: dict[str, frozenset[str]], follower: ErasureFollower):
         self.ctx = ctx
         self.params = params
+        self.follower = follower
 
     async def __call__(self, rctx, call_next):
         if rctx.method == "tools/call" and isinstance(rctx.params, Mapping):
+            self.follower.check()  # never answer from caches an erasure has made stale
             # The client's name as it gave it when connecting (the handshake or the request envelope).
             params = getattr(rctx.session, "client_params", None)
             info = getattr(params, "client_info", None)
             self.ctx.client = agent_name(getattr(info, "name", None))
-            name = rctx.params.get("name")
-            args = rctx.params.get("arguments") or {}
-            known = self.params.get(name)
-            if known is not None and isinstance(args, Mapping):
-                unknown = sorted(set(args) - known)
-                if unknown:
-                    return CallToolResult(is_error=True, content=[TextContent(type="text", text=(
-                        f"bad_input: {name}: unknown argument(s) {', '.join(unknown)}; "
-                        f"{name} takes {', '.join(sorted(known)) or 'no arguments'}"))])
+            refusal = unknown_arguments(rctx.params, self.params)
+            if refusal is not None:
+                return refusal
         return await call_next(rctx)
 
 
-def parse_capabilities(text: str) -> frozenset[str]:
-    caps = frozenset(c.strip() for c in text.split(",") if c.strip())
-    unknown = caps - set(CAPABILITIES)
-    if unknown or not caps:
-        raise BadInput(f"--allow: {text!r}; give a comma list of {', '.join(CAPABILITIES)} (like read,write)")
-    return caps
+def unknown_arguments(call: Mapping, params: dict[str, frozenset[str]]) -> CallToolResult | None:
+    """The tool error for a tools/call naming arguments its tool does not declare, else None."""
+    name = call.get("name")
+    args = call.get("arguments") or {}
+    known = params.get(name) if isinstance(name, str) else None
+    if known is not None and isinstance(args, Mapping):
+        unknown = sorted(set(args) - known)
+        if unknown:
+            return CallToolResult(is_error=True, content=[TextContent(type="text", text=(
+                f"bad_input: {name}: unknown argument(s) {', '.join(unknown)}; "
+                f"{name} takes {', '.join(sorted(known)) or 'no arguments'}"))])
+    return None
 
 
 def tool_errors(fn):
@@ -138,13 +202,19 @@ def tool_errors(fn):
 
 
 def build_server(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | None = None,
-                 index_ready: threading.Event | None = None) -> MCPServer:
+                 index_ready: threading.Event | None = None, follower_stop: threading.Event | None = None
+                 ) -> MCPServer:
+    """The server every transport runs. ``follower_stop``: watch for erasures once a second
+    (until it is set), not only before each tool call."""
     ctx = ServerContext(repo, repo.check_user(user), allowed,
                         label=check_name(label, "--agent") if label is not None else None)
     if index_ready is not None:
         ctx.index_ready = index_ready
     params: dict[str, frozenset[str]] = {}
-    server = MCPServer("mdmem", instructions=INSTRUCTIONS, middleware=[Gatekeeper(ctx, params)])
+    follower = ErasureFollower(ctx)
+    if follower_stop is not None:
+        follower.watch(follower_stop)
+    server = MCPServer("mdmem", instructions=INSTRUCTIONS, middleware=[Gatekeeper(ctx, params, follower)])
     for name, capability in TOOLS.items():
         if capability not in allowed:
             continue  # a tool the agent may not use is not offered at all
@@ -182,9 +252,11 @@ def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | 
 
     builder = threading.Thread(target=start, name="mdmem-index-build", daemon=True)
     builder.start()
+    stop = threading.Event()
     try:
-        build_server(repo, user, allowed, label=label, index_ready=ready).run("stdio")
+        build_server(repo, user, allowed, label=label, index_ready=ready, follower_stop=stop).run("stdio")
     finally:
+        stop.set()
         for watcher in watchers:
             watcher.stop()
         # The client left while the first catch-up may still be embedding: letting the

@@ -154,9 +154,12 @@ def listing(repo: RepoState, *, as_user: str, subject: str | None = None, kind: 
     kind_name = repo.contracts.resolve(kind).name if kind else None
     if subject:
         layout.check_subject(subject)
-    return [s for s in notes(repo, as_user=user, now=now, include_ended=include_ended)
+    rows = [s for s in notes(repo, as_user=user, now=now, include_ended=include_ended)
             if (root is None or s.root == root.rstrip("/")) and (kind_name is None or s.note.kind == kind_name)
             and (subject is None or s.note.subject == subject)]
+    # Marked as recall, get and history mark them: a note no permitted writer committed.
+    flags = repo.trust.flags_of([s.path for s in rows]) if rows else {}
+    return [replace(s, untrusted=flags[s.path].detail) if s.path in flags else s for s in rows]
 
 
 def verify(repo: RepoState, *, as_user: str | None) -> dict[str, Any]:

@@ -45,6 +45,41 @@ def stale_views(repo: RepoState) -> list[str]:
     return repo.views.stale(head) if head else []
 
 
+def forged_views(repo: RepoState) -> list[dict[str, str]]:
+    """Committed views at HEAD that differ from a fresh render of HEAD, each with the commit
+    that last changed it and who made it (mapped through [people], else the raw e-mail): a
+    view agents read first and nobody's note says, judged like a planted note."""
+    head = repo.store.head()
+    out: list[dict[str, str]] = []
+    if not head:
+        return out
+    for path in repo.views.stale(head):
+        last = repo.store.last_change(head, path)
+        commit, email = last if last else ("", "")
+        author = repo.config.committer(email) or email or "unknown"
+        out.append({"path": path, "commit": commit, "author": author,
+                    "detail": f"a MEMORY view that differs from a fresh render of its notes, last changed by {author}"})
+    return out
+
+
+def replace_forged_views(repo: RepoState, *, as_user: str | None, now: TimeLike = None) -> list[dict[str, str]]:
+    """Put a fresh render in place of every forged view: committed (as a render by ``as_user``)
+    when the caller is known, else written into the work tree only (agents reading the file
+    read the fresh render; the next commit's hook commits it). Returns the forged views."""
+    forged = forged_views(repo)
+    if not forged:
+        return []
+    if as_user is not None:
+        render(repo, as_user=as_user, now=now)
+        return forged
+    fresh = fresh_view_changes(repo)
+    for path, data in fresh.items():
+        target = repo.root / path
+        if data is not None and path in {f["path"] for f in forged}:
+            target.write_bytes(data)
+    return forged
+
+
 def render(repo: RepoState, *, as_user: str, now: TimeLike = None) -> RenderResult:
     """Regenerate the root MEMORY.md and every scope view in one commit."""
     user = require_user(as_user)

@@ -12,7 +12,8 @@ from ..policy.access import require_user
 from ..results import ReviewItem, WriteResult
 from ..storage.trailers import Trailers
 from . import write
-from ..erasure.receipt import AUDIT_PATH, erased_commit_ids
+from ..erasure.erased import known_commits
+from ..erasure.receipt import AUDIT_PATH
 from .holds import REVIEW_PREFIX, closed_ids, review_item
 from .state import RepoState
 
@@ -77,7 +78,7 @@ def approve(repo: RepoState, review_id: str, *, as_user: str, new_key: bool = Fa
     gate.check_claimed_identity(item.note.source, item.actor, item.channel)
     if item.note.owner != item.actor:
         raise Refused(f"review {review_id}: its note says owner {item.note.owner!r}, but {item.actor!r} made it")
-    if repo.store.parents(item.commit)[0] in erased_commit_ids(repo.store.show_file("HEAD", AUDIT_PATH)):
+    if repo.store.parents(item.commit)[0] in known_commits(repo.root, repo.store.show_file("HEAD", AUDIT_PATH)):
         raise Refused(f"review {review_id}: it was held on history an erasure removed; reject it")
     gate.check_approver(user, item.actor, item.channel, self_approve=repo.config.self_approve, root=root,
                         readers=repo.access.readers_of_root(root), review_id=review_id)

@@ -1,7 +1,9 @@
-"""The guard on a shared bare remote: a pre-receive hook that refuses pushes bringing erased
+"""The guard on a shared bare remote. Its pre-receive hook refuses pushes bringing erased
 history back (erased commits, erased note versions under new commits, receipts dropped from the
-append-only audit log). Erasures are known from every receipt the guard has seen, kept in a file of
-the bare repository's own that no push can change."""
+append-only audit log); when an erasure arrives (a new receipt over rewritten history) it records
+what only the old history held, in files of the bare repository's own that no push changes and
+no fetch reads (receipts carry no erased id). Its post-receive hook then expires the server's
+reflogs and prunes, so nothing erased is served by id any more."""
 from __future__ import annotations
 
 import shlex
@@ -9,37 +11,59 @@ import sys
 from pathlib import Path
 
 from ..erasure.forget import AUDIT_PATH, erased_blob_ids, erased_commit_ids
+from ..erasure.receipt import receipt_ids
 from ..errors import BadInput
-from ..storage.queries import run_git_at
+from ..model.layout import is_note_path
+from ..storage.queries import is_ancestor_at, run_git_at
 
 
 GUARD_MEMORY = "mdmem-guard-erasures.jsonl"  # in the bare repo's own folder: no push can change it
+GUARD_ERASED = "mdmem-guard-erased-ids"  # the ids erasures removed here, one a line: no fetch can read it
+GUARD_PENDING = "mdmem-guard-housekeeping"  # an erasure arrived: the post-receive hook prunes
 GUARD_CHAINED = "pre-receive.before-mdmem"  # a pre-receive hook the server had, run first
+GUARD_MARKER = "# Installed by `mdmem guard`"
+
+
+def _guard_hook(hooks: Path, name: str, what: str, command: str) -> Path:
+    """Write mdmem's ``name`` hook; a hook of that name the server had is kept as
+    ``<name>.before-mdmem`` and runs first (its refusal stands)."""
+    hook = hooks / name
+    previous = hook.with_name(f"{name}.before-mdmem")
+    if hook.exists() and GUARD_MARKER not in hook.read_text(errors="replace"):
+        if previous.exists():
+            raise BadInput(f"guard: {hook} and {previous} both exist and neither is mdmem's; merge them by hand "
+                           "(nothing changed)")
+        hook.rename(previous)  # the server's own hook (branch protection...) keeps running, first
+    hook.write_text("#!/bin/sh\n" + GUARD_MARKER + f": {what}.\n"
+                    "refs=$(cat)\n"
+                    f'if [ -x "$(dirname "$0")/{previous.name}" ]; then\n'
+                    f'  printf \'%s\\n\' "$refs" | "$(dirname "$0")/{previous.name}" || exit $?\n'
+                    "fi\n"
+                    f'printf \'%s\\n\' "$refs" | exec {shlex.quote(sys.executable)} -I -m mdmem.cli.main '
+                    f'guard {command} "$PWD"\n')
+    hook.chmod(0o755)
+    return hook
 
 
 def install_guard(bare: str | None) -> Path:
+    """A pre-receive hook refusing pushes that bring erased history back, and a post-receive
+    hook that makes an arriving erasure complete on the server: reflogs expired and the
+    erased objects pruned, so nobody can fetch them by id."""
     if not bare:
         raise BadInput("guard: give the path of the bare repository to protect")
     path = Path(bare)
     if run_git_at(path, "rev-parse", "--is-bare-repository", check=False).strip() != "true":
         raise BadInput(f"{path}: not a bare git repository")
-    hook = path / "hooks" / "pre-receive"
-    hook.parent.mkdir(parents=True, exist_ok=True)
-    marker = "# Installed by `mdmem guard`"
-    previous = hook.with_name(GUARD_CHAINED)
-    if hook.exists() and marker not in hook.read_text(errors="replace"):
-        if previous.exists():
-            raise BadInput(f"guard: {hook} and {previous} both exist and neither is mdmem's; merge them by hand "
-                           "(nothing changed)")
-        hook.rename(previous)  # the server's own hook (branch protection...) keeps running, first
-    hook.write_text("#!/bin/sh\n" + marker + ": refuse pushes that bring erased history back.\n"
-                    "refs=$(cat)\n"
-                    f'if [ -x "$(dirname "$0")/{GUARD_CHAINED}" ]; then\n'
-                    f'  printf \'%s\\n\' "$refs" | "$(dirname "$0")/{GUARD_CHAINED}" || exit $?\n'
-                    "fi\n"
-                    f'printf \'%s\\n\' "$refs" | exec {shlex.quote(sys.executable)} -I -m mdmem.cli.main '
-                    'guard --check "$PWD"\n')
-    hook.chmod(0o755)
+    hooks = path / "hooks"
+    hooks.mkdir(parents=True, exist_ok=True)
+    for name in ("pre-receive", "post-receive"):
+        previous = hooks / f"{name}.before-mdmem"
+        if (hooks / name).exists() and previous.exists() and \
+                GUARD_MARKER not in (hooks / name).read_text(errors="replace"):
+            raise BadInput(f"guard: {hooks / name} and {previous} both exist and neither is mdmem's; merge them by "
+                           "hand (nothing changed)")
+    hook = _guard_hook(hooks, "pre-receive", "refuse pushes that bring erased history back", "--check")
+    _guard_hook(hooks, "post-receive", "finish an erasure that arrived (expire reflogs, prune)", "--after")
     _remember_erasures(path, _audits(path, ("refs/heads/main", "HEAD")))
     return hook
 
@@ -59,14 +83,23 @@ def _remember_erasures(bare: str | Path, audit: str) -> None:
             f.write("".join(line + "\n" for line in new))
 
 
+def _erased_here(bare: str | Path) -> set[str]:
+    path = Path(bare) / GUARD_ERASED
+    return set(path.read_text().split()) if path.exists() else set()
+
+
 def check_push(bare: str, refs_text: str) -> list[str]:
     """For each pushed ref: the erased commits its new history would contain, the erased note
-    versions (by blob id) it would bring back under new commit ids, and receipts it would drop
-    from the audit log (append-only). Erasures are known from every receipt the guard has seen."""
+    versions it would bring back under new commit ids, and receipts it would drop from the
+    audit log (append-only). A push that brings a new receipt over history it rewrites is an
+    erasure arriving: the objects only the old history held are recorded here (the server
+    derives them itself: receipts carry no erased id) and pruned after the push."""
     memory = Path(bare) / GUARD_MEMORY
     here = (memory.read_text() if memory.exists() else "") + "\n" + _audits(bare, ("refs/heads/main", "HEAD"))
+    erased = _erased_here(bare)
     problems = []
     arriving = []
+    removed: set[str] = set()
     for line in refs_text.splitlines():
         parts = line.split()
         if len(parts) != 3 or set(parts[1]) == {"0"}:
@@ -75,25 +108,81 @@ def check_push(bare: str, refs_text: str) -> list[str]:
         pushed = run_git_at(bare, "show", f"{new}:{AUDIT_PATH}", check=False)
         arriving.append(pushed)
         if set(old) != {"0"}:
+            before = run_git_at(bare, "show", f"{old}:{AUDIT_PATH}", check=False)
             kept = set(pushed.splitlines())
-            dropped = [ln for ln in run_git_at(bare, "show", f"{old}:{AUDIT_PATH}", check=False).splitlines()
-                       if ln.strip() and ln not in kept]
+            dropped = [ln for ln in before.splitlines() if ln.strip() and ln not in kept]
             if dropped:
                 problems.append(f"{ref} removes {len(dropped)} erasure receipt(s) from {AUDIT_PATH}; the audit log "
                                 "is append-only")
                 continue
+            rewrites = not is_ancestor_at(bare, old, new)
+            if rewrites and receipt_ids(pushed) - receipt_ids(before) - receipt_ids(here):
+                # The commits and note versions only the old history held (views are derived:
+                # the same render may come again).
+                removed |= set(run_git_at(bare, "rev-list", old, f"^{new}", check=False).split())
+                listing = run_git_at(bare, "rev-list", "--objects", "--filter=object:type=blob", old, f"^{new}",
+                                     check=False)
+                removed |= {oid for oid, _, path in (ln.partition(" ") for ln in listing.splitlines())
+                            if path and is_note_path(path)}
         audit = here + "\n" + pushed
-        found = sorted(set(run_git_at(bare, "rev-list", new, check=False).split()) & erased_commit_ids(audit))
+        found = sorted(set(run_git_at(bare, "rev-list", new, check=False).split())
+                       & (erased_commit_ids(audit) | erased))
         if found:
             problems.append(f"{ref} contains {len(found)} erased commit(s) (first {found[0][:10]}); "
                             "re-clone instead of pushing an old clone")
             continue
+        forged = _forged_guide(bare, new)
+        if forged:
+            problems.append(f"{ref}: {forged}")
+            continue
         listing = run_git_at(bare, "rev-list", "--objects", new, check=False)
         objects = {ln.split(" ", 1)[0] for ln in listing.splitlines()}
-        back = objects & erased_blob_ids(audit)
+        back = objects & (erased_blob_ids(audit) | erased)
         if back:
             problems.append(f"{ref} brings back {len(back)} erased note version(s) under new commits (a rebase or "
                             "cherry-pick of erased history); re-clone and re-apply only your own changes")
     if not problems:
         _remember_erasures(bare, "\n".join(arriving))
+        if removed:
+            with open(Path(bare) / GUARD_ERASED, "a") as f:
+                f.write("".join(oid + "\n" for oid in sorted(removed - erased)))
+            (Path(bare) / GUARD_PENDING).write_text("erasure arrived\n")
     return problems
+
+
+def _forged_guide(bare: str | Path, commit: str) -> str | None:
+    """Why the root MEMORY.md at ``commit`` is not what agents may read first, or None. It is a
+    function of the commit's mdmem.toml alone, so the server renders it as any clone would: a
+    guide written by hand (an injected instruction, pushed past the hooks with --no-verify)
+    differs and is refused."""
+    from ..config import CONFIG_NAME, Config
+    from ..errors import MdmemError
+    from ..views.render import VIEW_NAME, render_root
+
+    config = run_git_at(bare, "show", f"{commit}:{CONFIG_NAME}", check=False)
+    if not config:
+        return None  # not a memory repo's history (or no config yet): nothing to render
+    try:
+        fresh = render_root(Config.parse(config.encode(), where=CONFIG_NAME))
+    except MdmemError:
+        return None  # an unreadable config is the clones' to refuse (sync names it)
+    held = run_git_at(bare, "show", f"{commit}:{VIEW_NAME}", check=False)
+    if held != fresh:
+        return (f"{VIEW_NAME} differs from a fresh render of its commit's {CONFIG_NAME} (a view written by hand "
+                "tells agents what no note says); run `mdmem render` and push again")
+    return None
+
+
+def after_push(bare: str) -> bool:
+    """(post-receive) An erasure arrived: expire every reflog and prune what no ref reaches, so
+    the erased objects are gone from the server, not only unreferenced (git serves any object
+    it has to a fetch that names its id). True when it ran."""
+    pending = Path(bare) / GUARD_PENDING
+    if not pending.exists():
+        return False
+    run_git_at(bare, "reflog", "expire", "--expire=now", "--expire-unreachable=now", "--all", check=False)
+    for keep in (Path(bare) / "objects" / "pack").glob("*.keep"):
+        keep.unlink(missing_ok=True)  # a kept pack would keep erased objects
+    run_git_at(bare, "gc", "--prune=now", "--quiet", check=False)
+    pending.unlink(missing_ok=True)
+    return True

@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..erasure.forget import AUDIT_PATH, erased_blob_ids, erased_commit_ids, purge_caches
+from ..erasure import erased as erased_record
+from ..erasure.erased import known_blobs, known_commits
+from ..erasure.receipt import receipt_ids
 from ..config import CONFIG_NAME
 from ..errors import BadInput, Conflict, GitFailed, MdmemError, Refused
 from ..ops.holds import REVIEW_PREFIX
@@ -165,8 +168,8 @@ def _sync_holds(repo, remote: str, *, push: bool, closed: set[str]) -> dict:
     fetched = sync_ops.refs_under(store, scratch)
     theirs = {n: o for n, o in fetched.items() if HOLD_ID.fullmatch(n)}
     audit = store.show_file("HEAD", AUDIT_PATH) if store.head() else ""
-    erased = erased_commit_ids(audit) | erased_blob_ids(audit)
-    needles = _erased_needles(store, erased_blob_ids(audit)) if erased else []
+    erased = known_commits(store.root, audit) | known_blobs(store.root, audit)
+    needles = _erased_needles(store, known_blobs(store.root, audit)) if erased else []
     seen: dict[str, bool] = {}  # one object walk per branch tip, however often it is asked about
 
     def on_erased(oid: str) -> bool:
@@ -233,11 +236,18 @@ def _sync_holds(repo, remote: str, *, push: bool, closed: set[str]) -> dict:
 
 def _drop_erased_leftovers(store) -> None:
     """Objects of history an erasure removed that only reflogs still reach (a replay killed
-    before it dropped them) go at the next sync."""
+    before it dropped them) go at the next sync; so does whatever unreachable a clone holds
+    when it first meets a receipt (a local `git clone` copies every object of the remote,
+    erased ones too, and receipts no longer say which those are)."""
     audit = store.show_file("HEAD", AUDIT_PATH) if store.head() else ""
-    left = sorted(sync_ops.present(store, erased_commit_ids(audit))) if audit else []
-    if left and not sync_ops.refs_containing(store, left[0]):
+    if not audit:
+        return
+    unseen = receipt_ids(audit) - erased_record.receipts(store.root)
+    left = sorted(sync_ops.present(store, known_commits(store.root, audit)))
+    if unseen or (left and not sync_ops.refs_containing(store, left[0])):
         sync_ops.drop_unreachable(store)
+        for rid in sorted(unseen):
+            erased_record.record(store.root, rid, commits=(), blobs=())
 
 
 def _erased_needles(store, erased: set[str]) -> list[str]:
@@ -380,7 +390,7 @@ def _refuse_erased(store, head, their_head, remote, branch) -> None:
     if not (here or there) or not their_head:
         return
     incoming = sync_ops.object_ids(store, their_head, exclude=head)
-    erased_here = erased_commit_ids(here)
+    erased_here = known_commits(store.root, here)
     behind = sorted(incoming & erased_here)
     if behind:
         others = store.commit_ids(their_head, exclude=head) - erased_here
@@ -395,11 +405,13 @@ def _refuse_erased(store, head, their_head, remote, branch) -> None:
             + "; the fetched history was dropped, nothing changed", publishable=not others, erased=erased_here)
     # A receipt names commits its erasure rewrote away: one its own history still holds is no
     # erasure (a forged or broken receipt line -- any teammate can append one), and believing it
-    # would stop every clone's sync for good, fresh clones included.
-    claimed = erased_commit_ids(there)
+    # would stop every clone's sync for good, fresh clones included. New receipts carry no ids:
+    # this clone's own record, and what it derives from the old history it holds.
+    claimed = (erased_commit_ids(there) | erased_record.commit_ids(store.root)
+               | _derive_erasure(store, head, their_head, there, remote, branch))
     stale = sorted(store.commit_ids("HEAD") & (claimed - store.commit_ids(their_head))) if head and claimed else []
     if stale:
-        known = sync_ops.rev(store, f"refs/remotes/{remote}/{branch}")
+        known = last_synced(store, head, remote, branch)
         own = sync_ops.commits_not_in(store, head, known) if known else []
         mine = (f"; {len(own)} commit(s) of yours are not on {remote} ("
                 + ", ".join(f"{c[:10]} {store.subject_of(c)}" for c, _ in own[:3]) + (", ..." if len(own) > 3 else "")
@@ -408,12 +420,51 @@ def _refuse_erased(store, head, their_head, remote, branch) -> None:
             f"sync: this clone holds {len(stale)} commit(s) that {remote} erased (first {stale[0][:10]}){mine}; "
             "`mdmem sync --replay` re-applies your own commits onto the erased history and drops the old one "
             "(any touching an erased note are left out and named); or re-clone; nothing changed")
-    back = incoming & (erased_blob_ids(here) | erased_blob_ids(there))
+    back = incoming & (known_blobs(store.root, here) | erased_blob_ids(there))
     if back:
         raise Refused(f"sync: {remote}/{branch} brings back {len(back)} erased note version(s) under new commits "
                       "(an old clone rebased or cherry-picked erased history); nothing was merged and the "
                       f"fetched history was dropped. Erase them from {remote} again (forget in a fresh clone of it, "
                       "with --push), and install `mdmem guard` on it")
+
+
+def last_synced(store, head: str | None, remote: str, branch: str) -> str | None:
+    """Where ``remote``'s branch was when this clone last had it on the history it still holds:
+    the newest value of its remote-tracking ref that ``head`` contains (a plain `git fetch` may
+    already have moved the ref onto the erased history; its reflog keeps the one before)."""
+    ref = f"refs/remotes/{remote}/{branch}"
+    for oid in [sync_ops.rev(store, ref)] + sync_ops.reflog(store, ref):
+        if oid and head and sync_ops.is_ancestor(store, oid, head):
+            return oid
+    return None
+
+
+def _derive_erasure(store, head, their_head, there: str, remote: str, branch: str) -> set[str]:
+    """Receipts carry no erased ids; a clone meeting an erasure made elsewhere derives them.
+    Where the remote's branch was before (its remote-tracking ref and that ref's reflog: a plain
+    `git pull` may have merged the new history in already), on history this clone still holds
+    and the remote no longer does, with a receipt the remote has and it lacked: what only that
+    old history holds was erased. Its commits and note versions are recorded in this clone
+    (erasure/erased.py) for the replay, the holds and any later sync. Returns the commits."""
+    theirs = receipt_ids(there)
+    if not head or not their_head or not theirs or theirs <= erased_record.receipts(store.root):
+        return set()
+    ref = f"refs/remotes/{remote}/{branch}"
+    for old in list(dict.fromkeys([sync_ops.rev(store, ref)] + sync_ops.reflog(store, ref)))[:REFLOG_LOOKS]:
+        if not old or sync_ops.is_ancestor(store, old, their_head) or not sync_ops.is_ancestor(store, old, head):
+            continue
+        new = theirs - receipt_ids(store.show_file(old, AUDIT_PATH))
+        if not new:
+            continue
+        commits = store.commit_ids(old, exclude=their_head)
+        blobs = sync_ops.note_blobs_only_in(store, old, their_head)
+        for rid in sorted(new):
+            erased_record.record(store.root, rid, commits=commits, blobs=blobs)
+        return commits
+    return set()
+
+
+REFLOG_LOOKS = 50  # values of the remote-tracking ref looked at for the history an erasure replaced
 
 
 class _CloneBehindErasure(Refused):
@@ -431,12 +482,12 @@ def _replay_after_erasure(repo, user: str, head: str, their_head: str, remote: s
     """This clone's own commits (made since it last synced) re-applied onto the erased history,
     which replaces the old one here; the old history's objects are dropped."""
     store = repo.store
-    known = sync_ops.rev(store, f"refs/remotes/{remote}/{branch}")
+    known = last_synced(store, head, remote, branch)
     if not known:
         raise Refused(f"sync --replay: this clone does not know where {remote}/{branch} was when it last synced; "
                       "re-clone it (save your own notes first); nothing changed")
     audit = store.show_file(their_head, AUDIT_PATH)
-    erased = erased_blob_ids(audit)
+    erased = known_blobs(store.root, audit)
     commits = sync_ops.commits_not_in(store, head, known)
     # The caches are purged before the history is replaced as well as after: killed in between,
     # the next replay finds this clone still behind and runs again; killed after the history
@@ -448,14 +499,14 @@ def _replay_after_erasure(repo, user: str, head: str, their_head: str, remote: s
     sync_ops.set_ref(store, f"refs/remotes/{remote}/{branch}", their_head)
     # git's own copies of the remote's old branches go with the old history they hold.
     for name, oid in sync_ops.refs_under(store, f"refs/remotes/{remote}/").items():
-        if oid != their_head and erased_commit_ids(audit) & store.commit_ids(oid):
+        if oid != their_head and known_commits(store.root, audit) & store.commit_ids(oid):
             sync_ops.set_ref(store, f"refs/remotes/{remote}/{name}", None)
     sync_ops.drop_unreachable(store)
     # Its caches held the old history's texts (the view cache's rows, vectors, index
     # documents), as the erasing clone's did before its purge: the same purge here,
     # again for what was rebuilt from the old history since the first.
     _purge_clone_caches(repo)
-    holding = _refs_holding(store, erased_commit_ids(audit))
+    holding = _refs_holding(store, known_commits(store.root, audit))
     if holding:
         out["still_holding_erased"] = holding
     return out
@@ -465,7 +516,7 @@ def _replay_theirs_onto_erasure(repo, user: str, head: str, their_head: str, era
     """Teammates' commits on the history this clone erased, re-applied onto the erasure so it
     can be published without losing them."""
     store = repo.store
-    erased = erased_blob_ids(store.show_file("HEAD", AUDIT_PATH))
+    erased = known_blobs(store.root, store.show_file("HEAD", AUDIT_PATH))
     commits = [(c, p) for c, p in sync_ops.commits_not_in(store, their_head, head) if c not in erased_commits]
     tip, out = _replay_commits(repo, user, commits, head, erased, "this clone", _erased_needles(store, erased))
     _refuse_dirty(store, store.tree_changes(head, tip), "replay")
@@ -479,38 +530,67 @@ def _refs_holding(store, erased_commits: set[str]) -> list[str]:
     return sorted({ref for commit in held for ref in sync_ops.refs_containing(store, commit)})
 
 
+def _scrubbed(data, needles: list[bytes]):
+    """``data`` with every quote of erased text replaced (its git mode kept), as forget scrubs."""
+    from ..erasure.needles import replace_all
+    from ..storage.objects import with_mode
+
+    if data is None:
+        return None
+    out, count = replace_all(bytes(data), needles)
+    return with_mode(out, getattr(data, "mode", 0o100644)) if count else data
+
+
 def _replay_commits(repo, user: str, commits: list[tuple[str, list[str]]], onto: str, erased: set[str],
                     where: str, needles: list[str]) -> tuple[str, dict]:
     """``commits`` (oldest first) re-applied on ``onto``: each the same change with its author and
-    message. A commit touching an erased note version is left out and named; one whose change
-    meets a different version of its file on ``onto`` (a both-sides edit), or a merge, needs a
-    person (nothing changed). Views are left to the render after sync."""
+    message, keeping what it can. Quotes of erased text are scrubbed to [removed] (in the files
+    and the message, as forget scrubs history); a file whose change meets an erased note version
+    (its version before or after is one) cannot be re-applied: it is left out, saved scrubbed
+    under .git/mdmem-left-out/<commit>/ and named, and the commit's other files are replayed.
+    One whose change meets a different version of its file on ``onto`` (a both-sides edit), or a
+    merge, needs a person (nothing changed). Views are left to the render after sync."""
+    from ..erasure.needles import REMOVED
     from ..views.fresh import is_view_path
 
     store = repo.store
+    raw = [n.encode() for n in needles]
     tip, replayed, left_out = onto, [], []
     for commit, parents in commits:
         subject = store.subject_of(commit)
         if len(parents) != 1:
             raise Conflict(f"sync --replay: {commit[:10]} is a merge; re-apply it by hand; nothing changed")
         changes = {p: d for p, d in store.tree_changes(parents[0], commit).items() if not is_view_path(p)}
-        why = _erased_change(store, parents[0], changes, erased, needles, store.message_of(commit))
-        if why:
-            left_out.append({"commit": commit, "subject": subject, "why": why})
+        touching = {p for p, d in changes.items()
+                    if {store.blob_id(p, parents[0]), None if d is None else blob_hash(d)} & erased}
+        kept = {p: _scrubbed(d, raw) for p, d in changes.items() if p not in touching}
+        quoted = sorted(p for p in kept if kept[p] is not changes[p])
+        message = store.message_of(commit)
+        clean_message = _scrubbed(message.encode(), raw).decode("utf-8", "replace")
+        if touching:
+            saved = sync_ops.save_left_out(store, commit, {p: _scrubbed(changes[p], raw) for p in sorted(touching)})
+            left_out.append({"commit": commit, "subject": _scrubbed(subject.encode(), raw).decode("utf-8", "replace"),
+                             "why": "it changes an erased note version", "paths": sorted(touching),
+                             "saved": saved})
+        if not kept:
             continue
-        base = {p: store.blob_id(p, parents[0]) for p in changes}
-        new = {p: None if d is None else blob_hash(d) for p, d in changes.items()}
-        if all(store.blob_id(path, tip) == new[path] for path in changes):
+        base = {p: store.blob_id(p, parents[0]) for p in kept}
+        new = {p: None if d is None else blob_hash(d) for p, d in kept.items()}
+        if all(store.blob_id(path, tip) == new[path] for path in kept):
             continue  # already there (a commit the remote had before its rewrite)
-        for path in changes:
+        for path in kept:
             if store.blob_id(path, tip) not in (base[path], new[path]):
                 raise Conflict(f"sync --replay: {path} differs in {where} from the version {commit[:10]} changed; "
                                "re-apply that change by hand; nothing changed")
-        if changes:
-            # Signed again only when the person replaying wrote it (their key is theirs alone).
-            mine = repo.config.committer(store.author_email_of(commit)) == user
-            tip = sync_ops.replay(store, tip, commit, changes, sign=mine)
-            replayed.append({"commit": commit, "as": tip, "subject": subject})
+        # Signed again only when the person replaying wrote it (their key is theirs alone).
+        mine = repo.config.committer(store.author_email_of(commit)) == user
+        tip = sync_ops.replay(store, tip, commit, kept, sign=mine,
+                              message=clean_message if clean_message != message else None)
+        entry = {"commit": commit, "as": tip, "subject": store.subject_of(tip)}
+        if quoted or clean_message != message:
+            entry["scrubbed"] = quoted + (["(commit message)"] if clean_message != message else [])
+            entry["why"] = f"it quoted erased text, replaced by {REMOVED}"
+        replayed.append(entry)
     return tip, {"replayed": replayed, "left_out": left_out}
 
 

@@ -540,3 +540,31 @@ def snapshot_ref(root: Path, ref: str, files: dict[str, bytes], message: str) ->
     oid = repo.create_commit(None, sig, sig, message, tree, [])
     set_ref(root, ref, str(oid))
     return str(oid)
+
+
+def configured_url(root: Path, remote: str) -> str:
+    """The URL as the person configured it (before any ``insteadOf`` rewriting): it names the host."""
+    return run_git(root, "config", "--get", f"remote.{remote}.url", check=False).strip()
+
+
+def served_by(root: Path, remote: str, ids: list[str]) -> list[str]:
+    """Which of ``ids`` (commits or blobs) ``remote`` still hands out when asked by id, asked as a
+    fresh clone would ask (a scratch repository of its own, over git's own transport: no object
+    of this clone can answer for the remote)."""
+    url = run_git(root, "remote", "get-url", remote, check=False).strip()
+    if not url or not ids:
+        return []
+    scratch = git_dir(root) / "mdmem-remote-check"
+    shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        subprocess.run(["git", "init", "-q", "--bare", str(scratch)], capture_output=True, check=True)
+        served = []
+        for oid in ids:
+            # From the clone's folder: a relative URL means what it means to the clone.
+            proc = subprocess.run(["git", f"--git-dir={scratch}", "fetch", "-q", "--no-tags", "--depth=1", url, oid],
+                                  capture_output=True, text=True, cwd=str(root))
+            if proc.returncode == 0:
+                served.append(oid)
+        return served
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

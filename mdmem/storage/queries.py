@@ -34,6 +34,21 @@ def worktree_version(data: bytes) -> str:
     return blob_hash(data.replace(b"\r\n", b"\n") if b"\r\n" in data else data)
 
 
+def git_user_email(cwd: str | Path, env: dict[str, str]) -> str | None:
+    """The e-mail a person's own `git commit` would carry from ``cwd`` (git's user.email, as
+    their config and ``env`` -- the caller's environment, passed in -- say), or None."""
+    proc = subprocess.run(["git", "config", "--get", "user.email"], capture_output=True, text=True,
+                          cwd=str(cwd), env=dict(env))
+    email = proc.stdout.strip()
+    return email if proc.returncode == 0 and "@" in email else None
+
+
+def is_ancestor_at(path: str | Path, ancestor: str, tip: str) -> bool:
+    """In a repository that is not a memory repo's store: ``ancestor`` is in ``tip``'s history."""
+    return subprocess.run(["git", "-C", str(path), "merge-base", "--is-ancestor", ancestor, tip],
+                          capture_output=True).returncode == 0
+
+
 def run_git_at(path: str | Path, *args: str, check: bool = True) -> str:
     """git in a repository that is not a memory repo's store (a bare remote the guard protects)."""
     proc = subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True)

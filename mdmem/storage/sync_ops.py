@@ -145,7 +145,8 @@ def commits_not_in(store, head: str, known: str) -> list[tuple[str, list[str]]]:
     return [(line.split()[0], line.split()[1:]) for line in out.splitlines() if line.strip()]
 
 
-def replay(store, onto: str, commit: str, changes: dict[str, bytes | None], *, sign: bool = False) -> str:
+def replay(store, onto: str, commit: str, changes: dict[str, bytes | None], *, sign: bool = False,
+           message: str | None = None) -> str:
     """A commit on ``onto`` with ``changes`` applied and ``commit``'s author, committer and
     message (its trailers say what it was): the same write on another history. No ref moves.
     ``sign``: signed with the store's key (the person replaying is its author: under
@@ -163,9 +164,32 @@ def replay(store, onto: str, commit: str, changes: dict[str, bytes | None], *, s
                                            getattr(data, "mode", pygit2.GIT_FILEMODE_BLOB)))
     source = repo[commit].peel(pygit2.Commit)
     tree = index.write_tree(repo)
+    text = source.message if message is None else message
     if sign and store.signing_key:
-        return str(store.signed_commit(source.author, source.committer, source.message, tree, [base.id]))
-    return str(repo.create_commit(None, source.author, source.committer, source.message, tree, [base.id]))
+        return str(store.signed_commit(source.author, source.committer, text, tree, [base.id]))
+    return str(repo.create_commit(None, source.author, source.committer, text, tree, [base.id]))
+
+
+LEFT_OUT = "mdmem-left-out"  # in the git dir: a replay's files it could not re-apply, scrubbed
+
+
+def save_left_out(store, commit: str, files: dict[str, bytes | None]) -> list[str]:
+    """Save what a replay could not re-apply (already scrubbed) where its person finds it:
+    ``.git/mdmem-left-out/<commit>/<path>`` (0700; a deletion is saved as ``<path>.deleted``).
+    Returns the paths as the person types them (from the work tree)."""
+    import os
+
+    from .gitdir import common_git_dir
+
+    folder = common_git_dir(store.root) / LEFT_OUT / commit[:12]
+    out = []
+    for path, data in files.items():
+        target = folder / (path + (".deleted" if data is None else ""))
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        target.write_bytes(b"" if data is None else bytes(data))
+        os.chmod(target, 0o600)
+        out.append(os.path.relpath(target, store.root))
+    return out
 
 
 def refs_containing(store, commit: str) -> list[str]:
@@ -181,3 +205,34 @@ def present(store, ids: set[str]) -> set[str]:
                           input="\n".join(sorted(ids)) + "\n", capture_output=True, text=True)
     return {line.strip() for line in proc.stdout.splitlines() if line.strip() in ids}
 
+
+
+def reflog(store, ref: str) -> list[str]:
+    """The values ``ref`` had, newest first, as its reflog tells: each entry's new value and the
+    one it replaced (a clone's first value is only ever an entry's old one: `git clone` writes
+    no reflog for remote-tracking refs, the first fetch after it does)."""
+    from .gitdir import common_git_dir
+
+    path = common_git_dir(store.root) / "logs" / ref  # refs/remotes/* are the shared git dir's
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    out: list[str] = []
+    for line in reversed(lines):
+        parts = line.split(" ", 2)
+        if len(parts) >= 2:
+            out += [oid for oid in (parts[1], parts[0]) if set(oid) != {"0"}]
+    return list(dict.fromkeys(out))
+
+
+def is_ancestor(store, ancestor: str, tip: str) -> bool:
+    return _run(store, "merge-base", "--is-ancestor", ancestor, tip).returncode == 0
+
+
+def note_blobs_only_in(store, rev: str, exclude: str) -> set[str]:
+    """The note versions (blob ids at note paths) ``rev``'s history holds and ``exclude``'s does not."""
+    from ..model.layout import is_note_path
+
+    out = _run(store, "rev-list", "--objects", "--filter=object:type=blob", rev, f"^{exclude}").stdout
+    return {oid for oid, _, path in (line.partition(" ") for line in out.splitlines()) if path and is_note_path(path)}

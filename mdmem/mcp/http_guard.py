@@ -1,0 +1,126 @@
+"""What the HTTP server admits before a request reaches the MCP transport: a rate per token
+(429 + Retry-After), and a bounded body read within a deadline (413 too large, 408 too slow).
+
+It runs after the bearer token is verified (the SDK's authentication middleware) and before
+the transport reads anything: a request without a valid token is answered 401 without its
+body being read at all. A body is read here, whole, with a cap and a clock, so a client that
+sends 100 MB or stops halfway holds only its own coroutine, never a worker thread, and is
+answered by itself while every other client goes on being served."""
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import Callable
+
+import anyio
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+class RateLimiter:
+    """A token bucket per key: ``rate`` requests a second on average, ``burst`` at once."""
+
+    def __init__(self, rate: float, burst: int, *, clock: Callable[[], float] = time.monotonic):
+        self.rate = float(rate)
+        self.burst = max(1, int(burst))
+        self._clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, at)
+        self._mutex = threading.Lock()
+
+    def take(self, key: str) -> float:
+        """0 when the request may go now (and it is counted), else the seconds until it may."""
+        if self.rate <= 0:
+            return 0.0
+        now = self._clock()
+        with self._mutex:
+            tokens, at = self._buckets.get(key, (float(self.burst), now))
+            tokens = min(float(self.burst), tokens + (now - at) * self.rate)
+            if tokens >= 1.0:
+                self._buckets[key] = (tokens - 1.0, now)
+                return 0.0
+            self._buckets[key] = (tokens, now)
+            if len(self._buckets) > 10_000:  # forget keys whose bucket is full again
+                full = [k for k, (t, a) in self._buckets.items() if t + (now - a) * self.rate >= self.burst]
+                for k in full:
+                    del self._buckets[k]
+            return (1.0 - tokens) / self.rate
+
+
+async def send_json(send: Send, status: int, body: dict, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    data = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+                            (b"connection", b"close"), *(headers or [])]})
+    await send({"type": "http.response.body", "body": data})
+
+
+class RequestGuard:
+    """ASGI middleware for the MCP endpoint ``path`` (other paths pass through untouched)."""
+
+    def __init__(self, app: ASGIApp, *, path: str, limiter: RateLimiter, max_body_bytes: int,
+                 body_seconds: float):
+        self.app = app
+        self.path = path
+        self.limiter = limiter
+        self.max_body_bytes = max_body_bytes
+        self.body_seconds = body_seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].rstrip("/") != self.path.rstrip("/"):
+            await self.app(scope, receive, send)
+            return
+        user = scope.get("user")
+        if not isinstance(user, AuthenticatedUser):
+            await self.app(scope, receive, send)  # the SDK's RequireAuthMiddleware answers 401
+            return
+        token_id = getattr(user.access_token, "token_id", user.access_token.client_id)
+        wait = self.limiter.take(token_id)
+        if wait > 0:
+            await send_json(send, 429, {
+                "error": "rate_limited",
+                "message": f"this token sent more than {self.limiter.rate:g} requests a second "
+                           f"(bursts of {self.limiter.burst}); retry after {wait:.2f} s"},
+                [(b"retry-after", str(max(1, math.ceil(wait))).encode())])
+            return
+        if scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            await self._too_large(send, int(declared))
+            return
+        body = bytearray()
+        try:
+            with anyio.fail_after(self.body_seconds):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return
+                    body += message.get("body", b"")
+                    if len(body) > self.max_body_bytes:
+                        await self._too_large(send, None)
+                        return
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            await send_json(send, 408, {"error": "request_timeout",
+                                        "message": f"the request body did not arrive within {self.body_seconds:g} s"})
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, send: Send, declared: int | None) -> None:
+        size = f"{declared} bytes" if declared is not None else "more than that"
+        await send_json(send, 413, {"error": "too_large",
+                                    "message": f"request body of {size}; this server takes at most "
+                                               f"{self.max_body_bytes} bytes a request"})

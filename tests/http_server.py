@@ -1,0 +1,106 @@
+"""Helpers for the HTTP server's tests and benchmark: start `mdmem serve --http` as a real
+process on a loopback port, and call it through the MCP SDK's own Streamable HTTP client."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+
+import httpx2
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+
+
+class ServerProcess:
+    def __init__(self, proc: subprocess.Popen, url: str, lines: list[str]):
+        self.proc = proc
+        self.url = url
+        self.lines = lines  # what it wrote on stderr (drained by a thread)
+
+    @property
+    def base(self) -> str:
+        return self.url.rsplit("/mcp", 1)[0]
+
+    def log(self) -> str:
+        return "".join(self.lines)
+
+
+def start_server(repo_root, tokens, *extra: str, env: dict | None = None, timeout: float = 60) -> ServerProcess:
+    full_env = {**os.environ, "MDMEM_EMBEDDER": "none", "MDMEM_NO_DAEMON": "1", **(env or {})}
+    full_env.pop("MDMEM_USER", None)
+    proc = subprocess.Popen([sys.executable, "-m", "mdmem.cli.main", "serve", "--http", "127.0.0.1:0",
+                             "--repo", str(repo_root), "--tokens", str(tokens), *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=full_env)
+    lines: list[str] = []
+    got_url = threading.Event()
+    url: list[str] = []
+
+    def drain() -> None:
+        for line in proc.stderr:
+            lines.append(line)
+            if not url and line.startswith("mdmem: serving "):
+                url.append(line.split()[2])
+                got_url.set()
+        got_url.set()
+
+    threading.Thread(target=drain, daemon=True).start()
+    if not got_url.wait(timeout) or not url:
+        proc.kill()
+        raise AssertionError(f"the server did not start: {''.join(lines)}")
+    server = ServerProcess(proc, url[0], lines)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:  # the socket listens before uvicorn serves: wait for an answer
+        try:
+            if httpx2.get(server.base + "/healthz", timeout=2).status_code == 200:
+                return server
+        except httpx2.HTTPError:
+            time.sleep(0.05)
+    proc.kill()
+    raise AssertionError(f"the server never answered /healthz: {server.log()}")
+
+
+@contextmanager
+def running(repo_root, tokens, *extra: str, **kw):
+    server = start_server(repo_root, tokens, *extra, **kw)
+    try:
+        yield server
+    finally:
+        if server.proc.poll() is None:
+            server.proc.terminate()
+            try:
+                server.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                server.proc.kill()
+                server.proc.wait()
+
+
+def data(result):
+    """A tool result's JSON answer (structured content or the text), or its error text."""
+    if result.is_error:
+        return result.content[0].text
+    if result.structured_content is not None:
+        out = result.structured_content
+        return out.get("result", out) if isinstance(out, dict) else out
+    text = result.content[0].text
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+async def session_calls(url: str, token: str, calls, *, list_tools: bool = False, mode: str = "auto"):
+    """Call the tools in order through one SDK client carrying ``token``; the results (and the
+    tool names offered first when ``list_tools``). ``mode="legacy"``: the initialize handshake of
+    the 2025 protocol versions, as most agents speak today."""
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+            out = []
+            if list_tools:
+                out.append(sorted(t.name for t in (await client.list_tools()).tools))
+            for name, args in calls:
+                out.append(await client.call_tool(name, args))
+            return out

@@ -1,0 +1,133 @@
+"""Erased text leaves running processes: a running MCP server lets go of what it
+held once an erasure ends (the mechanism lives in the server code every transport shares), and
+prove-gone names the running mdmem processes it cannot vouch for."""
+import asyncio
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import T0, TEAMS, run_cli
+
+from mdmem import MemoryRepo
+
+SECRET = "Dana keeps the vault key under quokkabanana plinth"
+
+
+def server_pids(root: Path) -> list[int]:
+    out = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmd = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"serve" in cmd and str(root).encode() in cmd:
+                out.append(int(proc.name))
+    return out
+
+
+def memory_holds(pid: int, needle: bytes) -> bool:
+    """Every readable, writable mapping of the process (its heap, arenas, anonymous maps)."""
+    found = False
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+        for line in maps:
+            m = re.match(r"([0-9a-f]+)-([0-9a-f]+) (\S+)", line)
+            if not m or not m.group(3).startswith("rw"):
+                continue
+            start, end = int(m.group(1), 16), int(m.group(2), 16)
+            try:
+                mem.seek(start)
+                if needle in mem.read(end - start):
+                    found = True
+            except (OSError, ValueError, OverflowError):
+                continue
+    return found
+
+
+@pytest.fixture
+def repo(tmp_path):
+    with MemoryRepo.init(tmp_path / "mem", teams=TEAMS, erasers=["dana"], now=T0, as_user="dana") as made:
+        made.remember(SECRET, as_user="dana", kind="fact", subject="service:vault", key="key.place", scope="team",
+                      team="payments", now=T0)
+        made.remember("Billing deploys any weekday before 3pm", as_user="dana", kind="fact",
+                      subject="service:billing", key="deploy.window", scope="team", team="payments", now=T0)
+        yield made
+
+
+def held_index_files(pid: int, root: Path) -> list[str]:
+    """Files under the repository's git folder the process still maps or keeps open, deleted
+    ones included (a deleted search-index segment holds the erased words on disk and in memory
+    for as long as any process keeps it)."""
+    git = str(root / ".git")
+    mapped = [line.split(None, 5)[-1].strip() for line in open(f"/proc/{pid}/maps") if git in line]
+    opened = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if git in target:
+            opened.append(target)
+    return [f for f in mapped + opened if f.endswith("(deleted)")]
+
+
+def test_a_running_mcp_server_lets_go_of_the_erased_index_after_an_erasure(repo):
+    """The server had recalled the note: its searcher maps the index segment holding the note's
+    words. The erasure deletes that segment; a server that keeps it mapped keeps the words on
+    disk (the file's blocks are freed only when the last holder lets go) and in its memory."""
+    from mcp.client import Client
+    from test_mcp import data, params
+
+    root = repo.root
+    repo.close()
+
+    async def session():
+        async with Client(params(repo, "dana", "read"), read_timeout_seconds=60) as client:
+            for _ in range(240):
+                first = data(await client.call_tool("recall", {"query": "where is the vault key"}))
+                if first.get("index") != "building":
+                    break
+                await asyncio.sleep(0.5)
+            [pid] = server_pids(root)
+            assert memory_holds(pid, b"quokkabanana")  # the scan sees what the server holds
+            erase = run_cli("forget", "--path", "team/payments/service/vault/fact/key.place.md", "--repo", str(root),
+                            "--as", "dana")
+            assert erase.returncode == 0, erase.stderr
+            deadline = time.monotonic() + 10  # no call needed: the server looks once a second
+            while held_index_files(pid, root) and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+            held = held_index_files(pid, root)
+            after = await client.call_tool("recall", {"query": "deploy window vault key"})
+            return first, held, after
+
+    first, held, after = asyncio.run(session())
+    assert "quokkabanana" in str(first)
+    assert held == []
+    assert not after.is_error and "Billing deploys" in str(data(after)) and "quokkabanana" not in str(data(after))
+
+
+def test_prove_gone_names_running_mdmem_processes_it_cannot_vouch_for(repo):
+    import subprocess
+    import sys
+
+    root = repo.root
+    repo.close()
+    env = {**os.environ, "MDMEM_EMBEDDER": "none"}
+    env.pop("MDMEM_USER", None)
+    server = subprocess.Popen([sys.executable, "-m", "mdmem.cli.main", "serve", "--repo", str(root), "--as", "dana"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.monotonic() + 20
+        while not server_pids(root) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        out = run_cli("prove-gone", "--needle", "quokkabanana", "--repo", str(root), "--as", "dana", "--json")
+        import json
+        report = json.loads(out.stdout)
+        assert any(f"pid {server.pid}" in line and "serve" in line for line in report["cannot_reach"]), \
+            report["cannot_reach"]
+    finally:
+        server.kill()
+        server.wait()

@@ -1,0 +1,128 @@
+"""The static token file and the per-token rate limit, as units (the server process's own
+tests are in test_http_server.py)."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+
+import pytest
+
+from mdmem.auth.principal import TokenRejected
+from mdmem.auth.static_tokens import TokenFile
+from mdmem.errors import BadInput, NotFound
+from mdmem.mcp.http_guard import RateLimiter
+
+
+def test_the_token_file_keeps_only_salted_hashes_and_verifies_the_secret(tmp_path):
+    tokens = TokenFile(tmp_path / "tokens.json")
+    entry, secret = tokens.add("alice", "ci-bot", frozenset({"read", "write"}))
+    other_entry, other = tokens.add("alice", "ci-bot", frozenset({"read", "write"}))
+    raw = (tmp_path / "tokens.json").read_text()
+    assert secret not in raw and secret.rsplit("_", 1)[1] not in raw
+    stored = json.loads(raw)["tokens"]
+    assert stored[0]["salt"] != stored[1]["salt"] and stored[0]["hash"] != stored[1]["hash"]
+    assert oct(os.stat(tmp_path / "tokens.json").st_mode & 0o777) == "0o600"
+    principal = tokens.verify(secret)
+    assert (principal.person, principal.agent, principal.capabilities) == ("alice", "ci-bot", {"read", "write"})
+    assert principal.token_id == f"static:{entry.id}"
+    with pytest.raises(TokenRejected, match="wrong secret"):
+        tokens.verify(secret[:-1] + ("A" if secret[-1] != "A" else "B"))
+    with pytest.raises(TokenRejected, match="wrong secret"):  # one token's id with another's secret
+        tokens.verify(f"mdmem_{entry.id}_" + other.rsplit("_", 1)[1])
+    with pytest.raises(TokenRejected, match="not a static"):
+        tokens.verify("Bearer-something")
+
+
+def test_a_revocation_by_another_process_is_seen_at_the_next_verify(tmp_path):
+    server_side = TokenFile(tmp_path / "tokens.json")
+    cli_side = TokenFile(tmp_path / "tokens.json")
+    entry, secret = cli_side.add("bob", "helper", frozenset({"read"}))
+    assert server_side.verify(secret).person == "bob"
+    cli_side.revoke(entry.id)
+    with pytest.raises(TokenRejected, match="revoked"):
+        server_side.verify(secret)
+    with pytest.raises(NotFound, match="no such token"):
+        cli_side.revoke("feedfeedfeed")
+
+
+def test_expired_static_tokens_are_refused(tmp_path):
+    tokens = TokenFile(tmp_path / "tokens.json")
+    past = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+    _, secret = tokens.add("bob", "b", frozenset({"read"}), expires="2025-06-01T00:00:00Z", now=past)
+    assert tokens.verify(secret, now=past).expires_at is not None
+    with pytest.raises(TokenRejected, match="expired"):
+        tokens.verify(secret, now=dt.datetime(2025, 7, 1, tzinfo=dt.timezone.utc))
+    with pytest.raises(BadInput, match="--expires"):
+        tokens.add("bob", "b", frozenset({"read"}), expires="2020-01-01T00:00:00Z")
+
+
+def test_bad_token_file_arguments_are_named(tmp_path):
+    tokens = TokenFile(tmp_path / "tokens.json")
+    with pytest.raises(BadInput, match="--allow"):
+        tokens.add("bob", "b", frozenset({"admin"}))
+    with pytest.raises(BadInput, match="--agent"):
+        tokens.add("bob", "bad label!", frozenset({"read"}))
+    (tmp_path / "broken.json").write_text("{not json")
+    with pytest.raises(BadInput, match="broken.json: not a readable token file"):
+        TokenFile(tmp_path / "broken.json").entries()
+
+
+def test_the_rate_limit_is_a_bucket_per_token():
+    now = [0.0]
+    limiter = RateLimiter(2.0, 3, clock=lambda: now[0])
+    assert [limiter.take("a") for _ in range(3)] == [0.0, 0.0, 0.0]
+    wait = limiter.take("a")
+    assert wait == pytest.approx(0.5)
+    assert limiter.take("b") == 0.0  # another token has its own allowance
+    now[0] += 0.5
+    assert limiter.take("a") == 0.0
+    assert RateLimiter(0, 1).take("a") == 0.0  # 0: no limit
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--http", "127.0.0.1:8765", "--as", "alice"], "over HTTP each request's token names the person"),
+    (["--http", "127.0.0.1:8765", "--agent", "bot"], "over HTTP each request's token names the person"),
+    (["--http", "localhost"], "--http: 'localhost'; give HOST:PORT"),
+    (["--http", "127.0.0.1:99999"], "give HOST:PORT"),
+    (["--http", "127.0.0.1:0", "--public-url", "memory.example.com/mcp"], "--public-url"),
+    (["--http", "127.0.0.1:0", "--rate", "-1"], "--rate: -1.0; give a number of at least 0"),
+    (["--http", "127.0.0.1:0", "--jwt-jwks", "keys.json"], "--jwt-jwks and --jwt-issuer go together"),
+])
+def test_serve_http_refuses_bad_arguments_naming_them(repo, tmp_path, capsys, args, says):
+    from mdmem.cli.main import main
+
+    code = main(["serve", "--repo", str(repo.root), "--tokens", str(tmp_path / "t.json"), *args],
+                env={"MDMEM_EMBEDDER": "none", "MDMEM_NO_DAEMON": "1", "HOME": str(tmp_path)})
+    assert code == 2
+    assert says in capsys.readouterr().err
+
+
+def test_a_flood_of_bad_tokens_does_not_flood_the_log(caplog):
+    import logging
+
+    from mdmem.mcp.http import REFUSALS_LOGGED, TokenVerifier
+
+    verifier = TokenVerifier(None, resource="http://127.0.0.1:1/mcp")  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, logger="mdmem.server"):
+        for i in range(REFUSALS_LOGGED + 50):
+            verifier.refused(f"bad token {i}")
+    assert len(caplog.records) == REFUSALS_LOGGED
+    verifier._window[0] -= 61  # a minute later
+    with caplog.at_level(logging.WARNING, logger="mdmem.server"):
+        verifier.refused("one more")
+    assert "50 more in the last minute" in caplog.records[-2].getMessage()
+    assert caplog.records[-1].getMessage() == "token refused: one more"
+
+
+def test_the_token_file_defaults_to_beside_the_users_config(repo, tmp_path, capsys):
+    from mdmem.cli.main import main
+
+    env = {"MDMEM_EMBEDDER": "none", "MDMEM_NO_DAEMON": "1", "HOME": str(tmp_path),
+           "MDMEM_CONFIG": str(tmp_path / "conf" / "config.toml")}
+    assert main(["token", "add", "--repo", str(repo.root), "--person", "bob", "--agent", "bob-bot"], env=env) == 0
+    secret = capsys.readouterr().out.strip()
+    tokens = TokenFile(tmp_path / "conf" / "server-tokens.json")
+    assert tokens.verify(secret).capabilities == {"read"}  # the default: read only
+    assert main(["token", "list", "--json"], env=env) == 0
+    assert json.loads(capsys.readouterr().out)["tokens"][0]["person"] == "bob"

@@ -1,0 +1,63 @@
+"""`sync --replay` keeps what it can: after someone else's erasure, a teammate's
+unpushed commit quoting the erased text is replayed with the quote scrubbed, unrelated notes in
+the same commit are kept, and a change to an erased note version is saved scrubbed where its
+person finds it, named, with a non-zero exit code."""
+import json
+from pathlib import Path
+
+from conftest import T0, TEAMS, git, run_cli
+
+from mdmem import MemoryRepo
+
+SECRET = "Secret vendor contract number ZX-99417 expires soon"
+VENDOR = "team/payments/service/billing/fact/vendor.md"
+
+
+def test_replay_scrubs_quotes_keeps_unrelated_notes_and_saves_what_it_cannot_keep(tmp_path):
+    root = tmp_path / "dana"
+    with MemoryRepo.init(root, teams=TEAMS, erasers=["dana"], now=T0, as_user="dana") as repo:
+        repo.remember(SECRET, as_user="dana", kind="fact", subject="service:billing", key="vendor", scope="team",
+                      team="payments", now=T0)
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
+    git(root, "remote", "add", "origin", str(bare))
+    assert run_cli("sync", "--push", "--repo", str(root), "--as", "dana").returncode == 0
+    assert run_cli("guard", str(bare)).returncode == 0
+    bob = tmp_path / "bob"
+    git(tmp_path, "clone", "-q", str(bare), str(bob))
+    # bob's unpushed work: one import of two notes (one quotes the secret), then an edit of the secret's note.
+    batch = tmp_path / "batch.jsonl"
+    common = {"kind": "decision", "scope": "team", "team": "payments"}
+    batch.write_text(json.dumps({**common, "text": f"Per the vendor note: {SECRET}. Renew in March.",
+                                 "subject": "service:billing", "key": "vendor.renewal"}) + "\n"
+                     + json.dumps({**common, "text": "The ledger database moves to Postgres 16",
+                                   "subject": "service:ledger", "key": "db"}) + "\n")
+    imported = run_cli("import", str(batch), "--as", "bob", "--new-key", "--repo", str(bob))
+    assert imported.returncode == 0, imported.stderr
+    edit = run_cli("remember", f"{SECRET}; bob owns the renewal now", "--kind", "fact", "--subject",
+                   "service:billing", "--key", "vendor", "--scope", "team", "--team", "payments", "--as", "bob",
+                   "--repo", str(bob))
+    assert edit.returncode == 0, edit.stderr
+    erase = run_cli("forget", "--path", VENDOR, "--push", "--repo", str(root), "--as", "dana")
+    assert erase.returncode == 0, erase.stdout + erase.stderr
+
+    out = run_cli("sync", "--replay", "--push", "--repo", str(bob), "--as", "bob", "--json")
+    assert out.returncode == 10, out.stdout + out.stderr
+    report = json.loads(out.stdout)
+    # The import is replayed whole: the unrelated decision as written, the quote scrubbed.
+    [replayed] = report["replayed"]
+    assert replayed["scrubbed"] == ["team/payments/service/billing/decision/vendor.renewal.md"]
+    ledger = git(bare, "show", "main:team/payments/service/ledger/decision/db.md").stdout
+    assert "Postgres 16" in ledger
+    renewal = git(bare, "show", "main:team/payments/service/billing/decision/vendor.renewal.md").stdout
+    assert "Renew in March" in renewal and "[removed]" in renewal and "ZX-99417" not in renewal
+    # The edit of the erased note cannot be re-applied: saved scrubbed, named, nothing lost silently.
+    [left] = report["left_out"]
+    assert left["paths"] == [VENDOR] and len(left["saved"]) == 1
+    saved = (bob / left["saved"][0]).read_text()
+    assert "bob owns the renewal now" in saved and "ZX-99417" not in saved
+    text = run_cli("sync", "--repo", str(bob), "--as", "bob")
+    assert text.returncode == 0
+    for where in (bob, bare):
+        assert "ZX-99417" not in git(where, "log", "--all", "-p").stdout
+    assert not any("ZX-99417" in p.read_text(errors="replace") for p in Path(bob).rglob("*.md"))
