@@ -19,7 +19,7 @@ Conversations conv-26, conv-30, conv-41, conv-42, conv-43 are the development ha
 other five are the owners' held-out test. They are skipped unless --held-out is given (for
 the owners' check), and never mixed into a development run.
 
-Usage: bench_conversations.py PATH/locomo10.json|REALTALK_DIR [--modes default,bm25,plain] [--context previous|short|meta|none]
+Usage: bench_conversations.py PATH/locomo10.json|REALTALK_DIR [--modes default,bm25,plain] [--context previous|short|meta|none|auto]
        [--conversations conv-26,...] [--held-out] [--json]
 """
 from __future__ import annotations
@@ -49,7 +49,7 @@ HELD_OUT = ("conv-44", "conv-47", "conv-48", "conv-49", "conv-50")
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 OWNER = "alice"
 SHORT_TURN = 8  # words; a turn this short often lacks its subject ("Yes, last Tuesday!")
-CONTEXTS = ("previous", "short", "meta", "none")
+CONTEXTS = ("previous", "short", "meta", "none", "auto")
 KS = (1, 5, 10)
 # mode -> (embedder backend or None for the configured default, score floor override)
 MODES = {
@@ -118,6 +118,8 @@ def build(sample: dict, path: Path, *, context: str, captions: bool) -> tuple[Me
 
     repo = MemoryRepo.init(path, teams={}, as_user=OWNER, now=dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc))
     by_path: dict[str, str] = {}
+    if context == "auto":
+        return repo, written_without_context(repo, sample, captions=captions)
     previous = None
     for t in turns(sample, captions=captions):
         ctx = None
@@ -142,6 +144,19 @@ def build(sample: dict, path: Path, *, context: str, captions: bool) -> tuple[Me
                     f"import {sample['sample_id']}\n\nMemory-Op: import\nMemory-Actor: {OWNER}\n"
                     "Memory-Source: system:import"], check=True)
     return repo, by_path
+
+
+def written_without_context(repo: MemoryRepo, sample: dict, *, captions: bool) -> dict[str, str]:
+    """The turns written through the gate (remember_many) with no context given: each turn
+    follows the one before it by itself (ops/conversation.py)."""
+    # No key: the other modes' notes have none (a key is indexed with the text).
+    items = [dict(text=note_text(t), kind="episode", subject=f"user:{OWNER}", valid_from=t["when"].isoformat(),
+                  line=t["dia_id"])
+             for t in turns(sample, captions=captions)]
+    result = repo.remember_many(items, as_user=OWNER, now=dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc))
+    if result.refused or result.held:
+        raise SystemExit(f"bench_conversations: the import refused {result.refused[:3]} held {result.held[:3]}")
+    return {c["path"]: c["line"] for c in result.committed}
 
 
 def questions(sample: dict) -> list[dict]:
@@ -226,7 +241,8 @@ def main(argv=None) -> int:
     ap.add_argument("--held-out", action="store_true", help="allow the held-out five (owners only)")
     ap.add_argument("--context", default="previous", choices=CONTEXTS,
                     help="what each turn's context holds: date, speaker and the turn before (previous), the "
-                         "turn before only for short turns (short), date and speaker (meta), nothing (none)")
+                         "turn before only for short turns (short), date and speaker (meta), nothing (none), "
+                         "none given but written through remember_many, which gives each turn the one before (auto)")
     ap.add_argument("--no-captions", action="store_true", help="leave out the captions of shared photos")
     ap.add_argument("--cache", help="an embedding cache file kept between runs (vectors by model and text)")
     ap.add_argument("--json", action="store_true")

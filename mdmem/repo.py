@@ -150,15 +150,17 @@ class MemoryRepo(RepoState):
                  source: str = "user", ttl: SpanLike = None, valid_from: TimeLike = None, new_key: bool = False,
                  expect_version: str | None = None, derived_from: list[str] | None = None,
                  context: str | None = None, now: TimeLike = None, channel: str = HUMAN,
-                 claimed_source: str | None = None) -> WriteResult:
+                 claimed_source: str | None = None, extra: Mapping[str, Any] | None = None) -> WriteResult:
         """Write one note through the gate: committed, held for review, or refused (raised).
 
         ``channel`` is who is at the other end: a person (CLI, API) or an agent (the MCP server,
-        which passes ``source="agent:<name>"`` and the source the agent claimed, if any)."""
+        which passes ``source="agent:<name>"`` and the source the agent claimed, if any).
+        ``extra``: fields another tool keeps with the note (tags, aliases, a memory tool's path)."""
         return write.remember(self, text, as_user=as_user, kind=kind, subject=subject, key=key, scope=scope,
                               team=team, owner=owner, source=source, ttl=ttl, valid_from=valid_from,
                               new_key=new_key, expect_version=expect_version, derived_from=derived_from,
-                              context=context, now=now, channel=channel, claimed_source=claimed_source)
+                              context=context, now=now, channel=channel, claimed_source=claimed_source,
+                              extra=extra)
 
     def remember_many(self, items: Iterable[Mapping[str, Any]], *, as_user: str, now: TimeLike = None,
                       new_key: bool = False, batch_size: int = 1000,
@@ -179,10 +181,12 @@ class MemoryRepo(RepoState):
 
     # --- a note's end (ops/lifecycle.py) --------------------------------------------------
     def retire(self, *, as_user: str, path: str, valid_until: TimeLike = None, expect_version: str | None = None,
-               now: TimeLike = None) -> WriteResult:
-        """Mark a note as no longer true from ``valid_until`` (default now)."""
+               now: TimeLike = None, channel: str = HUMAN, source: str | None = None) -> WriteResult:
+        """Mark a note as no longer true from ``valid_until`` (default now). Over the agent
+        ``channel`` (``source="agent:<name>"``) the gate judges it like the agent's write of
+        that note: committed, or held for a person's review."""
         return lifecycle.retire(self, as_user=as_user, path=path, valid_until=valid_until,
-                                expect_version=expect_version, now=now)
+                                expect_version=expect_version, now=now, channel=channel, source=source)
 
     def sweep(self, *, as_user: str, now: TimeLike = None) -> SweepResult:
         """Remove expired notes the user may write, in one commit."""

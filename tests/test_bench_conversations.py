@@ -79,3 +79,13 @@ def test_a_realtalk_folder_is_a_second_development_set(tmp_path):
     empty.mkdir()
     r = run(str(empty))
     assert r.returncode == 0 and "Skipped" in r.stdout
+
+
+def test_the_auto_context_mode_writes_the_turns_through_the_gate_and_scores_them(tmp_path):
+    """--context auto: no context given, the turns written with remember_many, each following the one before."""
+    data = tmp_path / "locomo10.json"
+    data.write_text(json.dumps([sample("conv-26")]))
+    r = run(str(data), "--modes", "bm25", "--context", "auto", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["bm25"]["queries"] == 2 and out["bm25"]["hit@1"] == 1.0

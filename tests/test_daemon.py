@@ -271,15 +271,21 @@ def test_it_exits_when_idle(mem):
     assert not os.path.exists(launch.socket_path(str(mem)))
 
 
-def test_a_repo_too_deep_for_a_socket_is_said_and_calls_still_work(tmp_path):
+def test_a_repo_too_deep_for_a_socket_in_its_git_folder_still_gets_a_daemon_and_answers(tmp_path):
+    """Without a runtime folder the socket goes to /tmp/mdmem-<uid>, keyed by the repository."""
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     repo = MemoryRepo.init(deep / "mem", teams=TEAMS, now=T0, as_user="mdmem", people=PEOPLE)
     team_fact(repo, "Billing deploys on Tuesdays after the bluebird review")
     repo.close()
-    r = cli("daemon", "start", cwd=repo.root)
-    assert r.returncode == 2 and "108 bytes" in r.stderr
-    assert "bluebird" in cli("recall", "bluebird", "--as", "bob", cwd=repo.root).stdout
-    assert not cache_dir(repo.root).joinpath("daemon.log").exists()
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    r = subprocess.run([sys.executable, "-m", "mdmem.cli.launch", "daemon", "start"], cwd=repo.root, env=env,
+                       capture_output=True, text=True)
+    try:
+        assert r.returncode == 0, r.stderr
+        assert "bluebird" in cli("recall", "bluebird", "--as", "bob", cwd=repo.root).stdout
+    finally:
+        subprocess.run([sys.executable, "-m", "mdmem.cli.launch", "daemon", "stop"], cwd=repo.root, env=env,
+                       capture_output=True, text=True)
 
 
 def test_a_committed_mdmem_package_in_the_repo_is_not_what_the_daemon_runs(mem):

@@ -25,7 +25,7 @@ MACHINE_PATHS = [
     re.compile(r"/home/"),
     re.compile(r"/Users/"),
     re.compile(r"/root/"),
-    re.compile(r"/tmp/\w"),
+    re.compile(r"/tmp/(?!mdmem-)\w"),  # /tmp/mdmem-<uid>: the daemon's socket folder on every machine
     re.compile(r"\bnotes/(issue|attack)"),
     re.compile(r"\bscratch/"),
     re.compile(r"\bscratch [\w/.-]+\.py\b"),

@@ -1,20 +1,27 @@
-"""mdmem hooks install | mdmem hooks run NAME [ARGS]: the git hooks that travel with the repo."""
+"""mdmem hooks install | mdmem hooks run NAME [ARGS]: the git hooks that travel with the repo.
+mdmem hooks claude-code install [--settings FILE] | run EVENT: Claude Code's hooks fed from mdmem."""
 from __future__ import annotations
 
 import os
 import sys
 
-from ..errors import Conflict
+from ..errors import Conflict, MdmemError
 from .context import add_common
 
 
 def register(sub) -> None:
     p = sub.add_parser("hooks", help="install mdmem's git hooks from its package into .git/hooks (install; commits the "
                        "merge driver's attributes, so it names who acts), or run one (run NAME)")
-    p.add_argument("action", choices=["install", "run"])
-    p.add_argument("hook", nargs="?", help="with run: pre-commit, post-merge or post-rewrite")
+    p.add_argument("action", choices=["install", "run", "claude-code"],
+                   help="claude-code: Claude Code's hooks (claude-code install, or claude-code run EVENT)")
+    p.add_argument("hook", nargs="?", help="with run: pre-commit, post-merge or post-rewrite; with claude-code: "
+                   "install or run")
     p.add_argument("hook_args", nargs="*", help=
-                   "with run: the arguments git passes the hook")
+                   "with run: the arguments git passes the hook; with claude-code run: the event "
+                   "(SessionStart, UserPromptSubmit, PreCompact, SessionEnd)")
+    p.add_argument("--settings", help="with claude-code install: the settings file to add the hooks to "
+                   "(default .claude/settings.json in the current folder; ~/.claude/settings.json for all projects)")
+    p.add_argument("--subject", help="with claude-code: the subject of session episodes (default project:<folder>)")
     add_common(p)
     p.set_defaults(run=run, skip_hook_check=True)
 
@@ -24,6 +31,8 @@ def run(ctx) -> int:
     from ..hooks import run as running
 
     a = ctx.args
+    if a.action == "claude-code":
+        return claude_code(ctx)
     if a.action == "install":
         out = installing.install(ctx.repo(), as_user=ctx.user, python=sys.executable, now=ctx.now)
         for notice in out["notices"]:
@@ -83,3 +92,62 @@ def _actor(store, root) -> str:
         return git_user(store, Config.load(root))
     except BadInput:
         return "mdmem"
+
+
+def claude_code(ctx) -> int:
+    """Claude Code's hooks: install them into a settings file, or answer one (JSON on stdin)."""
+    import shlex
+    from pathlib import Path
+
+    from ..errors import BadInput
+    from ..interop import claude_code as cc
+
+    a = ctx.args
+    if a.hook == "install":
+        repo = ctx.repo()
+        settings = Path(ctx.cwd, a.settings) if a.settings else Path(ctx.cwd) / ".claude" / "settings.json"
+        # The `mdmem` script this call ran as, when it did: the hook's calls then share the daemon
+        # the person's own `mdmem` calls start (its code stamp names the interpreter path).
+        entry = [os.path.abspath(sys.argv[0])] if os.path.basename(sys.argv[0]) == "mdmem" else \
+            [sys.executable, "-m", "mdmem.cli.launch"]
+        command = " ".join(shlex.quote(x) for x in (*entry, "hooks", "claude-code", "run"))
+        options = " ".join(shlex.quote(x) for x in ("--repo", str(repo.root), "--as", ctx.user,
+                                                     *(("--subject", a.subject) if a.subject else ())))
+        out = cc.install_settings(settings, command, options)
+        ctx.emit(out, f"Claude Code hooks ({', '.join(out['events'])}) written to {out['settings']}")
+        return 0
+    if a.hook != "run" or len(a.hook_args) != 1 or a.hook_args[0] not in cc.EVENTS:
+        raise BadInput(f"hooks claude-code: give install, or run EVENT with EVENT one of {', '.join(cc.EVENTS)}")
+    try:
+        return _answer(ctx, a.hook_args[0])
+    except MdmemError as exc:
+        # Claude Code blocks the prompt (or the compaction) on exit 2: a hook that fails says why
+        # and lets the session go on.
+        print(f"mdmem: {exc}", file=sys.stderr)
+        return 1
+
+
+def _answer(ctx, event: str) -> int:
+    import json
+
+    from ..interop import claude_code as cc
+
+    a = ctx.args
+    payload = cc.read_input(sys.stdin.buffer.read(cc.MAX_INPUT_BYTES + 1))
+    repo = ctx.repo()
+    if event == "SessionStart":
+        print(json.dumps(cc.session_start(repo, as_user=ctx.user, now=ctx.now)))
+    elif event == "UserPromptSubmit":  # cli/launch.py answers it through the daemon; this is the same, here
+        from ..interop.hook_output import added_context, prompt_context
+
+        prompt = payload.get("prompt")
+        hits = repo.recall(prompt[:2000], as_user=ctx.user, k=3, now=ctx.now) if isinstance(prompt, str) \
+            and prompt.strip() else []
+        text = prompt_context([h.to_dict() for h in hits])
+        if text:
+            print(json.dumps(added_context(event, text)))
+    else:
+        result = cc.record_session(repo, payload, as_user=ctx.user, subject=a.subject, now=ctx.now)
+        if result is not None:
+            print(f"mdmem: session recorded as {result.path} ({result.status})", file=sys.stderr)
+    return 0

@@ -53,6 +53,8 @@ def entry() -> None:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:4] == ["hooks", "claude-code", "run", "UserPromptSubmit"]:
+        return prompt_hook(argv[4:])  # Claude Code waits on it before every prompt
     start_for = None  # the repo whose daemon to start once this call has run here
     if argv and argv[0] in READ_ONLY and not switch(os.environ, "MDMEM_NO_DAEMON", False) \
             and sys.stdout is not None and sys.stderr is not None:
@@ -82,6 +84,30 @@ def main(argv: list[str]) -> int:
     if start_for is not None and rc == 0:  # (a call that failed may name no usable repo or user)
         autostart(start_for)
     return rc
+
+
+def prompt_hook(rest: list[str]) -> int:
+    """Claude Code's UserPromptSubmit hook (cli/prompt_hook.py): its recall handed to the daemon
+    like any read-only call, else run here."""
+    from . import prompt_hook as hook
+
+    parsed = hook.parse(rest, sys.stdin.buffer.read(hook.MAX_INPUT_BYTES + 1))
+    if isinstance(parsed, int):
+        return parsed
+    recall, cwd = parsed
+    reply, start_for = None, None
+    if not switch(os.environ, "MDMEM_NO_DAEMON", False):
+        root = repo_root_for_call(recall, os.environ, cwd)
+        path = socket_path(root) if root is not None else None
+        reply = ask_daemon(path, recall, os.environ, cwd) if path is not None else None
+        if reply is None and path is not None and switch(os.environ, "MDMEM_DAEMON_AUTOSTART", True):
+            start_for = root
+    if reply is not None and "rc" in reply:
+        return hook.answer(int(reply["rc"]), reply.get("stdout", ""), reply.get("stderr", ""))
+    rc, out, err = hook.run_here(recall)
+    if start_for is not None and rc == 0:
+        autostart(start_for)
+    return hook.answer(rc, out, err)
 
 
 def switch(env, name: str, default: bool) -> bool:

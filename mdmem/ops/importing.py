@@ -106,12 +106,17 @@ def read_markdown_folder(folder: Path, defaults: dict | None = None) -> Loaded:
     return out
 
 
-def _read_markdown(full: Path, rel: str, defaults: dict) -> dict:
+def read_frontmatter_file(full: Path, rel: str, max_bytes: int = MAX_ITEM_BYTES) -> tuple[dict, str]:
+    """A markdown file's frontmatter (a mapping; {} without one) and body, read as an import
+    reads it: a regular file (no symlink), at most ``max_bytes``, UTF-8, YAML without aliases
+    and not nested deeper than MAX_DEPTH. BadInput (naming ``rel``) otherwise."""
     if full.is_symlink():
         raise BadInput(f"{rel}: a symlink; import reads regular files only")
+    if not full.is_file():
+        raise BadInput(f"{rel}: not a regular file")
     size = full.stat().st_size
-    if size > MAX_ITEM_BYTES:
-        raise BadInput(f"{rel}: {size} bytes; a note is at most {MAX_ITEM_BYTES}")
+    if size > max_bytes:
+        raise BadInput(f"{rel}: {size} bytes; a note is at most {max_bytes}")
     try:
         data = full.read_bytes().decode("utf-8")
     except UnicodeDecodeError:
@@ -129,7 +134,14 @@ def _read_markdown(full: Path, rel: str, defaults: dict) -> dict:
             raise BadInput(f"{rel}: frontmatter does not parse: {str(exc).splitlines()[0]}") from None
         if not isinstance(meta, dict):
             raise BadInput(f"{rel}: frontmatter is not a mapping")
+        if _depth(meta) > MAX_DEPTH:
+            raise BadInput(f"{rel}: frontmatter nested deeper than {MAX_DEPTH} levels")
         body = "\n".join(lines[end + 1:])
+    return meta, body
+
+
+def _read_markdown(full: Path, rel: str, defaults: dict) -> dict:
+    meta, body = read_frontmatter_file(full, rel)
     kept = {k: v for k, v in meta.items() if k in EDITOR_FIELDS and k != "id" and v is not None}
     meta = {k: v for k, v in meta.items() if k not in EDITOR_FIELDS}
     if kept:

@@ -8,16 +8,24 @@ from ..policy.access import require_user
 from ..results import SweepResult, WriteResult
 from ..storage.trailers import Trailers
 from ..storage.worktree import scan_notes
-from . import read, write
+from ..model import layout
+from . import holds, read, write
 from .state import RepoState
 
 
 def retire(repo: RepoState, *, as_user: str, path: str, valid_until: TimeLike = None,
-           expect_version: str | None = None, now: TimeLike = None) -> WriteResult:
-    """Mark a note as no longer true from ``valid_until`` (default now)."""
+           expect_version: str | None = None, now: TimeLike = None, channel: str = gate.HUMAN,
+           source: str | None = None) -> WriteResult:
+    """Mark a note as no longer true from ``valid_until`` (default now). Over the agent channel
+    the gate judges the retirement like the agent's write of that note (its kind, its root):
+    trusted, it is committed with the agent named; else it is held for a person's review."""
     user = require_user(as_user)
     when = resolve_write_time(now)
     end = parse_time(valid_until, field="valid_until") if valid_until is not None else when
+    if channel not in gate.CHANNELS:
+        raise BadInput(f"channel: {channel!r}; use {gate.HUMAN!r} or {gate.AGENT!r}")
+    if channel == gate.AGENT and not (source and gate.is_agent_source(source)):
+        raise BadInput(f"source: a retirement over the agent channel is recorded as agent:<name>, not {source!r}")
 
     def prepare_now() -> write.Pending:
         stored = read.visible_stored(repo, user, path)
@@ -28,8 +36,21 @@ def retire(repo: RepoState, *, as_user: str, path: str, valid_until: TimeLike = 
         if stored.note.valid_from is not None and end < stored.note.valid_from:
             raise BadInput(f"valid_until: {format_time(end)} is before the note's valid_from "
                            f"{format_time(stored.note.valid_from)}; give a time at or after it")
-        return write.Pending(path, stored.note.evolve(valid_until=end), "retire", stored.version)
+        pending = write.Pending(path, stored.note.evolve(valid_until=end), "retire", stored.version)
+        if source is not None:
+            pending.extra_trailers = (("Memory-Acting-Source", source),)
+        return pending
 
+    if channel == gate.AGENT and source is not None:
+        with repo.store.locked():
+            pending = prepare_now()
+            trust = repo.config.trust
+            verdict = gate.judge_source(source, repo.contracts.resolve(pending.note.kind), trust.sources,
+                                        trust.agent_kinds, root=layout.root_of(path),
+                                        agent_team_kinds=trust.agent_team_kinds)
+            if not verdict.trusted:
+                return holds.hold(repo, user, path, pending.note, verdict.reason, when, channel=channel,
+                                  new_key=False, expect_version=pending.superseded, claimed_source=None)
     return write.commit_pending(repo, user, when, prepare_now)
 
 

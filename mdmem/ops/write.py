@@ -26,6 +26,7 @@ from ..storage.trailers import Trailers
 from ..storage.queries import blob_hash
 from ..storage.worktree import StoredNote, live_in_dir
 from . import holds, read, render
+from .conversation import Turns
 from .state import RepoState
 
 # What one item of remember_many may hold: remember's arguments.
@@ -60,7 +61,7 @@ def remember(repo: RepoState, text: str, *, as_user: str, kind: str, subject: st
              source: str = "user", ttl: SpanLike = None, valid_from: TimeLike = None, new_key: bool = False,
              expect_version: str | None = None, derived_from: list[str] | None = None,
              context: str | None = None, now: TimeLike = None, channel: str = HUMAN,
-             claimed_source: str | None = None) -> WriteResult:
+             claimed_source: str | None = None, extra: Mapping[str, Any] | None = None) -> WriteResult:
     """Write one note through the gate: committed, held for review, or refused (raised).
 
     ``channel`` is who is at the other end: a person (CLI, API) or an agent (the MCP server,
@@ -70,7 +71,7 @@ def remember(repo: RepoState, text: str, *, as_user: str, kind: str, subject: st
     path, note, contract, provenance = draft(
         repo, user, text, kind=kind, subject=subject, key=key, scope=scope, team=team, owner=owner, source=source,
         ttl=ttl, valid_from=valid_from, derived_from=derived_from, channel=channel,
-        claimed_source=claimed_source, when=when, context=context)
+        claimed_source=claimed_source, when=when, context=context, turns=Turns(repo), extra=extra)
     if not provenance.trusted:
         with repo.store.locked():
             pending = prepare(repo, user, path, note, contract, new_key=new_key,
@@ -78,11 +79,11 @@ def remember(repo: RepoState, text: str, *, as_user: str, kind: str, subject: st
             return holds.hold(repo, user, path, pending.note, provenance.reason, when, channel=channel,
                               new_key=new_key, expect_version=expect_version, claimed_source=claimed_source)
     repo.writing([note])  # its embedding starts now, beside the lock, the gate and the commit
-    extra = (("Memory-Claimed-Source", claimed_source),) if claimed_source else ()
+    trailers = (("Memory-Claimed-Source", claimed_source),) if claimed_source else ()
 
     def prepare_now() -> Pending:
         pending = prepare(repo, user, path, note, contract, new_key=new_key, expect_version=expect_version, now=when)
-        pending.extra_trailers = extra
+        pending.extra_trailers = trailers
         return pending
 
     return commit_pending(repo, user, when, prepare_now)
@@ -92,9 +93,11 @@ def draft(repo: RepoState, user: str, text: str, *, kind: str, subject: str, key
           team: str | None, owner: str | None, source: str, ttl: SpanLike, valid_from: TimeLike,
           derived_from: list[str] | None, when: _dt.datetime, channel: str = HUMAN,
           claimed_source: str | None = None, context: str | None = None,
-          extra: Mapping[str, Any] | None = None) -> Draft:
+          extra: Mapping[str, Any] | None = None, turns: Turns | None = None) -> Draft:
     """The note a write would store, its path, its contract and the provenance verdict;
-    raises on bad input or a scope the user may not write (remember and remember_many)."""
+    raises on bad input or a scope the user may not write (remember and remember_many).
+    ``turns``: an episode without a context given follows the turn before it, if any
+    (ops/conversation.py)."""
     scope = layout.default_scope(scope, team)
     contract = repo.contracts.resolve(kind)
     layout.check_subject(subject)
@@ -125,6 +128,9 @@ def draft(repo: RepoState, user: str, text: str, *, kind: str, subject: str, key
         gate.check_agent_ttl(ttl_delta, contract, repo.config.trust.agent_max_ttl)
     root = read.root_for(user, scope, team, owner)
     path = read.path_for(root, contract, subject, key, start, text)
+    if context is None and turns is not None and contract.name == "episode":
+        repo.access.check_write(user, root)  # only a root the writer may write is read for the turn before
+        context = turns.context_for(root, subject, user, start, text)
     note = Note(id=new_id(), kind=contract.name, subject=subject, key=key, scope=scope,
                 team=team if scope == "team" else None, owner=user, source=source,
                 valid_from=start, expires_at=add_span(start, ttl_delta) if ttl_delta is not None else None,
@@ -196,6 +202,7 @@ def _remember_many(repo: RepoState, user: str, when: _dt.datetime, items: list[M
     result = BatchResult()
     batch: list[BatchItem] = []
     in_batch: set[str] = set()  # the batch's paths
+    turns = Turns(repo)  # a conversation's turns follow one another (ops/conversation.py)
     for n, given in enumerate(items, 1):
         item = dict(given)
         line = item.pop("line", n)
@@ -210,7 +217,7 @@ def _remember_many(repo: RepoState, user: str, when: _dt.datetime, items: list[M
             text = fields.pop("text", None)
             if "kind" not in fields or "subject" not in fields:
                 raise BadInput("kind, subject: every item needs both")
-            drafted = draft(repo, user, text, when=when, **{"key": None, "scope": "private", "team": None,
+            drafted = draft(repo, user, text, when=when, turns=turns, **{"key": None, "scope": "private", "team": None,
                                                             "owner": None, "source": "user", "ttl": None,
                                                             "valid_from": None, "derived_from": None, **fields})
         except MdmemError as exc:

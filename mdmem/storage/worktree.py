@@ -167,3 +167,28 @@ def live_in_dir(root: Path, folder: str, contracts: Contracts, now: _dt.datetime
         if stored is not None and stored.note.is_live(now):
             out.append(stored)
     return out
+
+
+def notes_named(root: Path, folder: str, prefixes: tuple[str, ...], contracts: Contracts, *,
+                max_bytes: int | None = None) -> list[StoredNote]:
+    """The notes directly in ``folder`` whose file names start with one of ``prefixes`` (an
+    episode folder's day, ``2026-10-01-``): a look at one day, not at every file of a month
+    (broken ones skipped)."""
+    base = root / folder
+    try:
+        names = sorted(os.listdir(base))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    if os.path.islink(base):
+        return []
+    out = []
+    for name in names:
+        if not name.endswith(".md") or not name.startswith(prefixes):
+            continue
+        try:
+            stored = read_note(root, f"{folder}/{name}", contracts, max_bytes=max_bytes)
+        except NoteInvalid:
+            continue
+        if stored is not None:
+            out.append(stored)
+    return out
