@@ -101,8 +101,8 @@ def test_a_retried_flush_undoes_a_persons_git_add_of_the_note(repo):
     index flush. A long-lived process (index_delay 0.2 s, as `mdmem serve`) writes a note; a
     person's git holds git's index.lock at that moment (their own `git add`, `git commit -a` with
     its editor open, a long `git status`... any git command that writes the index), so the deferred
-    flush fails ("the index is locked") and, since 4324403, keeps its entries and re-arms a timer
-    (gitstore.py:761-769: 0.2, 0.4, 0.8, 1.6 s...). The person's git ends; the person edits the note
+    flush fails ("the index is locked") and keeps its entries and re-arms a timer
+    (storage/gitindex.py: 0.2, 0.4, 0.8, 1.6 s...). The person's git ends; the person edits the note
     and runs `git add` on it. The next retry then writes HEAD's entry over the person's staged
     version (flush_index, gitstore.py:749-756: stage() of HEAD's blob whenever the file differs
     from HEAD, whatever the index holds now): `git diff --cached` loses the person's change and a
@@ -127,7 +127,7 @@ def test_a_retried_flush_undoes_a_persons_git_add_of_the_note(repo):
         r.remember("Deploys happen on Fridays", as_user="bob", kind="fact", subject="service:billing",
                    key="deploy.window", scope="team", team="payments")
         print("written", flush=True)
-        for line in sys.stdin:  # failed flushes in a row (-1 before 4324403, which had no count)
+        for line in sys.stdin:  # failed flushes in a row (-1 where the store keeps no count)
             print(getattr(r.store, "_flush_failures", -1), r.store.last_repair_error or "", flush=True)
     """)
     lock = root / ".git" / "index.lock"

@@ -23,8 +23,8 @@ def test_two_writers_in_a_loop_starve_forget(with_worktree, monkeypatch):
     and a script): `forget` in the main worktree never gets the gate and fails with LockTimeout
     ("writers in this repository's worktrees held it for 60s; try again") -- and trying again
     fails the same way for as long as they write. Measured: with LOCK_TIMEOUT_SECONDS=10 it
-    fails every time on d86c6c5; on its parent (b880321, forget taking the write locks) the same
-    forget succeeded in ~5 s. An erasure (a GDPR-style request) that cannot run while the memory
+    failed every time while forget waited for the linked worktrees' writers; taking the write locks
+    instead, the same forget succeeded in ~5 s. An erasure (a GDPR-style request) that cannot run while the memory
     is in use is a real failure.
 
     Cause: GitStore.locked (mdmem/storage/gitstore.py:222-226) takes the gate SHARED before
@@ -79,8 +79,7 @@ def test_forget_deadlocks_with_a_reader_holding_the_index_lock(with_worktree):
     at the next self.git() (refresh_stat_if_moved): measured 2 x LOCK_TIMEOUT_SECONDS = 120 s,
     exactly the index lock's 120 s, so at the defaults forget itself may fail with LockTimeout
     half way (journal left at "cleaned", every linked worktree refused until it is resumed).
-    Not new in d86c6c5 (its parent deadlocks the same way on the write lock), but the gate did
-    not fix it. A normal forget here takes ~1-2 s; this one must finish within 25 s."""
+    Taking the write locks instead deadlocks the same way; the gate alone did not fix it. A normal forget here takes ~1-2 s; this one must finish within 25 s."""
     repo, _ = with_worktree
     reader = deferring_reader(repo.root)
     result: dict = {}

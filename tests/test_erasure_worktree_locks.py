@@ -204,7 +204,7 @@ def test_a_worktree_added_while_forget_waits_is_not_locked(with_worktree, monkey
 def test_writes_in_a_worktree_added_while_forget_waits_corrupt_the_repository(with_worktree, monkeypatch, tmp_path):
     """The damage: the same race as above with a real writer: a worktree added while forget waits
     for `wt`'s writer, and an agent there remembering notes in a loop (each acknowledged).
-    Observed on e3b2753 (every run): either `git gc --prune=now` deletes a commit the writer had just
+    Observed every run before the gate: either `git gc --prune=now` deletes a commit the writer had just
     written, its branch then points at a missing object (`git fsck`: "refs/heads/side2: invalid sha1
     pointer", `git log --all` fatal, every later write in wt2 a raw KeyError, acknowledged notes gone),
     or git-filter-repo fails half way ("cannot lock ref refs/heads/side2: is at X but expected Y")

@@ -184,7 +184,7 @@ def test_a_writer_killed_mid_write_frees_the_lock_even_if_it_forked_a_worker(rep
     runs only on that Lock's next acquire/release). So when the parent dies mid-write, the
     forked worker keeps the repo's write lock for as long as it lives, and every writer in
     every process fails with LockTimeout after 60 s. filelock (before this change) closed
-    inherited descriptors in the child at fork time: the same scenario at 9edb098 takes the
+    inherited descriptors in the child at fork time: with that, the same scenario takes the
     lock at once. (The index lock, note_index.index_lock, had the same flaw.)"""
     from mdmem.storage import locking
 
@@ -214,7 +214,7 @@ def test_a_link_to_a_folder_at_the_lock_path_does_not_break_every_write(repo, tm
     (locks.py:60): every remember of every process crashes with an OSError (not an mdmem
     error) until a person finds and removes the link. A link to a missing folder
     (FileNotFoundError) does the same. The write lock's path is mdmem's own; a link found
-    there should be dropped like the folder is. (Not a regression: at 9edb098 filelock opened
+    there should be dropped like the folder is. (Not a regression: filelock opened
     with O_NOFOLLOW and failed on every link with ELOOP; the new Lock follows links to files,
     as designed, but still crashes on a link to a folder or into a missing folder.)"""
     lock = repo.store.lock_dir / "write.lock"

@@ -363,7 +363,7 @@ def test_notes_written_by_a_few_processes_rank_as_a_rebuild_once_merged(repo, tm
     lengths. So once the segments holding them are merged, BM25F's average field lengths (and
     every score) differ from a rebuild of the same notes (~2-3e-4 relative here), with no
     update or deletion at all. The repository holds recall to "ranks exactly as a full reindex"
-    (tests/test_recent_notes.py, exact bm25); before d0895c5 these 5 segments were not merged
+    (tests/test_recent_notes.py, exact bm25); when small segments were not merged, these 5 segments stayed apart
     (NO_MERGE below 8) and the scores were equal. Fixed since: recall's BM25F
     statistics are the reader's (bm25.Visible), summed from each document's stored length byte,
     which a merge copies as it is."""
