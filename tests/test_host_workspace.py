@@ -293,11 +293,13 @@ def test_the_hosts_guard_refuses_erased_history_coming_back_on_a_hold_branch(git
     dana_ws = served.workspace("dana")
     stale = served.tmp / "carol-stale"         # a plain clone from before the erasure
     served.host.git("carol", "clone", "-q", served.url("team/search"), str(stale))
+    # The guard is in place before the erasure: it learns the erased ids as the erasure's push
+    # arrives (the committed receipt names none, so nothing else could tell it).
+    served.host.run_as_host(sys.executable, "-I", "-m", "mdmem.cli.main", "guard",
+                            str(served.host.bare(f"{served.ns}/team/search")))
     with served.acting("dana"), Workspace.open(dana_ws, embedder="none") as ws:
         ws.sync(as_user="dana")
         ws.forget(as_user="dana", subject="user:bob", push=True, force=True, now=T3)
-    served.host.run_as_host(sys.executable, "-I", "-m", "mdmem.cli.main", "guard",
-                            str(served.host.bare(f"{served.ns}/team/search")))
     back = served.host.git("carol", "push", served.url("team/search"), "HEAD:refs/heads/review/sneak", cwd=stale,
                            check=False)
     assert back.returncode != 0 and "mdmem: refused" in back.stderr, back.stderr
