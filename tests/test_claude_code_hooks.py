@@ -191,3 +191,26 @@ def test_install_refuses_a_hooks_entry_of_another_shape_naming_it_and_leaves_the
     assert r.returncode != 0 and "Traceback" not in r.stderr.decode(), r.stderr
     assert f"hooks.{next(iter(hooks))}" in r.stderr.decode() and "a list of objects" in r.stderr.decode()
     assert settings.read_text() == before
+
+
+@pytest.mark.parametrize("prompt", ["-k", "--as=alice", "--help", "--json=1 bluebird"])
+def test_a_prompt_that_looks_like_an_option_is_a_question_never_an_option(mem, prompt):
+    # Run as MDMEM_USER (no --as on the hook's line): "--as=alice" must not act as alice, and an
+    # option argparse refuses must not exit 2, which would block the person's prompt.
+    repo = MemoryRepo(mem)
+    repo.remember("Alice's bluebird vault code is 4455", as_user="alice", kind="fact", subject="user:alice",
+                  key="vault", source="user")
+    repo.close()
+    r = cli("hooks", "claude-code", "run", "UserPromptSubmit", "--repo", str(mem), cwd=mem,
+            input=json.dumps({"prompt": prompt}).encode(), env={"MDMEM_NO_DAEMON": "1", "MDMEM_USER": "bob"})
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert b"4455" not in r.stdout and b"usage" not in r.stdout.lower()
+    if "bluebird" in prompt:
+        assert b"deploy.window.md" in r.stdout
+
+
+def test_a_prompt_with_a_lone_surrogate_is_recalled_not_a_crash(mem):
+    raw = b'{"prompt": "\\ud800 when does billing deploy?"}'
+    r = hook("UserPromptSubmit", raw, mem, env={"MDMEM_NO_DAEMON": "1"})
+    assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr
+    assert b"deploy.window.md" in r.stdout
