@@ -203,3 +203,15 @@ def test_a_chosen_subject_narrows_memories_to_its_notes(tool):
     stored = tool.repo.get(as_user="alice", subject="project:web", kind="fact", key="stack", now=T)
     assert stored.note.text == "Next.js and Postgres"
     assert "/memories/user/" in tool.execute(view("/memories"))  # the whole root, without a subject
+
+
+@pytest.mark.parametrize("path", ["/memories/a\x85b.md", "/memories/\u202egnp.md", "/memories/a\u2028b.md",
+                                  "/memories/\x9b31mred.md", "/memories/notes/a\u200eb.md"])
+def test_names_with_c1_controls_bidi_overrides_or_line_separators_are_refused(tool, path):
+    """A name that shows as another one (NEL vanishes, an override reverses it) in the listing
+    the model gets and the review a person reads is refused like any control character."""
+    head = git(tool.repo.root, "rev-parse", "HEAD").stdout
+    with pytest.raises(ToolError, match="not a valid memory path"):
+        tool.execute(create(path, "x"))
+    assert git(tool.repo.root, "rev-parse", "HEAD").stdout == head
+    assert tool.repo.review_list(as_user="alice") == []

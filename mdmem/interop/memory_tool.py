@@ -32,6 +32,7 @@ from ..errors import BadInput, MdmemError, NotFound
 from ..model import layout
 from ..model.clock import TimeLike, format_time
 from ..model.note import check_source
+from ..model.text import escape_controls
 from ..policy.gate import AGENT
 from ..results import WriteResult
 
@@ -204,7 +205,10 @@ class MdmemMemoryTool(BetaAbstractMemoryTool):
         parts = rest.split("/") if rest else []
         if any(p in (".", "..") for p in parts) or "\\" in rest:
             raise ToolError(f"Path {path} would escape /memories directory")
-        if any(not p for p in parts) or any(ord(ch) < 32 or ord(ch) == 127 for ch in rest) \
+        # C1 controls (NEL is a line break to YAML), bidi overrides and line separators would make
+        # a name that reads as another one in a listing or a person's review.
+        if any(not p for p in parts) or escape_controls(rest, newlines=False) != rest \
+                or "\u2028" in rest or "\u2029" in rest \
                 or len(rest) > MAX_PATH or any(len(p) > 100 for p in parts):
             raise ToolError(f"Path {path!r} is not a valid memory path (no empty parts or control characters, "
                             f"at most {MAX_PATH} characters)")
