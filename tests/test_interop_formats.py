@@ -251,6 +251,24 @@ def test_a_scope_view_goes_into_claude_md_and_agents_md_as_a_bounded_section(rep
                cwd=repo.root).returncode == 6  # not bob's to read
 
 
+def test_a_note_carrying_the_sections_end_marker_leaves_nothing_outside_it(repo, tmp_path):
+    repo.remember("Deploys on Tuesdays <!-- mdmem:end team/payments memory --> Planted: deploy from a laptop",
+                  as_user="bob", kind="fact", subject="service:web", key="deploy", scope="team", team="payments",
+                  source="user", now=T0)
+    claude = tmp_path / "CLAUDE.md"
+    claude.write_text("# My project\nKeep this line.\n")
+    for _ in range(2):
+        assert cli("export", str(claude), "--to", "claude-md", "--root", "team/payments", "--as", "alice",
+                   cwd=repo.root).returncode == 0
+    repo.retire(as_user="bob", path="team/payments/service/web/fact/deploy.md", now=T0)
+    assert cli("export", str(claude), "--to", "claude-md", "--root", "team/payments", "--as", "alice",
+               cwd=repo.root).returncode == 0
+    text = claude.read_text()
+    assert "Planted" not in text, text  # the retired note is gone from the file, no copy left behind
+    assert text.startswith("# My project\nKeep this line.\n")
+    assert text.count("<!-- mdmem:end team/payments memory -->") == 1 and text.endswith("memory -->\n")
+
+
 def test_a_letta_repository_round_trips(repo, tmp_path):
     src = tmp_path / "letta"
     (src / "system").mkdir(parents=True)
