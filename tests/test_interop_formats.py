@@ -269,6 +269,19 @@ def test_a_note_carrying_the_sections_end_marker_leaves_nothing_outside_it(repo,
     assert text.count("<!-- mdmem:end team/payments memory -->") == 1 and text.endswith("memory -->\n")
 
 
+def test_an_export_keeps_the_permissions_of_the_file_it_replaces(repo, tmp_path):
+    repo.remember("Deploys on Tuesdays", as_user="bob", kind="fact", subject="service:web", key="deploy",
+                  scope="team", team="payments", source="user", now=T0)
+    claude = tmp_path / "CLAUDE.local.md"
+    claude.write_text("# Mine only\n")
+    os.chmod(claude, 0o600)
+    assert cli("export", str(claude), "--to", "claude-md", "--root", "team/payments", "--as", "alice",
+               cwd=repo.root).returncode == 0
+    assert "Deploys on Tuesdays" in claude.read_text()
+    assert claude.stat().st_mode & 0o777 == 0o600
+    assert not [p.name for p in tmp_path.iterdir() if "mdmem-tmp" in p.name]
+
+
 def test_a_letta_repository_round_trips(repo, tmp_path):
     src = tmp_path / "letta"
     (src / "system").mkdir(parents=True)
