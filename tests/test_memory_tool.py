@@ -215,3 +215,17 @@ def test_names_with_c1_controls_bidi_overrides_or_line_separators_are_refused(to
         tool.execute(create(path, "x"))
     assert git(tool.repo.root, "rev-parse", "HEAD").stdout == head
     assert tool.repo.review_list(as_user="alice") == []
+
+
+def test_rename_never_puts_a_file_below_a_file_or_a_folder_into_itself(tool):
+    tool.execute(create("/memories/a.md", "file a"))
+    tool.execute(create("/memories/b.md", "file b"))
+    tool.execute(create("/memories/d/c.md", "file c"))
+    head = git(tool.repo.root, "rev-parse", "HEAD").stdout
+    for old, new, says in [("/memories/b.md", "/memories/a.md/inner.md", "is a file"),
+                           ("/memories/a.md", "/memories/a.md/x.md", "is a file|into itself"),
+                           ("/memories/d", "/memories/d/e", "into itself")]:
+        with pytest.raises(ToolError, match=says):
+            tool.execute(BetaMemoryTool20250818RenameCommand(command="rename", old_path=old, new_path=new))
+    assert git(tool.repo.root, "rev-parse", "HEAD").stdout == head
+    assert "file a" in tool.execute(view("/memories/a.md"))
