@@ -94,6 +94,8 @@ class Config:
     score_floor: float | None = None
     people: dict[str, Person] = field(default_factory=dict)
     fusion: str = "linear"  # how recall fuses BM25F and cosine (see search/recall.py)
+    # [scope] root: a scope repository (a workspace's mount) holds this one root and no other.
+    scope_root: str | None = None
 
     def identity(self, user: str) -> tuple[str, str]:
         """The git author (name, email) mdmem signs a user's commits with: ``[people.<user>]``
@@ -189,13 +191,27 @@ class Config:
                 if kind not in contracts.kinds:
                     raise BadInput(f"{where}: trust.{name}: unknown kind {kind!r}; known: "
                                    f"{', '.join(contracts.kinds)}")
-        return cls(teams=teams, erasers=erasers, trust=trust, self_approve=self_approve,
+        scope_root = _scope_root(data.get("scope") or {}, where)
+        return cls(teams=teams, erasers=erasers, trust=trust, self_approve=self_approve, scope_root=scope_root,
                    contracts=contracts, embedder=embedder,
                    view_max_lines=int(views.get("max_lines", 200)),
                    view_max_bytes=int(views.get("max_bytes", 25_000)), aliases=aliases,
                    score_floor=recall.get("score_floor"), people=people,
                    note_max_bytes=max_bytes,
                    fusion=check_fusion(recall.get("fusion", "linear"), where=f"{where}: recall.fusion"))
+
+
+def _scope_root(section: dict, where: str) -> str | None:
+    """``[scope] root = "team/<team>"`` or ``"private/<user>"``: the one root a scope repository holds."""
+    root = section.get("root") if isinstance(section, dict) else None
+    if root is None:
+        return None
+    parts = root.split("/") if isinstance(root, str) else []
+    if len(parts) != 2 or parts[0] not in ("team", "private"):
+        raise BadInput(f"{where}: scope.root: {root!r}; give the one root this repository holds, "
+                       "like \"team/payments\" or \"private/alice\"")
+    check_name(parts[1], f"{where}: scope.root")
+    return root
 
 
 def _people(data: dict, where: str) -> dict[str, Person]:
@@ -312,7 +328,8 @@ def _toml_list(names: list[str]) -> str:
 
 
 def render_config(teams: dict[str, list[str]], erasers: list[str] | None = None, *,
-                  people: list[str] | None = None, emails: dict[str, list[str]] | None = None) -> str:
+                  people: list[str] | None = None, emails: dict[str, list[str]] | None = None,
+                  scope_root: str | None = None) -> str:
     """The text of a fresh ``mdmem.toml``, from the template with the teams filled in.
     ``people`` (the creator first) get a ``[people.<user>]`` table unless a team or role names
     them already; the creator only when the teams or roles declare anyone: a repo that declares
@@ -330,18 +347,30 @@ def render_config(teams: dict[str, list[str]], erasers: list[str] | None = None,
     return (read_template("mdmem.toml")
             .replace("{{teams}}", "\n".join(lines) or "# payments = [\"alice\", \"bob\"]")
             .replace("{{erasers}}", _toml_list(erasers or []))
-            + _people_tables(people or [], teams, erasers or [], emails or {}))
+            + _people_tables(people or [], teams, erasers or [], emails or {}, owner=_private_owner(scope_root))
+            + (_scope_table(scope_root) if scope_root else ""))
+
+
+def _private_owner(scope_root: str | None) -> str | None:
+    return scope_root.split("/")[1] if scope_root and scope_root.startswith("private/") else None
+
+
+def _scope_table(root: str) -> str:
+    _scope_root({"root": root}, "scope root")
+    return ("\n[scope]\n# This repository holds one scope root; a workspace mounts it at that path "
+            "(mdmem workspace add).\n" f'root = "{root}"\n')
 
 
 def _people_tables(people: list[str], teams: dict[str, list[str]], erasers: list[str],
-                   emails: dict[str, list[str]]) -> str:
+                   emails: dict[str, list[str]], *, owner: str | None = None) -> str:
     """``emails``: a person's own git addresses (the founder's, from their git config), so a
-    commit they make by hand with git is theirs, not an unknown writer's."""
+    commit they make by hand with git is theirs, not an unknown writer's. ``owner``: a private
+    scope repository's owner, always declared (the one reader there is)."""
     declared = set(erasers).union(*teams.values()) if teams or erasers else set()
     creator, others = (people[0], people[1:]) if people else (None, [])
     # A repo that declares nobody takes any name (a fresh single-user repo): its founder's
     # address is not recorded either, which would declare them and only them.
-    wanted = ([creator] if creator and (declared or others) else []) + list(others)
+    wanted = ([owner] if owner else []) + ([creator] if creator and (declared or others) else []) + list(others)
     out = []
     for user in dict.fromkeys(wanted):
         check_name(user, "people")

@@ -87,8 +87,10 @@ class MemoryRepo(RepoState):
     def init(cls, path: str | Path, *, teams: dict[str, list[str]] | None = None, erasers: list[str] | None = None,
              as_user: str, now: TimeLike = None, embedder: str | None = None,
              fusion: str | None = None, people: list[str] | None = None,
-             emails: dict[str, list[str]] | None = None) -> MemoryRepo:
+             emails: dict[str, list[str]] | None = None, scope_root: str | None = None) -> MemoryRepo:
         """A new memory repo in an empty folder; ``as_user`` (required) is who made it.
+        ``scope_root`` (``team/<team>`` or ``private/<user>``): a scope repository holding that
+        one root, for a workspace to mount (``[scope] root`` in mdmem.toml).
         ``people``: users with only private memory, declared in ``[people]`` (with the creator
         when no team or role names them): a repo that declares users accepts only those.
         ``emails``: people's own git addresses for ``[people.<user>] emails`` (the CLI passes
@@ -96,7 +98,7 @@ class MemoryRepo(RepoState):
         as_user = require_user(as_user)
         when = resolve_now(now)
         root = founding.found(path, teams=teams, erasers=erasers, as_user=as_user, when=when, people=people,
-                              emails=emails)
+                             emails=emails, scope_root=scope_root)
         repo = cls.open(root, embedder=embedder, fusion=fusion)
         repo.render(as_user=as_user, now=when)
         return repo
@@ -310,7 +312,7 @@ class MemoryRepo(RepoState):
         user may read."""
         return searching.broken(self, as_user=as_user)
 
-    # --- other clones (remote.py) ------------------------------------------------------
+    # --- other clones (remote/) --------------------------------------------------------
     def sync(self, *, as_user: str, remote: str = "origin", push: bool = False, replay: bool = False,
              now: TimeLike = None) -> dict[str, Any]:
         """Integrate ``remote``'s history (fetch, then fast-forward or merge in memory), verify what

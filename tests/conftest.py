@@ -267,3 +267,11 @@ def widen_locally(root):
 
 def untrusted(repo):
     return {f["path"]: f for f in repo.verify()["untrusted"]}
+
+
+@pytest.fixture(scope="session")
+def githost():
+    """A real git host (gitolite3 + sshd on 127.0.0.1) for the session: tests/githost.py."""
+    from githost import session_host
+
+    yield from session_host()

@@ -104,6 +104,10 @@ def test_layers_import_downwards():
             ("mdmem.cli", "mdmem.mcp"),
         ("ops/", "views/", "erasure/", "hooks/install.py"): ("mdmem.repo", "mdmem.remote", "mdmem.hooks.run"),
         ("ops/", "views/", "erasure/", "search/", "storage/", "model/", "policy/"): ("mdmem.remote",),
+        # workspace/ sits above the facade and remote/, below the boundaries
+        ("workspace/",): ("mdmem.cli", "mdmem.mcp"),
+        ("repo.py", "ops/", "views/", "erasure/", "remote/", "hooks/", "search/", "storage/", "model/", "policy/",
+         "watch.py", "results.py", "errors.py", "config.py", "cache.py"): ("mdmem.workspace",),
         # Token verification knows nothing of the memory: the server checks the person against it.
         ("auth/",): ("mdmem.cli", "mdmem.mcp", "mdmem.repo", "mdmem.ops", "mdmem.search", "mdmem.views",
                      "mdmem.erasure", "mdmem.remote", "mdmem.hooks"),

@@ -229,3 +229,24 @@ def test_rename_never_puts_a_file_below_a_file_or_a_folder_into_itself(tool):
             tool.execute(BetaMemoryTool20250818RenameCommand(command="rename", old_path=old, new_path=new))
     assert git(tool.repo.root, "rev-parse", "HEAD").stdout == head
     assert "file a" in tool.execute(view("/memories/a.md"))
+
+
+def test_in_a_workspace_the_tool_writes_into_the_mounted_repository_of_its_root(tmp_path):
+    """A person's agent in a workspace: /memories maps onto their private root's own repository;
+    a root not mounted is refused naming it."""
+    from workspace_helpers import team_of_three, workspace
+
+    ws = workspace(tmp_path, "alice", team_of_three(tmp_path), ["team/payments", "private/alice"])
+    try:
+        tool = MdmemMemoryTool(ws, as_user="alice", now=T)
+        out = tool.execute(create("/memories/coffee.md", "Alice drinks flat whites"))
+        assert "held for a person's review" in out  # the gate's default: an agent's fact waits
+        (item,) = ws.review_list(as_user="alice")
+        assert item.note.extra["memory_path"] == "coffee.md" and item.note.owner == "alice"
+        # the hold is a branch of alice's private repository, nowhere else
+        assert f"review/{item.review_id}" in git(ws.clone_path("private/alice"), "branch", "--list", "review/*").stdout
+        assert "review/" not in git(ws.clone_path("team/payments"), "branch", "--list", "review/*").stdout
+        with pytest.raises(Refused, match="team/search is not mounted"):
+            MdmemMemoryTool(ws, as_user="alice", scope="team", team="search", now=T)
+    finally:
+        ws.close()

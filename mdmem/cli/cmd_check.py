@@ -15,17 +15,28 @@ def register(sub) -> None:
 
 
 def run(ctx) -> int:
+    from .context import is_workspace
+
     repo = ctx.repo()
     good, bad = repo.check()
     stale = repo.stale_views()
+    undeclared: list[str] = []
+    if is_workspace(repo):
+        from ..host.mount import undeclared as undeclared_mounts
+
+        undeclared = undeclared_mounts(repo)
     if ctx.json:
-        ctx.emit({"ok": len(good), "invalid": [b.to_dict() for b in bad], "stale_views": stale})
+        ctx.emit({"ok": len(good), "invalid": [b.to_dict() for b in bad], "stale_views": stale,
+                  **({"undeclared_mounts": undeclared} if is_workspace(repo) else {})})
     else:
         for b in bad:
             print(str(b), file=sys.stderr)
         for path in stale:
             print(f"{path}: view: stale; it differs from a fresh render of HEAD (`mdmem render` rewrites it)",
                   file=sys.stderr)
+        for line in undeclared:
+            print(line, file=sys.stderr)
         if not ctx.args.quiet:
-            print(f"{len(good)} note(s) valid, {len(bad)} invalid, {len(stale)} stale view(s)")
-    return 2 if bad or stale else 0
+            print(f"{len(good)} note(s) valid, {len(bad)} invalid, {len(stale)} stale view(s)"
+                  + (f", {len(undeclared)} mount(s) not declaring you" if undeclared else ""))
+    return 2 if bad or stale or undeclared else 0

@@ -8,7 +8,7 @@ from ..erasure.receipt import remotes_not_erased
 from ..errors import BadInput, Incomplete, NotFound
 from ..model.text import escape_controls
 from ..repo import MemoryRepo
-from .context import add_common, open_repo
+from .context import add_common, is_workspace, open_repo
 
 
 def register(sub) -> None:
@@ -39,7 +39,12 @@ def run(ctx) -> int:
     if a.resume:
         if a.subject or a.owner or a.paths or a.texts:
             raise BadInput("forget --resume: finishes the interrupted erasure; give no targets with it")
-        out = _open(ctx).finish_erasure()
+        opened = _open(ctx)
+        if is_workspace(opened):
+            finished = opened.finish_pending()
+            ctx.emit({"finished": finished}, f"finished {len(finished)} interrupted operation(s)")
+            return 0
+        out = opened.finish_erasure()
         if out is None:
             raise NotFound("forget --resume: no interrupted erasure in this repository")
         _print_receipt(ctx, out.to_dict(), resumed=True)
@@ -50,6 +55,8 @@ def run(ctx) -> int:
         print("warning: --push force-pushes rewritten history; everyone else must re-clone or `mdmem sync`",
               file=sys.stderr)
     paths = [ctx.note_path(p, repo.root) for p in a.paths] if a.paths else None
+    if is_workspace(repo):
+        return _forget_in_workspace(ctx, repo, paths)
     out = repo.forget(as_user=user, subject=a.subject, owner=a.owner, paths=paths,
                       texts=a.texts or None, dry_run=a.dry_run, push=a.push, scrub=not a.no_scrub,
                       force=a.force, now=ctx.now)
@@ -59,6 +66,25 @@ def run(ctx) -> int:
     _print_receipt(ctx, out.to_dict())
     # Erased here but not on a remote that still serves the erased objects: not a success.
     return Incomplete.exit_code if remotes_not_erased(out.remotes) else 0
+
+
+def _forget_in_workspace(ctx, ws, paths) -> int:
+    """Each repository's plan or receipt under its root; the ones not erased, named with why."""
+    a = ctx.args
+    out = ws.forget(as_user=ctx.user, subject=a.subject, owner=a.owner, paths=paths, texts=a.texts or None,
+                    dry_run=a.dry_run, push=a.push, scrub=not a.no_scrub, force=a.force, now=ctx.now)
+    data = out.to_dict()
+    if ctx.json:
+        ctx.emit(data)
+    else:
+        for root, done in data["receipts"].items():
+            print(f"== {root}")
+            (_print_plan if a.dry_run else _print_receipt)(ctx, done)
+        for root in data["nothing"]:
+            print(f"== {root}: nothing to erase")
+        for root, why in data["skipped"].items():
+            print(f"== {root}: NOT ERASED: {why}")
+    return 0
 
 
 def _shown(path: str) -> str:

@@ -13,6 +13,9 @@ def register(sub) -> None:
                    help="a team and its members; repeat for more teams")
     p.add_argument("--eraser", action="append", default=[], metavar="USER",
                    help="a user who may erase team notes and other people's data (repeatable)")
+    p.add_argument("--scope-root", metavar="ROOT",
+                   help="make a scope repository holding only ROOT (team/<team> or private/<user>), "
+                        "for a workspace to mount")
     add_common(p, repo=False)
     p.set_defaults(run=run)
 
@@ -38,8 +41,8 @@ def run(ctx) -> int:
     emails = ({ctx.user: [f"{ctx.user}@{IMPLICIT_EMAIL_DOMAIN}", email]}
               if email and not email.lower().endswith("@" + IMPLICIT_EMAIL_DOMAIN) else None)
     repo = MemoryRepo.init(ctx.args.path, teams=parse_teams(ctx.args.team), erasers=ctx.args.eraser,
-                           as_user=ctx.user, now=ctx.now, emails=emails)
+                           as_user=ctx.user, now=ctx.now, emails=emails, scope_root=ctx.args.scope_root)
     ctx.emit({"path": str(repo.root), "teams": {t: sorted(m) for t, m in repo.config.teams.items()},
-              "commit": repo.store.head()},
+              "commit": repo.store.head(), "scope_root": repo.config.scope_root},
              f"Initialised memory repo in {repo.root} ({len(repo.config.teams)} team(s)).")
     return 0

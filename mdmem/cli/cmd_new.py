@@ -8,7 +8,7 @@ import sys
 
 from ..errors import BadInput
 from ..model.kinds import kinds_for_writers
-from .context import add_common
+from .context import add_common, is_workspace
 
 
 def register(sub) -> None:
@@ -32,6 +32,10 @@ def run(ctx) -> int:
     if not editor:
         raise BadInput("$EDITOR: not set; set EDITOR (like EDITOR=nano) to write a note with mdmem new")
     repo = ctx.repo()
+    if is_workspace(repo):  # the note is made in the clone of its root (refused if not mounted)
+        from ..ops.read import root_for
+
+        repo = repo.repo_for(root_for(ctx.user, a.scope, a.team, None))  # type: ignore[attr-defined]
     path, text = scaffold(repo, as_user=ctx.user, kind=a.kind, subject=a.subject, key=a.key, scope=a.scope,
                           team=a.team, tags=a.tags, now=ctx.now)
     full = repo.root / path

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import Incomplete, ProofFailed
-from .context import add_common
+from .context import add_common, is_workspace
 
 
 def register(sub) -> None:
@@ -18,6 +18,18 @@ def register(sub) -> None:
 
 def run(ctx) -> int:
     a = ctx.args
+    if is_workspace(ctx.repo()):
+        proof = ctx.repo().prove_gone(a.needles, as_user=ctx.user, subject=a.subject, owner=a.owner,
+                                      allow_paths=a.allow_paths)
+        lines = []
+        for root, one in proof.proofs.items():
+            lines.append(f"{root}: {'PASS' if one.passed else 'FAIL'}")
+            lines += [f"  needle {i + 1}: FAIL in {name}" for i, item in enumerate(one.to_dict()["needles"])
+                      for name, check in item["checks"].items() if not check["passed"]]
+        lines += [f"{root}: NOT READ: {why}" for root, why in proof.unread.items()]
+        lines.append(f"verdict: {proof.verdict}")
+        ctx.emit(proof.to_dict(), "\n".join(lines))
+        return 0 if proof.passed else ProofFailed.exit_code
     report = ctx.repo().prove_gone(a.needles, as_user=ctx.user, subject=a.subject, owner=a.owner,
                                    allow_paths=a.allow_paths).to_dict()
     lines = []

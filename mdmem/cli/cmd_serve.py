@@ -3,7 +3,7 @@ mdmem serve --http HOST:PORT: the team's memory server over HTTP, identity from 
 bearer token (see docs/server.md)."""
 from __future__ import annotations
 
-from .context import add_common
+from .context import add_common, is_workspace
 
 
 def register(sub) -> None:
@@ -52,7 +52,8 @@ def run(ctx) -> int:
     repo = ctx.repo()
     # A long-lived server: git's index written once after a burst of writes, not per write
     # (a whole rewrite each time, 60-300 ms at 100k notes).
-    repo.store.index_delay = INDEX_DELAY_SECONDS
+    for each in repo.mounted_repos(ctx.user) if is_workspace(repo) else [repo]:
+        each.store.index_delay = INDEX_DELAY_SECONDS
     label = ctx.args.agent if ctx.args.agent is not None else repo.user_config.agent_label
     if not serve(repo, ctx.user, allowed, label=label):
         end_now()

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import PARTIAL_EXIT_CODE, BranchMoved
-from .context import add_common
+from .context import add_common, is_workspace
 
 
 def register(sub) -> None:
@@ -17,9 +17,30 @@ def register(sub) -> None:
     p.set_defaults(run=run)
 
 
+def run_workspace(ctx, ws) -> int:
+    """Every mount synced in parallel: each line names its root and remote; exit 5 if any failed."""
+    result = ws.sync(as_user=ctx.user, remote=ctx.args.remote, push=ctx.args.push, replay=ctx.args.replay,
+                     now=ctx.now)
+    lines = []
+    for m in result.mounts:
+        if m.ok:
+            push = m.report.get("push")
+            lines.append(f"{m.root}: {m.report['status']}: {m.report['detail']}" + (f"; {push}" if push else ""))
+        else:
+            lines.append(f"{m.root}: FAILED: {m.error}")
+    failed = result.failed or [m for m in result.mounts if m.ok and m.report.get("push", "pushed") != "pushed"]
+    if result.failed:
+        lines.append(f"{len(result.failed)} of {len(result.mounts)} mount(s) failed: "
+                     + ", ".join(m.root for m in result.failed))
+    ctx.emit(result.to_dict(), "\n".join(lines) or "no mounts")
+    return BranchMoved.exit_code if failed else 0
+
+
 def run(ctx) -> int:
     from ..remote import sync
 
+    if is_workspace(ctx.repo()):
+        return run_workspace(ctx, ctx.repo())
     out = sync(ctx.repo(), as_user=ctx.user, remote=ctx.args.remote, push=ctx.args.push, replay=ctx.args.replay,
                now=ctx.now)
     text = f"{out['status']}: {out['detail']}"

@@ -5,7 +5,7 @@ admin, and committed MEMORY views that differ from a fresh render (a view edited
 from __future__ import annotations
 
 from ..model.layout import root_of
-from .context import add_common
+from .context import add_common, is_workspace
 
 
 def register(sub) -> None:
@@ -19,6 +19,14 @@ def run(ctx) -> int:
 
     repo = ctx.repo()
     user = ctx.user
+    if is_workspace(repo):
+        merged = repo.verify(as_user=user)
+        flags, stale = merged.get("untrusted", []), repo.stale_views()
+        lines = [f"UNTRUSTED {f['path']}: {f['detail']} (commit {f['commit'][:10]})" for f in flags]
+        lines += [f"STALE VIEW {v}" for v in stale]
+        ctx.emit({"untrusted": flags, "stale_views": stale},
+                 "\n".join(lines) or "every note you may read was committed by a permitted writer")
+        return Refused.exit_code if flags or stale else 0
     report = repo.verify(as_user=user)  # only roots the user may read: verify is no oracle for the others
     flags = report["untrusted"]
     readable = set(repo.access.readable_roots(user))

@@ -5,7 +5,7 @@ import json
 import sys
 import time
 
-from .context import add_common
+from .context import add_common, is_workspace
 
 
 def register(sub) -> None:
@@ -28,11 +28,15 @@ def run(ctx) -> int:
             stream = sys.stderr if event.status in ("invalid", "error") else sys.stdout
             print(f"{event.status:<9} {event.path} {event.detail}".rstrip(), file=stream, flush=True)
 
-    watcher = Watcher(ctx.repo(), show, commit=ctx.args.commit).start()
-    if not ctx.json:
-        print(f"watching {watcher.root} (Ctrl-C to stop)", flush=True)
-    else:
-        print(json.dumps({"status": "watching", "path": str(watcher.root)}), flush=True)
+    repo = ctx.repo()
+    # A workspace is watched mount by mount: each clone is its own repository and index.
+    repos = [repo.repo_for(r) for r in sorted(repo.file.mounts)] if is_workspace(repo) else [repo]  # type: ignore[attr-defined]
+    watchers = [Watcher(r, show, commit=ctx.args.commit).start() for r in repos]
+    for watcher in watchers:
+        if not ctx.json:
+            print(f"watching {watcher.root} (Ctrl-C to stop)", flush=True)
+        else:
+            print(json.dumps({"status": "watching", "path": str(watcher.root)}), flush=True)
     try:
         deadline = time.monotonic() + ctx.args.seconds if ctx.args.seconds else None
         while deadline is None or time.monotonic() < deadline:
@@ -40,5 +44,6 @@ def run(ctx) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        watcher.stop()
+        for watcher in watchers:
+            watcher.stop()
     return 0

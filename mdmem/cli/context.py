@@ -39,9 +39,21 @@ Opener = Callable[[str | None, str, dict[str, Any]], tuple[MemoryRepo, bool]]
 
 
 def open_repo(path: str | None, cwd: str, settings: dict[str, Any]) -> tuple[MemoryRepo, bool]:
+    """The memory repo named (or found from ``cwd``), or the workspace it is in: a folder with
+    a workspace file at or above it, or one of a workspace's own clones (mdmem/workspace/)."""
+    from ..workspace import Workspace, locate
+
+    where = os.path.join(cwd, path) if path else cwd
+    workspace = locate(where)
+    if workspace is not None:
+        return Workspace.open(workspace, **settings), True  # type: ignore[return-value]
     if path:
-        return MemoryRepo.open(os.path.join(cwd, path), **settings), True
+        return MemoryRepo.open(where, **settings), True
     return MemoryRepo.find(cwd, **settings), True
+
+
+def is_workspace(repo: object) -> bool:
+    return bool(getattr(repo, "is_workspace", False))
 
 
 def add_common(parser: argparse.ArgumentParser, *, identity: bool = True, repo: bool = True) -> None:
@@ -143,8 +155,11 @@ class Ctx:
         passed on unchanged: the visibility check answers it like any path it may not see."""
         if not given.startswith(("./", "../", "/")) and given.split("/", 1)[0] in ("team", "private"):
             return given
-        top = str((root or self.repo().root).resolve())
         full = os.path.normpath(os.path.join(self.cwd, given))
+        if root is None and is_workspace(self.repo()):
+            found = self.repo().identity_path(full)  # type: ignore[attr-defined]
+            return found if found is not None else given
+        top = str((root or self.repo().root).resolve())
         if full != top and full.startswith(top + os.sep):
             return Path(os.path.relpath(full, top)).as_posix()
         return given
@@ -161,15 +176,23 @@ class Ctx:
                 repo.check_user(self.user)  # an undeclared name is refused before anything runs
             # An index build the command did not ask for (a first recall) shows progress too,
             # on stderr, so it also shows beside --json output.
-            repo.index.progress = self._progress_always()
+            if is_workspace(repo):
+                repo.set_progress(self._progress_always())  # type: ignore[attr-defined]
+            else:
+                repo.index.progress = self._progress_always()
             if not getattr(self.args, "skip_hook_check", False):
                 # The hooks travel with the repo; a clone gets them enabled by its first mdmem command.
                 from ..hooks.install import INSTALLED_NOTICE, ensure
-                notice = ensure(repo.root, sys.executable)
-                if notice:
-                    print(notice, file=sys.stderr)
-                if notice == INSTALLED_NOTICE:
-                    self._replace_forged_views(repo)
+                if is_workspace(repo):
+                    mounts = [(r, repo.clone_path(r)) for r in sorted(repo.file.mounts)]  # type: ignore[attr-defined]
+                else:
+                    mounts = [(None, repo.root)]
+                for root, folder in mounts:
+                    notice = ensure(folder, sys.executable)
+                    if notice:
+                        print(notice, file=sys.stderr)
+                    if notice == INSTALLED_NOTICE:
+                        self._replace_forged_views(repo if root is None else repo.repo_for(root))  # type: ignore[attr-defined]
             self._repo = repo
         return self._repo
 

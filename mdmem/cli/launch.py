@@ -32,6 +32,9 @@ from ..storage.gitdir import DAEMON_LOG  # pathlib only
 # Commands that only read: what the daemon may answer (cli/daemon.py checks it again).
 READ_ONLY = frozenset({"recall", "get", "keys", "history", "ls", "show", "startup"})
 SOCKET_NAME = "daemon.sock"
+# mdmem/workspace/layout.py's names (this module imports only the standard library; a test pins them)
+WORKSPACE_FILE = ".mdmem-workspace.toml"
+WORKSPACE_MOUNTS = ".mdmem-mounts"
 PROTOCOL = 1
 CONNECT_SECONDS = 0.5
 ACK_SECONDS = 3.0  # a daemon that has not started the call by then (frozen, busy) is not waited for
@@ -207,12 +210,19 @@ def repo_root_for_call(argv: list[str], env, cwd: str) -> str | None:
     if given:
         return os.path.join(cwd, given)
     folder = os.path.abspath(cwd)
+    found = None
     while True:
-        if os.path.exists(os.path.join(folder, "mdmem.toml")):
-            return folder
+        if os.path.exists(os.path.join(folder, WORKSPACE_FILE)):
+            # A workspace (mdmem/workspace/) spans its mounts: no one clone's daemon answers for it
+            # (a repo met below it counts only when it is not one of its clones).
+            if found is None or os.path.relpath(found, folder).split(os.sep)[0] == WORKSPACE_MOUNTS:
+                return None
+            return found
+        if found is None and os.path.exists(os.path.join(folder, "mdmem.toml")):
+            found = folder
         parent = os.path.dirname(folder)
         if parent == folder:
-            return None
+            return found
         folder = parent
 
 

@@ -19,7 +19,7 @@ from .context import Ctx, Opener, open_repo
 COMMANDS = ["init", "remember", "import", "get", "keys", "history", "retire", "sweep", "consolidate",
             "review", "check", "recall", "index", "watch", "render", "startup", "serve", "forget",
             "prove-gone", "sync", "guard", "verify", "demo", "hooks", "new", "ls", "show", "daemon", "token",
-            "export"]
+            "workspace", "host", "split", "export"]
 
 
 def build_parser() -> argparse.ArgumentParser:

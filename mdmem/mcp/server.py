@@ -235,12 +235,15 @@ def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | 
 
     # People edit notes while the agent works: keep the index following their saves. The
     # watcher's first catch-up may be a whole build: it runs beside the server, not before it.
-    watcher = Watcher(repo, lambda event: None)
+    # A workspace (mdmem/workspace/) is watched mount by mount: each clone is its own index.
+    repos = repo.mounted_repos(user) if getattr(repo, "is_workspace", False) else [repo]
+    watchers = [Watcher(r, lambda event: None) for r in repos]
     ready = threading.Event()
 
     def start() -> None:
         try:
-            watcher.start()
+            for watcher in watchers:
+                watcher.start()
         except Exception:  # noqa: BLE001 -- recall then catches up (and reports) by itself
             pass
         finally:
@@ -257,7 +260,8 @@ def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | 
         build_server(repo, user, allowed, label=label, index_ready=ready, follower_stop=stop).run("stdio")
     finally:
         stop.set()
-        watcher.stop()
+        for watcher in watchers:
+            watcher.stop()
         # The client left while the first catch-up may still be embedding: letting the
         # interpreter exit under it aborted the process (onnxruntime's threads: SIGABRT,
         # "terminate called without an active exception"). Wait a little; the

@@ -13,7 +13,8 @@ from ..template import read_template
 
 
 def found(path: str | Path, *, teams: dict[str, list[str]] | None, erasers: list[str] | None, as_user: str,
-          when: _dt.datetime, people: list[str] | None = None, emails: dict[str, list[str]] | None = None) -> Path:
+          when: _dt.datetime, people: list[str] | None = None, emails: dict[str, list[str]] | None = None,
+          scope_root: str | None = None) -> Path:
     """Create the repo at ``path`` (an empty or new folder) and return its root."""
     root = Path(path)
     if (root / CONFIG_NAME).exists():
@@ -25,7 +26,8 @@ def found(path: str | Path, *, teams: dict[str, list[str]] | None, erasers: list
     from ..hooks import install as hooks
 
     teams = teams or {}
-    config = render_config(teams, erasers, people=[as_user, *(people or [])], emails=emails).encode()
+    config = render_config(teams, erasers, people=[as_user, *(people or [])], emails=emails,
+                           scope_root=scope_root).encode()
     files = {
         CONFIG_NAME: config,
         "README.md": read_template("README.md").encode(),

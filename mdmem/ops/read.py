@@ -186,7 +186,13 @@ def check(repo: RepoState) -> tuple[list[StoredNote], list[NoteInvalid]]:
     bad += [NoteInvalid(s.path, "team", f"team {s.note.team!r} is not declared in {CONFIG_NAME} ([teams]): no one "
                         "reads this note; declare the team again or move the note to a team that is")
             for s in orphaned]
-    return [s for s in good if s not in orphaned], bad
+    # A scope repository holds one root: another root's notes here would be read and synced by
+    # everyone who may clone this one (the host enforces repositories, not folders).
+    only = repo.config.scope_root
+    strays = [s for s in good if s.root != only] if only else []
+    bad += [NoteInvalid(s.path, "path", f"this repository holds only {only} ([scope] root in {CONFIG_NAME}); "
+                        "move the note to its own root's repository") for s in strays]
+    return [s for s in good if s not in orphaned and s not in strays], bad
 
 
 def history(repo: RepoState, *, as_user: str, path: str | None = None, subject: str | None = None,

@@ -31,11 +31,13 @@ class Access:
     teams: dict[str, frozenset[str]]
     erasers: frozenset[str] = frozenset()
     people: frozenset[str] = frozenset()  # the names of the [people.<user>] tables
+    # A scope repository ([scope] root in mdmem.toml) holds this one root: a write elsewhere is refused.
+    scope_root: str | None = None
 
     @classmethod
     def of(cls, config) -> "Access":
         """The access rules of a (trusted) :class:`mdmem.config.Config`."""
-        return cls(config.teams, config.erasers, frozenset(config.people))
+        return cls(config.teams, config.erasers, frozenset(config.people), getattr(config, "scope_root", None))
 
     @cached_property
     def users(self) -> frozenset[str]:
@@ -94,9 +96,24 @@ class Access:
             return frozenset({name})
         return self.teams.get(name, frozenset())
 
+    def rewriters_of_root(self, root: str) -> frozenset[str]:
+        """Who may rewrite a root's history (erasure) on a git host that enforces reads as well:
+        the erasers for a team root; for a private root only its owner. A host cannot grant the
+        rewrite of a repository without its read, so an eraser erases someone's private
+        repository by having the host delete it, never by holding a clone of it."""
+        scope, _, name = root.partition("/")
+        if scope == "private":
+            return frozenset({name}) if name else frozenset()
+        if scope == "team":
+            return self.erasers
+        return frozenset()
+
     def check_write(self, user: str, root: str) -> None:
-        """Writers: the owner of a private root, members of a team."""
+        """Writers: the owner of a private root, members of a team; in a scope repository, only its root."""
         self.check_user(user)
+        if self.scope_root is not None and root != self.scope_root:
+            raise Refused(f"scope: this repository holds only {self.scope_root} ([scope] root in mdmem.toml); "
+                          f"{root} lives in its own repository (mount it in a workspace and write there)")
         scope, _, name = root.partition("/")
         if scope == "private" and name != user:
             raise Refused(f"scope: {user} may not write to {root}; only {name} writes there")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import abc
 import os
+import threading
 from pathlib import Path
 from typing import Protocol
 
@@ -142,7 +143,24 @@ class MiniLMEmbedder:
         return out
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._run([self.tokenizer.encode(text)])[0]
+        # A workspace asks one question of every mount (each its own index, one embedder per
+        # process): the question is embedded once, not once per mount.
+        with _QUERY_LOCK:
+            vector = _RECENT_QUERIES.get(text)
+        if vector is not None:
+            return vector
+        vector = self._run([self.tokenizer.encode(text)])[0]
+        vector.setflags(write=False)
+        with _QUERY_LOCK:
+            _RECENT_QUERIES[text] = vector
+            while len(_RECENT_QUERIES) > _RECENT_QUERY_COUNT:
+                _RECENT_QUERIES.pop(next(iter(_RECENT_QUERIES)))
+        return vector
+
+
+_RECENT_QUERY_COUNT = 4
+_RECENT_QUERIES: dict[str, np.ndarray] = {}
+_QUERY_LOCK = threading.Lock()
 
 
 class _HTTPEmbedder(abc.ABC):

@@ -1,0 +1,83 @@
+"""The MCP server over a workspace (`mdmem serve` run in it), driven by the SDK's own stdio client:
+the tools span every mount, writes land in their root's repository, and nothing of a repository
+the workspace's person may not read comes back."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+
+from mcp import StdioServerParameters
+from mcp.client import Client
+from workspace_helpers import T0, git, team_of_three, workspace
+
+
+def data(result):
+    if result.structured_content is not None:
+        out = result.structured_content
+        return out.get("result", out) if isinstance(out, dict) else out
+    return json.loads(result.content[0].text)
+
+
+async def calls(ws_root, user, steps):
+    env = {**os.environ, "MDMEM_EMBEDDER": "none", "MDMEM_NO_DAEMON": "1"}
+    env.pop("MDMEM_USER", None)
+    env.pop("MDMEM_REPO", None)
+    server = StdioServerParameters(command=sys.executable, args=["-m", "mdmem.cli.main", "serve", "--as", user,
+                                                                 "--allow", "read,write"], env=env, cwd=str(ws_root))
+    out = []
+    async with Client(server, read_timeout_seconds=60) as client:
+        for name, args in steps:
+            result = await client.call_tool(name, args)
+            deadline = asyncio.get_running_loop().time() + 60
+            while (name == "recall" and not result.is_error and data(result).get("index") == "building"
+                   and asyncio.get_running_loop().time() < deadline):
+                await asyncio.sleep(0.1)
+                result = await client.call_tool(name, args)
+            out.append(result)
+    return out
+
+
+def test_mcp_over_a_workspace_spans_mounts_and_routes_writes(tmp_path):
+    remotes = team_of_three(tmp_path)
+    bob = workspace(tmp_path, "bob", remotes, ["team/search", "private/bob"])
+    bob.remember("Search reindexes nightly at 2am; bob's secret rota", as_user="bob", kind="fact",
+                 subject="service:search", key="reindex", scope="team", team="search", now=T0)
+    assert all(m.ok for m in bob.sync(as_user="bob", push=True).mounts)
+    bob.close()
+    alice = workspace(tmp_path, "alice", remotes, ["team/payments", "private/alice"])
+    alice.remember("I am interviewing at Acme", as_user="alice", kind="fact", subject="user:alice", key="job",
+                   now=T0)
+    # a clone alice's host should not have given her: its mdmem.toml does not declare her
+    alice.add("team/search", str(remotes["team/search"]), as_user="alice")
+    alice.close()
+    before = git(alice.clone_path("private/alice"), "rev-parse", "HEAD").strip()
+    results = asyncio.run(calls(alice.root, "alice", [
+        ("remember", {"text": "Billing deploys on Tuesdays", "kind": "fact", "subject": "service:billing",
+                      "key": "deploy.day", "scope": "team", "team": "payments"}),
+        ("remember", {"text": "Watched billing deploys on Tuesday", "kind": "episode", "subject": "service:billing"}),
+        ("recall", {"query": "deploys interviewing reindexes nightly"}),
+        ("get", {"path": "private/alice/user/alice/fact/job.md"}),
+        ("get", {"path": "team/search/service/search/fact/reindex.md"}),
+        ("startup", {}),
+        ("remember", {"text": "x", "kind": "fact", "subject": "service:infra", "key": "x", "scope": "team",
+                      "team": "infra"}),
+    ]))
+    held, wrote, recalled, mine, theirs, startup, unmounted = results
+    # an agent's team fact waits for review in the team's repository; its own episode is committed in
+    # the person's private repository: one commit there
+    assert data(held)["status"] == "held"
+    assert f"review/{data(held)['review_id']}" in git(alice.clone_path("team/payments"), "branch", "--list")
+    assert not wrote.is_error, wrote.content
+    assert data(wrote)["status"] == "committed" and data(wrote)["path"].startswith("private/alice/")
+    assert git(alice.clone_path("private/alice"), "rev-list", "--count", f"{before}..HEAD").strip() == "1"
+    paths = {h["path"] for h in data(recalled)["hits"]}
+    assert data(wrote)["path"] in paths
+    assert "private/alice/user/alice/fact/job.md" in paths
+    assert not any(p.startswith("team/search") for p in paths)
+    assert "Acme" in json.dumps(data(mine))
+    every = json.dumps([r.model_dump(mode="json") for r in (recalled, theirs, startup)])
+    assert "secret rota" not in every and "2am" not in every
+    assert theirs.is_error or "no such note" in json.dumps(theirs.model_dump(mode="json"))
+    assert "team/infra is not mounted" in json.dumps(unmounted.model_dump(mode="json"))
