@@ -132,6 +132,18 @@ def test_an_import_run_twice_writes_nothing_the_second_time(repo, tmp_path):
     assert [c["op"] for c in out["committed"]] == ["supersede"] and len(out["unchanged"]) == 2
 
 
+def test_a_vault_file_with_a_byte_order_mark_keeps_its_frontmatter_out_of_the_text(repo, tmp_path):
+    folder = tmp_path / "vault"
+    folder.mkdir()
+    (folder / "windows.md").write_bytes("\ufeff---\r\ntitle: Saved on Windows\r\ntags: [ops]\r\n---\r\n"
+                                        "Rotate the keys monthly.\r\n".encode("utf-8"))
+    r = cli("import", str(folder), "--from", "obsidian", "--as", "alice", "--json", cwd=repo.root)
+    assert r.returncode == 0, r.stderr
+    [stored] = [s for s in repo.listing(as_user="alice", root="private/alice") if s.note.key == "windows"]
+    assert stored.note.text.strip() == "Rotate the keys monthly."
+    assert stored.note.extra["title"] == "Saved on Windows" and stored.note.extra["tags"] == ["ops"]
+
+
 def test_a_hostile_vault_is_refused_item_by_item_and_nothing_outside_is_read(repo, tmp_path):
     src = make_vault(tmp_path / "vault")
     secret = tmp_path / "secret"
