@@ -161,3 +161,56 @@ def test_a_50_mb_transcript_with_escapes_is_read_bounded(mem, tmp_path):
     assert len(note.text) <= 3000 and "skipped" in note.text and "start here" in note.text
     assert "\\x1b[2J" in note.text and "\x00" not in note.text
     repo.close()
+
+
+def test_install_keeps_the_settings_files_permissions(mem, tmp_path):
+    settings = tmp_path / "proj" / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text(json.dumps({"env": {"ANTHROPIC_API_KEY": "sk-ant-not-for-others"}}))
+    os.chmod(settings, 0o600)
+    r = cli("hooks", "claude-code", "install", "--settings", str(settings), "--repo", str(mem), "--as", "bob",
+            cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert oct(settings.stat().st_mode & 0o777) == oct(0o600)
+    assert json.loads(settings.read_text())["env"] == {"ANTHROPIC_API_KEY": "sk-ant-not-for-others"}
+    assert [p.name for p in settings.parent.iterdir()] == ["settings.json"]
+
+
+@pytest.mark.parametrize("hooks", [
+    {"SessionStart": [{"hooks": ["echo mine"]}]},
+    {"SessionStart": [{"hooks": "echo mine"}]},
+    {"SessionStart": {"matcher": "", "hooks": [{"type": "command", "command": "echo mine"}]}},
+    {"SessionEnd": "echo mine"},
+])
+def test_install_refuses_a_hooks_entry_of_another_shape_naming_it_and_leaves_the_file(mem, tmp_path, hooks):
+    settings = tmp_path / "settings.json"
+    before = json.dumps({"model": "x", "hooks": hooks})
+    settings.write_text(before)
+    r = cli("hooks", "claude-code", "install", "--settings", str(settings), "--repo", str(mem), "--as", "bob",
+            cwd=tmp_path)
+    assert r.returncode != 0 and "Traceback" not in r.stderr.decode(), r.stderr
+    assert f"hooks.{next(iter(hooks))}" in r.stderr.decode() and "a list of objects" in r.stderr.decode()
+    assert settings.read_text() == before
+
+
+@pytest.mark.parametrize("prompt", ["-k", "--as=alice", "--help", "--json=1 bluebird"])
+def test_a_prompt_that_looks_like_an_option_is_a_question_never_an_option(mem, prompt):
+    # Run as MDMEM_USER (no --as on the hook's line): "--as=alice" must not act as alice, and an
+    # option argparse refuses must not exit 2, which would block the person's prompt.
+    repo = MemoryRepo(mem)
+    repo.remember("Alice's bluebird vault code is 4455", as_user="alice", kind="fact", subject="user:alice",
+                  key="vault", source="user")
+    repo.close()
+    r = cli("hooks", "claude-code", "run", "UserPromptSubmit", "--repo", str(mem), cwd=mem,
+            input=json.dumps({"prompt": prompt}).encode(), env={"MDMEM_NO_DAEMON": "1", "MDMEM_USER": "bob"})
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert b"4455" not in r.stdout and b"usage" not in r.stdout.lower()
+    if "bluebird" in prompt:
+        assert b"deploy.window.md" in r.stdout
+
+
+def test_a_prompt_with_a_lone_surrogate_is_recalled_not_a_crash(mem):
+    raw = b'{"prompt": "\\ud800 when does billing deploy?"}'
+    r = hook("UserPromptSubmit", raw, mem, env={"MDMEM_NO_DAEMON": "1"})
+    assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr
+    assert b"deploy.window.md" in r.stdout

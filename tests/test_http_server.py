@@ -359,6 +359,34 @@ def test_a_huge_body_and_a_stalled_client_do_not_block_the_others(world, tmp_pat
         assert served_in < 30
 
 
+def test_connections_that_never_finish_their_headers_are_closed_and_others_served_again(world):
+    """More half-sent request heads than the server's connection limit (512): uvicorn kept them
+    for ever and answered everyone else 503; now each is closed at the --body-timeout clock."""
+    repo, t = world["repo"], world["t"]
+    with running(repo.root, world["tokens"].path, "--body-timeout", "2") as server:
+        port = int(server.base.rsplit(":", 1)[1])
+        stalled = []
+        try:
+            for _ in range(520):
+                s = socket.create_connection(("127.0.0.1", port))
+                s.sendall(f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode())  # and no more
+                stalled.append(s)
+            answered = None
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                answered = post(server.url, t["bob_rw"])
+                if answered.status_code != 503:
+                    break
+                time.sleep(0.2)
+            assert answered is not None and answered.status_code == 200, answered.status_code
+            for s in stalled[:20]:  # the server hung up on them (they sent no more)
+                s.settimeout(30)
+                assert s.recv(1) == b""
+        finally:
+            for s in stalled:
+                s.close()
+
+
 def test_a_token_over_its_rate_gets_429_with_retry_after(world):
     repo, t = world["repo"], world["t"]
     with running(repo.root, world["tokens"].path, "--rate", "0.5", "--burst", "2") as server:

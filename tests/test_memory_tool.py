@@ -205,6 +205,32 @@ def test_a_chosen_subject_narrows_memories_to_its_notes(tool):
     assert "/memories/user/" in tool.execute(view("/memories"))  # the whole root, without a subject
 
 
+@pytest.mark.parametrize("path", ["/memories/a\x85b.md", "/memories/\u202egnp.md", "/memories/a\u2028b.md",
+                                  "/memories/\x9b31mred.md", "/memories/notes/a\u200eb.md"])
+def test_names_with_c1_controls_bidi_overrides_or_line_separators_are_refused(tool, path):
+    """A name that shows as another one (NEL vanishes, an override reverses it) in the listing
+    the model gets and the review a person reads is refused like any control character."""
+    head = git(tool.repo.root, "rev-parse", "HEAD").stdout
+    with pytest.raises(ToolError, match="not a valid memory path"):
+        tool.execute(create(path, "x"))
+    assert git(tool.repo.root, "rev-parse", "HEAD").stdout == head
+    assert tool.repo.review_list(as_user="alice") == []
+
+
+def test_rename_never_puts_a_file_below_a_file_or_a_folder_into_itself(tool):
+    tool.execute(create("/memories/a.md", "file a"))
+    tool.execute(create("/memories/b.md", "file b"))
+    tool.execute(create("/memories/d/c.md", "file c"))
+    head = git(tool.repo.root, "rev-parse", "HEAD").stdout
+    for old, new, says in [("/memories/b.md", "/memories/a.md/inner.md", "is a file"),
+                           ("/memories/a.md", "/memories/a.md/x.md", "is a file|into itself"),
+                           ("/memories/d", "/memories/d/e", "into itself")]:
+        with pytest.raises(ToolError, match=says):
+            tool.execute(BetaMemoryTool20250818RenameCommand(command="rename", old_path=old, new_path=new))
+    assert git(tool.repo.root, "rev-parse", "HEAD").stdout == head
+    assert "file a" in tool.execute(view("/memories/a.md"))
+
+
 def test_in_a_workspace_the_tool_writes_into_the_mounted_repository_of_its_root(tmp_path):
     """A person's agent in a workspace: /memories maps onto their private root's own repository;
     a root not mounted is refused naming it."""

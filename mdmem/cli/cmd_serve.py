@@ -36,7 +36,7 @@ def register(sub) -> None:
     http.add_argument("--max-body", type=int, default=1_000_000, metavar="BYTES",
                       help="largest request body (default 1000000)")
     http.add_argument("--body-timeout", type=float, default=10.0, metavar="SECONDS",
-                      help="a request body must arrive within this (default 10)")
+                      help="a request's headers, and then its body, must arrive within this (default 10)")
     add_common(p)
     p.set_defaults(run=run)
 

@@ -53,7 +53,11 @@ def parse(argv: list[str], stdin: bytes) -> tuple[list[str], str] | int:
         return 0  # nothing to recall for
     cwd = payload.get("cwd")
     cwd = cwd if isinstance(cwd, str) and os.path.isdir(cwd) else os.getcwd()
-    return ["recall", prompt[:MAX_PROMPT], "-k", str(K), "--json", *passed_options(argv)], cwd
+    # The prompt is the person's text, never options: after "--" a prompt like "-k" or
+    # "--as=alice" is a question (argparse would take it as an option, fail and exit 2, which
+    # blocks the prompt). A lone surrogate (JSON allows "\\ud800") becomes "?", not a crash.
+    query = prompt[:MAX_PROMPT].encode("utf-8", "replace").decode("utf-8")
+    return ["recall", "-k", str(K), "--json", *passed_options(argv), "--", query], cwd
 
 
 def run_here(recall: list[str]) -> tuple[int, str, str]:
@@ -62,7 +66,10 @@ def run_here(recall: list[str]) -> tuple[int, str, str]:
 
     buf_out, buf_err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(buf_out), contextlib.redirect_stderr(buf_err):
-        rc = run_main(recall)
+        try:
+            rc = run_main(recall)
+        except SystemExit as exc:  # argparse's own exit: a failure like any other, never exit 2 here
+            rc = exc.code if isinstance(exc.code, int) else 1
     return rc, buf_out.getvalue(), buf_err.getvalue()
 
 

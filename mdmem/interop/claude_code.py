@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from collections import Counter, deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -181,7 +182,14 @@ def install_settings(settings: Path, command: str, options: str = "") -> dict[st
     if not isinstance(hooks, dict):
         raise BadInput(f"{settings}: hooks: a JSON object was expected")
     for event in EVENTS:
-        groups = [g for g in hooks.get(event, []) if isinstance(g, dict)]
+        groups = hooks.get(event, [])
+        # A shape Claude Code would not read either is the person's to fix: replacing it would
+        # drop their setting unseen, and walking it would fail half-way with no word of where.
+        if not isinstance(groups, list) or not all(
+                isinstance(g, dict) and isinstance(g.get("hooks", []), list)
+                and all(isinstance(h, dict) for h in g.get("hooks", [])) for g in groups):
+            raise BadInput(f"{settings}: hooks.{event}: expected a list of objects, each with \"hooks\": a list of "
+                           "objects like {\"type\": \"command\", \"command\": \"...\"}; fix it, then install again")
         for group in groups:
             group["hooks"] = [h for h in group.get("hooks", []) if MARK not in str(h.get("command", ""))]
         groups = [g for g in groups if g.get("hooks")]
@@ -191,7 +199,18 @@ def install_settings(settings: Path, command: str, options: str = "") -> dict[st
             ours["matcher"] = ""
         hooks[event] = [*groups, ours]
     settings.parent.mkdir(parents=True, exist_ok=True)
+    # Settings files hold secrets (an "env" with API keys): the rewritten file keeps the
+    # original's permission bits, and the temporary copy is never more open than that.
+    mode = stat.S_IMODE(settings.stat().st_mode) if settings.exists() else 0o644
     tmp = settings.with_name(settings.name + ".mdmem-tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, settings)
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode & 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(data, indent=2) + "\n")
+        os.chmod(tmp, mode)
+        os.replace(tmp, settings)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return {"settings": str(settings), "events": list(EVENTS), "command": command}

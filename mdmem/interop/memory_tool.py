@@ -32,6 +32,7 @@ from ..errors import BadInput, MdmemError, NotFound
 from ..model import layout
 from ..model.clock import TimeLike, format_time
 from ..model.note import check_source
+from ..model.text import escape_controls
 from ..policy.gate import AGENT
 from ..results import WriteResult
 from ..workspace import Workspace
@@ -105,10 +106,7 @@ class MdmemMemoryTool(BetaAbstractMemoryTool):
             raise ToolError(f"File {command.path} already exists")
         if self._under(files, rel):
             raise ToolError(f"{command.path} is a directory")
-        parents = ["/".join(rel.split("/")[:n]) for n in range(1, rel.count("/") + 1)]
-        if any(p in files for p in parents):
-            raise ToolError(f"{command.path}: {MEMORIES}/{next(p for p in parents if p in files)} is a file, "
-                            "not a directory")
+        self._no_file_above(files, rel, command.path)
         result = self._write(command.path, command.file_text, None, rel)
         return self._answer(command.path, result, f"File created successfully at: {command.path}")
 
@@ -175,6 +173,9 @@ class MdmemMemoryTool(BetaAbstractMemoryTool):
         files = self._files()
         if new in files or self._under(files, new):
             raise ToolError(f"The destination {command.new_path} already exists")
+        if new.startswith(old + "/"):
+            raise ToolError(f"Cannot move {command.old_path} into itself ({command.new_path})")
+        self._no_file_above(files, new, command.new_path)
         moves = {old: files[old]} if old in files else {
             f"{old}/{name}": stored for name, stored in self._under(files, old).items()}
         if not moves:
@@ -209,7 +210,10 @@ class MdmemMemoryTool(BetaAbstractMemoryTool):
         parts = rest.split("/") if rest else []
         if any(p in (".", "..") for p in parts) or "\\" in rest:
             raise ToolError(f"Path {path} would escape /memories directory")
-        if any(not p for p in parts) or any(ord(ch) < 32 or ord(ch) == 127 for ch in rest) \
+        # C1 controls (NEL is a line break to YAML), bidi overrides and line separators would make
+        # a name that reads as another one in a listing or a person's review.
+        if any(not p for p in parts) or escape_controls(rest, newlines=False) != rest \
+                or "\u2028" in rest or "\u2029" in rest \
                 or len(rest) > MAX_PATH or any(len(p) > 100 for p in parts):
             raise ToolError(f"Path {path!r} is not a valid memory path (no empty parts or control characters, "
                             f"at most {MAX_PATH} characters)")
@@ -253,6 +257,14 @@ class MdmemMemoryTool(BetaAbstractMemoryTool):
             if rel is not None and rel not in out:
                 out[rel] = stored
         return out
+
+    @staticmethod
+    def _no_file_above(files: dict[str, StoredNote], rel: str, path: str) -> None:
+        """ToolError when a folder on the way to ``rel`` is a file: a name is a file or a folder."""
+        parents = ["/".join(rel.split("/")[:n]) for n in range(1, rel.count("/") + 1)]
+        above = next((p for p in parents if p in files), None)
+        if above is not None:
+            raise ToolError(f"{path}: {MEMORIES}/{above} is a file, not a directory")
 
     @staticmethod
     def _under(files: dict[str, StoredNote], rel: str) -> dict[str, StoredNote]:

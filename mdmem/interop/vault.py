@@ -164,9 +164,20 @@ def write_file(folder: Path, rel: str, text: str) -> None:
     full = folder / rel
     if full.is_symlink():
         raise BadInput(f"{rel}: a symbolic link is there; export does not write through it")
+    # A file replaced keeps its permission bits (a private CLAUDE.local.md or vault note stays
+    # private); the temporary copy is never more open than that.
+    mode = stat.S_IMODE(os.lstat(full).st_mode) if full.exists() else 0o644
     tmp = full.with_name(f".{full.name}.mdmem-tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, full)
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode & 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, full)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def export_vault(repo: MemoryRepo, folder: str | Path, *, as_user: str, root: str | None = None,

@@ -43,7 +43,7 @@ from ..auth.principal import Principal, TokenRejected
 from ..auth.static_tokens import TokenFile, split_token
 from ..errors import MdmemError, Refused
 from ..repo import MemoryRepo
-from .http_guard import RateLimiter, RequestGuard
+from .http_guard import RateLimiter, RequestGuard, header_deadline_protocol
 from .server import ANNOTATIONS, INSTRUCTIONS, TOOLS, ErasureFollower, tool_errors, unknown_arguments
 
 log = logging.getLogger("mdmem.server")
@@ -339,6 +339,7 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
     app = build_app(repo, verifier, public_url=public_url, issuer=issuer, host=host, limits=limits,
                     index_ready=ready, follower_stop=stop)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                            http=header_deadline_protocol(limits.body_seconds),
                             timeout_graceful_shutdown=int(graceful_seconds), limit_concurrency=512,
                             timeout_keep_alive=5)
     # uvicorn finishes the requests in flight on SIGTERM, then raises the signal again under the

@@ -8,6 +8,7 @@ sends 100 MB or stops halfway holds only its own coroutine, never a worker threa
 answered by itself while every other client goes on being served."""
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import threading
@@ -124,3 +125,49 @@ class RequestGuard:
         await send_json(send, 413, {"error": "too_large",
                                     "message": f"request body of {size}; this server takes at most "
                                                f"{self.max_body_bytes} bytes a request"})
+
+
+def header_deadline_protocol(seconds: float) -> type:
+    """uvicorn's h11 protocol, with a deadline for a request's head: a connection that has not
+    sent a whole request line and headers within ``seconds`` of connecting (or of its last
+    answer) is closed. uvicorn has no such clock: a connection that never finished its headers
+    was kept for ever and counted against the server's connection limit, so a few hundred of
+    them from one client had every other client answered 503 for as long as it liked."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderDeadline(H11Protocol):
+        _deadline: asyncio.TimerHandle | None = None
+
+        def _arm(self) -> None:
+            self._disarm()
+            if not self.transport.is_closing():
+                self._deadline = self.loop.call_later(seconds, self._expired)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _expired(self) -> None:
+            self._deadline = None
+            if self.cycle is None or self.cycle.response_complete:  # no request under way: only its head was awaited
+                self.transport.close()
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self.cycle is not None and not self.cycle.response_complete:
+                self._disarm()  # a request is under way: its body has RequestGuard's clock
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return HeaderDeadline

@@ -118,7 +118,8 @@ def read_frontmatter_file(full: Path, rel: str, max_bytes: int = MAX_ITEM_BYTES)
     if size > max_bytes:
         raise BadInput(f"{rel}: {size} bytes; a note is at most {max_bytes}")
     try:
-        data = full.read_bytes().decode("utf-8")
+        # A byte order mark (Windows editors write one) is no text: frontmatter after it is still frontmatter.
+        data = full.read_bytes().decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError:
         raise BadInput(f"{rel}: not UTF-8 text") from None
     meta: dict = {}
