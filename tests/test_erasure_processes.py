@@ -164,3 +164,31 @@ def test_a_running_http_server_lets_go_of_the_erased_index_after_an_erasure(repo
         assert held_index_files(pid, root) == []
         [after] = asyncio.run(session_calls(server.url, token, [("recall", {"query": "deploy window vault key"})]))
         assert "Billing deploys" in str(data(after)) and "quokkabanana" not in str(data(after))
+
+
+def test_prove_gone_run_from_the_repository_names_no_process_of_another_repository(repo, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    root = repo.root
+    repo.close()
+    other = tmp_path / "other"
+    MemoryRepo.init(other, teams=TEAMS, erasers=["dana"], now=T0, as_user="dana").close()
+    env = {**os.environ, "MDMEM_EMBEDDER": "none"}
+    env.pop("MDMEM_USER", None)
+    # Started from outside both repositories, naming the other one: nothing ties it to ``root``,
+    # though its command line holds relative words ("serve", "--as") that resolve anywhere.
+    server = subprocess.Popen([sys.executable, "-m", "mdmem.cli.main", "serve", "--repo", str(other), "--as", "dana"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                              cwd=str(tmp_path))
+    try:
+        deadline = time.monotonic() + 20
+        while not server_pids(other) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        out = run_cli("prove-gone", "--needle", "quokkabanana", "--as", "dana", "--json", cwd=str(root))
+        report = json.loads(out.stdout)
+        assert not any(f"pid {server.pid} " in line for line in report["cannot_reach"]), report["cannot_reach"]
+    finally:
+        server.kill()
+        server.wait()
