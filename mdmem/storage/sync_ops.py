@@ -73,7 +73,9 @@ def merge_base(store, a: str, b: str) -> str:
 
 
 def object_ids(store, rev: str, *, exclude: str | None = None) -> set[str]:
-    """Every object id reachable from ``rev`` (commits, trees, blobs), less what ``exclude`` reaches."""
+    """Every object id reachable from ``rev`` (commits, trees, blobs), less what ``exclude`` reaches
+    (a superset when the two share no commit: see note_blobs_only_in; callers only intersect it
+    with erased ids, which the new history never holds)."""
     args = ["rev-list", "--objects", rev] + ([f"^{exclude}"] if exclude else [])
     return {line.split(" ", 1)[0] for line in _run(store, *args).stdout.splitlines() if line}
 
@@ -235,4 +237,8 @@ def note_blobs_only_in(store, rev: str, exclude: str) -> set[str]:
     from ..model.layout import is_note_path
 
     out = _run(store, "rev-list", "--objects", "--filter=object:type=blob", rev, f"^{exclude}").stdout
-    return {oid for oid, _, path in (line.partition(" ") for line in out.splitlines()) if path and is_note_path(path)}
+    found = {oid for oid, _, path in (line.partition(" ") for line in out.splitlines()) if path and is_note_path(path)}
+    # `rev-list --objects A ^B` is no set difference when A and B share no commit (a rewritten
+    # history): it stops walking B early and lists blobs B still holds (a team note the rewrite
+    # kept as it was), which would then be scrubbed from teammates' replayed notes as "erased".
+    return found - object_ids(store, exclude) if found else found
