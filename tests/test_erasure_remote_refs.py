@@ -68,3 +68,12 @@ def test_a_hold_branch_on_the_old_history_does_not_keep_the_erased_note_on_the_r
     again = run_cli("forget", "--text", "555-0199", "--push", "--as", "dana", "--repo", str(repo.root))
     assert again.returncode in (0, 11), again.stderr  # never "sync first" when sync has nothing to do
     assert not fresh_clone_holds(bare, tmp_path, "zanzibar")
+
+
+def test_forget_push_names_a_remote_ref_outside_branches_and_tags_that_keeps_erased_history(repo, tmp_path):
+    bare = published(repo, tmp_path)
+    git(repo.root, "push", "-q", "origin", "HEAD:refs/backup/main")
+    receipt = repo.forget(as_user="alice", owner="alice", subject="user:alice", push=True, now=T1)
+    status = receipt.remotes["origin"]
+    assert status.startswith("NOT erased") and "refs/backup/main" in status, status
+    assert "zanzibar" in git(bare, "log", "-p", "refs/backup/main").stdout  # why it is named

@@ -452,6 +452,15 @@ def remote_heads(root: Path, remote: str) -> dict[str, str] | None:
     return {ref: oid for oid, ref in (line.split("\t", 1) for line in proc.stdout.splitlines() if "\t" in line)}
 
 
+def remote_refs(root: Path, remote: str) -> dict[str, str]:
+    """ref -> object of every ref ``remote`` advertises (branches, tags and any other namespace)."""
+    proc = subprocess.run(["git", "-C", str(root), "ls-remote", remote], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {}
+    return {ref: oid for oid, ref in (line.split("\t", 1) for line in proc.stdout.splitlines() if "\t" in line)
+            if not ref.endswith("^{}") and ref != "HEAD"}
+
+
 def contains(root: Path, ancestor: str, tip: str) -> bool:
     """``ancestor`` is a commit this clone has, reachable from ``tip``."""
     return subprocess.run(["git", "-C", str(root), "merge-base", "--is-ancestor", ancestor, tip],
