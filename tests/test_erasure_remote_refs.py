@@ -41,8 +41,6 @@ def test_forget_push_publishes_its_scrubbed_git_notes_so_the_remote_serves_no_er
     assert not fresh_clone_holds(bare, tmp_path, "zanzibar")
 
 
-@pytest.mark.xfail(strict=True, reason="sync --push publishes an erasure by force-pushing main only: the "
-                   "remote's tags keep the pre-erasure history reachable and nothing asks the remote by id")
 def test_sync_push_publishing_an_erasure_leaves_no_tag_on_the_remote_holding_the_erased_note(repo, tmp_path):
     bare = published(repo, tmp_path)
     git(repo.root, "tag", "v1")
