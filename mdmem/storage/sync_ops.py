@@ -71,10 +71,10 @@ def push(store, remote: str, refspec: str, *, force: bool = False,
 
 def rewritten_side_refspecs(store) -> tuple[str, ...]:
     """Forced refspecs for every tag and git notes ref of this clone: what an erasure rewrote
-    besides the branch, which a remote would otherwise keep on the old history."""
-    notes = _run(store, "for-each-ref", "--format=%(refname)", "refs/notes/").stdout.split()
-    tags = _run(store, "for-each-ref", "--format=%(refname)", "refs/tags/").stdout.split()
-    return tuple(f"+{ref}:{ref}" for ref in tags + notes)
+    besides the branch, which a remote would otherwise keep on the old history (holds are
+    replaced one by one, with a lease, by the hold sync that follows)."""
+    refs = _run(store, "for-each-ref", "--format=%(refname)", "refs/tags/", "refs/notes/").stdout.split()
+    return tuple(f"+{ref}:{ref}" for ref in refs)
 
 
 def merge_base(store, a: str, b: str) -> str:
