@@ -312,7 +312,7 @@ class MemoryRepo(RepoState):
         user may read."""
         return searching.broken(self, as_user=as_user)
 
-    # --- other clones (remote.py) ------------------------------------------------------
+    # --- other clones (remote/) --------------------------------------------------------
     def sync(self, *, as_user: str, remote: str = "origin", push: bool = False, replay: bool = False,
              now: TimeLike = None) -> dict[str, Any]:
         """Integrate ``remote``'s history (fetch, then fast-forward or merge in memory), verify what

@@ -106,6 +106,9 @@ def test_demo_runs_and_removes_its_folder(tmp_path):
     titles = [s["title"] for s in json.loads(r.stdout)["steps"]]
     assert "the gate refuses a paraphrase under a new key" in titles
     assert not (tmp_path / "demo").exists()
+    proof = next(s["output"] for s in json.loads(r.stdout)["steps"] if s["title"] == "prove-gone")
+    # the eraser's proof passes; the subject herself cannot read every root, so hers is incomplete
+    assert "dana: PASS" in proof and "alice: INCOMPLETE" in proof, proof
 
 
 def test_demo_in_a_temporary_folder_leaves_nothing_behind(tmp_path):

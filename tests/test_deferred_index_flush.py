@@ -19,9 +19,9 @@ def test_a_copied_repos_first_recall_loses_the_deferred_index_flush(repo, tmp_pa
     as the MCP server: 0.2 s) writes a note and recalls at once: the recall's walk runs
     refresh_stat_if_moved (storage/queries.py:221-248), which now runs `git update-index --refresh`
     WITHOUT flushing this process's deferred entries first (queries.py:239, flush=False, 054b8bd) and
-    outside the write lock. Meanwhile the entries' timer fires (gitstore.py:707 _flush_later ->
-    flush_index:712) and libgit2 finds git's index.lock held by that update-index: index.write()
-    fails ("the index is locked", gitstore.py:743), flush_index swallows it (:745-746) AFTER taking
+    outside the write lock. Meanwhile the entries' timer fires (storage/ _flush_later ->
+    flush_index) and libgit2 finds git's index.lock held by that update-index: index.write()
+    fails ("the index is locked", storage/), flush_index swallows it  AFTER taking
     the paths out of self._index_due (:720) -- so nothing in the process flushes them again. `git
     status` then shows the new note as a staged deletion plus an untracked file, and the scope's
     MEMORY.md as modified both ways, until some later write repairs the journal; the process's
@@ -68,7 +68,7 @@ def test_sync_in_a_deferring_process_refuses_its_own_just_written_note_as_uncomm
     GitStore.git, so never flushed), and git's index still holds the note's version before our
     commit. Until 4324403 the sync's first git call, store.remotes() (remote.py:61 ->
     queries.py:261 `git remote`), went through GitStore.git with a flush and wrote the deferred
-    entries first; `remote` is now in _INDEX_FREE_COMMANDS (gitstore.py:1140) and nothing in sync
+    entries first; `remote` is now in _INDEX_FREE_COMMANDS (storage/) and nothing in sync
     flushes before that status. Once sync holds the write lock the deferred flush (the timer) waits
     for it, so with the server's 0.2 s a sync started within 0.2 s of a write -- or any time while
     a failed flush is being retried (up to ~21 s, FLUSH_RETRIES) -- is refused for nothing (the
@@ -101,13 +101,13 @@ def test_a_retried_flush_undoes_a_persons_git_add_of_the_note(repo):
     index flush. A long-lived process (index_delay 0.2 s, as `mdmem serve`) writes a note; a
     person's git holds git's index.lock at that moment (their own `git add`, `git commit -a` with
     its editor open, a long `git status`... any git command that writes the index), so the deferred
-    flush fails ("the index is locked") and, since 4324403, keeps its entries and re-arms a timer
-    (gitstore.py:761-769: 0.2, 0.4, 0.8, 1.6 s...). The person's git ends; the person edits the note
+    flush fails ("the index is locked") and keeps its entries and re-arms a timer
+    (storage/gitindex.py: 0.2, 0.4, 0.8, 1.6 s...). The person's git ends; the person edits the note
     and runs `git add` on it. The next retry then writes HEAD's entry over the person's staged
-    version (flush_index, gitstore.py:749-756: stage() of HEAD's blob whenever the file differs
+    version (flush_index, storage/: stage() of HEAD's blob whenever the file differs
     from HEAD, whatever the index holds now): `git diff --cached` loses the person's change and a
     plain `git commit` commits without it, with nothing said. Before 4324403 a failed flush dropped
-    its entries and the next write's repair (gitstore.py:883-887) left an entry the person staged
+    its entries and the next write's repair (storage/) left an entry the person staged
     differently alone (only one still holding the pre-write blob follows HEAD), as the pre-commit
     hook's follow_head does (storage/hook_git.py:83-88: "An entry the person staged differently is
     theirs and stays"); the retried flush applies no such rule. On 4324403^ the person's entry
@@ -127,7 +127,7 @@ def test_a_retried_flush_undoes_a_persons_git_add_of_the_note(repo):
         r.remember("Deploys happen on Fridays", as_user="bob", kind="fact", subject="service:billing",
                    key="deploy.window", scope="team", team="payments")
         print("written", flush=True)
-        for line in sys.stdin:  # failed flushes in a row (-1 before 4324403, which had no count)
+        for line in sys.stdin:  # failed flushes in a row (-1 where the store keeps no count)
             print(getattr(r.store, "_flush_failures", -1), r.store.last_repair_error or "", flush=True)
     """)
     lock = root / ".git" / "index.lock"
@@ -172,11 +172,11 @@ def test_flush_retries_ended_by_lock_timeouts_leave_every_later_write_unflushed(
     """After FLUSH_RETRIES failed flushes whose write lock could not be taken, the process never
     writes git's index again on its own: every later write's entries stay deferred (git status shows
     mdmem's own notes modified, new ones as staged deletions plus untracked files) for the life of
-    the process. flush_index's retry path (gitstore.py:761-769) keeps `self._index_timer` pointing
+    the process. flush_index's retry path (storage/) keeps `self._index_timer` pointing
     at the finished timer when locked() itself raised (LockTimeout: the `timer, self._index_timer =
-    ..., None` at gitstore.py:735 is never reached) and, past FLUSH_RETRIES, arms none; _write_files
-    (gitstore.py:713) arms a flush only `if self._index_timer is None`, so no later write ever does,
-    and locked() skips the journal's repair while entries are due (gitstore.py:243). The comment at
+    ..., None` at storage/ is never reached) and, past FLUSH_RETRIES, arms none; _write_files
+    (storage/) arms a flush only `if self._index_timer is None`, so no later write ever does,
+    and locked() skips the journal's repair while entries are due (storage/). The comment at
     :765 promises "then the next write or open repairs". (Where the failure is the index write
     itself -- index.lock -- the timer was cleared first and the next write does re-arm.) A holder of
     the write lock past LOCK_TIMEOUT_SECONDS, nine times in a row (~9.5 min with the defaults, the

@@ -23,15 +23,15 @@ def test_two_writers_in_a_loop_starve_forget(with_worktree, monkeypatch):
     and a script): `forget` in the main worktree never gets the gate and fails with LockTimeout
     ("writers in this repository's worktrees held it for 60s; try again") -- and trying again
     fails the same way for as long as they write. Measured: with LOCK_TIMEOUT_SECONDS=10 it
-    fails every time on d86c6c5; on its parent (b880321, forget taking the write locks) the same
-    forget succeeded in ~5 s. An erasure (a GDPR-style request) that cannot run while the memory
+    failed every time while forget waited for the linked worktrees' writers; taking the write locks
+    instead, the same forget succeeded in ~5 s. An erasure (a GDPR-style request) that cannot run while the memory
     is in use is a real failure.
 
-    Cause: GitStore.locked (mdmem/storage/gitstore.py:222-226) takes the gate SHARED before
+    Cause: GitStore.locked (mdmem/storage/locking.py) takes the gate SHARED before
     waiting (up to 60 s) for its worktree's write lock: a writer queued behind another keeps the
     gate held the whole time it waits, so with two writers the gate is never free (each takes it
     again before the other lets it go). flock has no writer preference, and the eraser only
-    polls LOCK_EX|LOCK_NB every 5 ms (gitstore.py:249-251, storage/locks.py:139-148), so it
+    polls LOCK_EX|LOCK_NB every 5 ms (storage/), so it
     never wins. Writers should not hold the gate while queuing (take the write lock first and
     the gate with a try, or let a waiting eraser announce itself so new writers back off)."""
     repo, _ = with_worktree
@@ -72,15 +72,14 @@ def test_forget_deadlocks_with_a_reader_holding_the_index_lock(with_worktree):
     recall that walks the work tree (its first call; also after a watch overflow or without
     inotify) while another process's forget holds the gate. The recall takes the search index
     lock (search/note_index.py:200 -> _rebuild -> _worktree_dirty:388 -> queries.py:195
-    dirty_note_paths -> flush_index) and waits for the gate (gitstore.py:671 -> locked); the
+    dirty_note_paths -> flush_index) and waits for the gate (storage/ -> locked); the
     forget, holding the gate, reaches purge_caches and waits for that same index lock
     (erasure/forget.py:331, folder_index_lock, 120 s). Neither moves until the reader's
     flush times out -- and flush_index swallows the LockTimeout, so the reader then waits again
     at the next self.git() (refresh_stat_if_moved): measured 2 x LOCK_TIMEOUT_SECONDS = 120 s,
     exactly the index lock's 120 s, so at the defaults forget itself may fail with LockTimeout
     half way (journal left at "cleaned", every linked worktree refused until it is resumed).
-    Not new in d86c6c5 (its parent deadlocks the same way on the write lock), but the gate did
-    not fix it. A normal forget here takes ~1-2 s; this one must finish within 25 s."""
+    Taking the write locks instead deadlocks the same way; the gate alone did not fix it. A normal forget here takes ~1-2 s; this one must finish within 25 s."""
     repo, _ = with_worktree
     reader = deferring_reader(repo.root)
     result: dict = {}
@@ -152,7 +151,7 @@ def test_forget_deadlocks_with_a_reader_whose_trust_catches_up_under_the_index_l
     (any agent or person), a forget starts, and the first process recalls again. Its catch-up takes
     the search index lock (search/note_index.py:200), sees HEAD moved and asks trust for flags
     there (note_index.py:215 -> policy/verify.py:463 flags -> :144 _current -> store.changes_by_commit
-    -> gitstore.py:515 git() -> flush_index:719 -> locked() -> pass_turnstile, locks.py:192): it
+    -> storage/ git() -> flush_index -> locked() -> pass_turnstile, locks.py): it
     waits for the erasure's turnstile while holding the index lock, and the forget, holding the gate,
     waits for that index lock in purge_caches (erasure/forget.py:351, 120 s). Neither moves until
     the reader's flush times out (LOCK_TIMEOUT_SECONDS, 60 s; flush_index swallows it and the
@@ -162,7 +161,7 @@ def test_forget_deadlocks_with_a_reader_whose_trust_catches_up_under_the_index_l
     (trust's catch-up here, VersionsIndex.ensure -> commits_with_note_paths, search/versions.py:68)
     still takes the write lock. A normal forget here takes ~1-3 s; it must finish within 25 s.
     (Observed stack of the reader: note_index._sync:215 -> verify.flags:463 -> _current:144 ->
-    changes_by_commit -> git:515 -> flush_index:719 -> locked:230 -> _enter_gate:273 ->
+    changes_by_commit -> git:515 -> flush_index -> locked:230 -> _enter_gate:273 ->
     pass_turnstile:192.)"""
     repo = with_secret
     reader = deferring_reader(repo.root, recall_first=True, env={"MDMEM_EMBEDDER": "none"})

@@ -178,7 +178,7 @@ def test_a_worktree_added_while_forget_waits_is_not_locked(with_worktree, monkey
     writer lets go, forget goes on and rewrites + prunes the history *while wt2's writer is
     mid-write*: the exclusion the change promises does not hold for wt2.
 
-    Cause: GitStore.locked_with_worktrees (mdmem/storage/gitstore.py:241) iterates
+    Cause: GitStore.locked_with_worktrees (mdmem/storage/locking.py) iterates
     gitdir.worktree_locks_dirs(self.root) (gitdir.py:67-74), a list read once before the first
     wait; a worktree made during the wait (up to LOCK_TIMEOUT_SECONDS = 60 s) is never locked. The
     list must be read again once every lock is held (until no new worktree appears).
@@ -204,12 +204,12 @@ def test_a_worktree_added_while_forget_waits_is_not_locked(with_worktree, monkey
 def test_writes_in_a_worktree_added_while_forget_waits_corrupt_the_repository(with_worktree, monkeypatch, tmp_path):
     """The damage: the same race as above with a real writer: a worktree added while forget waits
     for `wt`'s writer, and an agent there remembering notes in a loop (each acknowledged).
-    Observed on e3b2753 (every run): either `git gc --prune=now` deletes a commit the writer had just
+    Observed every run before the gate: either `git gc --prune=now` deletes a commit the writer had just
     written, its branch then points at a missing object (`git fsck`: "refs/heads/side2: invalid sha1
     pointer", `git log --all` fatal, every later write in wt2 a raw KeyError, acknowledged notes gone),
     or git-filter-repo fails half way ("cannot lock ref refs/heads/side2: is at X but expected Y")
     and leaves an erasure journal that every later command trips on.
-    Cause: gitstore.py:241 (worktree_locks_dirs read once, before waiting), as above."""
+    Cause: storage/ (worktree_locks_dirs read once, before waiting), as above."""
     repo, wt = with_worktree
     wt2 = tmp_path / "wt2"
     holder = hold_write_lock(wt, 2.0)
@@ -261,7 +261,7 @@ def test_forget_from_a_linked_worktree_refuses_at_once_not_after_the_main_writer
 
     Cause: MemoryRepo.forget (mdmem/repo.py:318) enters store.locked_with_worktrees() before
     erasure/forget.py:49 (_refuse_in_linked_worktree) runs; same for finish_erasure (repo.py:329,
-    refusal at forget.py:129). The docstring of locked_with_worktrees (gitstore.py:235-236)
+    refusal at forget.py:129). The docstring of locked_with_worktrees (storage/)
     relies on "only from the main worktree (it refuses to run in a linked one)" -- the refusal
     comes too late to make that true."""
     repo, wt = with_worktree
@@ -310,12 +310,12 @@ def test_forget_in_main_and_forget_in_a_linked_worktree_deadlock(with_worktree, 
 def test_a_symlinked_worktree_lock_folder_is_skipped_not_locked(with_worktree):
     """A linked worktree whose `.git/worktrees/wt/mdmem-locks` is a symlink to the main
     worktree's lock folder: locked_with_worktrees compares `os.path.realpath(folder)` with its own
-    lock folder (gitstore.py:242), finds them equal and skips the worktree ("this store's own: held
+    lock folder (storage/), finds them equal and skips the worktree ("this store's own: held
     above"). But a writer in that worktree never follows that link: storage/locks.py (Lock._open,
     O_NOFOLLOW, lock_folder) removes it and locks `.../worktrees/wt/mdmem-locks/write.lock` in a
     real folder -- so during the erasure that writer gets its lock at once and writes under the
     rewrite (the loss commit e3b2753 was made to prevent).
-    Cause: the realpath comparison at mdmem/storage/gitstore.py:242 follows a link the lock
+    Cause: the realpath comparison at mdmem/storage/locking.py follows a link the lock
     itself refuses to follow; it should compare the unresolved path (or lstat identity)."""
     repo, wt = with_worktree
     admin_locks = repo.root / ".git" / "worktrees" / "wt" / "mdmem-locks"

@@ -177,14 +177,14 @@ FORK_THEN_DIE = textwrap.dedent("""
 
 def test_a_writer_killed_mid_write_frees_the_lock_even_if_it_forked_a_worker(repo, monkeypatch):
     """A writer killed while it holds the write lock must not block the repo: the kernel
-    drops an flock when the last descriptor of its open file closes. Lock (locks.py:60) opens
+    drops an flock when the last descriptor of its open file closes. Lock (locks.py) opens
     the lock file without anything closing it in a forked child: a child forked by another
     thread while a write held the lock keeps the parent's descriptor (the Lock object is only
-    looked at again by the thread that is not in the child, locks.py:91 `_forget_inherited`
+    looked at again by the thread that is not in the child, locks.py `_forget_inherited`
     runs only on that Lock's next acquire/release). So when the parent dies mid-write, the
     forked worker keeps the repo's write lock for as long as it lives, and every writer in
     every process fails with LockTimeout after 60 s. filelock (before this change) closed
-    inherited descriptors in the child at fork time: the same scenario at 9edb098 takes the
+    inherited descriptors in the child at fork time: with that, the same scenario takes the
     lock at once. (The index lock, note_index.index_lock, had the same flaw.)"""
     from mdmem.storage import locking
 
@@ -208,13 +208,13 @@ def test_a_writer_killed_mid_write_frees_the_lock_even_if_it_forked_a_worker(rep
 def test_a_link_to_a_folder_at_the_lock_path_does_not_break_every_write(repo, tmp_path):
     """Everything under .git/mdmem is a disposable cache: a file where the lock folder belongs
     is removed (locks.lock_folder), a folder where the lock file belongs is removed
-    (Lock.acquire, locks.py:57-59). A symbolic link to a folder there (a restored backup, a
+    (Lock.acquire, locks.py-59). A symbolic link to a folder there (a restored backup, a
     tool that "dedups" the cache, a hostile hand) is skipped by that check (`not
     is_symlink()`), then os.open(O_RDWR|O_CREAT) of a directory raises IsADirectoryError
-    (locks.py:60): every remember of every process crashes with an OSError (not an mdmem
+    (locks.py): every remember of every process crashes with an OSError (not an mdmem
     error) until a person finds and removes the link. A link to a missing folder
     (FileNotFoundError) does the same. The write lock's path is mdmem's own; a link found
-    there should be dropped like the folder is. (Not a regression: at 9edb098 filelock opened
+    there should be dropped like the folder is. (Not a regression: filelock opened
     with O_NOFOLLOW and failed on every link with ELOOP; the new Lock follows links to files,
     as designed, but still crashes on a link to a folder or into a missing folder.)"""
     lock = repo.store.lock_dir / "write.lock"
@@ -253,8 +253,8 @@ WAIT_FORK_THEN_DIE = textwrap.dedent("""
 
 def test_a_writer_forked_while_a_thread_waits_for_the_lock_does_not_keep_it_after_the_parent_dies(repo, monkeypatch):
     """A forked child closes the descriptors of Locks that are *held*
-    (locks._HELD, filled at locks.py:75-77 only once acquire has the flock). But the
-    descriptor a waiting acquire has open (locks.py:67 `fd = self._open()`, polled in _wait)
+    (locks._HELD, filled at locks.py-77 only once acquire has the flock). But the
+    descriptor a waiting acquire has open (locks.py `fd = self._open()`, polled in _wait)
     is in no list: a child forked while another thread waits for the lock inherits it and keeps
     it open. An flock belongs to the open file, which both share, so when the waiting thread
     then gets the lock in the parent and the parent dies mid-write (OOM killer, kill -9), the
@@ -348,8 +348,8 @@ def test_two_writers_never_hold_the_write_lock_at_once_while_the_cache_folder_is
     that mdmem itself calls disposable (locks.lock_folder's docstring; a person or a cleanup
     tool may clear it). An flock belongs to the inode, not the name: once the file a holder
     locked is unlinked (or the folder holding it removed), the next writer's open
-    (locks.py:97, O_CREAT) makes a new file, locks it without waiting, and `_still_ours`
-    (locks.py:120) agrees -- it only guards the window while waiting. Two processes are then
+    (locks.py, O_CREAT) makes a new file, locks it without waiting, and `_still_ours`
+    (locks.py) agrees -- it only guards the window while waiting. Two processes are then
     inside GitStore.locked() together: measured here with a marker file made O_EXCL inside the
     lock, and in real writes as BranchMoved failures and a raw FileNotFoundError on the shared
     journal file (.git/mdmem-pending.json.tmp renamed by two writers), i.e. writes failing and
@@ -367,7 +367,7 @@ def test_removing_the_lock_folder_never_crashes_a_writer_with_a_raw_oserror(repo
     """GitStore.locked makes the lock folder (locks.lock_folder) and then Lock._open opens
     write.lock in it: if the folder is removed in between (a cache cleanup, `rm -rf
     .git/mdmem` while an agent writes), os.open raises FileNotFoundError (ENOENT), which
-    Lock._open (locks.py:97-99) does not handle -- it handles ELOOP/EISDIR/ENXIO/ENOTDIR only
+    Lock._open (locks.py-99) does not handle -- it handles ELOOP/EISDIR/ENXIO/ENOTDIR only
     -- and lock_folder's own unlink/mkdir race the same way. The writer crashes with a raw
     OSError, not an mdmem error (exit code and MCP error mapping assume MdmemError).
     _open should make the folder again on ENOENT (it already loops _OPEN_TRIES times)."""
@@ -376,10 +376,10 @@ def test_removing_the_lock_folder_never_crashes_a_writer_with_a_raw_oserror(repo
 
 
 def test_a_file_where_the_lock_folder_belongs_is_handled_not_a_raw_oserror(tmp_path):
-    """Lock._open catches ENOTDIR (locks.py:99: a file where a folder on the lock's path
+    """Lock._open catches ENOTDIR (locks.py: a file where a folder on the lock's path
     belongs) and then calls _remove(self.lock_file), which unlinks `<file>/write.lock`:
     that raises NotADirectoryError, which _remove does not catch (it catches only
-    FileNotFoundError, locks.py:157) -- the very case the code means to handle crashes with
+    FileNotFoundError, locks.py) -- the very case the code means to handle crashes with
     a raw OSError. Reached by any Lock whose folder is replaced by a file after lock_folder
     ran (GitStore.locked, note_index.index_lock), and always by the daemon's lock
     (cli/daemon.py:_lock makes the folder with Path.mkdir, not lock_folder). The fix: remove
@@ -436,7 +436,7 @@ def test_a_lock_folder_replaced_by_a_file_while_a_writer_waits_raises_no_raw_ose
     """A writer waiting for the write lock opened .git/mdmem-locks/write.lock; the folder is
     then replaced by a file (the case 14b says it fixed: "a removed or replaced folder crashed
     writers with raw OSErrors"). When the holder lets go, the waiter's flock succeeds and
-    Lock._still_ours (mdmem/storage/locks.py:134-141) stats the path (:137), catching only
+    Lock._still_ours (mdmem/storage/locks.py-141) stats the path (:137), catching only
     FileNotFoundError: with a file where the folder was, os.stat raises NotADirectoryError,
     which escapes acquire as a raw OSError -- the write fails with a traceback-style error
     instead of reopening (Lock._open already remakes the folder on NotADirectoryError). A
@@ -461,7 +461,7 @@ def test_a_lock_folder_replaced_by_a_link_while_a_writer_waits_never_lets_two_wr
     """Lock's docstring and lock_folder promise a link at the lock folder's path is removed,
     never followed ("a link would send the lock files elsewhere"). But only lock_folder checks
     the folder, before the open; Lock._open's O_NOFOLLOW guards the last path component only
-    (mdmem/storage/locks.py:107) and _still_ours stats through the folder (locks.py:137).
+    (mdmem/storage/locks.py) and _still_ours stats through the folder (locks.py).
     A writer waiting while .git/mdmem-locks is replaced by a link: once the holder lets go,
     _still_ours sees the path no longer names its file, _open reopens through the link and
     creates and locks <elsewhere>/write.lock, outside the repository. The next writer's

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ENV, T0, git, open_defect, run_cli, team_fact
+from conftest import ENV, T0, git, run_cli, team_fact
 
 from mdmem import MemoryRepo
 
@@ -83,7 +83,6 @@ def _bob_leaves_payments(tmp_path):
     return tmp_path / "m"
 
 
-@open_defect("the pre-commit hook renders views with the rules before the commit")
 def test_the_pre_commit_hooks_views_are_fresh_after_a_membership_change(tmp_path):
     """The hook regenerates team/payments/MEMORY.md in the admin's commit, with the rules before
     the commit: the committed view is stale at once (mdmem check exits 2, verify prints STALE VIEW).

@@ -328,7 +328,7 @@ def test_a_folder_committed_at_a_view_path_leaves_gits_index_consistent(repo):
     """A view path
     holding a folder in HEAD (committed by hand with --no-verify) is replaced by mdmem's next
     write with the rendered file, in the commit and the work tree, but _sync_worktree
-    (gitstore.py:866-871) only `index.add`s the view's path: git's index keeps the folder's
+    (storage/) only `index.add`s the view's path: git's index keeps the folder's
     entries under it (`team/payments/MEMORY.md/a`). `git status` is then not clean (`AD`)
     and the next plain `git commit` of anything fails: "You have both
     team/payments/MEMORY.md and team/payments/MEMORY.md/a ... Error building trees"."""

@@ -67,7 +67,7 @@ WAITER = """
 def test_a_catch_up_that_waited_for_the_lock_moves_state_back_and_a_superseded_note_stays_found(repo):
     """NoteIndex._sync reads HEAD (note_index.py:178) before it takes the index lock
     (:198) and, under the lock, catches up from state.json's commit to that HEAD and saves it as
-    state.json's commit (:206-210). If another process caught the index up past that HEAD while
+    state.json's commit . If another process caught the index up past that HEAD while
     this one waited, state.json goes BACK to the older commit while the index holds the newer
     notes. The next catch-up then sees those notes as new in HEAD ("fresh") and
     add_document's them without deleting what is indexed (:229): the superseded version stays
@@ -163,7 +163,7 @@ def _lagging_work_tree(repo, recent_max):
 
 def test_a_long_lived_process_that_recalls_mid_write_keeps_the_old_version_for_good(repo):
     """GitStore.commit moves
-    the branch (gitstore.py:693) and only then writes the work tree (:696-702). A catch-up in
+    the branch (storage/) and only then writes the work tree . A catch-up in
     that window diffs to the new HEAD but reads the notes from the work tree (_read_notes ->
     read_note), i.e. the OLD text, and records the path as matching HEAD (it is not rechecked:
     not in the watch's events yet, not dirty). When the file is then written the watch reports
@@ -363,7 +363,7 @@ def test_notes_written_by_a_few_processes_rank_as_a_rebuild_once_merged(repo, tm
     lengths. So once the segments holding them are merged, BM25F's average field lengths (and
     every score) differ from a rebuild of the same notes (~2-3e-4 relative here), with no
     update or deletion at all. The repository holds recall to "ranks exactly as a full reindex"
-    (tests/test_recent_notes.py, exact bm25); before d0895c5 these 5 segments were not merged
+    (tests/test_recent_notes.py, exact bm25); when small segments were not merged, these 5 segments stayed apart
     (NO_MERGE below 8) and the scores were equal. Fixed since: recall's BM25F
     statistics are the reader's (bm25.Visible), summed from each document's stored length byte,
     which a merge copies as it is."""

@@ -203,3 +203,24 @@ def test_a_chosen_subject_narrows_memories_to_its_notes(tool):
     stored = tool.repo.get(as_user="alice", subject="project:web", kind="fact", key="stack", now=T)
     assert stored.note.text == "Next.js and Postgres"
     assert "/memories/user/" in tool.execute(view("/memories"))  # the whole root, without a subject
+
+
+def test_in_a_workspace_the_tool_writes_into_the_mounted_repository_of_its_root(tmp_path):
+    """A person's agent in a workspace: /memories maps onto their private root's own repository;
+    a root not mounted is refused naming it."""
+    from workspace_helpers import team_of_three, workspace
+
+    ws = workspace(tmp_path, "alice", team_of_three(tmp_path), ["team/payments", "private/alice"])
+    try:
+        tool = MdmemMemoryTool(ws, as_user="alice", now=T)
+        out = tool.execute(create("/memories/coffee.md", "Alice drinks flat whites"))
+        assert "held for a person's review" in out  # the gate's default: an agent's fact waits
+        (item,) = ws.review_list(as_user="alice")
+        assert item.note.extra["memory_path"] == "coffee.md" and item.note.owner == "alice"
+        # the hold is a branch of alice's private repository, nowhere else
+        assert f"review/{item.review_id}" in git(ws.clone_path("private/alice"), "branch", "--list", "review/*").stdout
+        assert "review/" not in git(ws.clone_path("team/payments"), "branch", "--list", "review/*").stdout
+        with pytest.raises(Refused, match="team/search is not mounted"):
+            MdmemMemoryTool(ws, as_user="alice", scope="team", team="search", now=T)
+    finally:
+        ws.close()

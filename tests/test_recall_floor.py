@@ -2,7 +2,7 @@
 only, once one note clears it, the other notes sharing a word with the question fill the
 list below it instead of being dropped (45% of long-conversation questions got
 fewer than k notes)."""
-from conftest import T0, T1
+from conftest import T1
 
 
 def bm25_only(repo):
@@ -12,8 +12,10 @@ def bm25_only(repo):
 
 
 def episodes(repo, texts):
-    for t in texts:
-        repo.remember(t, as_user="alice", kind="episode", subject="user:alice", now=T0)
+    """Separate events, hours apart: not turns of one conversation (which would carry the turn
+    before as context, ops/conversation.py)."""
+    for i, t in enumerate(texts):
+        repo.remember(t, as_user="alice", kind="episode", subject="user:alice", now=f"2026-10-01T{2 * i:02d}:00:00Z")
 
 
 def test_bm25_only_fills_to_k_with_notes_matching_a_word_once_one_clears_the_floor(repo):

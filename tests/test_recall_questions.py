@@ -6,10 +6,12 @@ from mdmem.search import recall
 
 
 def turns(repo):
+    # An empty context is given: the answer would otherwise carry the question as its context
+    # (ops/conversation.py) and these tests measure the question weight alone.
     repo.remember("Caroline: What was your favourite camping trip with the kids?", as_user="alice",
-                  kind="episode", subject="user:alice", now=T0)
+                  kind="episode", subject="user:alice", now=T0, context="")
     repo.remember("Melanie: My favourite camping trip with the kids was the mountains.",
-                  as_user="alice", kind="episode", subject="user:alice", now=T0)
+                  as_user="alice", kind="episode", subject="user:alice", now=T0, context="")
 
 
 @pytest.mark.parametrize("backend", ["minilm", "none"])

@@ -76,8 +76,10 @@ def test_a_when_question_prefers_the_note_that_places_it_in_time(repo, backend):
     ranks first for any other question, and without WHEN_BOOST for this one too."""
     repo.config.embedder.backend = backend
     timed, untimed = "Mel: Last week I painted a sunrise over the lake.", "Mel: I painted the sunrise over the lake."
-    for text in (timed, untimed):
-        repo.remember(text, as_user="alice", kind="episode", subject="user:alice", now="2023-10-01T00:00:00Z")
+    # Said hours apart on the same day: two events, not one conversation's turns (a turn would
+    # carry the one before, "last week" included, as its context).
+    for text, at in ((timed, "2023-10-01T00:00:00Z"), (untimed, "2023-10-01T03:00:00Z")):
+        repo.remember(text, as_user="alice", kind="episode", subject="user:alice", now=at)
     now = "2023-10-02T00:00:00Z"
     when = repo.recall("When did Mel paint the sunrise over the lake?", as_user="alice", now=now)
     plain = repo.recall("Did Mel paint the sunrise over the lake?", as_user="alice", now=now)

@@ -16,8 +16,9 @@ def walk(path: Path) -> list[dict]:
     def step(title: str, output: str) -> None:
         steps.append({"title": title, "output": output})
 
-    repo = MemoryRepo.init(path, teams={"payments": ["alice", "bob", "dana"]}, now=T0, as_user="alice")
-    step("init", f"memory repo at {path} with team payments = alice, bob, dana")
+    repo = MemoryRepo.init(path, teams={"payments": ["alice", "bob", "dana"]}, erasers=["dana"], now=T0,
+                           as_user="alice")
+    step("init", f"memory repo at {path} with team payments = alice, bob, dana; dana may erase")
     r = repo.remember("Billing deploys only on Tuesdays and Thursdays", as_user="bob", kind="fact",
                       subject="service:billing", key="deploy.window", scope="team", team="payments", now=T0)
     step("remember (bob, team fact)", f"{r.status}: {r.path}")
@@ -55,8 +56,10 @@ def walk(path: Path) -> list[dict]:
     receipt = repo.forget(as_user="alice", subject="user:alice", now=T1)
     step("forget (alice erases her own subject)",
          f"rewrote {receipt.counts['commits_rewritten']} commit(s); receipt {receipt.id} in audit/erasures.jsonl")
-    proof = repo.prove_gone(["555-0142"], as_user="alice", subject="user:alice")
-    step("prove-gone", ("PASS" if proof.passed else "FAIL") + ": git objects, reflogs, work tree, index, vectors, "
-         "cache and views hold no copy\ncannot vouch for: " + "; ".join(proof.cannot_reach[:2]))
+    own = repo.prove_gone(["555-0142"], as_user="alice", subject="user:alice")
+    proof = repo.prove_gone(["555-0142"], as_user="dana", subject="user:alice")
+    step("prove-gone", f"alice: {own.verdict} (she cannot read every root; {', '.join(own.complete_by)} can)\n"
+         f"dana: {proof.verdict}: git objects, reflogs, work tree, index, vectors, cache and views hold no copy\n"
+         "cannot vouch for: " + "; ".join(proof.cannot_reach[:2]))
     repo.close()
     return steps

@@ -6,7 +6,7 @@ reader could ask a remote for the id before it prunes. So the committed receipt 
 old id; each clone keeps its own record here, in its git folder where no push or fetch
 reaches: the erasing clone writes what its rewrite removed, and a clone that meets someone
 else's erasure derives it from the old history it holds and the new one (:func:`derive`).
-The guard keeps the same kind of record on the server (remote.py).
+The guard keeps the same kind of record on the server (remote/guard.py).
 """
 from __future__ import annotations
 

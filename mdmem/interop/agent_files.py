@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BadInput, NotFound
 from ..ops.importing import read_frontmatter_file
+from ..workspace import Workspace
 from .hook_output import bounded
 from .importer import Source, name_part
 from .vault import walk, write_file
@@ -193,9 +194,12 @@ def write_section(path: str | Path, name: str, content: str) -> str:
     return new
 
 
-def export_section(repo: MemoryRepo, path: str | Path, *, as_user: str, root: str, name: str,
+def export_section(repo: MemoryRepo | Workspace, path: str | Path, *, as_user: str, root: str, name: str,
                    budget: int = AGENTS_BUDGET, now: Any = None) -> dict[str, Any]:
-    """A scope's view as mdmem's section of a CLAUDE.md or AGENTS.md."""
+    """A scope's view as mdmem's section of a CLAUDE.md or AGENTS.md (in a workspace, from the mount
+    holding ``root``)."""
+    if isinstance(repo, Workspace):
+        repo = repo.repo_for(root)
     if not repo.access.may_read_root(as_user, root):
         raise NotFound(f"root: {root} is not a scope root {as_user} may read; yours: "
                        f"{', '.join(repo.access.readable_roots(as_user))}")

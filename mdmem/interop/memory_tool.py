@@ -34,6 +34,7 @@ from ..model.clock import TimeLike, format_time
 from ..model.note import check_source
 from ..policy.gate import AGENT
 from ..results import WriteResult
+from ..workspace import Workspace
 
 if TYPE_CHECKING:
     from ..repo import MemoryRepo
@@ -56,17 +57,21 @@ class MdmemMemoryTool(BetaAbstractMemoryTool):
     the notes the model creates (a keyed kind; ``fact`` by default). ``now`` is a time, or a
     function giving one per command (None: the clock)."""
 
-    def __init__(self, repo: MemoryRepo, *, as_user: str, agent: str = "claude", scope: str | None = None,
+    def __init__(self, repo: MemoryRepo | Workspace, *, as_user: str, agent: str = "claude", scope: str | None = None,
                  team: str | None = None, subject: str | None = None, kind: str = "fact",
                  now: TimeLike | Callable[[], TimeLike] = None,
                  cache_control: BetaCacheControlEphemeralParam | None = None) -> None:
         super().__init__(cache_control=cache_control)
         repo.check_user(as_user)
-        self.repo = repo
         self.user = as_user
         self.scope = layout.default_scope(scope, team)
         self.team = team if self.scope == "team" else None
         self.root = layout.scope_root(self.scope, team=team, owner=as_user)
+        if isinstance(repo, Workspace):
+            # The tool edits one root: in a workspace, the mounted repository that holds it (Refused,
+            # naming the root, when it is not mounted).
+            repo = repo.repo_for(self.root)
+        self.repo = repo
         repo.access.check_write(as_user, self.root)  # a root the person may not write is refused here
         self.source = check_source(f"agent:{agent}", where="agent")
         self.only_subject = layout.check_subject(subject) if subject else None

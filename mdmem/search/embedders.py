@@ -145,21 +145,24 @@ class MiniLMEmbedder:
     def embed_query(self, text: str) -> np.ndarray:
         # A workspace asks one question of every mount (each its own index, one embedder per
         # process): the question is embedded once, not once per mount.
+        # Keyed by the graph too, and only once this embedder has loaded it: a question must never
+        # skip loading (or failing to load) the graph it would be embedded with.
+        key = (self.source_sha256, text)
         with _QUERY_LOCK:
-            vector = _RECENT_QUERIES.get(text)
+            vector = _RECENT_QUERIES.get(key) if self._session_obj is not None else None
         if vector is not None:
             return vector
         vector = self._run([self.tokenizer.encode(text)])[0]
         vector.setflags(write=False)
         with _QUERY_LOCK:
-            _RECENT_QUERIES[text] = vector
+            _RECENT_QUERIES[key] = vector
             while len(_RECENT_QUERIES) > _RECENT_QUERY_COUNT:
                 _RECENT_QUERIES.pop(next(iter(_RECENT_QUERIES)))
         return vector
 
 
 _RECENT_QUERY_COUNT = 4
-_RECENT_QUERIES: dict[str, np.ndarray] = {}
+_RECENT_QUERIES: dict[tuple[str | None, str], np.ndarray] = {}
 _QUERY_LOCK = threading.Lock()
 
 

@@ -24,6 +24,7 @@ from ..hooks import install as hooks
 from ..errors import BadInput, Conflict, MdmemError, NoteInvalid, NotFound, Refused, as_mdmem_error
 from ..model import layout as note_layout
 from ..model.clock import SpanLike, TimeLike, resolve_now
+from ..model.kinds import Contracts
 from ..ops.read import root_for
 from ..policy.access import not_visible, require_user
 from ..policy.gate import HUMAN
@@ -332,6 +333,14 @@ class Workspace:
     def mounted_repos(self, user: str) -> list[MemoryRepo]:
         """The open repository of every mount the person may read (what a long-lived server watches)."""
         return [repo for _, repo in self.readable(user)]
+
+    @property
+    def contracts(self) -> Contracts:
+        """The kinds a write names are resolved with (the importer's look-ahead): the person's own
+        repository's, else the first mount's; each repository's gate still judges its own notes."""
+        mine = f"private/{self.user}"
+        roots = [mine] if mine in self.file.mounts else sorted(self.file.mounts)[:1]
+        return self.repo_for(roots[0]).contracts if roots else Contracts()
 
     @property
     def user_config(self) -> UserConfig:
