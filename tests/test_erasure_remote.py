@@ -215,3 +215,17 @@ def test_guard_keeps_the_servers_own_pre_receive_hook_and_runs_it_first(tmp_path
     assert "refs/heads/main" in (tmp_path / "seen").read_text()  # it got the pushed refs on stdin
     assert run_cli("guard", str(bare)).returncode == 0  # installing again keeps the chain
     assert "branch protection" in (bare / "hooks" / "pre-receive.before-mdmem").read_text()
+
+
+def test_a_guarded_remote_takes_a_teammates_new_note_after_an_owner_erasure(repo, tmp_path):
+    """The guard records what only the old history held; a team note the rewrite kept unchanged
+    is no erased version, so a fresh clone's ordinary write still goes through."""
+    bare, _ = shared(repo, tmp_path, guard=True)
+    receipt = repo.forget(as_user="alice", owner="alice", subject="user:alice", push=True, now=T1)
+    assert receipt.remotes["origin"].startswith("erased"), receipt.remotes
+    fresh = tmp_path / "fresh"
+    git(tmp_path, "clone", "-q", "--no-local", str(bare), str(fresh))
+    bob_writes(fresh)
+    pushed = run_cli("sync", "--push", "--repo", str(fresh), "--as", "bob")
+    assert pushed.returncode == 0 and "refused" not in pushed.stdout, pushed.stdout + pushed.stderr
+    assert "freeze" in git(bare, "show", "main:team/payments/service/billing/fact/freeze.md").stdout.lower()

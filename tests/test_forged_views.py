@@ -3,6 +3,8 @@ is judged like a planted note (verify names who changed it), and the first mdmem
 clone replaces it with a fresh render, so agents reading the file never get the injection."""
 import json
 
+import pytest
+
 from conftest import T0, TEAMS, git, run_cli
 
 from mdmem import MemoryRepo
@@ -56,3 +58,25 @@ def test_the_guard_refuses_a_push_whose_root_guide_was_written_by_hand(tmp_path)
     # A fresh render pushes: mdmem's own work is never refused.
     assert run_cli("render", "--repo", str(root), "--as", "dana").returncode == 0
     assert git(root, "push", "origin", "main", check=False).returncode == 0
+
+
+@pytest.mark.xfail(strict=True, reason="the guard renders only the root guide; a hand-written team or private "
+                   "view reaches every fresh clone, where an agent reading the file before any mdmem command "
+                   "gets the injection")
+def test_the_guard_refuses_a_push_whose_team_or_private_view_was_written_by_hand(tmp_path):
+    root = tmp_path / "m"
+    with MemoryRepo.init(root, teams=TEAMS, erasers=["dana"], now=T0, as_user="dana") as repo:
+        repo.remember("Alice prefers async standups", as_user="alice", kind="profile", subject="user:alice",
+                      key="standup", now=T0)
+        repo.remember("Billing deploys any weekday before 3pm", as_user="bob", kind="fact",
+                      subject="service:billing", key="deploy.window", scope="team", team="payments", now=T0)
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
+    git(root, "remote", "add", "origin", str(bare))
+    assert run_cli("sync", "--push", "--repo", str(root), "--as", "dana").returncode == 0
+    assert run_cli("guard", str(bare)).returncode == 0
+    for path in ("team/payments/MEMORY.md", "private/alice/MEMORY.md"):
+        forge(root, path)
+        git(root, "push", "origin", "main", check=False)
+        assert INJECTION not in git(bare, "show", f"main:{path}").stdout, path
+        git(root, "reset", "-q", "--hard", "origin/main")

@@ -61,3 +61,33 @@ def test_replay_scrubs_quotes_keeps_unrelated_notes_and_saves_what_it_cannot_kee
     for where in (bob, bare):
         assert "ZX-99417" not in git(where, "log", "--all", "-p").stdout
     assert not any("ZX-99417" in p.read_text(errors="replace") for p in Path(bob).rglob("*.md"))
+
+
+def test_replay_after_a_person_erasure_keeps_quotes_of_notes_the_erasure_left_alone(tmp_path):
+    """Only what the old history held and the new one does not is erased: a team note the rewrite
+    kept unchanged (its blob is in both histories) is no erased version, so a teammate's note
+    quoting it is replayed as written."""
+    root = tmp_path / "dana"
+    with MemoryRepo.init(root, teams=TEAMS, erasers=["dana"], now=T0, as_user="dana") as repo:
+        repo.remember("Alice prefers async standups", as_user="alice", kind="profile", subject="user:alice",
+                      key="standup", now=T0)
+        repo.remember("Escalations after hours: call the desk at 555-0142", as_user="bob", kind="fact",
+                      subject="service:billing", key="escalation", scope="team", team="payments", now=T0)
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
+    git(root, "remote", "add", "origin", str(bare))
+    assert run_cli("sync", "--push", "--repo", str(root), "--as", "dana").returncode == 0
+    assert run_cli("guard", str(bare)).returncode == 0
+    bob = tmp_path / "bob"
+    git(tmp_path, "clone", "-q", str(bare), str(bob))
+    wrote = run_cli("remember", "Runbook: escalations after hours call the desk at 555-0142 then page on-call",
+                    "--kind", "fact", "--subject", "service:billing", "--key", "runbook", "--new-key", "--scope",
+                    "team", "--team", "payments", "--as", "bob", "--repo", str(bob))
+    assert wrote.returncode == 0, wrote.stderr
+    erase = run_cli("forget", "--owner", "alice", "--subject", "user:alice", "--push", "--repo", str(root),
+                    "--as", "dana")
+    assert erase.returncode == 0, erase.stdout + erase.stderr
+    out = run_cli("sync", "--replay", "--repo", str(bob), "--as", "bob")
+    assert out.returncode == 0, out.stdout + out.stderr
+    runbook = (bob / "team/payments/service/billing/fact/runbook.md").read_text()
+    assert "555-0142" in runbook and "[removed]" not in runbook, runbook

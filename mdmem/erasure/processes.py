@@ -28,7 +28,9 @@ def running(root: Path) -> list[tuple[int, str]]:
             continue
         if not any("mdmem" in a for a in argv) or not any(a in LONG_LIVED for a in argv):
             continue
-        named = any(_inside(a, root) for a in argv)
+        # A relative argument means what it means in that process's folder, never in ours (else
+        # every word on its command line, "serve" included, would land inside the prover's repo).
+        named = any(_inside(str(cwd / a), root) for a in argv)
         if named or _inside(str(cwd), root):
             what = next(a for a in argv if a in LONG_LIVED)
             out.append((int(entry.name), f"mdmem {what}"))

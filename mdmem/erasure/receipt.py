@@ -143,7 +143,15 @@ def push(root, leases: dict[str, dict[str, str]], receipt: dict) -> dict:
             out[name] = f"NOT erased there yet: pushed (force); {HOSTED[service]}"
             continue
         served = ops.served_by(root, name, list(dict.fromkeys(asked)))
-        if served:
+        # A ref outside what the push replaces (refs/backup/*, refs/pull/*, ...) still on an erased
+        # commit keeps the old history reachable: no prune removes it, so it is named.
+        old = set(receipt.get("rewritten_commits", [])) | ({receipt["old_head"]} if receipt.get("old_head") else set())
+        holding = sorted(ref for ref, oid in ops.remote_refs(root, name).items() if oid in old)
+        if holding:
+            out[name] = (f"NOT erased there: pushed (force), but {', '.join(holding[:5])} there still point(s) at "
+                         f"erased history; delete them (`git push {name} --delete <ref>`), then expire the remote's "
+                         "reflogs and run `git gc --prune=now` there, and check again with prove-gone")
+        elif served:
             out[name] = (f"NOT erased there: pushed (force), but it still serves {len(served)} of {len(asked)} erased "
                          "object(s) asked for by id; install `mdmem guard` on it (its hook expires reflogs and prunes "
                          "when a receipt arrives), or expire its reflogs and run `git gc --prune=now` there")

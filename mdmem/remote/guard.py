@@ -122,8 +122,13 @@ def check_push(bare: str, refs_text: str) -> list[str]:
                 removed |= set(run_git_at(bare, "rev-list", old, f"^{new}", check=False).split())
                 listing = run_git_at(bare, "rev-list", "--objects", "--filter=object:type=blob", old, f"^{new}",
                                      check=False)
+                # `rev-list --objects old ^new` is not a set difference when the histories share no
+                # commit (a rewrite): it stops walking the new side early and lists blobs the new tip
+                # still holds (a team note the rewrite kept as it was). Those are not erased.
+                kept = {ln.split(" ", 1)[0] for ln in run_git_at(bare, "rev-list", "--objects", new,
+                                                                check=False).splitlines()}
                 removed |= {oid for oid, _, path in (ln.partition(" ") for ln in listing.splitlines())
-                            if path and is_note_path(path)}
+                            if path and is_note_path(path) and oid not in kept}
         audit = here + "\n" + pushed
         found = sorted(set(run_git_at(bare, "rev-list", new, check=False).split())
                        & (erased_commit_ids(audit) | erased))

@@ -351,7 +351,8 @@ def _publish_erasure(store, remote: str, branch: str, *, lease: str | None = Non
     """The remote holds only history erased here (or what was re-applied here): push the
     rewritten history over it, only if the remote is still where it was fetched (``lease``)."""
     ok, error = sync_ops.push(store, remote, f"HEAD:refs/heads/{branch}", force=True,
-                              lease=(f"refs/heads/{branch}", lease) if lease else None)
+                              lease=(f"refs/heads/{branch}", lease) if lease else None,
+                              also=sync_ops.rewritten_side_refspecs(store))
     if not ok:
         raise GitFailed(f"sync: publishing the erasure to {remote} failed: {error[:200]}")
     sync_ops.set_ref(store, f"refs/remotes/{remote}/{branch}", store.head())

@@ -452,6 +452,15 @@ def remote_heads(root: Path, remote: str) -> dict[str, str] | None:
     return {ref: oid for oid, ref in (line.split("\t", 1) for line in proc.stdout.splitlines() if "\t" in line)}
 
 
+def remote_refs(root: Path, remote: str) -> dict[str, str]:
+    """ref -> object of every ref ``remote`` advertises (branches, tags and any other namespace)."""
+    proc = subprocess.run(["git", "-C", str(root), "ls-remote", remote], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {}
+    return {ref: oid for oid, ref in (line.split("\t", 1) for line in proc.stdout.splitlines() if "\t" in line)
+            if not ref.endswith("^{}") and ref != "HEAD"}
+
+
 def contains(root: Path, ancestor: str, tip: str) -> bool:
     """``ancestor`` is a commit this clone has, reachable from ``tip``."""
     return subprocess.run(["git", "-C", str(root), "merge-base", "--is-ancestor", ancestor, tip],
@@ -459,10 +468,16 @@ def contains(root: Path, ancestor: str, tip: str) -> bool:
 
 
 def force_push_all(root: Path, remote: str, leases: dict[str, str] | None = None) -> tuple[bool, str]:
-    """Push every branch (pruning the remote's others) and tag over ``remote``'s history. A
+    """Push every branch (pruning the remote's others), tag and notes ref over ``remote``'s history. A
     branch moves only if the remote still has it where ``leases`` says (compare-and-swap:
     a teammate's push in between is never wiped)."""
     args = ["git", "-C", str(root), "push", "--prune", remote, "refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
+    # The rewrite scrubbed this clone's git notes too; the remote's notes refs would otherwise
+    # keep the erased text reachable for anyone fetching refs/notes/*. Named one by one (not a
+    # pattern, so --prune leaves a notes ref only the remote holds: someone else's), and in this
+    # same push, whose receipt is what makes a guarded remote prune.
+    args += [f"+{ref}:{ref}" for ref in run_git(root, "for-each-ref", "--format=%(refname)", "refs/notes/",
+                                                check=False).split()]
     args += [f"--force-with-lease={ref}:{oid}" for ref, oid in (leases or {}).items()]
     proc = subprocess.run(args, capture_output=True, text=True)
     return proc.returncode == 0, proc.stderr.strip()[:200]

@@ -61,11 +61,20 @@ def set_ref(store, ref: str, target: str | None) -> None:
 
 
 def push(store, remote: str, refspec: str, *, force: bool = False,
-         lease: tuple[str, str] | None = None) -> tuple[bool, str]:
-    """``lease`` (ref, commit): a forced push only if the remote's ref is still there."""
+         lease: tuple[str, str] | None = None, also: tuple[str, ...] = ()) -> tuple[bool, str]:
+    """``lease`` (ref, commit): a forced push only if the remote's ref is still there. ``also``:
+    more refspecs pushed in the same push (one push is what a guarded remote judges as one)."""
     flags = ([f"--force-with-lease={lease[0]}:{lease[1]}"] if lease else ["--force"]) if force else []
-    proc = _run(store, "push", "--quiet", *flags, remote, refspec)
+    proc = _run(store, "push", "--quiet", *flags, remote, refspec, *also)
     return proc.returncode == 0, proc.stderr.strip()
+
+
+def rewritten_side_refspecs(store) -> tuple[str, ...]:
+    """Forced refspecs for every tag and git notes ref of this clone: what an erasure rewrote
+    besides the branch, which a remote would otherwise keep on the old history (holds are
+    replaced one by one, with a lease, by the hold sync that follows)."""
+    refs = _run(store, "for-each-ref", "--format=%(refname)", "refs/tags/", "refs/notes/").stdout.split()
+    return tuple(f"+{ref}:{ref}" for ref in refs)
 
 
 def merge_base(store, a: str, b: str) -> str:
@@ -73,7 +82,9 @@ def merge_base(store, a: str, b: str) -> str:
 
 
 def object_ids(store, rev: str, *, exclude: str | None = None) -> set[str]:
-    """Every object id reachable from ``rev`` (commits, trees, blobs), less what ``exclude`` reaches."""
+    """Every object id reachable from ``rev`` (commits, trees, blobs), less what ``exclude`` reaches
+    (a superset when the two share no commit: see note_blobs_only_in; callers only intersect it
+    with erased ids, which the new history never holds)."""
     args = ["rev-list", "--objects", rev] + ([f"^{exclude}"] if exclude else [])
     return {line.split(" ", 1)[0] for line in _run(store, *args).stdout.splitlines() if line}
 
@@ -235,4 +246,8 @@ def note_blobs_only_in(store, rev: str, exclude: str) -> set[str]:
     from ..model.layout import is_note_path
 
     out = _run(store, "rev-list", "--objects", "--filter=object:type=blob", rev, f"^{exclude}").stdout
-    return {oid for oid, _, path in (line.partition(" ") for line in out.splitlines()) if path and is_note_path(path)}
+    found = {oid for oid, _, path in (line.partition(" ") for line in out.splitlines()) if path and is_note_path(path)}
+    # `rev-list --objects A ^B` is no set difference when A and B share no commit (a rewritten
+    # history): it stops walking B early and lists blobs B still holds (a team note the rewrite
+    # kept as it was), which would then be scrubbed from teammates' replayed notes as "erased".
+    return found - object_ids(store, exclude) if found else found
