@@ -13,8 +13,7 @@ from pathlib import Path
 from ..erasure.forget import AUDIT_PATH, erased_blob_ids, erased_commit_ids
 from ..erasure.receipt import receipt_ids
 from ..errors import BadInput
-from ..model.layout import is_note_path
-from ..storage.queries import is_ancestor_at, run_git_at
+from ..storage.queries import is_ancestor_at, note_blobs_only_in_at, run_git_at
 
 
 GUARD_MEMORY = "mdmem-guard-erasures.jsonl"  # in the bare repo's own folder: no push can change it
@@ -120,15 +119,7 @@ def check_push(bare: str, refs_text: str) -> list[str]:
                 # The commits and note versions only the old history held (views are derived:
                 # the same render may come again).
                 removed |= set(run_git_at(bare, "rev-list", old, f"^{new}", check=False).split())
-                listing = run_git_at(bare, "rev-list", "--objects", "--filter=object:type=blob", old, f"^{new}",
-                                     check=False)
-                # `rev-list --objects old ^new` is not a set difference when the histories share no
-                # commit (a rewrite): it stops walking the new side early and lists blobs the new tip
-                # still holds (a team note the rewrite kept as it was). Those are not erased.
-                kept = {ln.split(" ", 1)[0] for ln in run_git_at(bare, "rev-list", "--objects", new,
-                                                                check=False).splitlines()}
-                removed |= {oid for oid, _, path in (ln.partition(" ") for ln in listing.splitlines())
-                            if path and is_note_path(path) and oid not in kept}
+                removed |= note_blobs_only_in_at(bare, old, new)
         audit = here + "\n" + pushed
         found = sorted(set(run_git_at(bare, "rev-list", new, check=False).split())
                        & (erased_commit_ids(audit) | erased))

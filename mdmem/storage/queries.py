@@ -57,6 +57,22 @@ def run_git_at(path: str | Path, *args: str, check: bool = True) -> str:
     return proc.stdout
 
 
+def note_blobs_only_in_at(path: str | Path, rev: str, exclude: str) -> set[str]:
+    """The note versions (blob ids at note paths) ``rev``'s history holds and ``exclude``'s does
+    not, in the repository at ``path`` (a clone or a bare remote). A true set difference: `rev-list
+    --objects A ^B` alone is none when A and B share no commit (a rewritten history): it stops
+    walking B early and lists blobs B still holds (a team note the rewrite kept as it was), which
+    would then be taken for erased."""
+    listing = run_git_at(path, "rev-list", "--objects", "--filter=object:type=blob", rev, f"^{exclude}", check=False)
+    found = {oid for oid, _, name in (line.partition(" ") for line in listing.splitlines())
+             if name and is_note_path(name)}
+    if not found:
+        return found
+    kept = {line.split(" ", 1)[0] for line in run_git_at(path, "rev-list", "--objects", exclude,
+                                                          check=False).splitlines()}
+    return found - kept
+
+
 @dataclass(frozen=True)
 class BranchCommit:
     """A branch's tip: its commit, message, and the note paths it changed against its parent

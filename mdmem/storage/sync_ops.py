@@ -10,6 +10,7 @@ import pygit2
 
 from . import history_ops
 from .gitindex import stage
+from .queries import note_blobs_only_in_at
 
 IN_PROGRESS = (("rebase-merge", "a rebase"), ("rebase-apply", "a rebase or am"), ("MERGE_HEAD", "a merge"),
                ("CHERRY_PICK_HEAD", "a cherry-pick"), ("REVERT_HEAD", "a revert"))
@@ -83,7 +84,7 @@ def merge_base(store, a: str, b: str) -> str:
 
 def object_ids(store, rev: str, *, exclude: str | None = None) -> set[str]:
     """Every object id reachable from ``rev`` (commits, trees, blobs), less what ``exclude`` reaches
-    (a superset when the two share no commit: see note_blobs_only_in; callers only intersect it
+    (a superset when the two share no commit: see queries.note_blobs_only_in_at; callers only intersect it
     with erased ids, which the new history never holds)."""
     args = ["rev-list", "--objects", rev] + ([f"^{exclude}"] if exclude else [])
     return {line.split(" ", 1)[0] for line in _run(store, *args).stdout.splitlines() if line}
@@ -243,11 +244,4 @@ def is_ancestor(store, ancestor: str, tip: str) -> bool:
 
 def note_blobs_only_in(store, rev: str, exclude: str) -> set[str]:
     """The note versions (blob ids at note paths) ``rev``'s history holds and ``exclude``'s does not."""
-    from ..model.layout import is_note_path
-
-    out = _run(store, "rev-list", "--objects", "--filter=object:type=blob", rev, f"^{exclude}").stdout
-    found = {oid for oid, _, path in (line.partition(" ") for line in out.splitlines()) if path and is_note_path(path)}
-    # `rev-list --objects A ^B` is no set difference when A and B share no commit (a rewritten
-    # history): it stops walking B early and lists blobs B still holds (a team note the rewrite
-    # kept as it was), which would then be scrubbed from teammates' replayed notes as "erased".
-    return found - object_ids(store, exclude) if found else found
+    return note_blobs_only_in_at(store.root, rev, exclude)
