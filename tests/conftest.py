@@ -196,20 +196,21 @@ def team_fact(repo, text, key="deploy.window", user="bob", subject="service:bill
 
 
 @contextmanager
-def lock_held_by_another_thread(repo):
-    """The repo's write lock, held by another thread of this process until the block ends."""
+def lock_held_by_another_thread(repo, at_most: float = 10):
+    """The repo's write lock, held by another thread of this process until the block ends (or
+    ``at_most`` seconds); the block may end the hold sooner by setting the event it is given."""
     held, release = threading.Event(), threading.Event()
 
     def holder():
         with repo.store.locked():
             held.set()
-            release.wait(10)
+            release.wait(at_most)
 
     thread = threading.Thread(target=holder)
     thread.start()
     assert held.wait(10)
     try:
-        yield
+        yield release
     finally:
         release.set()
         thread.join()
@@ -245,12 +246,15 @@ def open_defect(why: str):
 DEPLOY = "team/payments/service/billing/fact/deploy.window.md"
 
 
-def shared_remote(root, tmp_path, who: str):
-    """A bare remote beside the repo, which ``who`` syncs to first."""
+def shared_remote(root, tmp_path, who: str, *, guard: bool = False):
+    """A bare remote beside the repo (``origin``), which ``who`` syncs to first; with ``guard``,
+    mdmem's guard installed on it after that first push."""
     remote = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(remote))
     git(root, "remote", "add", "origin", str(remote))
     assert run_cli("sync", "--push", "--as", who, env=ENV, cwd=root).returncode == 0
+    if guard:
+        assert run_cli("guard", str(remote)).returncode == 0
     return remote
 
 
@@ -275,3 +279,17 @@ def githost():
     from githost import session_host
 
     yield from session_host()
+
+
+def bob_leaves_payments(tmp_path):
+    """A repo where dana (admin) has moved bob from payments to support, after bob wrote a fact there."""
+    repo = MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice", "bob", "dana"]}, erasers=["dana"],
+                           now=T0, as_user="dana")
+    team_fact(repo, "Billing deploys any weekday before 3pm")
+    repo.close()
+    toml = tmp_path / "m/mdmem.toml"
+    toml.write_text(toml.read_text().replace('payments = ["alice", "bob", "dana"]',
+                                             'payments = ["alice", "dana"]\nsupport = ["bob"]'))
+    git(tmp_path / "m", "-c", "user.name=dana", "-c", "user.email=dana@mdmem.invalid", "commit", "-qam",
+        "bob moves to support")
+    return tmp_path / "m"

@@ -3,7 +3,7 @@ clone), or because the eraser forgot --push and then synced."""
 import json
 import subprocess
 
-from conftest import T0, T1, git, run_cli
+from conftest import T0, T1, git, run_cli, shared_remote
 
 from mdmem import MemoryRepo
 
@@ -21,12 +21,7 @@ def shared(repo, tmp_path, *, guard: bool):
     repo.remember(SECRET, as_user="alice", kind="profile", subject="user:alice", key="phone", now=T0)
     repo.remember("Billing deploys any weekday before 3pm", as_user="bob", kind="fact",
                   subject="service:billing", key="deploy.window", scope="team", team="payments", now=T0)
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
-    git(repo.root, "remote", "add", "origin", str(bare))
-    assert run_cli("sync", "--push", "--repo", str(repo.root), "--as", "bob").returncode == 0
-    if guard:
-        assert run_cli("guard", str(bare)).returncode == 0
+    bare = shared_remote(repo.root, tmp_path, "bob", guard=guard)
     clone = tmp_path / "clone"
     git(tmp_path, "clone", "-q", str(bare), str(clone))
     git(clone, "config", "user.name", "Bob")

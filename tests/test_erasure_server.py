@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import T0, T1, TEAMS, git, run_cli
+from conftest import T0, T1, TEAMS, git, run_cli, shared_remote
 
 from mdmem import MemoryRepo
 
@@ -24,13 +24,7 @@ def shared(repo, tmp_path, *, guard: bool):
                   key="standup", now=T0)
     repo.remember(SECRET, as_user="bob", kind="fact", subject="service:billing", key="escalation",
                   scope="team", team="payments", now=T0)
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
-    git(repo.root, "remote", "add", "origin", str(bare))
-    assert run_cli("sync", "--push", "--repo", str(repo.root), "--as", "bob").returncode == 0
-    if guard:
-        assert run_cli("guard", str(bare)).returncode == 0
-    return bare
+    return shared_remote(repo.root, tmp_path, "bob", guard=guard)
 
 
 def fetch_by_id(tmp_path, bare, oid: str, name: str) -> int:

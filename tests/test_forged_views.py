@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import T0, TEAMS, git, run_cli
+from conftest import T0, TEAMS, git, run_cli, shared_remote
 
 from mdmem import MemoryRepo
 
@@ -46,11 +46,7 @@ def test_a_forged_view_is_named_with_its_author_and_replaced_by_a_clones_first_c
 def test_the_guard_refuses_a_push_whose_root_guide_was_written_by_hand(tmp_path):
     root = tmp_path / "m"
     MemoryRepo.init(root, teams=TEAMS, erasers=["dana"], now=T0, as_user="dana").close()
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
-    git(root, "remote", "add", "origin", str(bare))
-    assert run_cli("sync", "--push", "--repo", str(root), "--as", "dana").returncode == 0
-    assert run_cli("guard", str(bare)).returncode == 0
+    bare = shared_remote(root, tmp_path, "dana", guard=True)
     forge(root, "MEMORY.md")
     push = git(root, "push", "origin", "main", check=False)
     assert push.returncode != 0 and "MEMORY.md differs from a fresh render" in push.stderr, push.stderr
@@ -70,11 +66,7 @@ def test_the_guard_refuses_a_push_whose_team_or_private_view_was_written_by_hand
                       key="standup", now=T0)
         repo.remember("Billing deploys any weekday before 3pm", as_user="bob", kind="fact",
                       subject="service:billing", key="deploy.window", scope="team", team="payments", now=T0)
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
-    git(root, "remote", "add", "origin", str(bare))
-    assert run_cli("sync", "--push", "--repo", str(root), "--as", "dana").returncode == 0
-    assert run_cli("guard", str(bare)).returncode == 0
+    bare = shared_remote(root, tmp_path, "dana", guard=True)
     for path in ("team/payments/MEMORY.md", "private/alice/MEMORY.md"):
         forge(root, path)
         git(root, "push", "origin", "main", check=False)

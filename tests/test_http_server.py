@@ -17,7 +17,7 @@ import time
 import httpx2
 import jwt
 import pytest
-from conftest import PEOPLE, T0, TEAMS
+from conftest import PEOPLE, T0, TEAMS, lock_held_by_another_thread
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from http_server import data, running, session_calls, start_server
@@ -517,7 +517,7 @@ def test_reads_are_answered_while_writes_wait_for_the_write_lock(world):
         return (await session_calls(world["server"].url, t["alice_rw"], [("remember", {
             "text": f"queued write {i}", "kind": "episode", "subject": "task:queue", "key": f"q{i}"})]))[0]
 
-    async def scenario():
+    async def scenario(release):
         writes = [asyncio.create_task(remember(i)) for i in range(12)]
         await asyncio.sleep(2.0)  # they reach the server and wait for the lock
         recall = await asyncio.wait_for(session_calls(world["server"].url, t["bob_rw"],
@@ -526,22 +526,8 @@ def test_reads_are_answered_while_writes_wait_for_the_write_lock(world):
         release.set()
         return recall[0], waiting, await asyncio.gather(*writes)
 
-    release = threading.Event()
-    holder_ready = threading.Event()
-
-    def hold_the_lock():
-        with repo.store.locked():
-            holder_ready.set()
-            release.wait(60)
-
-    holder = threading.Thread(target=hold_the_lock)
-    holder.start()
-    holder_ready.wait(10)
-    try:
-        recalled, waiting, written = asyncio.run(scenario())
-    finally:
-        release.set()
-        holder.join(30)
+    with lock_held_by_another_thread(repo, at_most=60) as release:
+        recalled, waiting, written = asyncio.run(scenario(release))
     assert not recalled.is_error and data(recalled)["hits"]
     assert waiting == 12  # answered while every write still waited
     assert all(data(w)["status"] == "committed" for w in written), [data(w) for w in written]

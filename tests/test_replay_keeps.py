@@ -5,7 +5,7 @@ person finds it, named, with a non-zero exit code."""
 import json
 from pathlib import Path
 
-from conftest import T0, TEAMS, git, run_cli
+from conftest import T0, TEAMS, git, run_cli, shared_remote
 
 from mdmem import MemoryRepo
 
@@ -18,11 +18,7 @@ def test_replay_scrubs_quotes_keeps_unrelated_notes_and_saves_what_it_cannot_kee
     with MemoryRepo.init(root, teams=TEAMS, erasers=["dana"], now=T0, as_user="dana") as repo:
         repo.remember(SECRET, as_user="dana", kind="fact", subject="service:billing", key="vendor", scope="team",
                       team="payments", now=T0)
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
-    git(root, "remote", "add", "origin", str(bare))
-    assert run_cli("sync", "--push", "--repo", str(root), "--as", "dana").returncode == 0
-    assert run_cli("guard", str(bare)).returncode == 0
+    bare = shared_remote(root, tmp_path, "dana", guard=True)
     bob = tmp_path / "bob"
     git(tmp_path, "clone", "-q", str(bare), str(bob))
     # bob's unpushed work: one import of two notes (one quotes the secret), then an edit of the secret's note.
@@ -73,11 +69,7 @@ def test_replay_after_a_person_erasure_keeps_quotes_of_notes_the_erasure_left_al
                       key="standup", now=T0)
         repo.remember("Escalations after hours: call the desk at 555-0142", as_user="bob", kind="fact",
                       subject="service:billing", key="escalation", scope="team", team="payments", now=T0)
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
-    git(root, "remote", "add", "origin", str(bare))
-    assert run_cli("sync", "--push", "--repo", str(root), "--as", "dana").returncode == 0
-    assert run_cli("guard", str(bare)).returncode == 0
+    bare = shared_remote(root, tmp_path, "dana", guard=True)
     bob = tmp_path / "bob"
     git(tmp_path, "clone", "-q", str(bare), str(bob))
     wrote = run_cli("remember", "Runbook: escalations after hours call the desk at 555-0142 then page on-call",

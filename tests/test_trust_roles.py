@@ -5,7 +5,7 @@ edit, and membership changes or unrelated config edits neither untrust nor ratif
 from __future__ import annotations
 
 import pytest
-from conftest import DEPLOY, ENV, T0, T1, git, open_defect, run_cli, team_fact, untrusted, widen_locally
+from conftest import DEPLOY, ENV, T0, T1, bob_leaves_payments, git, open_defect, run_cli, team_fact, untrusted, widen_locally
 
 from mdmem import MemoryRepo
 from mdmem.errors import Refused
@@ -219,25 +219,11 @@ def test_an_admins_unrelated_config_edit_does_not_silently_ratify_a_members_self
     assert warned or r.returncode != 0 or bob_sees == [], (r.stdout, r.stderr, bob_sees)
 
 
-def _bob_leaves_payments(tmp_path):
-    repo = MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice", "bob", "dana"]}, erasers=["dana"],
-                           now=T0, as_user="dana")
-    team_fact(repo, "Billing deploys any weekday before 3pm")
-    repo.close()
-    toml = tmp_path / "m/mdmem.toml"
-    toml.write_text(toml.read_text().replace('payments = ["alice", "bob", "dana"]',
-                                             'payments = ["alice", "dana"]\nsupport = ["bob"]'))
-    git(tmp_path / "m", "-c", "user.name=dana", "-c", "user.email=dana@mdmem.invalid", "commit", "-qam",
-        "bob moves to support")
-    return tmp_path / "m"
-
-
 def test_a_member_leaving_a_team_does_not_untrust_every_note_they_wrote_there(tmp_path):
-    """The admin moves bob from payments to support. Every payments note bob ever wrote is now
-    UNTRUSTED ("last changed by bob, who may not write team/payments"), out of the team's view
-    and every startup: the team's memory loses what a departed member wrote. A note is judged by
-    who may write its root NOW, not by whether its writer was permitted when they wrote it."""
-    root = _bob_leaves_payments(tmp_path)
+    """The admin moves bob from payments to support. The payments notes bob wrote while a member
+    stay trusted: a version is judged by the rules in force when it was committed, so the team's
+    memory keeps what a departed member wrote."""
+    root = bob_leaves_payments(tmp_path)
     with MemoryRepo.open(root) as repo:
         assert repo.verify(as_user="alice")["untrusted"] == []
         assert "Billing deploys any weekday" in repo.startup(as_user="alice", now=T1)
