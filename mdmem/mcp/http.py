@@ -183,8 +183,31 @@ def _bounded_arguments(name: str, kwargs: dict[str, Any], limits: HttpLimits) ->
             raise ToolError(f"bad_input: recall: k={k}; give 1 to {limits.max_k}")
 
 
+class WritesUnderWay:
+    """Writes running on worker threads: a stop waits for them before git's index is written
+    for the last time (a write that ended after that flush left its entries to the next open)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.idle = threading.Condition()
+
+    def run(self, work: Callable[[], Any]) -> Any:
+        with self.idle:
+            self.count += 1
+        try:
+            return work()
+        finally:
+            with self.idle:
+                self.count -= 1
+                self.idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        with self.idle:
+            return self.idle.wait_for(lambda: self.count == 0, timeout)
+
+
 def http_tool(fn: Callable[..., Any], name: str, capability: str, limits: HttpLimits,
-              workers: anyio.CapacityLimiter) -> Callable[..., Any]:
+              workers: anyio.CapacityLimiter, writes: WritesUnderWay | None = None) -> Callable[..., Any]:
     """The tool as an async function the SDK awaits: the token's capability checked, arguments
     and answer bounded, the work on a worker thread (the SDK's auth context goes with it)."""
     sync = tool_errors(fn)
@@ -206,7 +229,8 @@ def http_tool(fn: Callable[..., Any], name: str, capability: str, limits: HttpLi
                                 "or narrow the question") from None
         else:
             # A write is never abandoned half-way: it finishes, and its answer is the truth.
-            result = await anyio.to_thread.run_sync(work, limiter=workers)
+            result = await anyio.to_thread.run_sync(functools.partial(writes.run, work) if writes else work,
+                                                    limiter=workers)
         size = len(json.dumps(result, default=str))
         if size > limits.max_result_bytes:
             raise ToolError(f"too_large: {name}'s answer is {size} bytes, over this server's "
@@ -262,12 +286,13 @@ def build_app(repo: MemoryRepo, verifier: TokenVerifier, *, public_url: str, iss
     server: MCPServer = MCPServer("mdmem", instructions=INSTRUCTIONS, token_verifier=verifier, auth=auth,
                                   middleware=[CapabilityGate(params, follower)], log_level="WARNING")
     readers, writers = anyio.CapacityLimiter(limits.read_workers), anyio.CapacityLimiter(limits.write_workers)
+    writes = WritesUnderWay()
     for name, capability in TOOLS.items():
         module = importlib.import_module(f"mdmem.mcp.tools.{name}")
         fn = module.make(ctx)
         params[name] = frozenset(inspect.signature(fn).parameters)
         workers = readers if capability == "read" else writers
-        server.add_tool(http_tool(fn, name, capability, limits, workers), name=name,
+        server.add_tool(http_tool(fn, name, capability, limits, workers, writes), name=name,
                         description=module.DESCRIPTION, annotations=ANNOTATIONS[capability])
 
     @server.custom_route(HEALTH_PATH, methods=["GET"])
@@ -284,6 +309,7 @@ def build_app(repo: MemoryRepo, verifier: TokenVerifier, *, public_url: str, iss
     app.user_middleware.append(Middleware(RequestGuard, path=path,
                                           limiter=RateLimiter(limits.rate_per_second, limits.burst),
                                           max_body_bytes=limits.max_body_bytes, body_seconds=limits.body_seconds))
+    app.state.writes = writes
     return app
 
 
@@ -351,6 +377,7 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
     finally:
         stop.set()
         signal.signal(signal.SIGTERM, previous)
+        app.state.writes.wait_idle(graceful_seconds)  # a write uvicorn stopped waiting for still ends first
         repo.store.flush_index()
         builder.join(drain_seconds)
     return not builder.is_alive()
