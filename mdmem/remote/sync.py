@@ -65,6 +65,11 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
         _refuse_unfinished_git(store)
         branch = store.branch_ref().removeprefix("refs/heads/")
         head = store.head()
+        # Asked first, without fetching: when neither side moved since the last sync finished,
+        # that sync's outcome stands and nothing after the fetch could change a thing.
+        listed = sync_ops.remote_heads(store, remote)
+        if listed is not None and _unchanged(store, remote, branch, head, listed, push=push):
+            return _unchanged_report(repo, user, branch, head, listed, push=push)
         # Fetched into a scratch ref: until the sync succeeds no ref a person sees moves
         # (not even refs/remotes/<remote>/<branch>), so a refused sync leaves the repo as it was.
         scratch = f"refs/mdmem-sync/{remote}/{branch}"
@@ -103,6 +108,8 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
             sync_ops.set_ref(store, f"refs/remotes/{remote}/{branch}", their_head)
         # Whatever arrived, the views must be a fresh render of the tip (a commit pushed
         # with --no-verify could have left them stale): regenerate them in one more commit.
+        if replayed or status not in SETTLED:
+            repo.reset_caches()  # history was replaced: the caches' states name commits that are gone
         rendered = _render_if_stale(repo, user, when)
         pushed = None
         if push and store.head():
@@ -115,9 +122,19 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
         from ..ops.holds import decisions
 
         decided = decisions(store)  # history's approve/reject commits, read once for both uses below
-        holds = _sync_holds(repo, remote, push=push and pushed in (None, "pushed"), closed=set(decided))
-        _drop_erased_leftovers(store)
-    repo.reset_caches()
+        holds, their_holds = _sync_holds(repo, remote, push=push and pushed in (None, "pushed"), closed=set(decided),
+                                          listed=listed)
+        dropped = _drop_erased_leftovers(store)
+        both = sorted(r for r, ops in decided.items() if {"approve", "reject"} <= ops)
+        if (status in SETTLED and not replayed and pushed in (None, "pushed") and their_holds is not None
+                and not both and not (set(holds) & UNSETTLED_HOLDS)):
+            theirs = store.head() if pushed else their_head
+            _write_stamp(store, remote, branch, store.head(), {branch: theirs} if theirs else {},
+                         their_holds, sync_ops.local_refs(store, f"refs/heads/{REVIEW_PREFIX}"))
+    if replayed or dropped or status not in SETTLED or set(holds) & DROPPING_HOLDS:
+        # History was replaced or objects dropped: every in-process cache may describe commits
+        # that are gone. A fast-forward or merge only moved the tip on, which each catches up to.
+        repo.reset_caches()
     head = repo.store.head()
     # Conflicts in roots the user may not read are resolved all the same, but not named
     # (like the untrusted list): a path in private/<other> tells what they keep.
@@ -139,13 +156,85 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
     out.update(replayed)
     # A hold approved in one clone and rejected in another (offline) is both, once merged:
     # the approved note is live; a person decides.
-    both = sorted(r for r, ops in decided.items() if {"approve", "reject"} <= ops)
     if both:
         out["approved_and_rejected"] = both
     return out
 
 
-def _sync_holds(repo, remote: str, *, push: bool, closed: set[str]) -> dict:
+SETTLED = ("up to date", "ahead", "fast-forwarded", "merged")  # outcomes that rewrote nothing
+# Hold outcomes a later sync must report again, or after which objects were dropped: no stamp.
+DROPPING_HOLDS = {"refused", "remade", "dropped_erased"}
+UNSETTLED_HOLDS = DROPPING_HOLDS | {"error", "skipped_names", "push_failed"}
+STAMP = "sync.json"  # in the cache folder: where the last settled sync left both sides, per remote
+
+
+def _stamp_path(store):
+    return store.cache_dir / STAMP
+
+
+def _read_stamps(store) -> dict:
+    import json
+
+    try:
+        data = json.loads(_stamp_path(store).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_stamp(store, remote: str, branch: str, head: str | None, theirs: dict[str, str],
+                 their_holds: dict[str, str], my_holds: dict[str, str]) -> None:
+    """Record where a sync that settled everything left the two sides: the remote's branch and
+    holds (only values this clone has integrated or pushed itself, never one merely listed),
+    this clone's tip and holds. Commit ids and hold ids only; a cache, so a failed write is fine."""
+    import json
+    import os
+
+    stamps = _read_stamps(store)
+    stamps[remote] = {"branch": branch, "head": head, "remote": {**theirs, **their_holds}, "holds": my_holds}
+    path = _stamp_path(store)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{STAMP}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(stamps), encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        pass
+
+
+def _unchanged(store, remote: str, branch: str, head: str | None, listed: dict[str, str], *, push: bool) -> bool:
+    """Whether a full sync now could change nothing: the remote's branch and holds are what the
+    last settled sync left them, and so are this clone's tip and holds (a sync is a function of
+    those: the trusted config, the receipts, the views and the decided holds are all history at
+    the tip). With ``push``, also nothing to push: the remote's branch and holds are this clone's."""
+    stamp = _read_stamps(store).get(remote)
+    if not isinstance(stamp, dict) or head is None:
+        return False
+    theirs = {n: o for n, o in listed.items() if n == branch or n.startswith(REVIEW_PREFIX)}
+    if stamp.get("branch") != branch or stamp.get("head") != head or stamp.get("remote") != theirs:
+        return False
+    mine = sync_ops.local_refs(store, f"refs/heads/{REVIEW_PREFIX}")
+    if stamp.get("holds") != mine:
+        return False
+    if push:
+        their_holds = {n[len(REVIEW_PREFIX):]: o for n, o in theirs.items() if n != branch}
+        return theirs.get(branch) == head and their_holds == mine
+    return True
+
+
+def _unchanged_report(repo, user: str, branch: str, head: str, listed: dict[str, str], *, push: bool) -> dict:
+    """What a full sync would answer when nothing moved on either side since the last one settled."""
+    out = {"status": "up to date" if listed.get(branch) == head else "ahead",
+           "detail": f"{branch} now at {head[:10]}", "commit": head, "conflicts": [], "rendered": [],
+           "untrusted": repo.verify(as_user=user)["untrusted"]}
+    if push:
+        out["push"] = "pushed"
+    out["holds"] = {"fetched": [], "closed": []}
+    return out
+
+
+def _sync_holds(repo, remote: str, *, push: bool, closed: set[str],
+                listed: dict[str, str] | None = None) -> tuple[dict, dict[str, str] | None]:
     """Held writes travel with sync, so the second person who must review one sees it in their
     own clone. What is open is decided by history, not by any clone's branches:
     a hold an approve or reject commit names (``closed``: ``ops.holds.decisions``) is closed everywhere, its
@@ -155,19 +244,30 @@ def _sync_holds(repo, remote: str, *, push: bool, closed: set[str]) -> dict:
     lacks is pushed; a branch that merely vanished here is taken again, never deleted there.
     After an erasure a local hold on the old history is made again on the erased one (the
     same held change), or dropped and named when it touches an erased version; the remote's
-    copy on the old history is replaced (with a lease) or deleted."""
+    copy on the old history is replaced (with a lease) or deleted.
+
+    ``listed``: the remote's branches as `git ls-remote` gave them at the start of this sync;
+    when this clone holds every hold they name, nothing is fetched. Also returns the remote's
+    holds as this sync leaves them (what was fetched, with what it pushed and deleted there), or
+    None when they are not known (a fetch or push failed)."""
     from ..ops.holds import HOLD_ID
 
     store = repo.store
     local, scratch = f"refs/heads/{REVIEW_PREFIX}", f"refs/mdmem-sync/{remote}/{REVIEW_PREFIX}"
-    for name in sync_ops.refs_under(store, scratch):
+    for name in sync_ops.local_refs(store, scratch):
         sync_ops.set_ref(store, scratch + name, None)
-    ok, error = sync_ops.fetch_prefix(store, remote, REVIEW_PREFIX, scratch)
-    if not ok:
-        return {"error": f"holds not fetched: {error[:200]}"}
-    fetched = sync_ops.refs_under(store, scratch)
+    listed = None if listed is None else {n[len(REVIEW_PREFIX):]: o for n, o in listed.items()
+                                           if n.startswith(REVIEW_PREFIX)}
+    if listed is not None and all(store.has_object(o) for o in listed.values()):
+        fetched, scratched = listed, {}  # the remote's holds as listed, every object here already
+    else:
+        ok, error = sync_ops.fetch_prefix(store, remote, REVIEW_PREFIX, scratch)
+        if not ok:
+            return {"error": f"holds not fetched: {error[:200]}"}, None
+        fetched = scratched = sync_ops.local_refs(store, scratch)
+    after: dict[str, str] | None = {REVIEW_PREFIX + n: o for n, o in fetched.items()}
     theirs = {n: o for n, o in fetched.items() if HOLD_ID.fullmatch(n)}
-    audit = store.show_file("HEAD", AUDIT_PATH) if store.head() else ""
+    audit = sync_ops.text_at(store, "HEAD", AUDIT_PATH)
     erased = known_commits(store.root, audit) | known_blobs(store.root, audit)
     needles = _erased_needles(store, known_blobs(store.root, audit)) if erased else []
     seen: dict[str, bool] = {}  # one object walk per branch tip, however often it is asked about
@@ -179,7 +279,7 @@ def _sync_holds(repo, remote: str, *, push: bool, closed: set[str]) -> dict:
 
     out: dict = {"fetched": [], "closed": [], "remade": [], "dropped_erased": [], "refused": [],
                  "skipped_names": sorted(set(fetched) - set(theirs))}
-    mine = sync_ops.refs_under(store, local)
+    mine = sync_ops.local_refs(store, local)
     for name, oid in sorted(mine.items()):
         if name in closed:
             sync_ops.set_ref(store, local + name, None)
@@ -206,7 +306,7 @@ def _sync_holds(repo, remote: str, *, push: bool, closed: set[str]) -> dict:
     # git's own copies of the remote's holds (a plain clone or fetch makes them) must not keep
     # erased history alive in this clone.
     tracking = f"refs/remotes/{remote}/{REVIEW_PREFIX}"
-    for name, oid in sync_ops.refs_under(store, tracking).items():
+    for name, oid in sync_ops.local_refs(store, tracking).items():
         if name in closed or on_erased(oid):
             sync_ops.set_ref(store, tracking + name, None)
     if push:
@@ -227,27 +327,34 @@ def _sync_holds(repo, remote: str, *, push: bool, closed: set[str]) -> dict:
         out.update(pushed=pushed, deleted=deleted)
         if failed:
             out["push_failed"] = failed
-    for name in fetched:
+            after = None
+        elif after is not None:
+            after.update((REVIEW_PREFIX + n, mine[n]) for n in pushed)
+            for n in deleted:
+                after.pop(REVIEW_PREFIX + n, None)
+    for name in scratched:
         sync_ops.set_ref(store, scratch + name, None)
     if out["refused"] or out["remade"] or out["dropped_erased"]:
         sync_ops.drop_unreachable(store)
-    return {k: v for k, v in out.items() if v or k in ("fetched", "closed")}
+    return {k: v for k, v in out.items() if v or k in ("fetched", "closed")}, after
 
 
-def _drop_erased_leftovers(store) -> None:
+def _drop_erased_leftovers(store) -> bool:
     """Objects of history an erasure removed that only reflogs still reach (a replay killed
     before it dropped them) go at the next sync; so does whatever unreachable a clone holds
     when it first meets a receipt (a local `git clone` copies every object of the remote,
     erased ones too, and receipts no longer say which those are)."""
-    audit = store.show_file("HEAD", AUDIT_PATH) if store.head() else ""
+    audit = sync_ops.text_at(store, "HEAD", AUDIT_PATH)
     if not audit:
-        return
+        return False
     unseen = receipt_ids(audit) - erased_record.receipts(store.root)
     left = sorted(sync_ops.present(store, known_commits(store.root, audit)))
     if unseen or (left and not sync_ops.refs_containing(store, left[0])):
         sync_ops.drop_unreachable(store)
         for rid in sorted(unseen):
             erased_record.record(store.root, rid, commits=(), blobs=())
+        return True
+    return False
 
 
 def _erased_needles(store, erased: set[str]) -> list[str]:
@@ -386,8 +493,8 @@ def _refuse_erased(store, head, their_head, remote, branch) -> None:
       commits onto the rewritten history, which the commit ids alone do not show. Receipts name
       the erased note versions by blob id, and no incoming blob may be one of them.
     """
-    here = store.show_file("HEAD", AUDIT_PATH) if head else ""
-    there = store.show_file(their_head, AUDIT_PATH) if their_head else ""
+    here = sync_ops.text_at(store, "HEAD", AUDIT_PATH) if head else ""
+    there = sync_ops.text_at(store, their_head, AUDIT_PATH)
     if not (here or there) or not their_head:
         return
     incoming = sync_ops.object_ids(store, their_head, exclude=head)
@@ -602,8 +709,8 @@ def _refuse_converting_attributes(store, head, their_head, remote, branch) -> No
 
     if not their_head:
         return
-    theirs = set(converting_attributes(store.show_file(their_head, ATTRIBUTES)))
-    new = sorted(theirs - set(converting_attributes(store.show_file(head, ATTRIBUTES) if head else "")))
+    theirs = set(converting_attributes(sync_ops.text_at(store, their_head, ATTRIBUTES)))
+    new = sorted(theirs - set(converting_attributes(sync_ops.text_at(store, head, ATTRIBUTES))))
     if new:
         last = store.last_change(their_head, ATTRIBUTES)
         by = f" (in {last[0][:10]} by {last[1]})" if last else ""
@@ -629,7 +736,7 @@ def _refuse_dirty(store, changes: dict, what: str) -> None:
     # This process's deferred index entries first (the MCP server's): git status compares the
     # work tree with git's index, where our own last commit would read as an uncommitted edit.
     store.flush_index()
-    clash = sorted(sync_ops.dirty_paths(store) & set(changes))
+    clash = sorted(sync_ops.dirty_paths(store, set(changes)) & set(changes))
     if clash:
         raise Conflict(f"sync: uncommitted edits to {', '.join(clash[:10])} would be overwritten by the {what}; "
                        "commit or stash them first (nothing changed)")
@@ -725,7 +832,8 @@ def _merge(repo, user: str, when, head: str, their_head: str, base: str, label: 
     _refuse_dirty(store, changes, "merge")
     # Trust flags of the merged notes: each keeps the flag of the side its version came from
     # (the render after the merge settles any difference with the merge commit's own flags).
-    mine_flags, their_flags = repo.trust.flags(head), repo.trust.flags(their_head)
+    mine_flags = repo.trust.flags(head)
+    their_flags = _their_flags(repo, their_head, [p for p in their_changed if is_note_path(p)])
     merged_flags = set()
     for path in set(mine_flags) | set(their_flags):
         data = store.file_in(tree, path)
@@ -742,10 +850,20 @@ def _merge(repo, user: str, when, head: str, their_head: str, base: str, label: 
     return conflicts
 
 
+def _their_flags(repo, their_head: str, paths: list[str]) -> dict:
+    """Trust's flags at the remote's tip, for the notes its side changed since the merge base:
+    a version the other side did not change is the base's, which this side's flags judge
+    already. Asked of a verifier of its own: the repository's follows this clone's tip (moved
+    onto the other side's history, it would judge every note there anew and then every note
+    of the merge)."""
+    from ..policy.verify import Verifier
+
+    return Verifier(repo).flags_of(paths, their_head) if paths else {}
+
+
 def _render_if_stale(repo, user: str, when) -> list[str]:
     from ..storage.trailers import Trailers
 
-    repo.reset_caches()
     changes = repo.fresh_view_changes()
     if not changes:
         return []

@@ -35,6 +35,58 @@ def fetch_to(store, remote: str, branch: str, scratch: str) -> tuple[bool, str]:
     return True, ""
 
 
+def remote_heads(store, remote: str) -> dict[str, str] | None:
+    """Every branch of ``remote`` (name under refs/heads/ -> commit) as `git ls-remote` lists it,
+    without fetching anything; None when the remote cannot be asked (the fetch then says why)."""
+    proc = _run(store, "ls-remote", "--heads", remote)
+    if proc.returncode != 0:
+        return None
+    out = {}
+    for line in proc.stdout.splitlines():
+        oid, _, ref = line.partition("\t")
+        if ref.startswith("refs/heads/"):
+            out[ref[len("refs/heads/"):]] = oid
+    return out
+
+
+def text_at(store, rev: str | None, path: str) -> str:
+    """The text of ``path`` at ``rev`` ("" when either does not exist), as ``store.show_file``
+    answers it, read in-process: a sync reads the receipts and .gitattributes of both sides."""
+    if not rev:
+        return ""
+    if rev == "HEAD":
+        rev = store.head()
+        if rev is None:
+            return ""
+    try:
+        data = store.file_in(rev, path)
+    except (KeyError, ValueError, pygit2.GitError):
+        return ""
+    return "" if data is None else data.decode("utf-8", errors="replace")
+
+
+def rev_in_process(store, ref: str) -> str | None:
+    """The commit ``ref`` points at (None when there is no such ref), read in-process."""
+    try:
+        return str(store.repo.references[ref].peel(pygit2.Commit).id)
+    except (KeyError, ValueError, pygit2.GitError):
+        return None
+
+
+def local_refs(store, prefix: str) -> dict[str, str]:
+    """name (after ``prefix``) -> target of every local ref under ``prefix``, read in-process
+    (what refs_under answers with a git process)."""
+    repo = store.repo
+    out = {}
+    for name in repo.references:
+        if name.startswith(prefix):
+            try:
+                out[name[len(prefix):]] = str(repo.references[name].resolve().target)
+            except (KeyError, pygit2.GitError):
+                continue  # deleted meanwhile
+    return out
+
+
 def fetch_prefix(store, remote: str, prefix: str, scratch: str) -> tuple[bool, str]:
     """Fetch every branch of ``remote`` under ``refs/heads/<prefix>`` into ``scratch<name>``
     (which the caller emptied), touching no other ref. (fetched, error)."""
@@ -96,9 +148,20 @@ def drop_unreachable(store) -> None:
     history_ops.gc_prune(store.root)
 
 
-def dirty_paths(store) -> set[str]:
-    """Work-tree paths with uncommitted changes, untracked files included."""
-    out = _run(store, "status", "--porcelain", "-z", "--untracked-files=all").stdout
+PATHS_NAMED_AT_MOST = 2000  # more paths than this: the whole work tree is looked at (the command line's length)
+
+
+def dirty_paths(store, paths=None) -> set[str]:
+    """Work-tree paths with uncommitted changes, untracked files included; only among ``paths``
+    when given (a sync checks the files it would write: a whole work tree's status at 100,000
+    notes is most of a small sync's time)."""
+    named = sorted(paths) if paths is not None and len(paths) <= PATHS_NAMED_AT_MOST else None
+    if named == []:
+        return set()
+    limit = ["--", *named] if named is not None else []
+    proc = subprocess.run(["git", "--literal-pathspecs", "-C", str(store.root), "status", "--porcelain", "-z",
+                           "--untracked-files=all", *limit], capture_output=True, text=True)
+    out = proc.stdout
     return {item[3:] for item in out.split("\0") if len(item) > 3}
 
 

@@ -1,0 +1,86 @@
+"""A sync with nothing new on either side asks the remote which tips it has (no fetch) and does
+nothing after: no fetch, no re-render, no dropped caches. Anything new on either side since the
+last sync settled -- a teammate's push, a local commit, a hold made here or there -- takes the
+whole sync, and the answer of a quiet sync is the one a whole sync gives (untrusted notes per
+reader included)."""
+import json
+
+from conftest import ENV, T0, git, run_cli, shared_remote
+
+from mdmem import MemoryRepo
+from mdmem.remote import sync
+
+
+def setup(billing_team, tmp_path):
+    """dana's repo on a shared remote, and bob's clone of it (both synced once)."""
+    remote = shared_remote(billing_team.root, tmp_path, "dana")
+    git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(tmp_path / "bob"))
+    bob = MemoryRepo.open(tmp_path / "bob", embedder="none")
+    sync(bob, as_user="bob", push=True)
+    dana = MemoryRepo.open(billing_team.root, embedder="none")
+    sync(dana, as_user="dana")
+    return remote, dana, bob
+
+
+def test_a_sync_with_nothing_new_fetches_nothing_and_keeps_the_caches(billing_team, tmp_path):
+    remote, dana, bob = setup(billing_team, tmp_path)
+    fetch_head = dana.root / ".git" / "FETCH_HEAD"
+    fetch_head.unlink(missing_ok=True)
+    index = dana.index
+    before = git(dana.root, "for-each-ref").stdout
+    out = sync(dana, as_user="dana")
+    assert out["status"] == "up to date" and out["conflicts"] == [] and out["rendered"] == []
+    assert not fetch_head.exists()  # git fetch writes it, even when nothing comes
+    assert dana.index is index  # the search index was not dropped and reopened
+    assert git(dana.root, "for-each-ref").stdout == before
+    # with --push and nothing to push, the same
+    assert sync(dana, as_user="dana", push=True)["push"] == "pushed"
+    assert not fetch_head.exists()
+
+
+def test_after_a_quiet_sync_a_teammates_note_and_a_local_write_still_travel(billing_team, tmp_path):
+    remote, dana, bob = setup(billing_team, tmp_path)
+    sync(dana, as_user="dana")
+    bob.remember("Refunds close after 30 days", as_user="bob", kind="fact", subject="service:refunds", key="window",
+                 scope="team", team="payments", now=T0)
+    assert sync(bob, as_user="bob", push=True)["push"] == "pushed"
+    assert sync(dana, as_user="dana")["status"] == "fast-forwarded"
+    assert dana.get(as_user="dana", subject="service:refunds", kind="fact", key="window").note.text.startswith("Refunds")
+    sync(dana, as_user="dana")  # quiet again
+    dana.remember("Refunds need a ticket", as_user="dana", kind="fact", subject="service:tickets", key="refunds",
+                  scope="team", team="payments", now=T0)
+    assert sync(dana, as_user="dana", push=True)["push"] == "pushed"
+    assert git(remote, "rev-parse", "main").stdout.strip() == dana.store.head()
+    assert sync(bob, as_user="bob")["status"] == "fast-forwarded"
+
+
+def test_a_hold_made_since_the_last_sync_travels_both_ways(billing_team, tmp_path):
+    remote, dana, bob = setup(billing_team, tmp_path)
+    sync(bob, as_user="bob", push=True)  # quiet
+    r = run_cli("remember", "p99 is 180ms", "--kind", "fact", "--subject", "service:billing", "--key", "latency",
+                "--new-key", "--scope", "team", "--team", "payments", "--source", "tool:grafana", "--as", "bob",
+                "--json", env=ENV, cwd=bob.root)
+    assert r.returncode == 4, r.stderr
+    held = json.loads(r.stdout)["review_id"]
+    assert sync(bob, as_user="bob", push=True)["holds"]["pushed"] == [held]  # main did not move; the hold did
+    assert f"refs/heads/review/{held}" in git(remote, "for-each-ref").stdout
+    assert sync(dana, as_user="dana")["holds"]["fetched"] == [held]
+    assert held in [item.review_id for item in dana.review_list(as_user="dana")]
+
+
+def test_a_quiet_sync_reports_the_untrusted_notes_each_reader_may_see(billing_team, tmp_path):
+    remote, dana, bob = setup(billing_team, tmp_path)
+    done = bob.remember("Deploys need two approvals", as_user="bob", kind="fact", subject="service:deploys",
+                        key="approvals", scope="team", team="payments", now=T0)
+    sync(bob, as_user="bob", push=True)
+    note = bob.root / done.path
+    note.write_text(note.read_text().replace("two", "no"))
+    git(bob.root, "-c", "user.email=mallory@example.com", "-c", "user.name=Mallory", "commit", "-qam", "edit",
+        "--no-verify")
+    git(bob.root, "push", "-q", "origin", "main")
+    first = sync(dana, as_user="dana")
+    assert first["status"] == "fast-forwarded" and done.path in {u["path"] for u in first["untrusted"]}
+    again = sync(dana, as_user="dana")  # ahead: the render that kept the edit out of the view is not pushed
+    assert again["status"] == "ahead" and again["untrusted"] == first["untrusted"]
+    # carol reads no team/payments note: the same quiet sync names none of them to her
+    assert done.path not in {u["path"] for u in sync(dana, as_user="carol")["untrusted"]}
