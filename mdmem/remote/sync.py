@@ -76,7 +76,7 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
         fetched, error = sync_ops.fetch_to(store, remote, branch, scratch)
         if not fetched:
             raise GitFailed(f"sync: git fetch {remote} failed, nothing changed: {error[:300]}")
-        their_head = sync_ops.rev(store, scratch)
+        their_head = sync_ops.rev_in_process(store, scratch)
         try:
             status, conflicts = _integrate(repo, user, when, head, their_head, remote, branch)
         except _RemoteBehindErasure as exc:
@@ -85,7 +85,7 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
                     # Teammates' commits on the old history: re-applied here, then the erasure goes out.
                     replayed = _replay_theirs_onto_erasure(repo, user, head, their_head, exc.erased)
             finally:
-                sync_ops.set_ref(store, scratch, None)
+                sync_ops.drop_scratch_ref(store, scratch)
                 sync_ops.drop_unreachable(store)  # the fetch brought erased objects back into this clone
             if not (push and (exc.publishable or replayed)):
                 raise
@@ -94,16 +94,16 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
                 status = "replayed and published erasure"
         except _CloneBehindErasure:
             if not replay:
-                sync_ops.set_ref(store, scratch, None)
+                sync_ops.drop_scratch_ref(store, scratch)
                 raise
             status, conflicts = "replayed", []
             replayed = _replay_after_erasure(repo, user, head, their_head, remote, branch)
         except Refused:
-            sync_ops.set_ref(store, scratch, None)
+            sync_ops.drop_scratch_ref(store, scratch)
             sync_ops.drop_unreachable(store)
             raise
         finally:
-            sync_ops.set_ref(store, scratch, None)
+            sync_ops.drop_scratch_ref(store, scratch)
         if their_head:
             sync_ops.set_ref(store, f"refs/remotes/{remote}/{branch}", their_head)
         # Whatever arrived, the views must be a fresh render of the tip (a commit pushed
@@ -255,7 +255,7 @@ def _sync_holds(repo, remote: str, *, push: bool, closed: set[str],
     store = repo.store
     local, scratch = f"refs/heads/{REVIEW_PREFIX}", f"refs/mdmem-sync/{remote}/{REVIEW_PREFIX}"
     for name in sync_ops.local_refs(store, scratch):
-        sync_ops.set_ref(store, scratch + name, None)
+        sync_ops.drop_scratch_ref(store, scratch + name)
     listed = None if listed is None else {n[len(REVIEW_PREFIX):]: o for n, o in listed.items()
                                            if n.startswith(REVIEW_PREFIX)}
     if listed is not None and all(store.has_object(o) for o in listed.values()):
@@ -333,7 +333,7 @@ def _sync_holds(repo, remote: str, *, push: bool, closed: set[str],
             for n in deleted:
                 after.pop(REVIEW_PREFIX + n, None)
     for name in scratched:
-        sync_ops.set_ref(store, scratch + name, None)
+        sync_ops.drop_scratch_ref(store, scratch + name)
     if out["refused"] or out["remade"] or out["dropped_erased"]:
         sync_ops.drop_unreachable(store)
     return {k: v for k, v in out.items() if v or k in ("fetched", "closed")}, after
@@ -443,7 +443,8 @@ def _integrate(repo, user, when, head, their_head, remote, branch) -> tuple[str,
     conflicts: list[ConflictPair] = []
     if their_head is None or their_head == head:
         return ("ahead" if their_head is None and head else "up to date"), conflicts
-    base = sync_ops.merge_base(store, head, their_head) if head else ""
+    how = sync_ops.related(store, head, their_head) if head else "behind"
+    base = their_head if how == "ahead" else head if how == "behind" else sync_ops.merge_base(store, head, their_head)
     if base == their_head:
         return "ahead", conflicts
     if base == head or head is None:

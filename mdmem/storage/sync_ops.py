@@ -65,6 +65,28 @@ def text_at(store, rev: str | None, path: str) -> str:
     return "" if data is None else data.decode("utf-8", errors="replace")
 
 
+def drop_scratch_ref(store, ref: str) -> None:
+    """Delete a scratch ref of mdmem's own (refs/mdmem-sync/...: no reflog a person reads), in-process."""
+    try:
+        store.repo.references.delete(ref)
+    except (KeyError, ValueError, pygit2.GitError):
+        pass
+
+
+def related(store, head: str, their: str) -> str | None:
+    """How two commits relate without a git process: "same", "behind" (``head`` is an ancestor
+    of ``their``), "ahead" (the other way round), or None (they diverged: merge_base says where)."""
+    if head == their:
+        return "same"
+    repo = store.repo
+    a, b = pygit2.Oid(hex=head), pygit2.Oid(hex=their)
+    if repo.descendant_of(b, a):
+        return "behind"
+    if repo.descendant_of(a, b):
+        return "ahead"
+    return None
+
+
 def rev_in_process(store, ref: str) -> str | None:
     """The commit ``ref`` points at (None when there is no such ref), read in-process."""
     try:
