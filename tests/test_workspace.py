@@ -247,13 +247,13 @@ def test_a_plain_repository_inside_no_workspace_is_unchanged(tmp_path):
 
 
 def test_the_launcher_sends_no_workspace_call_to_one_clones_daemon(alice):
-    from mdmem.cli.launch import WORKSPACE_FILE, WORKSPACE_MOUNTS, repo_root_for_call
-    from mdmem.workspace import layout
+    from mdmem.cli.launch import repo_root_for_call
 
-    assert (WORKSPACE_FILE, WORKSPACE_MOUNTS) == (layout.WORKSPACE_FILE, layout.MOUNTS_DIR)
     inside = str((alice.root / "team" / "payments").resolve())  # what getcwd says in a mount
-    assert repo_root_for_call(["recall", "x"], {}, inside) is None
-    assert repo_root_for_call(["recall", "x"], {}, str(alice.root)) is None
+    clones = (alice.root / ".mdmem-mounts").resolve()
+    for cwd in (inside, str(alice.root)):
+        found = repo_root_for_call(["recall", "x"], {}, cwd)
+        assert found is not None and not os.path.realpath(found).startswith(str(clones))  # the workspace's own
 
 
 def test_init_makes_a_scope_repository_and_a_wrong_scope_root_is_named(tmp_path):

@@ -1,7 +1,8 @@
 """Erasure across a workspace's repositories: forget of a person erases their private repository and
 what is about them in every mounted team repository, a receipt in each; prove-gone spans every
 mount and is INCOMPLETE (never PASS) while a repository was not read; a kill -9 between
-repositories is finished by the next command, repository by repository."""
+repositories is finished by the next command, repository by repository (one whose items were all
+held, which moved no tip, is not asked again)."""
 from __future__ import annotations
 
 import json
@@ -82,6 +83,13 @@ KILL_AFTER_FIRST_REPOSITORY = textwrap.dedent("""
     ws = Workspace.open(sys.argv[1], embedder="none")
     if sys.argv[2] == "forget":
         ws.forget(as_user=ws.user, owner="alice")
+    elif sys.argv[2] == "held":  # private/alice's one item is held for review: its tip does not move
+        ws.remember_many([
+            {"text": "Alice reviews billing PRs", "kind": "fact", "subject": "service:billing", "key": "reviews",
+             "scope": "team", "team": "payments"},
+            {"text": "Grafana says my p99 is 180ms", "kind": "fact", "subject": "user:alice", "key": "p99",
+             "source": "tool:grafana"},
+        ], as_user=ws.user, now="2026-10-02T09:00:00Z", new_key=True)
     else:
         ws.remember_many([
             {"text": "Alice reviews billing PRs", "kind": "fact", "subject": "service:billing", "key": "reviews",
@@ -130,6 +138,25 @@ def test_a_kill_mid_write_across_repositories_is_finished_by_the_next_command(tm
         assert commits == "1", (root, commits)  # one commit in each, none twice
     assert reopened.get(as_user="alice", subject="service:billing", kind="fact", key="reviews", scope="team",
                         team="payments").note.text == "Alice reviews billing PRs"
+    assert not list((ws.root / ".mdmem-journal").glob("*.json"))
+    reopened.close()
+
+
+def test_a_kill_after_a_repository_whose_items_were_all_held_does_not_hold_them_twice(tmp_path):
+    people(tmp_path)
+    ws = Workspace.open(tmp_path / "ws-alice", **SETTINGS)
+    before = {root: git(ws.clone_path(root), "rev-parse", "HEAD").strip() for root in ws.file.mounts}
+    ws.close()
+    kill_between_repositories(ws.root, "held")
+    # private/alice did its part (one hold) and moved no tip; team/payments not yet
+    holds = git(ws.clone_path("private/alice"), "for-each-ref", "refs/heads/review/").splitlines()
+    assert len(holds) == 1
+    assert git(ws.clone_path("private/alice"), "rev-parse", "HEAD").strip() == before["private/alice"]
+    reopened = Workspace.open(ws.root, **SETTINGS)  # the next command finishes it
+    assert git(reopened.clone_path("private/alice"), "for-each-ref", "refs/heads/review/").splitlines() == holds
+    assert [r.text for r in reopened.review_list(as_user="alice")] == ["Grafana says my p99 is 180ms"]
+    commits = git(reopened.clone_path("team/payments"), "rev-list", "--count", f"{before['team/payments']}..HEAD")
+    assert commits.strip() == "1"
     assert not list((ws.root / ".mdmem-journal").glob("*.json"))
     reopened.close()
 

@@ -1,5 +1,6 @@
-"""mdmem daemon start|stop|status|run [--idle SECONDS]: a process that answers this repo's
-read-only calls (recall, get, keys, history, ls, show, startup) with everything kept warm (cli/daemon.py)."""
+"""mdmem daemon start|stop|status|run [--idle SECONDS]: a process that answers this repo's (or this
+workspace's) read-only calls (recall, get, keys, history, ls, show, startup) with everything kept
+warm (cli/daemon.py)."""
 from __future__ import annotations
 
 import math
@@ -9,9 +10,9 @@ from pathlib import Path
 
 from ..errors import BadInput, Internal, NotFound
 from ..repo import MemoryRepo
-from ..storage.gitdir import cache_dir
+from ..workspace.layout import locate as locate_workspace
 from . import daemon, launch
-from .context import add_common
+from .context import add_common, is_workspace
 
 START_SECONDS = 600.0  # a first start may build the search index (with a model: minutes)
 
@@ -33,7 +34,8 @@ def run(ctx) -> int:
     if action in ("stop", "status"):
         # Found, not opened: a daemon can be stopped even when the repo no longer opens.
         given = getattr(ctx.args, "repo", None) or ctx.env.get("MDMEM_REPO")
-        root = MemoryRepo.locate(Path(ctx.cwd, given) if given else ctx.cwd)
+        where = Path(ctx.cwd, given) if given else Path(ctx.cwd)
+        root = (locate_workspace(where) or MemoryRepo.locate(where)).resolve()
     else:
         root = ctx.repo().root.resolve()
     daemon.listen_path(root)  # a path too long for a socket: said before anything starts
@@ -43,6 +45,10 @@ def run(ctx) -> int:
 
         def warm(d: daemon.Daemon) -> None:
             repo, _ = d.opener(str(root), str(root), settings)
+            if is_workspace(repo):
+                repo.reindex()  # every mount's index caught up (each one's first walk)
+                repo.keep_warm()
+                return
             # A process's first catch-up walks the work tree, the second starts the inotify
             # watch (note_index.py): calls then walk nothing.
             repo.index.sync()
@@ -56,7 +62,8 @@ def run(ctx) -> int:
     if action == "status":
         info = daemon.ask(root, "ping")
         if info is None or "pid" not in info:
-            raise NotFound(f"{root}: no mdmem daemon runs for this repo (`mdmem daemon start`)")
+            what = "workspace" if launch.is_workspace(root) else "repo"
+            raise NotFound(f"{root}: no mdmem daemon runs for this {what} (`mdmem daemon start`)")
         ctx.emit(info, f"daemon of {root}: pid {info['pid']}, {info['served']} calls answered, "
                        f"up {time.time() - info['started']:.0f} s, exits after {info['idle_seconds']:.0f} s idle")
         return 0
@@ -84,7 +91,7 @@ def _start(ctx, root: Path) -> int:
         ctx.emit({**info, "already": True}, f"the daemon of {root} already runs (pid {info['pid']}); "
                                             f"it exits after {ctx.args.idle:.0f} s idle")
         return 0
-    log = cache_dir(root) / launch.LOG_NAME
+    log = launch.daemon_folder(root) / launch.LOG_NAME
     fd = launch.open_log(str(root))
     try:
         child = launch.spawn_daemon(str(root), ctx.args.idle, ctx.env, fd)

@@ -1,5 +1,6 @@
-"""The daemon: one process per repo, started by `mdmem daemon start`, that answers read-only
-CLI calls with the repo kept open between them (cli/launch.py is its client).
+"""The daemon: one process per repo or workspace, started by `mdmem daemon start`, that answers
+read-only CLI calls with the repo (or the workspace and its mounts) kept open between them
+(cli/launch.py is its client).
 
 What it keeps is what a fresh process pays for on every call: the imports, the open search
 index and embedder, and -- instead of a look at every note for hand edits -- the index's
@@ -32,6 +33,12 @@ own process would have given:
   does not acknowledge its call (stopped, frozen) the same way.
 - It exits after ``idle_seconds`` without a call, on `mdmem daemon stop`, SIGTERM, or when its
   socket is no longer where it bound it (the repo moved, .git/mdmem removed).
+- A workspace's daemon (mdmem/workspace/) holds a Workspace: its socket, lock and log are in the
+  workspace's own hidden folder (launch.daemon_folder). It watches every mount as the repo's
+  daemon watches its repo: an erasure under way, cut short or ended in any mount (or a
+  multi-repository erasure in the workspace's journal), or a rewritten tip of any mount it has
+  opened, drops everything and ends it; so does a change of the workspace file (a mount added or
+  removed: the next call starts a daemon for the workspace as it now is).
 """
 from __future__ import annotations
 
@@ -51,10 +58,13 @@ from ..erasure.journal import done_stamp as erasure_done
 from ..erasure.journal import pending as erasure_pending
 from ..errors import BadInput, Conflict, LockTimeout
 from ..repo import MemoryRepo
-from ..storage.gitdir import locks_dir
 from ..storage.locks import Lock
-from .launch import (ACK, PROTOCOL, READ_ONLY, SOCKET_NAME, code_stamp, exchange, forget_autostart, peer_uid,
-                     read_message, send_message, socket_path)
+from ..workspace import Workspace
+from ..workspace import journal as workspace_journal
+from ..workspace.layout import WORKSPACE_FILE, WorkspaceFile
+from ..workspace.layout import locate as locate_workspace
+from .launch import (ACK, PROTOCOL, READ_ONLY, SOCKET_NAME, code_stamp, daemon_lock_path, exchange,
+                     forget_autostart, is_workspace, peer_uid, read_message, send_message, socket_path)
 
 MAX_REQUEST = 16 << 20  # argv + environment
 REQUEST_SECONDS = 1.0  # a client sends at once: the whole request within this, or it is dropped
@@ -75,8 +85,22 @@ class _Held:
     root: Path  # as the caller spelled it
     settings: dict[str, Any]
     secret: str | None  # what the caller's environment gives the embedder (UserConfig ignores it in ==)
-    repo: MemoryRepo
-    state: str | None  # the branch tip last seen
+    repo: MemoryRepo | Workspace
+    state: dict[str, str | None]  # the branch tip last seen, per repository (a mount's root; "" for a repo)
+
+    def repos(self) -> dict[str, MemoryRepo]:
+        """The repositories it holds open: a workspace's mounts opened so far, or the one repo."""
+        if isinstance(self.repo, Workspace):
+            return self.repo.opened()
+        return {"": self.repo}
+
+
+def _stat(path: Path) -> tuple[int, int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def must_match(name: str) -> bool:
@@ -110,18 +134,43 @@ class Daemon:
     _env: dict[str, str] = field(default_factory=lambda: _relevant(os.environ))
     _run_lock: threading.Lock = field(default_factory=threading.Lock)
     _last_call: float = field(default_factory=time.monotonic)
-    _erasures: tuple | None = None  # erasure_done() when it started
+    _erasures: tuple | None = None  # erasure_done() when it started (of every mount, for a workspace)
     _rewritten: bool = False  # stopping because of a rewrite or an erasure
+    workspace: bool = False  # serving a workspace (mdmem/workspace/), not one repo
+    _clones: list[Path] = field(default_factory=list)  # a workspace's mounts' clones, as its file named them
 
     def __post_init__(self) -> None:
-        self._erasures = erasure_done(self.root)
+        self.workspace = is_workspace(self.root)
+        if self.workspace:
+            self._clones = [self.root / m.path for m in WorkspaceFile.load(self.root).mounts.values()]
+        self._erasures = self._erasure_stamp()
+
+    def _erasure_stamp(self) -> tuple | None:
+        """What changes when an erasure ends (one stat per repository); for a workspace also its
+        file (a mount added or removed)."""
+        if not self.workspace:
+            return erasure_done(self.root)
+        return (_stat(self.root / WORKSPACE_FILE), *(erasure_done(c) for c in self._clones))
+
+    def _erasure_pending(self) -> bool:
+        """An erasure is under way or was cut short: in the repo, in any mount, or one spanning
+        mounts in the workspace's journal (mdmem/workspace/journal.py)."""
+        if not self.workspace:
+            return erasure_pending(self.root)
+        return (any(erasure_pending(c) for c in self._clones)
+                or any(p.op == "forget" for p in workspace_journal.pending_ops(self.root)))
 
     # --- the repos it keeps open ------------------------------------------------------
     def opener(self, path: str | None, cwd: str, settings: dict[str, Any]) -> tuple[MemoryRepo, bool]:
-        """Ctx's opener (cli/context.py): this daemon's repo, kept open, never closed by the call."""
+        """Ctx's opener (cli/context.py): this daemon's repo (or workspace), kept open, never
+        closed by the call."""
         # Spelled as the caller's own process would open it (a path through a symlink stays so
         # in what the command prints), but only this daemon's repo.
-        here = Path(cwd, path).absolute() if path else MemoryRepo.locate(cwd)
+        if self.workspace:
+            found = locate_workspace(Path(cwd, path) if path else Path(cwd))
+            here = found if found is not None else Path(cwd, path or "").absolute()
+        else:
+            here = Path(cwd, path).absolute() if path else MemoryRepo.locate(cwd)
         if here.resolve() != self.root:
             self._other_repo = True
             raise _OtherRepo(str(here))
@@ -129,24 +178,30 @@ class Daemon:
         secret = _secret(settings)
         for held in self._held:
             if held.root == here and held.settings == settings and held.secret == secret:
-                return held.repo, False
-        repo = MemoryRepo.open(here, **settings)
-        self._held.insert(0, _Held(here, settings, secret, repo, repo.store.head()))
+                if isinstance(held.repo, Workspace) and workspace_journal.pending_ops(here):
+                    held.repo.finish_pending()  # a write another process left cut short, as an open finishes it
+                return held.repo, False  # type: ignore[return-value]  # a Workspace offers MemoryRepo's methods
+        repo: MemoryRepo | Workspace = (Workspace.open(here, **settings) if self.workspace
+                                        else MemoryRepo.open(here, **settings))
+        held = _Held(here, settings, secret, repo, {})
+        held.state = {root: r.store.head() for root, r in held.repos().items()}
+        self._held.insert(0, held)
         while len(self._held) > POOL_SIZE:
             self._drop(self._held[-1])
-        return repo, False
+        return repo, False  # type: ignore[return-value]
 
     def _changed(self, held: _Held) -> bool:
-        """History was rewritten under the held repo (an erasure, a sync that reset): its caches
+        """History was rewritten under a held repo (an erasure, a sync that reset): its caches
         may hold erased text. (A change of mdmem.toml the repo follows itself: follow_config.)"""
-        before, now = held.state, held.repo.store.head()
-        if before and now and before != now:
-            try:
-                if not held.repo.store.is_ancestor(before, now):
+        for root, repo in held.repos().items():
+            before, now = held.state.get(root), repo.store.head()
+            if before and now and before != now:
+                try:
+                    if not repo.store.is_ancestor(before, now):
+                        return True
+                except Exception:  # noqa: BLE001 -- the old tip is gone: rewritten
                     return True
-            except Exception:  # noqa: BLE001 -- the old tip is gone: rewritten
-                return True
-        held.state = now
+            held.state[root] = now
         return False
 
     def _drop(self, held: _Held) -> None:
@@ -159,8 +214,8 @@ class Daemon:
         cut short (its journal) or once one has ended (its stamp moved: also an erasure of text
         never committed, which rewrites nothing), a repo whose history was rewritten -- and stop:
         the process's freed memory may still hold that text, and only its exit returns it."""
-        stamp = erasure_done(self.root)  # (one stat per call and per idle second)
-        if stamp != self._erasures or erasure_pending(self.root):
+        stamp = self._erasure_stamp()  # (one stat per repository, per call and per idle second)
+        if stamp != self._erasures or self._erasure_pending():
             self.close()
             self._erasures = stamp
             self._stopping_for_rewrite()
@@ -246,8 +301,9 @@ class Daemon:
     def status(self) -> dict:
         return {"pid": os.getpid(), "root": str(self.root), "code": self.code, "served": self.served,
                 "started": self.started, "idle_seconds": self.idle_seconds,
-                "walks": sum(h.repo.index.tree_walks for h in self._held),  # whole work-tree walks made
-                "warm_passes": sum(h.repo.index.warm_passes for h in self._held),  # search/warm.py
+                "workspace": self.workspace,
+                "walks": sum(r.index.tree_walks for h in self._held for r in h.repos().values()),  # work-tree walks
+                "warm_passes": sum(r.index.warm_passes for h in self._held for r in h.repos().values()),  # warm.py
                 "open": [{k: v for k, v in h.settings.items() if k != "user_config"} for h in self._held]}
 
     # --- the loop -----------------------------------------------------------------------
@@ -345,7 +401,7 @@ def listen_path(root: Path) -> Path:
 
 
 def _lock(root: Path) -> Lock:
-    return Lock(locks_dir(root) / "daemon.lock")
+    return Lock(daemon_lock_path(root))
 
 
 def starting(root: Path) -> bool:
@@ -360,7 +416,7 @@ def starting(root: Path) -> bool:
 
 
 def run(root: Path, *, idle_seconds: float = IDLE_SECONDS, warm: Any = None) -> int:
-    """Be the daemon of ``root`` until stopped. One per repo: a lock held for its whole life;
+    """Be the daemon of ``root`` (a repo or a workspace) until stopped. One per repo: a lock held for its whole life;
     a second start finds it taken (Conflict). ``warm(daemon)`` runs once before listening."""
     root = root.resolve()
     path = listen_path(root)

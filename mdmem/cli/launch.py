@@ -35,6 +35,7 @@ SOCKET_NAME = "daemon.sock"
 # mdmem/workspace/layout.py's names (this module imports only the standard library; a test pins them)
 WORKSPACE_FILE = ".mdmem-workspace.toml"
 WORKSPACE_MOUNTS = ".mdmem-mounts"
+WORKSPACE_JOURNAL = ".mdmem-journal"  # a workspace's own hidden folder: its daemon's socket, lock, log and mark
 PROTOCOL = 1
 CONNECT_SECONDS = 0.5
 ACK_SECONDS = 3.0  # a daemon that has not started the call by then (frozen, busy) is not waited for
@@ -178,12 +179,33 @@ def terminal_columns() -> int | None:
         return None
 
 
+def is_workspace(root) -> bool:
+    """Whether ``root`` (what repo_root_for_call found) is a workspace rather than a memory repo."""
+    return os.path.isfile(os.path.join(str(root), WORKSPACE_FILE))
+
+
+def daemon_folder(root):
+    """Where the daemon of ``root`` keeps its socket, log and autostart mark: a repo's cache
+    folder in its git directory (storage/gitdir.py), a workspace's own hidden folder (never in
+    any scope repository); as private as what it serves. A Path."""
+    from pathlib import Path
+
+    from ..storage.gitdir import cache_dir  # pathlib only
+
+    return Path(root) / WORKSPACE_JOURNAL if is_workspace(root) else cache_dir(root)  # type: ignore[arg-type]
+
+
+def daemon_lock_path(root):
+    """The lock a daemon of ``root`` holds for its whole life (one daemon per repo or workspace)."""
+    from ..storage.gitdir import locks_dir  # pathlib only
+
+    return daemon_folder(root) / "daemon.lock" if is_workspace(root) else locks_dir(root) / "daemon.lock"  # type: ignore[arg-type]
+
+
 def forget_autostart(root) -> None:
     """Let the next call start a daemon at once (the one of ``root`` ended for a reason that is
     not a failure to start: a history rewrite)."""
-    from ..storage.gitdir import cache_dir
-
-    _drop_mark(cache_dir(root) / AUTOSTART_MARK)
+    _drop_mark(daemon_folder(root) / AUTOSTART_MARK)
 
 
 def _drop_mark(mark) -> None:
@@ -203,26 +225,27 @@ def _drop_mark(mark) -> None:
 
 
 def repo_root_for_call(argv: list[str], env, cwd: str) -> str | None:
-    """The repo this call names: --repo, MDMEM_REPO, else the folder with mdmem.toml at or above
-    ``cwd``. A guess only -- the daemon resolves the call's repo exactly as the command would
+    """The repo or workspace this call names: --repo, MDMEM_REPO, else the folder with
+    mdmem.toml at or above ``cwd`` -- or the workspace that folder is in, as cli/context.py's
+    open_repo finds it (a workspace file at or above, with no memory repo between but its own
+    clones). A guess only -- the daemon resolves the call's repo exactly as the command would
     and refuses calls for another one."""
     given = _repo_argument(argv) or env.get("MDMEM_REPO")
-    if given:
-        return os.path.join(cwd, given)
-    folder = os.path.abspath(cwd)
+    start = os.path.join(cwd, given) if given else cwd
+    folder = os.path.abspath(start)
     found = None
     while True:
         if os.path.exists(os.path.join(folder, WORKSPACE_FILE)):
-            # A workspace (mdmem/workspace/) spans its mounts: no one clone's daemon answers for it
-            # (a repo met below it counts only when it is not one of its clones).
+            # A workspace (mdmem/workspace/) spans its mounts: its own daemon answers, never one
+            # clone's (a repo met below it counts only when it is not one of its clones).
             if found is None or os.path.relpath(found, folder).split(os.sep)[0] == WORKSPACE_MOUNTS:
-                return None
-            return found
+                return folder
+            return start if given else found
         if found is None and os.path.exists(os.path.join(folder, "mdmem.toml")):
             found = folder
         parent = os.path.dirname(folder)
         if parent == folder:
-            return found
+            return start if given else found
         folder = parent
 
 
@@ -238,14 +261,12 @@ def _repo_argument(argv: list[str]) -> str | None:
 
 
 def socket_path(root: str, env=os.environ) -> str | None:
-    """The daemon's socket of the repo at ``root``: in its git directory's cache folder
-    (storage/gitdir.py), so it is as private as the repo; where that path is longer than a Unix
-    socket allows (a repo in a deep folder), in this user's runtime folder (``env``'s
-    $XDG_RUNTIME_DIR/mdmem, else /tmp/mdmem-<uid>; 0700 and ours, else none), named by a hash
-    of the repository's real path. None when neither fits."""
-    from ..storage.gitdir import cache_dir  # pathlib only
-
-    path = str(cache_dir(root) / SOCKET_NAME)  # type: ignore[arg-type]
+    """The daemon's socket of the repo or workspace at ``root``: in its daemon_folder, so it is
+    as private as what it serves; where that path is longer than a Unix socket allows (a repo in
+    a deep folder), in this user's runtime folder (``env``'s $XDG_RUNTIME_DIR/mdmem, else
+    /tmp/mdmem-<uid>; 0700 and ours, else none), named by a hash of the real path. None when
+    neither fits."""
+    path = str(daemon_folder(root) / SOCKET_NAME)
     if len(os.fsencode(path)) < SUN_PATH_MAX:  # AF_UNIX's limit (sun_path)
         return path
     folder = runtime_folder(env)
@@ -329,26 +350,22 @@ def _open_regular(path, flags: int) -> int:
 
 
 def open_log(root: str) -> int:
-    """The daemon's log in the repo's cache folder, opened to append (OSError: cannot be had)."""
-    from ..storage.gitdir import cache_dir
-
-    folder = cache_dir(root)  # type: ignore[arg-type]
-    folder.mkdir(parents=True, exist_ok=True)
+    """The daemon's log in its daemon_folder, opened to append (OSError: cannot be had)."""
+    folder = daemon_folder(root)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     return _open_regular(folder / LOG_NAME, _OPEN_FLAGS | os.O_APPEND)
 
 
 def autostart(root: str) -> bool:
     """Start the daemon of ``root`` in the background, for the calls after this one; at most one
     try per AUTOSTART_RETRY_SECONDS. Never an error: the daemon only ever saves time."""
-    from ..storage.gitdir import cache_dir
-
     try:
         root.encode("utf-8")
     except UnicodeEncodeError:  # argparse in the daemon could not take it as --repo
         return False
     import stat
 
-    mark = cache_dir(root) / AUTOSTART_MARK  # type: ignore[arg-type]
+    mark = daemon_folder(root) / AUTOSTART_MARK
     try:
         st = os.lstat(mark)
         if not stat.S_ISREG(st.st_mode):
@@ -380,13 +397,11 @@ def _died(root: str) -> bool:
     socket, and one warming up holds its lock: both wait for the retry time."""
     import fcntl
 
-    from ..storage.gitdir import locks_dir
-
     path = socket_path(root)
     if path is None or not os.path.exists(path):
         return False
     try:
-        fd = os.open(str(locks_dir(root) / "daemon.lock"), os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)  # type: ignore[arg-type]
+        fd = os.open(str(daemon_lock_path(root)), os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
     except OSError:
         return False
     try:

@@ -32,6 +32,7 @@ from ..repo import MemoryRepo
 from ..results import (BatchResult, ErasurePlan, ErasureReceipt, IndexReport, KeyInfo, ProgressCallback,
                        ReviewItem, SweepResult, Version, WriteResult)
 from ..storage import clones
+from ..storage.gitdir import DAEMON_LOG
 from ..storage.locks import Lock
 from ..storage.worktree import StoredNote
 from .journal import Pending, finish_op, mark_done, pending_ops, start_op
@@ -179,6 +180,11 @@ class Workspace:
                 repo.index.progress = self.progress
             self._repos[root] = repo
         return self._repos[root]
+
+    def opened(self) -> dict[str, MemoryRepo]:
+        """The mounts' repositories opened so far (root -> repo): what a long-lived process (the
+        daemon) holds in memory and watches for a rewrite."""
+        return dict(self._repos)
 
     def set_progress(self, progress: ProgressCallback | None) -> None:
         self.progress = progress
@@ -397,7 +403,11 @@ class Workspace:
             by_root.setdefault(root, []).append(item)
         with self._lock():
             before = {root: self.repo_for(root).store.head() for root in by_root}
-            args = {"items": by_root, "now": str(when.isoformat()), "new_key": new_key}
+            # The holds each repository had: a part whose items were all held moves no tip, and
+            # is known done after a crash by the holds it made (see _left_to_write).
+            holds = {root: sorted(r.review_id for r in self.repo_for(root).review_list(as_user=user))
+                     for root in by_root}
+            args = {"items": by_root, "now": str(when.isoformat()), "new_key": new_key, "holds_before": holds}
             pending = start_op(self.root, "remember_many", user, args, before)
             self._run_writes(pending, progress=progress, into=out)
             finish_op(self.root, pending)
@@ -414,6 +424,10 @@ class Workspace:
             if repo.store.head() != pending.before.get(root):
                 mark_done(self.root, pending, root)  # its commit landed before the crash
                 continue
+            items = self._left_to_write(repo, pending, root, items)
+            if not items:
+                mark_done(self.root, pending, root)  # every item was held before the crash
+                continue
             done = repo.remember_many(items, as_user=pending.user, now=pending.args["now"],
                                       new_key=pending.args["new_key"], batch_size=max(1, len(items)),
                                       progress=progress)
@@ -423,7 +437,34 @@ class Workspace:
             out.commits += done.commits
             out.index[root] = done.index
             mark_done(self.root, pending, root)
+        # The workspace daemon's output goes as each repository's daemon log goes (purge_caches):
+        # the erasure ends that daemon, and what it wrote may quote what was erased.
+        with contextlib.suppress(OSError):
+            (self.root / JOURNAL_DIR / DAEMON_LOG).unlink()
         return out
+
+    @staticmethod
+    def _left_to_write(repo: MemoryRepo, pending: Pending, root: str,
+                       items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The items of ``root``'s part still to write after a crash that left its tip where it
+        was: those this write did not hold already (a hold this person made since the journal
+        was written, of the item's text). A refused item changed nothing and is asked again.
+        A journal from before holds were recorded: every item."""
+        known = (pending.args.get("holds_before") or {}).get(root)
+        if known is None:
+            return items
+        made: dict[str, int] = {}
+        for item in repo.review_list(as_user=pending.user):
+            if item.review_id not in known and item.actor == pending.user:
+                made[item.text.strip()] = made.get(item.text.strip(), 0) + 1
+        left = []
+        for item in items:
+            text = str(item.get("text") or "").strip()
+            if made.get(text):
+                made[text] -= 1
+            else:
+                left.append(item)
+        return left
 
     def finish_pending(self) -> list[str]:
         """Finish every multi-repository operation a crash cut short (their journal), repo by repo;
@@ -716,10 +757,16 @@ class Workspace:
             except Exception as exc:  # noqa: BLE001 -- each repository's failure is reported, none stops the rest
                 return self._failed(root, exc)
 
+        before = {root: repo.store.head() for root, repo in repos.items()}
         with ThreadPoolExecutor(min(SYNC_THREADS, max(1, len(repos)))) as pool:
             for result in pool.map(one, sorted(repos)):
                 results[result.root] = result
-        self.write_view(now=now)
+        # The view is a function of the mounts' tips (and of the time, for what expired): when no
+        # tip moved it stands as the last write left it, and a cold process need not render
+        # every mount's view to write the same file again.
+        if any(repo.store.head() != before[root] for root, repo in repos.items()) \
+                or not (self.root / VIEW_NAME).exists():
+            self.write_view(now=now)
         return WorkspaceSync(mounts=[results[r] for r in chosen])
 
     def _failed(self, root: str, exc: BaseException) -> MountSync:
@@ -837,9 +884,9 @@ class Workspace:
         return WorkspaceProof(proofs=proofs, unread=unread, verdict=verdict, workspace_files=left)
 
     def _workspace_files_holding(self, needles: list[str]) -> list[str]:
-        """The workspace's own files (its generated MEMORY.md, journals of operations under way)
-        that still hold a needle: named, never the needle."""
-        files = [self.root / VIEW_NAME, self.root / WORKSPACE_FILE,
+        """The workspace's own files (its generated MEMORY.md, its daemon's log, journals of
+        operations under way) that still hold a needle: named, never the needle."""
+        files = [self.root / VIEW_NAME, self.root / WORKSPACE_FILE, self.root / JOURNAL_DIR / DAEMON_LOG,
                  *sorted((self.root / JOURNAL_DIR).glob("*.json*"))]
         out = []
         for path in files:
