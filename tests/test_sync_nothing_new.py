@@ -84,3 +84,39 @@ def test_a_quiet_sync_reports_the_untrusted_notes_each_reader_may_see(billing_te
     assert again["status"] == "ahead" and again["untrusted"] == first["untrusted"]
     # carol reads no team/payments note: the same quiet sync names none of them to her
     assert done.path not in {u["path"] for u in sync(dana, as_user="carol")["untrusted"]}
+
+
+def test_a_merge_written_on_this_sides_tree_is_gits_whole_merge(tmp_path):
+    """The merge tree is written from this side's tree and the paths either side changed: the
+    same tree git's whole merge gives, with a rename on one side and an edit on the other."""
+    from mdmem.storage import sync_ops
+    from mdmem.storage.gitstore import GitStore
+
+    root = tmp_path / "r"
+    git(tmp_path, "init", "-q", "-b", "main", str(root))
+    for i in range(30):
+        (root / f"d{i % 3}").mkdir(exist_ok=True)
+        (root / f"d{i % 3}" / f"f{i}.txt").write_text("\n".join(f"line {j} of {i}" for j in range(20)) + "\n")
+    git(root, "add", "-A")
+    git(root, "-c", "user.email=a@x", "-c", "user.name=a", "commit", "-qm", "base")
+    git(root, "checkout", "-qb", "theirs")
+    git(root, "mv", "d0/f0.txt", "d2/moved.txt")  # renamed there
+    (root / "d1" / "f1.txt").write_text((root / "d1" / "f1.txt").read_text().replace("line 1 of", "THEIR line 1 of"))
+    git(root, "rm", "-q", "d0/f3.txt")
+    git(root, "add", "-A")
+    git(root, "-c", "user.email=a@x", "-c", "user.name=a", "commit", "-qm", "theirs")
+    git(root, "checkout", "-q", "main")
+    (root / "d0" / "f0.txt").write_text((root / "d0" / "f0.txt").read_text().replace("line 19 of", "OUR line 19 of"))
+    (root / "d1" / "f1.txt").write_text((root / "d1" / "f1.txt").read_text().replace("line 18 of", "OUR line 18 of"))
+    (root / "d1" / "new.txt").write_text("ours only\n")
+    git(root, "add", "-A")
+    git(root, "-c", "user.email=a@x", "-c", "user.name=a", "commit", "-qm", "ours")
+    store = GitStore(root, lambda user: (user, f"{user}@x"))
+    ours, theirs = store.head(), git(root, "rev-parse", "theirs").stdout.strip()
+    base = git(root, "merge-base", ours, theirs).stdout.strip()
+    whole, left = sync_ops.merged_tree(store, ours, theirs, {})
+    assert left == []
+    changed = set(store.tree_changes(base, ours)) | set(store.tree_changes(base, theirs))
+    assert sync_ops.merged_tree(store, ours, theirs, {}, changed=changed) == (whole, [])
+    moved = store.file_in(whole, "d2/moved.txt").decode()
+    assert "OUR line 19" in moved and store.file_in(whole, "d0/f0.txt") is None  # the rename carried our edit

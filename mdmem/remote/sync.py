@@ -826,7 +826,7 @@ def _merge(repo, user: str, when, head: str, their_head: str, base: str, label: 
         raise Conflict("sync: needs a person, nothing changed: " + "; ".join(needs_person)
                        + f". Resolve them with git: git fetch {label.split('/', 1)[0]} && git merge {label}, fix the "
                          "files, git add, git commit (the hooks check the notes and regenerate the views)")
-    tree, left = sync_ops.merged_tree(store, head, their_head, resolved)
+    tree, left = sync_ops.merged_tree(store, head, their_head, resolved, changed=set(mine_changed) | set(their_changed))
     if tree is None:
         raise Conflict(f"sync: needs a person, nothing changed: {', '.join(left)} conflict")
     changes = store.tree_changes(head, tree)

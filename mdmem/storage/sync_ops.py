@@ -204,9 +204,12 @@ def conflicted_paths(store, ours: str, theirs: str) -> set[str]:
     return {(m or t or a).path for a, m, t in index.conflicts}
 
 
-def merged_tree(store, ours: str, theirs: str, resolved: dict[str, str | None]) -> tuple[str | None, list[str]]:
+def merged_tree(store, ours: str, theirs: str, resolved: dict[str, str | None],
+                changed: set[str] | None = None) -> tuple[str | None, list[str]]:
     """The tree of git's merge of the two commits with ``resolved`` (path -> blob id, None:
-    absent) put in place; (None, paths) when conflicts remain unresolved."""
+    absent) put in place; (None, paths) when conflicts remain unresolved. ``changed``: every
+    path either side changed since the merge base (a superset of where the merge can differ
+    from ``ours``, renames included: a rename changes both its paths on its side)."""
     index = store.repo.merge_commits(store.repo[ours], store.repo[theirs])
     conflicted = {(m or t or a).path for a, m, t in index.conflicts} if index.conflicts is not None else set()
     for path, blob in resolved.items():
@@ -220,7 +223,22 @@ def merged_tree(store, ours: str, theirs: str, resolved: dict[str, str | None]) 
     left = sorted(conflicted - set(resolved))
     if left:
         return None, left
-    return str(index.write_tree(store.repo)), []
+    if changed is None:
+        return str(index.write_tree(store.repo)), []
+    # Written on ``ours``'s tree with only ``changed`` taken from the merge: libgit2 writes every
+    # tree of an index that did not come from a tree (~0.4 s at 5,000 notes under load), and
+    # reads only the touched ones of one that did.
+    repo = store.repo
+    out = pygit2.Index()
+    out.read_tree(repo[ours].peel(pygit2.Commit).tree)
+    for path in sorted(set(changed) | set(resolved)):
+        entry = index[path] if path in index else None
+        if entry is None:
+            if path in out:
+                out.remove(path)
+        else:
+            stage(out, pygit2.IndexEntry(path, entry.id, entry.mode))
+    return str(out.write_tree(repo)), []
 
 
 def messages_with(store, marker: str) -> list[tuple[str, str]]:
