@@ -5,8 +5,9 @@ workspace mounting them all, and one repository holding the same notes under the
 Measures:
 - recall p50/p95 in the workspace (every mount asked, one ranking) and in the one repository,
   and how often the workspace's top 5 equals the one repository's (same paths, same order);
-- `sync` of every mount with nothing new, and with one new note in each (pushed by a teammate's
-  workspace), beside `sync` of the one repository with nothing new and with MOUNTS new notes.
+- `sync` of every mount with nothing new (in this process, and as `mdmem sync` in a fresh one), and
+  with one new note in each (pushed by a teammate's workspace), beside `sync` of the one
+  repository with nothing new and with MOUNTS new notes.
 
 Targets (issue 32, at 20 mounts and 100,000 notes): recall p50 within 1.5x of one repository;
 sync with nothing new < 2 s; with one new note in each < 5 s.
@@ -16,6 +17,7 @@ Usage: bench_workspace.py [--mounts 20] [--notes 10000] [--embedder none|minilm]
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -58,6 +60,13 @@ def timed(fn) -> float:
 
 def git(*args: str) -> None:
     subprocess.run(["git", *args], check=True, capture_output=True)
+
+
+def cli_sync(root: Path) -> None:
+    env = {**os.environ, "MDMEM_NO_DAEMON": "1", "MDMEM_EMBEDDER": "none"}
+    env.pop("MDMEM_REPO", None)
+    subprocess.run([sys.executable, "-m", "mdmem.cli.launch", "sync", "--as", "alice", "--json"], cwd=root, env=env,
+                   check=True, capture_output=True)
 
 
 def build(base: Path, mounts: int, notes: int, embedder: str) -> tuple[Workspace, MemoryRepo, dict[str, Path], Path]:
@@ -108,6 +117,9 @@ def run(mounts: int, notes: int, embedder: str, nq: int) -> dict:
         # sync with nothing new
         nothing_ws = [timed(lambda: ws.sync(as_user="alice")) for _ in range(3)]
         nothing_one = [timed(lambda: one.sync(as_user="alice")) for _ in range(3)]
+        # the same as a person runs it: `mdmem sync` in a fresh process (imports, every mount opened)
+        nothing_cli = {"workspace": [timed(lambda: cli_sync(ws.root)) for _ in range(2)],
+                       "one": [timed(lambda: cli_sync(one.root)) for _ in range(2)]}
         # one new note in every repository, pushed by bob (his own workspace / clone)
         bob = Workspace.init(base / "ws-bob", as_user="bob", embedder=embedder)
         bob.add_many({root: str(remote) for root, remote in remotes.items()}, as_user="bob")
@@ -136,6 +148,7 @@ def run(mounts: int, notes: int, embedder: str, nq: int) -> dict:
                 "ratio_p50": round(pct(ws_t, 50) / pct(single_t, 50), 2), "top5_same": round(agree, 2),
                 "top5_overlap": round(overlap / (2 * len(qs)), 2), "top1_same": round(first / (2 * len(qs)), 2),
                 "sync_nothing_ms": {"one": round(pct(nothing_one, 50)), "workspace": round(pct(nothing_ws, 50))},
+                "sync_nothing_cli_ms": {k: round(min(v)) for k, v in nothing_cli.items()},
                 "sync_one_new_each_ms": {"one": round(new_one), "workspace": round(new_ws)},
                 "new_notes_arrived": arrived}
     finally:
@@ -159,6 +172,8 @@ def main() -> None:
         ["top 5 shared with one repository", "", f"{r['top5_overlap']:.0%}", "paths in both top 5s"],
         ["top 1 same as one repository", "", f"{r['top1_same']:.0%}", ""],
         ["sync, nothing new (ms)", r["sync_nothing_ms"]["one"], r["sync_nothing_ms"]["workspace"], "target < 2000"],
+        ["`mdmem sync`, nothing new, fresh process (ms)", r["sync_nothing_cli_ms"]["one"],
+         r["sync_nothing_cli_ms"]["workspace"], "imports and every mount opened"],
         ["sync, one new note in each (ms)", r["sync_one_new_each_ms"]["one"], r["sync_one_new_each_ms"]["workspace"],
          f"target < 5000; {r['new_notes_arrived']}/{a.mounts} arrived"],
         ["index build (ms)", r["index_ms"]["one"], r["index_ms"]["workspace"], ""],
