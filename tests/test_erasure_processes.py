@@ -194,8 +194,6 @@ def test_prove_gone_run_from_the_repository_names_no_process_of_another_reposito
         server.wait()
 
 
-@pytest.mark.xfail(strict=True, reason="a running stdio server drops its caches after an erasure but keeps "
-                   "running: copies of the erased text stay in its memory until it exits")
 def test_a_running_mcp_server_holds_no_copy_of_erased_text_once_an_erasure_ends(repo):
     from mcp.client import Client
     from test_mcp import data, params
