@@ -217,3 +217,108 @@ def test_a_running_mcp_server_holds_no_copy_of_erased_text_once_an_erasure_ends(
             return any(memory_holds(p, b"quokkabanana") for p in live)
 
     assert not asyncio.run(session())
+
+
+def reexecuted(pid: int) -> bool:
+    """The process replaced itself (mcp/reexec.py): the environment it was executed with
+    carries what the old process handed over."""
+    return b"MDMEM_SERVE_HANDOVER=" in Path(f"/proc/{pid}/environ").read_bytes()
+
+
+def test_a_running_mcp_server_answers_every_call_of_its_session_across_its_restart(repo):
+    """Calls sent all through an erasure and the restart after it (answered by the old process,
+    read by it but not passed on, or still in the pipe) are each answered, without an error, by
+    the same process id; the session needs no new handshake."""
+    from mcp.client import Client
+    from test_mcp import data, params
+
+    root = repo.root
+    repo.close()
+    get = {"subject": "service:billing", "kind": "fact", "key": "deploy.window"}
+
+    async def session():
+        async with Client(params(repo, "dana", "read"), read_timeout_seconds=60) as client:
+            [pid] = server_pids(root)
+            assert not reexecuted(pid)
+            erasing = asyncio.ensure_future(asyncio.to_thread(
+                run_cli, "forget", "--path", "team/payments/service/vault/fact/key.place.md", "--repo", str(root),
+                "--as", "dana"))
+            answers, after = [], 0
+            deadline = time.monotonic() + 60
+            while after < 3 and time.monotonic() < deadline:  # a few rounds answered by the fresh process
+                answers += await asyncio.gather(*[client.call_tool("get", get) for _ in range(4)])
+                after += erasing.done() and reexecuted(pid)
+            erase = await erasing
+            later = await client.call_tool("recall", {"query": "deploy window"})
+            proof = await asyncio.to_thread(run_cli, "prove-gone", "--needle", "quokkabanana", "--repo", str(root),
+                                            "--as", "dana", "--json")
+            return erase, reexecuted(pid), server_pids(root) == [pid], answers, later, pid, proof
+
+    erase, replaced, same_pid, answers, later, pid, proof = asyncio.run(session())
+    assert erase.returncode == 0, erase.stderr
+    assert replaced and same_pid
+    # Its memory image began after the erasure ended: prove-gone does not name it.
+    import json
+    report = json.loads(proof.stdout)
+    assert report["verdict"] == "PASS" and not any(f"pid {pid} " in line for line in report["cannot_reach"]), report
+    assert all(not a.is_error and "Billing deploys" in str(data(a)) for a in answers), answers
+    assert not later.is_error and "quokkabanana" not in str(data(later))
+
+
+def test_a_running_http_server_holds_no_copy_of_erased_text_once_an_erasure_ends(repo):
+    """The same over HTTP: the server finishes the calls in flight, re-executes itself on the
+    same listening socket, and clients calling meanwhile are answered (none refused)."""
+    import threading
+
+    from http_server import data, running, session_calls
+
+    from mdmem.auth.static_tokens import TokenFile
+
+    root = repo.root
+    repo.close()
+    tokens = TokenFile(root.parent / "tokens.json")
+    token = tokens.add("dana", "dana-bot", frozenset({"read"}))[1]
+    with running(root, tokens.path) as server:
+        for _ in range(240):
+            [first] = asyncio.run(session_calls(server.url, token, [("recall", {"query": "where is the vault key"})]))
+            if data(first).get("index") != "building":
+                break
+            time.sleep(0.5)
+        assert "quokkabanana" in str(data(first))
+        [pid] = http_pids(root)
+        assert memory_holds(pid, b"quokkabanana")
+        failures: list[str] = []
+        answered: list[object] = []
+        done = threading.Event()
+
+        def keep_calling() -> None:
+            while not done.is_set():
+                try:
+                    [got] = asyncio.run(session_calls(server.url, token, [("get", {
+                        "subject": "service:billing", "kind": "fact", "key": "deploy.window"})]))
+                    answered.append(data(got))
+                except Exception as exc:  # noqa: BLE001 -- every failure is the finding
+                    failures.append(repr(exc))
+
+        caller = threading.Thread(target=keep_calling)
+        caller.start()
+        try:
+            erase = run_cli("forget", "--path", "team/payments/service/vault/fact/key.place.md", "--repo",
+                            str(root), "--as", "dana")
+            assert erase.returncode == 0, erase.stderr
+            deadline = time.monotonic() + 30
+            while not reexecuted(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert reexecuted(pid), server.log()
+            count = len(answered)
+            while len(answered) < count + 3 and time.monotonic() < deadline:  # answered by the fresh process
+                time.sleep(0.1)
+        finally:
+            done.set()
+            caller.join(60)
+        assert failures == []
+        assert answered and all("Billing deploys" in str(a) for a in answered), answered[-3:]
+        assert http_pids(root) == [pid]
+        assert not memory_holds(pid, b"quokkabanana")
+        [after] = asyncio.run(session_calls(server.url, token, [("recall", {"query": "deploy window vault key"})]))
+        assert "Billing deploys" in str(data(after)) and "quokkabanana" not in str(data(after))
