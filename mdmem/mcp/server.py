@@ -95,12 +95,17 @@ class Gatekeeper:
     """MCP middleware: learns the client's name for each call and refuses tool calls that carry
     arguments the tool does not declare (an ignored ``owner``/``as_user`` is a lie let through)."""
 
-    def __init__(self, ctx: ServerContext, params: dict[str, frozenset[str]]):
+    def __init__(self, ctx: ServerContext, params: dict[str, frozenset[str]], restart: Any = None):
         self.ctx = ctx
         self.params = params
+        self.restart = restart  # a RestartOnErasure (mcp/reexec.py), or None
 
     async def __call__(self, rctx, call_next):
         if rctx.method == "tools/call" and isinstance(rctx.params, Mapping):
+            if self.restart is not None:
+                # A call the relay passed on before an erasure ended, answered after: never from
+                # the caches from before it (the first to see the erasure drops them).
+                self.restart.look()
             # The client's name as it gave it when connecting (the handshake or the request envelope).
             params = getattr(rctx.session, "client_params", None)
             info = getattr(params, "client_info", None)
@@ -139,14 +144,15 @@ def tool_errors(fn):
 
 
 def build_server(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | None = None,
-                 index_ready: threading.Event | None = None) -> MCPServer:
-    """The server on stdio (one identity); mcp/http.py builds the HTTP one from the same tools."""
+                 index_ready: threading.Event | None = None, restart: Any = None) -> MCPServer:
+    """The server on stdio (one identity); mcp/http.py builds the HTTP one from the same tools.
+    ``restart``: the RestartOnErasure looked at before each tool call (see serve)."""
     ctx = ServerContext(repo, repo.check_user(user), allowed,
                         label=check_name(label, "--agent") if label is not None else None)
     if index_ready is not None:
         ctx.index_ready = index_ready
     params: dict[str, frozenset[str]] = {}
-    server = MCPServer("mdmem", instructions=INSTRUCTIONS, middleware=[Gatekeeper(ctx, params)])
+    server = MCPServer("mdmem", instructions=INSTRUCTIONS, middleware=[Gatekeeper(ctx, params, restart)])
     for name, capability in TOOLS.items():
         if capability not in allowed:
             continue  # a tool the agent may not use is not offered at all
@@ -199,9 +205,15 @@ def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | 
         for each in repos:
             each.store.flush_index()
 
-    server = build_server(repo, user, allowed, label=label, index_ready=ready)
-    restart = RestartOnErasure([r.root for r in repos], on_due=lambda: relay.wake())
+    def erasure_ended() -> None:
+        # Calls already passed on are answered before the exec: from caches read again.
+        for each in repos:
+            each.reload()
+        relay.wake()
+
+    restart = RestartOnErasure([r.root for r in repos], on_due=erasure_ended)
     relay = StdioRelay(restart.look, before_exec, handover or {})
+    server = build_server(repo, user, allowed, label=label, index_ready=ready, restart=restart)
     builder = threading.Thread(target=start, name="mdmem-index-build", daemon=True)
     builder.start()
     relay.start()

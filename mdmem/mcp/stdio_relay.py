@@ -16,6 +16,8 @@ import fcntl
 import json
 import os
 import select
+import sys
+import tempfile
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -208,11 +210,26 @@ class StdioRelay:
             self.before_exec()
         except Exception:  # noqa: BLE001 -- the fresh process repairs what a write left (the journal)
             pass
-        memory = os.memfd_create("mdmem-client-input", 0)
+        memory = _unnamed_file()
         _write_all(memory, unread)
         os.dup2(self.wire_in, 0)
         os.dup2(self.wire_out, 1)
         handover: dict[str, Any] = {"input_fd": memory}
         if self.initialize is not None:
             handover["initialize"] = self.initialize
-        reexec(handover, [memory])
+        try:
+            reexec(handover, [memory])
+        except OSError as exc:
+            # No fresh process: end this one, so the client sees the server gone, not a hang.
+            print(f"mdmem serve: an erasure ended and the restart failed ({exc}); start the server again",
+                  file=sys.stderr, flush=True)
+            os._exit(1)
+
+
+def _unnamed_file() -> int:
+    """A file in memory (Linux), else one already unlinked: the client's unread input, for the
+    fresh process; it never has a name on disk."""
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("mdmem-client-input", 0)
+    with tempfile.TemporaryFile() as f:
+        return os.dup(f.fileno())
