@@ -225,10 +225,13 @@ def reexecuted(pid: int) -> bool:
     return b"MDMEM_SERVE_HANDOVER=" in Path(f"/proc/{pid}/environ").read_bytes()
 
 
-def test_a_running_mcp_server_answers_every_call_of_its_session_across_its_restart(repo):
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_a_running_mcp_server_answers_every_call_of_its_session_across_its_restart(repo, mode):
     """Calls sent all through an erasure and the restart after it (answered by the old process,
     read by it but not passed on, or still in the pipe) are each answered, without an error, by
-    the same process id; the session needs no new handshake."""
+    the same process id; the session needs no new handshake: the 2025 protocols' initialize
+    (``legacy``, as most agents speak today) is replayed to the fresh process, the 2026 one
+    carries it in every request."""
     from mcp.client import Client
     from test_mcp import data, params
 
@@ -237,7 +240,7 @@ def test_a_running_mcp_server_answers_every_call_of_its_session_across_its_resta
     get = {"subject": "service:billing", "kind": "fact", "key": "deploy.window"}
 
     async def session():
-        async with Client(params(repo, "dana", "read"), read_timeout_seconds=60) as client:
+        async with Client(params(repo, "dana", "read"), read_timeout_seconds=60, mode=mode) as client:
             [pid] = server_pids(root)
             assert not reexecuted(pid)
             erasing = asyncio.ensure_future(asyncio.to_thread(
