@@ -1,6 +1,7 @@
-"""Erased text leaves running processes: a running MCP server lets go of what it
-held once an erasure ends (the mechanism lives in the server code every transport shares), and
-prove-gone names the running mdmem processes it cannot vouch for."""
+"""Erased text leaves running processes: a running MCP server (stdio or HTTP) re-executes
+itself in place once an erasure ends -- same pid, its client's session or listening socket going
+on, calls in flight answered -- so no copy of the erased text stays in its memory; prove-gone
+names the running mdmem processes it cannot vouch for, and not a server re-executed since."""
 import asyncio
 import os
 import re
