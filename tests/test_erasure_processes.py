@@ -326,3 +326,54 @@ def test_a_running_http_server_holds_no_copy_of_erased_text_once_an_erasure_ends
         assert not memory_holds(pid, b"quokkabanana")
         [after] = asyncio.run(session_calls(server.url, token, [("recall", {"query": "deploy window vault key"})]))
         assert "Billing deploys" in str(data(after)) and "quokkabanana" not in str(data(after))
+
+
+def test_requests_a_restarting_stdio_server_read_but_did_not_pass_on_are_answered_by_the_fresh_process(repo):
+    """Raw JSON-RPC on the server's pipes: the handshake, then an erasure's end, then three calls
+    and half of a fourth in one write, the rest of the fourth later. Each is answered once, by
+    id, by the same process id re-executed."""
+    import json
+    import subprocess
+    import sys
+
+    from mdmem.erasure.journal import Journal
+
+    root = repo.root
+    repo.close()
+    env = {**os.environ, "MDMEM_EMBEDDER": "none", "MDMEM_NO_DAEMON": "1"}
+    env.pop("MDMEM_USER", None)
+    server = subprocess.Popen([sys.executable, "-m", "mdmem.cli.main", "serve", "--repo", str(root), "--as", "dana",
+                               "--allow", "read"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, env=env)
+
+    def send(data: bytes) -> None:
+        server.stdin.write(data)
+        server.stdin.flush()
+
+    def answer() -> dict:
+        line = server.stdout.readline()
+        assert line, "the server closed its output"
+        return json.loads(line)
+
+    def call(n: int) -> bytes:
+        return json.dumps({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {
+            "name": "get", "arguments": {"subject": "service:billing", "kind": "fact", "key": "deploy.window"}}}).encode()
+
+    try:
+        send(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
+                        ).encode() + b"\n")
+        assert answer()["id"] == 0
+        send(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        assert not reexecuted(server.pid)
+        Journal(root).finished()  # what the end of an erasure does: its done stamp moves
+        fourth = call(4)
+        send(call(1) + b"\n" + call(2) + b"\n" + call(3) + b"\n" + fourth[:20])
+        send(fourth[20:] + b"\n")
+        answers = [answer() for _ in range(4)]
+        assert reexecuted(server.pid)
+    finally:
+        server.stdin.close()
+        server.wait(60)
+    assert sorted(a["id"] for a in answers) == [1, 2, 3, 4], answers
+    assert all("Billing deploys" in json.dumps(a["result"]) and not a["result"].get("isError") for a in answers)
