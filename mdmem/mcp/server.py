@@ -20,6 +20,7 @@ from ..errors import BadInput, as_mdmem_error
 from ..model.layout import check_name
 from ..repo import MemoryRepo
 from ..model.kinds import KIND_GUIDE, agent_review_rule
+from .reexec import RestartOnErasure
 
 # tool module -> the capability it needs. Approving held writes is deliberately not a tool:
 # review is a person's act, through the CLI or the Python API.
@@ -95,10 +96,11 @@ class Gatekeeper:
     """MCP middleware: learns the client's name for each call and refuses tool calls that carry
     arguments the tool does not declare (an ignored ``owner``/``as_user`` is a lie let through)."""
 
-    def __init__(self, ctx: ServerContext, params: dict[str, frozenset[str]], restart: Any = None):
+    def __init__(self, ctx: ServerContext, params: dict[str, frozenset[str]],
+                 restart: RestartOnErasure | None = None):
         self.ctx = ctx
         self.params = params
-        self.restart = restart  # a RestartOnErasure (mcp/reexec.py), or None
+        self.restart = restart
 
     async def __call__(self, rctx, call_next):
         if rctx.method == "tools/call" and isinstance(rctx.params, Mapping):
@@ -144,7 +146,8 @@ def tool_errors(fn):
 
 
 def build_server(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | None = None,
-                 index_ready: threading.Event | None = None, restart: Any = None) -> MCPServer:
+                 index_ready: threading.Event | None = None, restart: RestartOnErasure | None = None
+                 ) -> MCPServer:
     """The server on stdio (one identity); mcp/http.py builds the HTTP one from the same tools.
     ``restart``: the RestartOnErasure looked at before each tool call (see serve)."""
     ctx = ServerContext(repo, repo.check_user(user), allowed,
@@ -172,7 +175,6 @@ def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | 
     only a fresh process is sure not to. ``handover``: what the process this one replaced
     passed (mcp/reexec.taken_over). True when the index builder ended (see below)."""
     from ..watch import Watcher
-    from .reexec import RestartOnErasure
     from .stdio_relay import StdioRelay
 
     # People edit notes while the agent works: keep the index following their saves. The
