@@ -54,10 +54,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..erasure.journal import done_stamp as erasure_done
 from ..erasure.journal import pending as erasure_pending
 from ..errors import BadInput, Conflict, LockTimeout
 from ..repo import MemoryRepo
+from ..storage.erasures_seen import ErasureFollower
 from ..storage.locks import Lock
 from ..workspace import Workspace
 from ..workspace import journal as workspace_journal
@@ -134,23 +134,24 @@ class Daemon:
     _env: dict[str, str] = field(default_factory=lambda: _relevant(os.environ))
     _run_lock: threading.Lock = field(default_factory=threading.Lock)
     _last_call: float = field(default_factory=time.monotonic)
-    _erasures: tuple | None = None  # erasure_done() when it started (of every mount, for a workspace)
+    _erasures: ErasureFollower = field(init=False)  # the erasures seen since it started (in every mount)
     _rewritten: bool = False  # stopping because of a rewrite or an erasure
     workspace: bool = False  # serving a workspace (mdmem/workspace/), not one repo
     _clones: list[Path] = field(default_factory=list)  # a workspace's mounts' clones, as its file named them
+    _file: tuple[int, int, int, int] | None = None  # the workspace file when it started
 
     def __post_init__(self) -> None:
         self.workspace = is_workspace(self.root)
         if self.workspace:
             self._clones = [self.root / m.path for m in WorkspaceFile.load(self.root).mounts.values()]
-        self._erasures = self._erasure_stamp()
+            self._file = _stat(self.root / WORKSPACE_FILE)
+        self._erasures = ErasureFollower(self._clones if self.workspace else [self.root])
 
-    def _erasure_stamp(self) -> tuple | None:
-        """What changes when an erasure ends (one stat per repository); for a workspace also its
-        file (a mount added or removed)."""
-        if not self.workspace:
-            return erasure_done(self.root)
-        return (_stat(self.root / WORKSPACE_FILE), *(erasure_done(c) for c in self._clones))
+    def _erasure_seen(self) -> bool:
+        """An erasure ended in the repo, or in any mount, since the last look (one stat each); for
+        a workspace, also a change of its file (a mount added or removed)."""
+        ended = self._erasures.ended()
+        return ended or (self.workspace and _stat(self.root / WORKSPACE_FILE) != self._file)
 
     def _erasure_pending(self) -> bool:
         """An erasure is under way or was cut short: in the repo, in any mount, or one spanning
@@ -214,10 +215,8 @@ class Daemon:
         cut short (its journal) or once one has ended (its stamp moved: also an erasure of text
         never committed, which rewrites nothing), a repo whose history was rewritten -- and stop:
         the process's freed memory may still hold that text, and only its exit returns it."""
-        stamp = self._erasure_stamp()  # (one stat per repository, per call and per idle second)
-        if stamp != self._erasures or self._erasure_pending():
+        if self._erasure_seen() or self._erasure_pending():  # (stats, per call and per idle second)
             self.close()
-            self._erasures = stamp
             self._stopping_for_rewrite()
             return
         for held in list(self._held):
