@@ -12,7 +12,7 @@ Measures:
 Targets (issue 32, at 20 mounts and 100,000 notes): recall p50 within 1.5x of one repository;
 sync with nothing new < 2 s; with one new note in each < 5 s.
 
-Usage: bench_workspace.py [--mounts 20] [--notes 10000] [--embedder none|minilm] [--queries 30] [--json]
+Usage: bench_workspace.py [--mounts 20] [--notes 10000] [--embedder none|minilm] [--queries 30] [--sync-only] [--json]
 """
 from __future__ import annotations
 
@@ -155,6 +155,51 @@ def run(mounts: int, notes: int, embedder: str, nq: int) -> dict:
         shutil.rmtree(base, ignore_errors=True)
 
 
+def run_sync(mounts: int, notes: int, embedder: str) -> dict:
+    """Only the workspace's sync (no one-repository twin, no index, no recall): the scale run
+    that fits a short session. alice's workspace synced once (its views rendered, trust judged),
+    then: with nothing new (here and as `mdmem sync`), and twice with one new note in each
+    pushed by bob (merges with alice's own unpushed commits: the statuses say so)."""
+    base = Path(tempfile.mkdtemp(prefix="mdmem-bench-ws-sync-"))
+    try:
+        t0 = time.perf_counter()
+        per = max(1, notes // mounts)
+        remotes = {}
+        for i in range(mounts):
+            team = f"t{i:02d}"
+            scope = MemoryRepo.init(base / "src" / team, teams={team: ["alice", "bob"]}, as_user="alice", now=T0,
+                                    scope_root=f"team/{team}", embedder=embedder)
+            bulk_notes(scope, per, team=team, owner="alice", texts=text_for(i), now=T0)
+            scope.close()
+            remotes[f"team/{team}"] = base / "remotes" / f"{team}.git"
+            git("clone", "-q", "--bare", str(base / "src" / team), str(remotes[f"team/{team}"]))
+        ws = Workspace.init(base / "ws-alice", as_user="alice", embedder=embedder)
+        ws.add_many({root: str(remote) for root, remote in remotes.items()}, as_user="alice")
+        bob = Workspace.init(base / "ws-bob", as_user="bob", embedder=embedder)
+        bob.add_many({root: str(remote) for root, remote in remotes.items()}, as_user="bob")
+        built = time.perf_counter() - t0
+        ws.sync(as_user="alice")
+        nothing = [timed(lambda: ws.sync(as_user="alice")) for _ in range(3)]
+        out: dict = {"mounts": mounts, "notes": notes, "embedder": embedder, "build_s": round(built, 1),
+                     "sync_nothing_ms": round(pct(nothing, 50))}
+        for n in (1, 2):
+            for root in sorted(remotes):
+                team = root.split("/")[1]
+                bob.remember(f"new fact {n} for {team}", as_user="bob", kind="fact", subject=f"service:new{n}",
+                             key="n1", scope="team", team=team, now=T0)
+            assert not bob.sync(as_user="bob", push=True).failed
+            result: list = []
+            out[f"sync_one_new_each_{n}_ms"] = round(timed(lambda: result.append(ws.sync(as_user="alice"))))
+            out[f"statuses_{n}"] = sorted({m.report["status"] for m in result[0].mounts if m.ok})
+        out["sync_nothing_after_ms"] = round(timed(lambda: ws.sync(as_user="alice")))
+        bob.close()
+        ws.close()
+        out["sync_nothing_cli_ms"] = round(min(timed(lambda: cli_sync(base / "ws-alice")) for _ in range(2)))
+        return out
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--mounts", type=int, default=20)
@@ -162,7 +207,24 @@ def main() -> None:
     p.add_argument("--embedder", default="none", choices=["none", "minilm"])
     p.add_argument("--queries", type=int, default=30)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--sync-only", action="store_true", help="only the workspace's sync (no twin, index, recall)")
     a = p.parse_args()
+    if a.sync_only:
+        r = run_sync(a.mounts, a.notes, a.embedder)
+        if a.json:
+            import json
+
+            print(json.dumps(r))
+            return
+        table(f"Workspace sync, {r['mounts']} mounts, {r['notes']:,} notes (fixture {r['build_s']} s)",
+              ["measure", "ms", "note"],
+              [["sync, nothing new", r["sync_nothing_ms"], "target < 2000"],
+               ["sync, one new note in each (1st)", r["sync_one_new_each_1_ms"],
+                f"target < 5000; {', '.join(r['statuses_1'])}"],
+               ["sync, one new note in each (2nd)", r["sync_one_new_each_2_ms"], ", ".join(r["statuses_2"])],
+               ["sync, nothing new, after", r["sync_nothing_after_ms"], ""],
+               ["`mdmem sync`, nothing new, fresh process", r["sync_nothing_cli_ms"], "imports, every mount opened"]])
+        return
     r = run(a.mounts, a.notes, a.embedder, a.queries)
     rows = [
         ["recall p50 (ms)", r["recall_p50_ms"]["one"], r["recall_p50_ms"]["workspace"],
