@@ -3,7 +3,7 @@
 Builds MOUNTS team scope repositories with NOTES notes in all (each on a local bare remote), a
 workspace mounting them all, and one repository holding the same notes under the same paths.
 Measures:
-- recall p50/p95 in the workspace (every mount asked, one ranking) and in the one repository,
+- recall p50/p95 in the workspace (one index over every mount) and in the one repository,
   and how often the workspace's top 5 equals the one repository's (same paths, same order);
 - `sync` of every mount with nothing new, and with one new note in each (pushed by a teammate's
   workspace), beside `sync` of the one repository with nothing new and with MOUNTS new notes.

@@ -235,13 +235,16 @@ def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | 
 
     # People edit notes while the agent works: keep the index following their saves. The
     # watcher's first catch-up may be a whole build: it runs beside the server, not before it.
-    # A workspace (mdmem/workspace/) is watched mount by mount: each clone is its own index.
-    repos = repo.mounted_repos(user) if getattr(repo, "is_workspace", False) else [repo]
-    watchers = [Watcher(r, lambda event: None) for r in repos]
+    # A workspace (mdmem/workspace/) has one index over every mount, which follows the clones'
+    # hand edits itself (inotify, at each recall): its first catch-up is all there is to start.
+    workspace = getattr(repo, "is_workspace", False)
+    watchers = [] if workspace else [Watcher(repo, lambda event: None)]
     ready = threading.Event()
 
     def start() -> None:
         try:
+            if workspace:
+                repo.reindex()
             for watcher in watchers:
                 watcher.start()
         except Exception:  # noqa: BLE001 -- recall then catches up (and reports) by itself
