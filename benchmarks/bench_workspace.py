@@ -16,6 +16,7 @@ Usage: bench_workspace.py [--mounts 20] [--notes 10000] [--embedder none|minilm]
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -151,6 +152,7 @@ def main() -> None:
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     r = run(a.mounts, a.notes, a.embedder, a.queries)
+    r["load"] = " ".join(f"{x:.1f}" for x in os.getloadavg())  # the machine is shared: numbers are noisy
     rows = [
         ["recall p50 (ms)", r["recall_p50_ms"]["one"], r["recall_p50_ms"]["workspace"],
          f"ratio {r['ratio_p50']} (target <= 1.5)"],
@@ -164,7 +166,7 @@ def main() -> None:
         ["index build (ms)", r["index_ms"]["one"], r["index_ms"]["workspace"], ""],
     ]
     title = (f"Workspace of {r['mounts']} mounts vs one repository, {r['notes']:,} notes, embedder {r['embedder']} "
-             f"(fixture {r['build_s']} s)")
+             f"(fixture {r['build_s']} s; load average {r['load']})")
     if a.json:
         import json
 

@@ -156,3 +156,21 @@ def test_a_combined_head_names_each_mounts_tip():
     assert split_head(head) == tips
     assert head == combined_head(dict(reversed(list(tips.items()))))  # the same mounts, the same head
     assert split_head("3" * 40) is None and split_head(None) is None
+
+
+def test_a_team_that_removes_the_person_stops_answering_their_next_recall(tmp_path):
+    """Who may read a mount is decided again whenever its tip or its mdmem.toml changes, even in a
+    workspace kept open (the answer is kept between recalls only while neither moved)."""
+    remotes = {"team/payments": scope_remote(tmp_path, "team/payments", members=["alice", "dana"], founder="dana"),
+               "private/alice": scope_remote(tmp_path, "private/alice")}
+    alice = workspace(tmp_path, "alice", remotes, ["team/payments", "private/alice"])
+    alice.remember("Billing deploys on Tuesdays", as_user="alice", kind="fact", subject="service:billing",
+                   key="deploy", scope="team", team="payments", now=T0)
+    assert [h.path for h in alice.recall("billing deploys", as_user="alice", k=5, now=T1)] == \
+        ["team/payments/service/billing/fact/deploy.md"]
+    clone = alice.clone_path("team/payments")  # dana's commit, as a pull brings it
+    toml = clone / "mdmem.toml"
+    toml.write_text(toml.read_text().replace('payments = ["alice", "dana"]', 'payments = ["dana"]'))
+    git(clone, "-c", "user.name=dana", "-c", "user.email=dana@mdmem.invalid", "commit", "-qam", "alice leaves")
+    assert alice.recall("billing deploys", as_user="alice", k=5, now=T1) == []
+    alice.close()

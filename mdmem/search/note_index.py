@@ -391,11 +391,7 @@ class NoteIndex:
     def _tree_state(self, path: str) -> str | None:
         """None if the work-tree file equals HEAD's; else its blob id, or "deleted"."""
         full = self.worktree_of(path) / path
-        head, written = self.repo.store.head(), self._written
-        if written is not None and written[0] == head and path in written[1]:
-            committed = written[1][path]
-        else:
-            committed = self.repo.store.blob_id(path) if head else None
+        committed = self.committed_blob(path)
         if full.is_symlink():
             return f"symlink:{os.readlink(full)}"  # never a valid note; read_note says why
         try:
@@ -403,6 +399,13 @@ class NoteIndex:
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None if committed is None else "deleted"
         return None if current == committed else current
+
+    def committed_blob(self, path: str) -> str | None:
+        """HEAD's blob id at ``path`` (None: not in HEAD, or no commit yet)."""
+        head, written = self.repo.store.head(), self._written
+        if written is not None and written[0] == head and path in written[1]:
+            return written[1][path]
+        return self.repo.store.blob_id(path) if head else None
 
     def _needs_rebuild(self, state: dict, *, cheap: bool = False) -> bool:
         folder = self.base / "fulltext"

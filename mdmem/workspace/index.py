@@ -22,14 +22,16 @@ clone's work tree, which a teammate's commit can fill. An erasure purges it
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..config import Config, UserConfig
 from ..model.kinds import Contracts
 from ..model.layout import root_of
 from ..search.note_index import NoteIndex
+from ..storage.gitdir import git_dir
 from ..storage.queries import TreeChange
 from ..storage.tree_watch import TreeWatch
 from ..storage.worktree import StoredNote, iter_note_paths
@@ -68,6 +70,10 @@ class MountStores:
 
     def __init__(self, mounts: Callable[[], dict[str, MemoryRepo]]):
         self._mounts = mounts
+        # root -> (the mount's store, the watch of its refs, its tip): reading a tip cost ~0.1 ms
+        # (HEAD and the branch's ref file), twenty a recall; the kernel's events say when one moved.
+        self._tips: dict[str, tuple[Any, TreeWatch, str | None]] = {}
+        self._tips_lock = threading.Lock()
 
     def _repos(self) -> dict[str, MemoryRepo]:
         return self._mounts()
@@ -75,8 +81,35 @@ class MountStores:
     def _repo_of(self, path: str) -> MemoryRepo | None:
         return self._repos().get(root_of(path))
 
+    def tip(self, root: str, repo: MemoryRepo) -> str | None:
+        """The mount's branch tip: read again only when something was written in its git folder
+        or its refs/heads/ (a commit, a fetch, packed refs, an erasure) since it was last read."""
+        return self.tip_read(root, repo)[0]
+
+    def tip_read(self, root: str, repo: MemoryRepo) -> tuple[str | None, bool]:
+        """(:meth:`tip`, whether it was read again: something in the git folder may have changed)."""
+        store = repo.store
+        with self._tips_lock:
+            known = self._tips.get(root)
+            if known is not None and known[0] is store and known[1].changes() == set():
+                return known[2], False
+            if known is not None and known[0] is not store:
+                known[1].close()
+                known = None
+            watch = known[1] if known is not None else TreeWatch.start(git_dir(repo.root), ("refs/heads",))
+            tip = store.head()  # after the watch started: a move from now on is seen next time
+            if watch is not None:
+                self._tips[root] = (store, watch, tip)
+            return tip, True
+
     def tips(self) -> dict[str, str | None]:
-        return {root: repo.store.head() for root, repo in self._repos().items()}
+        return {root: self.tip(root, repo) for root, repo in self._repos().items()}
+
+    def close(self) -> None:
+        with self._tips_lock:
+            for _, watch, _ in self._tips.values():
+                watch.close()
+            self._tips.clear()
 
     def head(self) -> str:
         return combined_head(self.tips())
@@ -131,6 +164,8 @@ class MountStores:
         return out
 
     def blob_id(self, path: str, rev: str | None = None) -> str | None:
+        """The blob at ``path`` in its mount: at ``rev`` (a combined head or one of the mount's
+        commits), else at the mount's tip; None where the mount or the file is not there."""
         repo = self._repo_of(path)
         if repo is None:
             return None
@@ -139,6 +174,8 @@ class MountStores:
             rev = tips.get(root_of(path))
             if rev is None:
                 return None
+        elif rev is None and repo.store.head() is None:
+            return None  # no commit yet
         return repo.store.blob_id(path, rev)
 
     def blob_ids(self, paths: Iterable[str], rev: str | None = None) -> dict[str, str | None]:
@@ -173,8 +210,9 @@ class MountStores:
 class MountTrust:
     """Each mount's verifier (policy/verify.py), by the root of each path."""
 
-    def __init__(self, mounts: Callable[[], dict[str, MemoryRepo]]):
+    def __init__(self, mounts: Callable[[], dict[str, MemoryRepo]], stores: MountStores):
         self._mounts = mounts
+        self._stores = stores
 
     def flags(self, head: str | None = None) -> dict[str, Flag]:
         tips = split_head(head) or {}
@@ -191,7 +229,7 @@ class MountTrust:
         out: dict[str, Flag] = {}
         for root, some in by_root.items():
             if root in mounts:
-                out.update(mounts[root].trust.flags_of(some))
+                out.update(mounts[root].trust.flags_of(some, self._stores.tip(root, mounts[root])))
         return out
 
 
@@ -263,6 +301,10 @@ class WorkspaceIndex(NoteIndex):
         # An unmounted root reads as no file: its notes leave the index.
         return self.source.clones().get(root_of(path), self.source.root / CACHE_DIR / "none")
 
+    def committed_blob(self, path: str) -> str | None:
+        # One mount's HEAD, not the combined head (every mount's tip read for each path).
+        return self.source.store.blob_id(path)
+
     def note_paths(self) -> list[str]:
         return sorted(p for root, folder in self.source.clones().items() for p in iter_note_paths(folder, root))
 
@@ -288,7 +330,7 @@ class WorkspaceSource:
         self.get = get  # an exact key lookup in recall (search/recall.py): the workspace's own get
         self.user_config = user_config
         self.store = MountStores(mounts)
-        self.trust = MountTrust(mounts)
+        self.trust = MountTrust(mounts, self.store)
         self.access = MountAccess(readable)
         self._index: WorkspaceIndex | None = None
         self._recall: Recall | None = None
@@ -341,6 +383,7 @@ class WorkspaceSource:
                 self._index.close()
         self._index = None
         self._recall = None
+        self.store.close()
 
     # --- erasure ------------------------------------------------------------------------------
     def purge(self, history_texts: Callable[[], set[str]]) -> int:
