@@ -6,6 +6,7 @@ leaves nothing of the erased text there (prove-gone names the cache when somethi
 from __future__ import annotations
 
 import pytest
+from whoosh import index as windex
 from workspace_helpers import SETTINGS, T0, git, scope_remote, workspace
 
 from mdmem import MemoryRepo
@@ -98,12 +99,21 @@ def test_a_clones_file_outside_its_own_root_is_never_shown_as_that_roots_note(al
     assert alice.recall("forged", as_user="alice", k=5, now=T1) == []
 
 
-def test_a_removed_mounts_notes_leave_the_index(alice):
+@pytest.mark.parametrize("events", [True, False], ids=["inotify", "no-events"])
+def test_a_removed_mounts_notes_leave_the_index(alice, events):
+    """Gone from the cache, not only hidden; also where no kernel events come and the work tree
+    is not walked between recalls (the combined head names a mount no longer there: rebuilt)."""
+    index = alice.index_source().index
+    index.watch_tree, index.worktree_check_seconds = events, 3600
     write(alice, NOTES)
-    assert any(h.path.startswith("team/search/") for h in alice.recall("reindex", as_user="alice", k=5, now=T1))
+    for _ in range(3):  # past the first calls' walks
+        assert any(h.path.startswith("team/search/") for h in alice.recall("reindex", as_user="alice", k=5, now=T1))
     alice.remove("team/search", as_user="alice", force=True)
     assert alice.recall("reindex nightly", as_user="alice", k=5, now=T1) == []
     assert not any(h.path.startswith("team/search/") for h in alice.recall("deploy", as_user="alice", k=20, now=T1))
+    with windex.open_dir(str(alice.root / CACHE_DIR / "index" / "fulltext")).reader() as reader:
+        held = {fields["path"].split("/")[1] for _, fields in reader.iter_docs()}
+    assert held == {"payments", "alice"}  # gone from the cache, not only hidden
 
 
 def test_history_recall_spans_every_mounts_versions(alice):

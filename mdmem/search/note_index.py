@@ -254,7 +254,10 @@ class NoteIndex:
                 and not self._needs_rebuild(state, cheap=True)):
             return SyncReport()
         if not scan and self._ix is not None and seen.get("commit") \
-                and not self._needs_rebuild(state, cheap=True):
+                and not self._needs_rebuild(state, cheap=True) \
+                and (seen["commit"] == head or self.repo.store.has_object(seen["commit"])):
+            # (A recorded commit that is gone -- history rewritten, a workspace's mount removed
+            # -- cannot be diffed from: the catch-up below rebuilds.)
             # A few notes changed (a write, a hand edit): into the in-memory segment, no lock,
             # nothing on disk. Many, or a walk: the catch-up below writes to disk.
             changed, fresh, dirty = self._changes(seen, head, scan=False)
