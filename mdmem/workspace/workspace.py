@@ -37,7 +37,7 @@ from ..storage import clones
 from ..storage.gitdir import file_stamp
 from ..storage.locks import Lock
 from ..storage.worktree import StoredNote
-from .index import WorkspaceSource
+from .index import WorkspaceIndex, WorkspaceSource
 from .journal import Pending, finish_op, mark_done, pending_ops, start_op
 from .view import compose, write_view
 from .layout import JOURNAL_DIR, VIEW_NAME, WORKSPACE_FILE, Mount, WorkspaceFile, check_root, locate, mount_folder
@@ -647,6 +647,11 @@ class Workspace:
             if self.progress is not None:
                 self._source.set_progress(self.progress)
         return self._source
+
+    @property
+    def index(self) -> WorkspaceIndex:
+        """The one search index over every mount (what a repository's ``index`` is to it)."""
+        return self.index_source().index
 
     def _open_mounts(self) -> dict[str, MemoryRepo]:
         """Every mount that opens (one that does not is named in ``problems``)."""
