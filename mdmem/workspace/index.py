@@ -33,7 +33,7 @@ from ..model.layout import root_of
 from ..search.note_index import NoteIndex
 from ..storage.gitdir import git_dir
 from ..storage.queries import TreeChange
-from ..storage.tree_watch import TreeWatch
+from ..storage.tree_watch import TreeWatch, take_events
 from ..storage.worktree import StoredNote, iter_note_paths
 
 if TYPE_CHECKING:
@@ -86,12 +86,19 @@ class MountStores:
         or its refs/heads/ (a commit, a fetch, packed refs, an erasure) since it was last read."""
         return self.tip_read(root, repo)[0]
 
-    def tip_read(self, root: str, repo: MemoryRepo) -> tuple[str | None, bool]:
-        """(:meth:`tip`, whether it was read again: something in the git folder may have changed)."""
+    def tips_read(self) -> dict[str, tuple[MemoryRepo, str | None, bool]]:
+        """Every mount's (repo, tip, read again?), the kernel's queue read once for them all."""
+        take_events()
+        return {root: (repo, *self.tip_read(root, repo, drain=False)) for root, repo in self._repos().items()}
+
+    def tip_read(self, root: str, repo: MemoryRepo, *, drain: bool = True) -> tuple[str | None, bool]:
+        """(:meth:`tip`, whether it was read again: something in the git folder may have changed).
+        ``drain`` False: the events already taken from the kernel's queue are enough (see
+        :meth:`tips_read`)."""
         store = repo.store
         with self._tips_lock:
             known = self._tips.get(root)
-            if known is not None and known[0] is store and known[1].changes() == set():
+            if known is not None and known[0] is store and known[1].changes(drain=drain) == set():
                 return known[2], False
             if known is not None and known[0] is not store:
                 known[1].close()
@@ -103,7 +110,7 @@ class MountStores:
             return tip, True
 
     def tips(self) -> dict[str, str | None]:
-        return {root: self.tip(root, repo) for root, repo in self._repos().items()}
+        return {root: tip for root, (_, tip, _) in self.tips_read().items()}
 
     def close(self) -> None:
         with self._tips_lock:
@@ -273,8 +280,9 @@ class MountWatch:
             return None
         out: set[str] = set()
         overflowed = False
+        take_events()  # the kernel's queue read once for every mount
         for root, watch in self._watches.items():
-            seen = watch.changes()
+            seen = watch.changes(drain=False)
             if seen is None:
                 overflowed = True
             else:

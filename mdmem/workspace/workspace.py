@@ -97,6 +97,7 @@ class Workspace:
         self.problems: dict[str, str] = {}  # root -> why its mount could not be opened
         self.progress: ProgressCallback | None = None
         self._source: WorkspaceSource | None = None  # the one index over every mount (made on first use)
+        self._opened: tuple[frozenset[str], dict[str, MemoryRepo]] | None = None  # _open_mounts's answer
         self._readers: dict[str, tuple[tuple[Any, ...], bool]] = {}  # root -> (its stamp, readable): recall's
         if finish_pending and finish_erasure and pending_ops(self.root):
             self.finish_pending()
@@ -147,6 +148,7 @@ class Workspace:
             with contextlib.suppress(Exception):
                 repo.close()
         self._repos.clear()
+        self._opened = None
 
     @property
     def user(self) -> str:
@@ -182,6 +184,7 @@ class Workspace:
             if self.progress is not None:
                 repo.index.progress = self.progress
             self._repos[root] = repo
+            self._opened = None
         return self._repos[root]
 
     def set_progress(self, progress: ProgressCallback | None) -> None:
@@ -267,6 +270,7 @@ class Workspace:
                     ([f"{len(state.dirty)} file(s) edited"] if state.dirty else [])
                 raise Conflict(f"{root}: {' and '.join(what)}; mdmem sync --push first, or --force to drop them")
         repo = self._repos.pop(root, None)
+        self._opened = None
         if repo is not None:
             repo.close()
         shown = self.root / root
@@ -654,13 +658,18 @@ class Workspace:
         return self.index_source().index
 
     def _open_mounts(self) -> dict[str, MemoryRepo]:
-        """Every mount that opens (one that does not is named in ``problems``)."""
+        """Every mount that opens (one that does not is named in ``problems``); asked several
+        times a recall, so kept until a mount is opened, added or removed."""
+        if self._opened is not None and self._opened[0] == self.file.mounts.keys():
+            return self._opened[1]
         out = {}
         for root in sorted(self.file.mounts):
             try:
                 out[root] = self.repo_for(root)
             except MdmemError as exc:
                 self.problems[root] = str(exc)
+        if len(out) == len(self.file.mounts):  # one that failed is tried again next time
+            self._opened = (frozenset(out), out)
         return out
 
     def _readable_roots(self, user: str) -> list[str]:
@@ -668,14 +677,17 @@ class Workspace:
         (a team that removed the person stops answering at once, as in one repository)."""
         user = self.check_user(user)
         out = []
+        tips = self.index_source().store.tips_read()
         for root in sorted(self.file.mounts):
             try:
-                repo = self.repo_for(root)
+                if root not in tips:
+                    self.repo_for(root)  # the reason it does not open, into problems
+                    continue
+                repo, tip, fresh = tips[root]
                 # What changes who may read it: a commit (mdmem.toml at the tip), the file as
                 # edited, an erasure (its stamp file is in the git folder, read again then).
                 # Unchanged since the last recall: the answer stands (the whole check cost
                 # ~0.3 ms a mount, each recall).
-                tip, fresh = self.index_source().store.tip_read(root, repo)
                 stamp = (id(repo), user, tip, file_stamp(repo.root / CONFIG_NAME))
                 known = self._readers.get(root)
                 if known is None or known[0] != stamp or fresh:
