@@ -98,6 +98,7 @@ class Workspace:
         self.progress: ProgressCallback | None = None
         self._source: WorkspaceSource | None = None  # the one index over every mount (made on first use)
         self._opened: tuple[frozenset[str], dict[str, MemoryRepo]] | None = None  # _open_mounts's answer
+        self._config_files: dict[str, tuple[MemoryRepo, str]] = {}  # root -> (its repo, its mdmem.toml)
         self._readers: dict[str, tuple[tuple[Any, ...], bool]] = {}  # root -> (its stamp, readable): recall's
         if finish_pending and finish_erasure and pending_ops(self.root):
             self.finish_pending()
@@ -688,7 +689,10 @@ class Workspace:
                 # edited, an erasure (its stamp file is in the git folder, read again then).
                 # Unchanged since the last recall: the answer stands (the whole check cost
                 # ~0.3 ms a mount, each recall).
-                stamp = (id(repo), user, tip, file_stamp(repo.root / CONFIG_NAME))
+                config_file = self._config_files.get(root)
+                if config_file is None or config_file[0] is not repo:  # (pathlib's join: ~10 us a mount)
+                    config_file = self._config_files[root] = (repo, str(repo.root / CONFIG_NAME))
+                stamp = (id(repo), user, tip, file_stamp(config_file[1]))  # type: ignore[arg-type]  # a str: os.stat takes it
                 known = self._readers.get(root)
                 if known is None or known[0] != stamp or fresh:
                     repo.follow_config()
