@@ -195,6 +195,9 @@ def check(repo: RepoState) -> tuple[list[StoredNote], list[NoteInvalid]]:
     return [s for s in good if s not in orphaned and s not in strays], bad
 
 
+MAX_MOVES_FOLLOWED = 100
+
+
 def history(repo: RepoState, *, as_user: str, path: str | None = None, subject: str | None = None,
             kind: str | None = None, key: str | None = None, scope: str | None = None,
             team: str | None = None, at: TimeLike = None) -> list[Version]:
@@ -211,22 +214,36 @@ def history(repo: RepoState, *, as_user: str, path: str | None = None, subject: 
             raise not_visible(f"{subject} {kind} {key or ''}".strip(), user)
     root = repo.access.visible_root(user, path)
     writers = repo.access.writers_of_root(root)
-    versions = []
-    for entry in repo.store.log(path):
-        note = None
-        if entry.blob is not None:
-            try:
-                note = parse_note(path, repo.store.read_blob(entry.blob))
-            except NoteInvalid:
-                note = None
-            if note is not None and not version_visible(repo, user, note):
-                break  # the walk stops at the first version the user may not see
-        t = entry.trailers
-        committer = repo.config.committer(entry.email)
-        why = None if committer in writers else \
-            f"committed by {committer or 'an unknown identity'}, who may not write {root}"
-        versions.append(Version(entry.commit, entry.time, t.get("op", "edit"), t.get("actor", entry.author),
-                                t.get("source", "human"), entry.blob, note, why, path=path))
+    versions: list[Version] = []
+    walk, rev = path, "HEAD"
+    # A move (ops/lifecycle.move) brought the note here from another path of the same root: its
+    # versions there come next, read at the commit before the move (a bounded number of moves).
+    for _ in range(MAX_MOVES_FOLLOWED):
+        came_from: str | None = None
+        for entry in repo.store.log(walk, rev):
+            note = None
+            if entry.blob is not None:
+                try:
+                    note = parse_note(walk, repo.store.read_blob(entry.blob))
+                except NoteInvalid:
+                    note = None
+                if note is not None and not version_visible(repo, user, note):
+                    came_from = None
+                    break  # the walk stops at the first version the user may not see
+            t = entry.trailers
+            committer = repo.config.committer(entry.email)
+            why = None if committer in writers else \
+                f"committed by {committer or 'an unknown identity'}, who may not write {root}"
+            versions.append(Version(entry.commit, entry.time, t.get("op", "edit"), t.get("actor", entry.author),
+                                    t.get("source", "human"), entry.blob, note, why, path=walk))
+            moved = t.get("moved-from")
+            if moved and moved != walk and entry.blob is not None and why is None \
+                    and layout.is_note_path(moved) and layout.root_of(moved) == root:
+                came_from, rev = moved, f"{entry.commit}^"
+                break  # what this path held before the note came is another note's history
+        if came_from is None:
+            break
+        walk = came_from
     if not versions:
         raise not_visible(path, user)
     if at is not None:
