@@ -53,8 +53,8 @@ def entry() -> None:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:4] == ["hooks", "claude-code", "run", "UserPromptSubmit"]:
-        return prompt_hook(argv[4:])  # Claude Code waits on it before every prompt
+    if argv[:4] in (["hooks", "claude-code", "run", "UserPromptSubmit"], ["hooks", "codex", "run", "UserPromptSubmit"]):
+        return prompt_hook(argv[4:])  # the agent waits on it before every prompt
     start_for = None  # the repo whose daemon to start once this call has run here
     if argv and argv[0] in READ_ONLY and not switch(os.environ, "MDMEM_NO_DAEMON", False) \
             and sys.stdout is not None and sys.stderr is not None:
