@@ -214,3 +214,31 @@ def test_a_prompt_with_a_lone_surrogate_is_recalled_not_a_crash(mem):
     r = hook("UserPromptSubmit", raw, mem, env={"MDMEM_NO_DAEMON": "1"})
     assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr
     assert b"deploy.window.md" in r.stdout
+
+
+def test_the_installed_commands_answer_each_event_as_the_agent_runs_them(mem, tmp_path):
+    """The settings hold a command a shell runs (as Claude Code does): this interpreter without
+    `site`, loading mdmem by its path. Each event is answered by it -- the prompt's recall, and
+    the commands that must run in the hook's own process after taking `site` back."""
+    settings = tmp_path / "settings.json"
+    r = cli("hooks", "claude-code", "install", "--settings", str(settings), "--repo", str(mem), "--as", "bob",
+            cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    commands = {event: groups[-1]["hooks"][0]["command"]
+                for event, groups in json.loads(settings.read_text())["hooks"].items()}
+    assert " -S -P -c " in commands["UserPromptSubmit"]
+    env = {k: v for k, v in os.environ.items() if k not in ("MDMEM_USER", "PYTHONPATH")}
+    env.update({**ENV, "MDMEM_NO_DAEMON": "1"})
+
+    def run(event, payload):
+        return subprocess.run(["sh", "-c", commands[event]], input=json.dumps(payload).encode(), env=env,
+                              cwd=tmp_path, capture_output=True, timeout=120)
+
+    r = run("UserPromptSubmit", {"hook_event_name": "UserPromptSubmit", "session_id": "s", "cwd": str(tmp_path),
+                                 "prompt": "When does billing deploy?"})
+    assert r.returncode == 0, r.stderr
+    assert "bluebird" in json.loads(r.stdout)["hookSpecificOutput"]["additionalContext"]
+    r = run("SessionStart", {"hook_event_name": "SessionStart", "session_id": "s", "cwd": str(tmp_path),
+                             "source": "startup"})
+    assert r.returncode == 0, r.stderr
+    assert "bluebird" in json.loads(r.stdout)["hookSpecificOutput"]["additionalContext"]

@@ -115,11 +115,12 @@ def agent_hooks(ctx, agent: str) -> int:
         repo = ctx.repo()
         default = Path(".claude", "settings.json") if agent == "claude-code" else Path(".codex", "hooks.json")
         target = Path(ctx.cwd, a.settings) if a.settings else Path(ctx.cwd) / default
-        # The `mdmem` script this call ran as, when it did: the hook's calls then share the daemon
-        # the person's own `mdmem` calls start (its code stamp names the interpreter path).
-        entry = [os.path.abspath(sys.argv[0])] if os.path.basename(sys.argv[0]) == "mdmem" else \
-            [sys.executable, "-m", "mdmem.cli.launch"]
-        command = " ".join(shlex.quote(x) for x in (*entry, "hooks", agent, "run"))
+        # This interpreter without `site`, loading this mdmem by its path (cli/launch.py): the hook's
+        # calls share the daemon the person's own `mdmem` calls start (its code stamp names the
+        # interpreter), and a prompt does not wait for the site-packages walk.
+        from .launch import hook_command
+
+        command = " ".join(shlex.quote(x) for x in hook_command(agent))
         options = " ".join(shlex.quote(x) for x in ("--repo", str(repo.root), "--as", ctx.user,
                                                      *(("--subject", a.subject) if a.subject else ())))
         if agent == "claude-code":

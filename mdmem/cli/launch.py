@@ -78,6 +78,7 @@ def main(argv: list[str]) -> int:
                 start_for = root
         except KeyboardInterrupt:  # as cli/main.py
             return 130
+    with_site()
     from .main import main as run_here
 
     rc = run_here(argv)
@@ -298,6 +299,28 @@ _BOOT = ("import importlib.util, os, sys\n"
          "sys.argv = ['mdmem', *sys.argv[2:]]\n"
          "from mdmem.cli.main import entry\n"
          "entry()\n")
+
+
+# An agent's hook (Claude Code's, Codex's) starts a process per prompt: without `site` (-S) it
+# skips the site-packages walk and every .pth (an editable install's finder alone imported
+# pathlib, re and importlib.util: ~40 ms of each prompt), and loads mdmem from its own folder as
+# the daemon's boot does. A call that must run here after all gets `site` then (with_site).
+_HOOK_BOOT = _BOOT.replace("from mdmem.cli.main import entry", "from mdmem.cli.launch import entry")
+
+
+def hook_command(agent: str) -> list[str]:
+    """The command an agent's settings run for one of its hooks (the event and options follow)."""
+    init = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "__init__.py")
+    return [sys.executable, "-S", "-P", "-c", _HOOK_BOOT, init, "hooks", agent, "run"]
+
+
+def with_site() -> None:
+    """The site-packages (and .pth files) a process started without `site` (-S) skipped: what
+    a command run in this process imports (pygit2, Whoosh...) lives there."""
+    if sys.flags.no_site and "site" not in sys.modules:
+        import site
+
+        site.main()
 
 
 def spawn_daemon(root: str, idle_seconds: float, env, log: int):

@@ -62,6 +62,9 @@ def parse(argv: list[str], stdin: bytes) -> tuple[list[str], str] | int:
 
 def run_here(recall: list[str]) -> tuple[int, str, str]:
     """The recall in this process (no daemon answered): exit code, stdout, stderr."""
+    from .launch import with_site
+
+    with_site()
     from .main import main as run_main
 
     buf_out, buf_err = io.StringIO(), io.StringIO()
