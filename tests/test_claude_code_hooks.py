@@ -242,3 +242,22 @@ def test_the_installed_commands_answer_each_event_as_the_agent_runs_them(mem, tm
                              "source": "startup"})
     assert r.returncode == 0, r.stderr
     assert "bluebird" in json.loads(r.stdout)["hookSpecificOutput"]["additionalContext"]
+
+
+def test_the_prompt_hooks_fast_path_imports_nothing_heavy():
+    """What a prompt waits for before the daemon answers: the hook's process (no `site`) loads
+    the launcher, the hook's parsing and the output's formatting -- the standard library's
+    cheap parts only: no pathlib, typing, git, index or numpy."""
+    from mdmem.cli.launch import hook_command
+
+    python, *flags, boot, init = hook_command("claude-code")[:6]
+    probe = boot.replace("from mdmem.cli.launch import entry\nentry()\n",
+                         "import mdmem.cli.launch, mdmem.cli.prompt_hook, mdmem.interop.hook_output\n"
+                         "print(' '.join(sorted(sys.modules)))\n")
+    r = subprocess.run([python, *flags, probe, init], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    loaded = set(r.stdout.split())
+    assert "mdmem.cli.prompt_hook" in loaded and "site" not in loaded
+    heavy = {"pathlib", "typing", "importlib.metadata", "mdmem.repo", "mdmem.cli.main", "pygit2", "numpy", "whoosh",
+             "onnxruntime", "yaml"}
+    assert not loaded & heavy, loaded & heavy

@@ -27,7 +27,7 @@ import struct
 import sys
 import time
 
-from ..storage.gitdir import DAEMON_LOG  # pathlib only
+from ..storage.gitdir import DAEMON_LOG  # os and stat only
 
 # Commands that only read: what the daemon may answer (cli/daemon.py checks it again).
 READ_ONLY = frozenset({"recall", "get", "keys", "history", "ls", "show", "startup"})
@@ -244,9 +244,9 @@ def socket_path(root: str, env=os.environ) -> str | None:
     socket allows (a repo in a deep folder), in this user's runtime folder (``env``'s
     $XDG_RUNTIME_DIR/mdmem, else /tmp/mdmem-<uid>; 0700 and ours, else none), named by a hash
     of the repository's real path. None when neither fits."""
-    from ..storage.gitdir import cache_dir  # pathlib only
+    from ..storage.gitdir import CACHE_NAME, git_dir_path  # os.path only
 
-    path = str(cache_dir(root) / SOCKET_NAME)  # type: ignore[arg-type]
+    path = os.path.join(git_dir_path(root), CACHE_NAME, SOCKET_NAME)
     if len(os.fsencode(path)) < SUN_PATH_MAX:  # AF_UNIX's limit (sun_path)
         return path
     folder = runtime_folder(env)

@@ -8,8 +8,6 @@ and exits 1 (shown to the person, the prompt goes on).
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import sys
@@ -62,6 +60,9 @@ def parse(argv: list[str], stdin: bytes) -> tuple[list[str], str] | int:
 
 def run_here(recall: list[str]) -> tuple[int, str, str]:
     """The recall in this process (no daemon answered): exit code, stdout, stderr."""
+    import contextlib
+    import io
+
     from .launch import with_site
 
     with_site()
