@@ -256,9 +256,9 @@ class MdmemMemoryTool(BetaAbstractMemoryTool):
     def _files(self) -> dict[str, StoredNote]:
         """Tool path (below /memories) -> the live note shown there."""
         out: dict[str, StoredNote] = {}
-        for stored in self.repo.listing(as_user=self.user, root=self.root, now=self._now()):
-            if self.only_subject and stored.note.subject != self.only_subject:
-                continue
+        # Only this root is read (and only the subject's folder when /memories is one subject).
+        for stored in self.repo.listing(as_user=self.user, root=self.root, subject=self.only_subject,
+                                        now=self._now()):
             rel = self._tool_rel(stored)
             if rel is not None and rel not in out:
                 out[rel] = stored

@@ -126,13 +126,15 @@ def keys(repo: RepoState, *, as_user: str, subject: str, kind: str, scope: str |
     return out
 
 
-def notes(repo: RepoState, *, as_user: str, now: TimeLike = None, include_ended: bool = False) -> list[StoredNote]:
-    """Every note the user may see (live ones unless ``include_ended``)."""
+def notes(repo: RepoState, *, as_user: str, now: TimeLike = None, include_ended: bool = False,
+          folders: list[str] | None = None) -> list[StoredNote]:
+    """Every note the user may see (live ones unless ``include_ended``); ``folders``: only those
+    below these folders of roots the user may read (the caller checked them)."""
     user = require_user(as_user)
     when = resolve_now(now)
     out = []
-    for root in repo.access.readable_roots(user):
-        for stored in scan_notes(repo.root, repo.contracts, root, max_bytes=repo.config.note_max_bytes)[0]:
+    for folder in repo.access.readable_roots(user) if folders is None else folders:
+        for stored in scan_notes(repo.root, repo.contracts, folder, max_bytes=repo.config.note_max_bytes)[0]:
             if include_ended or stored.note.is_live(when):
                 out.append(stored)
     return out
@@ -154,7 +156,11 @@ def listing(repo: RepoState, *, as_user: str, subject: str | None = None, kind: 
     kind_name = repo.contracts.resolve(kind).name if kind else None
     if subject:
         layout.check_subject(subject)
-    rows = [s for s in notes(repo, as_user=user, now=now, include_ended=include_ended)
+    # Only the folders that can hold what was asked for are read: a subject's notes lie in its
+    # folder of each root (their paths say so, and reading checks it).
+    roots = [root.rstrip("/")] if root is not None else repo.access.readable_roots(user)
+    folders = [f"{r}/{layout.subject_dir(subject)}" if subject else r for r in roots]
+    rows = [s for s in notes(repo, as_user=user, now=now, include_ended=include_ended, folders=folders)
             if (root is None or s.root == root.rstrip("/")) and (kind_name is None or s.note.kind == kind_name)
             and (subject is None or s.note.subject == subject)]
     # Marked as recall, get and history mark them: a note no permitted writer committed.
