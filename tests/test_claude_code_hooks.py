@@ -261,3 +261,33 @@ def test_the_prompt_hooks_fast_path_imports_nothing_heavy():
     heavy = {"pathlib", "typing", "importlib.metadata", "mdmem.repo", "mdmem.cli.main", "pygit2", "numpy", "whoosh",
              "onnxruntime", "yaml"}
     assert not loaded & heavy, loaded & heavy
+
+
+def test_the_installed_prompt_hook_is_answered_by_the_daemon_a_plain_call_started(mem, tmp_path):
+    """The hook's process runs without `site` (so its sys.prefix is not the venv's): it must
+    still be the same code to the daemon a person's `mdmem` call started, which answers it and
+    goes on running (a differing code stamp stopped the daemon at every prompt)."""
+    settings = tmp_path / "settings.json"
+    assert cli("hooks", "claude-code", "install", "--settings", str(settings), "--repo", str(mem), "--as", "bob",
+               cwd=tmp_path).returncode == 0
+    command = json.loads(settings.read_text())["hooks"]["UserPromptSubmit"][-1]["hooks"][0]["command"]
+    env = {k: v for k, v in os.environ.items() if k not in ("MDMEM_USER", "MDMEM_NO_DAEMON")}
+    env.update(ENV)
+    pid = json.loads(cli("daemon", "start", "--json", cwd=mem).stdout)["pid"]
+    try:
+        before = daemon.ask(mem, "ping")["served"]
+        for _ in range(2):
+            r = subprocess.run(["sh", "-c", command], input=json.dumps(
+                {"hook_event_name": "UserPromptSubmit", "session_id": "s", "cwd": str(tmp_path),
+                 "prompt": "When does billing deploy?"}).encode(), env=env, cwd=tmp_path, capture_output=True,
+                timeout=120)
+            assert r.returncode == 0 and b"bluebird" in r.stdout, r.stderr
+            assert b"other mdmem code" not in r.stderr
+        status = daemon.ask(mem, "ping")
+        assert status is not None and status["pid"] == pid and status["served"] == before + 2
+    finally:
+        cli("daemon", "stop", cwd=mem)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -433,7 +433,7 @@ def code_stamp() -> str:
     # The environment (sys.prefix) and the code's folder, not the interpreter's spelling:
     # `.venv/bin/mdmem`, `.venv/bin/python -m mdmem` and `.venv/bin/python3 -m mdmem` run the
     # same code and must share one daemon, not stop each other's.
-    parts = [os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix), sys.version, top]
+    parts = [os.path.realpath(environment_prefix()), os.path.realpath(sys.base_prefix), sys.version, top]
     for folder, dirs, files in os.walk(top):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for name in sorted(files):
@@ -442,6 +442,18 @@ def code_stamp() -> str:
                 parts.append(f"{os.path.relpath(os.path.join(folder, name), top)}:{st.st_size}:{st.st_mtime_ns}")
     text = "\n".join(parts).encode("utf-8", "surrogateescape")
     return f"{zlib.crc32(text):08x}{zlib.adler32(text):08x}{len(text):x}"
+
+
+def environment_prefix() -> str:
+    """``sys.prefix`` as `site` sets it: an agent's hook runs without `site` (-S), and there a
+    virtual environment's prefix is still the base interpreter's. Found as site.venv finds it:
+    a pyvenv.cfg beside the interpreter or one folder up names the folder above it."""
+    if not sys.flags.no_site:
+        return sys.prefix
+    exe_dir = os.path.dirname(os.path.abspath(sys.executable))
+    if any(os.path.isfile(os.path.join(folder, "pyvenv.cfg")) for folder in (exe_dir, os.path.dirname(exe_dir))):
+        return os.path.dirname(exe_dir)
+    return sys.prefix
 
 
 def peer_uid(sock: socket.socket) -> int | None:
