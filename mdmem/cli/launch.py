@@ -105,6 +105,7 @@ def prompt_hook(rest: list[str]) -> int:
             start_for = root
     if reply is not None and "rc" in reply:
         return hook.answer(int(reply["rc"]), reply.get("stdout", ""), reply.get("stderr", ""))
+    with_site()
     rc, out, err = hook.run_here(recall)
     if start_for is not None and rc == 0:
         autostart(start_for)

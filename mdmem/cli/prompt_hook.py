@@ -63,10 +63,7 @@ def run_here(recall: list[str]) -> tuple[int, str, str]:
     import contextlib
     import io
 
-    from .launch import with_site
-
-    with_site()
-    from .main import main as run_main
+    from .main import main as run_main  # (cli/launch.py gave a process started without site its site first)
 
     buf_out, buf_err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(buf_out), contextlib.redirect_stderr(buf_err):
