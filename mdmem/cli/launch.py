@@ -406,8 +406,11 @@ def code_stamp() -> str:
     files, hashed; ~1 ms."""
     import zlib
 
-    parts = [sys.executable, sys.version]
     top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # The environment (sys.prefix) and the code's folder, not the interpreter's spelling:
+    # `.venv/bin/mdmem`, `.venv/bin/python -m mdmem` and `.venv/bin/python3 -m mdmem` run the
+    # same code and must share one daemon, not stop each other's.
+    parts = [os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix), sys.version, top]
     for folder, dirs, files in os.walk(top):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for name in sorted(files):
