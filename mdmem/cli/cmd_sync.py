@@ -1,7 +1,7 @@
 """mdmem sync [--remote NAME] [--push]: integrate a team remote's history, or change nothing."""
 from __future__ import annotations
 
-from ..errors import PARTIAL_EXIT_CODE, BranchMoved
+from ..errors import PARTIAL_EXIT_CODE, BranchMoved, Incomplete
 from .context import add_common, is_workspace
 
 
@@ -74,12 +74,18 @@ def run(ctx) -> int:
                  "live; retire it if the rejection stands")
     if out.get("push"):
         text += f"\n  {out['push']}"
+    if out.get("erasure"):
+        text += f"\n  the erasure on {ctx.args.remote}: {out['erasure']}"
     ctx.emit(out, text)
     # Integrated here but not published: the branch moved on the remote meanwhile (exit 5, like
     # BranchMoved), so a cron job or script notices and syncs again.
     failed = out.get("push", "pushed") != "pushed" or holds.get("push_failed") or holds.get("error")
     if failed:
         return BranchMoved.exit_code
+    # An erasure published to a remote that still serves the erased objects is not done there
+    # (exit 11, as forget --push).
+    if out.get("erasure", "").startswith("NOT erased"):
+        return Incomplete.exit_code
     # A replay that could not keep everything: the rest is saved scrubbed and named, not lost
     # silently (exit 10, as an import that kept some items and not others).
     return PARTIAL_EXIT_CODE if out.get("left_out") else 0
