@@ -25,7 +25,8 @@ def run_workspace(ctx, ws) -> int:
     for m in result.mounts:
         if m.ok:
             push = m.report.get("push")
-            lines.append(f"{m.root}: {m.report['status']}: {m.report['detail']}" + (f"; {push}" if push else ""))
+            lines.append(f"{m.root}: {m.report['status']}: {m.report['detail']}" + (f"; {push}" if push else "")
+                         + (f"; the erasure there: {m.report['erasure']}" if m.report.get("erasure") else ""))
         else:
             lines.append(f"{m.root}: FAILED: {m.error}")
     failed = result.failed or [m for m in result.mounts if m.ok and m.report.get("push", "pushed") != "pushed"]
@@ -33,7 +34,10 @@ def run_workspace(ctx, ws) -> int:
         lines.append(f"{len(result.failed)} of {len(result.mounts)} mount(s) failed: "
                      + ", ".join(m.root for m in result.failed))
     ctx.emit(result.to_dict(), "\n".join(lines) or "no mounts")
-    return BranchMoved.exit_code if failed else 0
+    if failed:
+        return BranchMoved.exit_code
+    not_erased = [m for m in result.mounts if m.ok and m.report.get("erasure", "").startswith("NOT erased")]
+    return Incomplete.exit_code if not_erased else 0
 
 
 def run(ctx) -> int:
