@@ -21,7 +21,8 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 
-from ..model.layout import is_note_path
+from ..errors import MdmemError
+from ..model.layout import check_name, is_note_path
 from ..storage.queries import blob_hash
 from .fresh import keeps_view
 from .render import SECTION_HEADINGS, SECTION_KINDS, Entry, entry_of, render_scope, section_line, view_path
@@ -63,10 +64,29 @@ def unrendered_views(config, roots: Iterable[str], files: dict[str, str],
         except UnicodeDecodeError:
             out.append(view_path(root))
             continue
-        if not render_of_notes(root, text, entries, readers=readers, max_lines=config.view_max_lines,
-                               max_bytes=config.view_max_bytes):
+        if not any(render_of_notes(root, text, entries, readers=names, max_lines=config.view_max_lines,
+                                   max_bytes=config.view_max_bytes) for names in (readers, _readers_in(text))
+                   if names is not None):
             out.append(view_path(root))
     return out
+
+
+def _readers_in(view: str) -> list[str] | None:
+    """The readers a view names, when each is a well-formed handle (None otherwise). A clone
+    renders with the last trusted mdmem.toml, which is not the commit's while a change to it
+    waits for an admin: such a view is still a render, of other readers; a handle carries no
+    instruction."""
+    line = next((ln for ln in view.split("\n")[:6] if ln.startswith("Readers: ")), None)
+    if line is None or ". " not in line:
+        return None
+    names = line[len("Readers: "):].split(". ", 1)[0]
+    if names == "nobody":
+        return []
+    found = names.split(", ")
+    try:
+        return [check_name(n, "reader") for n in found]
+    except MdmemError:
+        return None
 
 
 def render_of_notes(root: str, view: str, entries: list[Entry], *, readers: list[str], max_lines: int,
