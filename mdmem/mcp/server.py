@@ -182,6 +182,7 @@ def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | 
     # A workspace (mdmem/workspace/) has one index over every mount, which follows the clones'
     # hand edits itself (inotify, at each recall): its first catch-up is all there is to start.
     workspace = getattr(repo, "is_workspace", False)
+    repos = repo.mounted_repos(user) if workspace else [repo]
     watchers = [] if workspace else [Watcher(repo, lambda event: None)]
     ready = threading.Event()
     stop = threading.Event()
@@ -214,6 +215,8 @@ def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | 
         # Calls already passed on are answered before the exec: from caches read again.
         for each in repos:
             each.reload()
+        if workspace:
+            repo.index.reopen()  # the workspace's one index: read again from disk (rebuilt if rewritten)
         relay.wake()
 
     restart = RestartOnErasure([r.root for r in repos], on_due=erasure_ended)
