@@ -91,7 +91,7 @@ def _start(ctx, root: Path) -> int:
         ctx.emit({**info, "already": True}, f"the daemon of {root} already runs (pid {info['pid']}); "
                                             f"it exits after {ctx.args.idle:.0f} s idle")
         return 0
-    log = launch.daemon_folder(root) / launch.LOG_NAME
+    log = Path(launch.daemon_folder(root)) / launch.LOG_NAME
     fd = launch.open_log(str(root))
     try:
         child = launch.spawn_daemon(str(root), ctx.args.idle, ctx.env, fd)

@@ -131,6 +131,9 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
             theirs = store.head() if pushed else their_head
             _write_stamp(store, remote, branch, store.head(), {branch: theirs} if theirs else {},
                          their_holds, sync_ops.local_refs(store, f"refs/heads/{REVIEW_PREFIX}"))
+    # An erasure this push published is erased there only once the remote no longer hands out
+    # what it removed: asked as forget --push asks (after the holds, which may move refs there).
+    erasure = _erasure_on_remote(store.root, remote) if push and status.endswith("published erasure") else None
     if replayed or dropped or status not in SETTLED or set(holds) & DROPPING_HOLDS:
         # History was replaced or objects dropped: every in-process cache may describe commits
         # that are gone. A fast-forward or merge only moved the tip on, which each catches up to.
@@ -152,6 +155,8 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
            "rendered": rendered, "untrusted": untrusted}
     if pushed is not None:
         out["push"] = pushed
+    if erasure is not None:
+        out["erasure"] = erasure
     out["holds"] = holds
     out.update(replayed)
     # A hold approved in one clone and rejected in another (offline) is both, once merged:
@@ -453,6 +458,16 @@ def _integrate(repo, user, when, head, their_head, remote, branch) -> tuple[str,
         return "fast-forwarded", conflicts
     conflicts = _merge(repo, user, when, head, their_head, base, f"{remote}/{branch}")
     return "merged", conflicts
+
+
+def _erasure_on_remote(root, remote: str) -> str:
+    """Whether ``remote`` still serves what erasures known here removed (erasure/receipt.py's
+    remote_status: "erased: ..." or "NOT erased ..." naming what must happen there)."""
+    from ..erasure.erased import blob_ids, commit_ids
+    from ..erasure.receipt import CHECKED_IDS, remote_status
+
+    commits, blobs = sorted(commit_ids(root)), sorted(blob_ids(root))
+    return remote_status(root, remote, commits[:5] + blobs[:CHECKED_IDS], set(commits))
 
 
 def _publish_erasure(store, remote: str, branch: str, *, lease: str | None = None) -> tuple[str, list[ConflictPair]]:
