@@ -387,6 +387,12 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
 
     builder = threading.Thread(target=start, name="mdmem-index-build", daemon=True)
     builder.start()
+    try:
+        # Before serving: nothing else of this process touches trust or the views yet, and the
+        # first writes do not wait for a whole-memory pass holding the write lock.
+        repo.warm_writes()
+    except Exception:  # noqa: BLE001 -- a cache: the first write builds what it needs
+        pass
     stop = threading.Event()
     app = build_app(repo, verifier, public_url=public_url, issuer=issuer, host=host, limits=limits,
                     index_ready=ready, follower_stop=stop)
