@@ -16,6 +16,7 @@ from ..errors import BadInput, Conflict
 from ..policy.access import Access
 from ..storage.gitstore import GitStore
 from ..storage.gitdir import cache_dir
+from ..storage.worktree import forget_read_notes
 
 if TYPE_CHECKING:
     from ..model.kinds import Contracts
@@ -245,6 +246,7 @@ class RepoState:
     def reset_caches(self) -> None:
         """After a history rewrite every in-process cache describes commits that are gone."""
         self._trust = None  # not kept at close: its state may name commits (and paths) erased
+        forget_read_notes()
         self.close()
         self._index = self._recall = self._meta_cache = self._root_blobs = None
         delay = self.store.index_delay  # the MCP server's deferral, kept across a forget or sync
