@@ -204,7 +204,7 @@ class RssSampler(threading.Thread):
 # --- the clients (in worker processes, so the client side does not eat the server's CPU in one GIL) ---
 
 async def one_client(url: str, person: str, token: str, idx: int, deadline: float, seed: int,
-                     think: float = 0.0) -> dict:
+                     think: float = 0.0, protocol: str = "auto") -> dict:
     import httpx2
     from mcp.client import Client
     from mcp.client.streamable_http import streamable_http_client
@@ -213,7 +213,7 @@ async def one_client(url: str, person: str, token: str, idx: int, deadline: floa
     out: dict = {"recall": [], "remember": [], "acked": [], "cross": 0, "errors": [], "ops": 0}
     try:
         async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120) as http:
-            async with Client(streamable_http_client(url, http_client=http)) as client:
+            async with Client(streamable_http_client(url, http_client=http), mode=protocol) as client:
                 j = 0
                 while time.time() < deadline:
                     if think:  # an agent between two memory calls (exponential, mean `think` s)
@@ -254,7 +254,8 @@ async def one_client(url: str, person: str, token: str, idx: int, deadline: floa
     return out
 
 
-def client_proc(url: str, clients: list[tuple[str, str, int]], ready, go, deadline, queue, think: float) -> None:
+def client_proc(url: str, clients: list[tuple[str, str, int]], ready, go, deadline, queue, think: float,
+                protocol: str) -> None:
     import httpx2  # noqa: F401 -- imported before the clock starts (seconds on a loaded machine)
     from mcp.client import Client  # noqa: F401
     from mcp.client.streamable_http import streamable_http_client  # noqa: F401
@@ -264,8 +265,8 @@ def client_proc(url: str, clients: list[tuple[str, str, int]], ready, go, deadli
     start = resource.getrusage(resource.RUSAGE_SELF)
 
     async def run():
-        return await asyncio.gather(*[one_client(url, p, t, i, deadline.value, i * 7919 + int(deadline.value), think)
-                                      for p, t, i in clients])
+        return await asyncio.gather(*[one_client(url, p, t, i, deadline.value, i * 7919 + int(deadline.value), think,
+                                                 protocol) for p, t, i in clients])
     results = asyncio.run(run())
     used = resource.getrusage(resource.RUSAGE_SELF)
     # This process's CPU for its calls (counted once, on its first client's result).
@@ -274,14 +275,14 @@ def client_proc(url: str, clients: list[tuple[str, str, int]], ready, go, deadli
 
 
 def load(url: str, tokens: list[tuple[str, str]], clients: int, procs: int, seconds: float,
-         on_half=None, think: float = 0.0) -> tuple[list[dict], float]:
+         on_half=None, think: float = 0.0, protocol: str = "auto") -> tuple[list[dict], float]:
     """Run the clients for ``seconds`` from the moment every client process is ready; ``on_half``
     is called once they are started (and may wait)."""
     ctx = multiprocessing.get_context("spawn")
     queue, ready, go, deadline = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Value("d", 0.0)
     assigned = [(tokens[i % len(tokens)][0], tokens[i % len(tokens)][1], i) for i in range(clients)]
-    workers = [ctx.Process(target=client_proc, args=(url, assigned[k::procs], ready, go, deadline, queue, think))
-               for k in range(procs)]
+    workers = [ctx.Process(target=client_proc, args=(url, assigned[k::procs], ready, go, deadline, queue, think,
+                                                     protocol)) for k in range(procs)]
     for w in workers:
         w.start()
     for _ in workers:
@@ -320,7 +321,7 @@ def summarise(results: list[dict]) -> dict:
 
 
 GOAL_RECALL_P99, GOAL_REMEMBER_P99 = 50.0, 150.0
-COLUMNS = ["notes", "embedder", "mode", "clients", "think s", "ops/s", "server CPU ms/op", "clients CPU ms/op",
+COLUMNS = ["notes", "embedder", "mode", "protocol", "clients", "think s", "ops/s", "server CPU ms/op", "clients CPU ms/op",
            "recall p50 ms", "recall p99 ms", "remember p50 ms", "remember p99 ms", "peak RSS MB",
            "acked writes in git", "cross-person hits", "errors", "load before", "load after"]
 
@@ -352,12 +353,13 @@ def measure(server: Server, tokens: list[tuple[str, str]], n: int, embedder: str
                   + (f", think {think:g} s" if think else ""))
     before = os.getloadavg()[0]
     cpu0 = cpu_seconds(server.proc.pid)
-    results, wall = load(server.url, tokens, args.clients, args.client_procs, args.seconds, think=think)
+    results, wall = load(server.url, tokens, args.clients, args.client_procs, args.seconds, think=think,
+                         protocol=args.protocol)
     cpu = cpu_seconds(server.proc.pid) - cpu0
     m = summarise(results)
     found = in_git(server.root, m["acked"])
     ops = max(1, m["ops"])
-    row = [f"{n:,}", embedder, mode, args.clients, f"{think:g}", f"{m['ops'] / wall:.0f}", f"{cpu * 1000 / ops:.1f}",
+    row = [f"{n:,}", embedder, mode, args.protocol, args.clients, f"{think:g}", f"{m['ops'] / wall:.0f}", f"{cpu * 1000 / ops:.1f}",
            f"{m.get('client_cpu', 0.0) * 1000 / ops:.1f}",
            f"{pct(m['recall'], 50):.1f}", f"{pct(m['recall'], 99):.1f}",
            f"{pct(m['remember'], 50):.1f}", f"{pct(m['remember'], 99):.1f}",
@@ -457,6 +459,9 @@ def main() -> None:
     parser.add_argument("--think", type=float, default=1.0,
                         help="think mode: mean seconds a client waits between calls (exponential; default 1)")
     parser.add_argument("--client-procs", type=int, default=2)
+    parser.add_argument("--protocol", default="auto", choices=["auto", "legacy"],
+                        help="the SDK client's mode: auto (2026-07-28, one exchange per call) or legacy (the "
+                             "initialize handshake, which clients of earlier protocol versions speak)")
     parser.add_argument("--rss-minutes", type=float, default=10.0,
                         help="the long run sampling RSS every 30 s, at the first scale and embedder (0: none)")
     parser.add_argument("--no-kill", dest="kill", action="store_false",

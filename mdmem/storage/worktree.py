@@ -45,7 +45,7 @@ _INVALID_MAX = 4096
 # of a write's CPU on a server after a day of turns. Bounded in notes and in bytes (a whole-tree
 # scan passes through it): the least recently read go first.
 _VALID: OrderedDict[tuple, tuple[Contracts, StoredNote, int]] = OrderedDict()
-_VALID_MAX, _VALID_BYTES_MAX = 8192, 16_000_000
+_VALID_MAX, _VALID_BYTES_MAX = 2048, 8_000_000
 _valid_bytes = [0]
 _valid_mutex = threading.Lock()
 
