@@ -277,8 +277,10 @@ class CapabilityGate:
 
     async def __call__(self, rctx: Any, call_next: Any) -> Any:
         if rctx.method == "tools/call" and isinstance(rctx.params, Mapping):
-            if self.follower is not None:
-                # Never answer from caches an erasure has made stale (the same as over stdio).
+            if self.follower is not None and self.follower.changed():
+                # Never answer from caches an erasure has made stale (the same as over stdio);
+                # the look is two stats on the loop, the dropping on a thread (a thread hop for
+                # every call only to look cost as much as the look itself many times over).
                 await anyio.to_thread.run_sync(self.follower.check)
             refusal = unknown_arguments(rctx.params, self.params)
             if refusal is not None:

@@ -97,14 +97,21 @@ class ErasureFollower:
         self.lock = threading.Lock()
         self.drops = 0
 
-    def check(self) -> bool:
-        """Drop everything if an erasure ended (or runs) since the last look; True if it did."""
+    def changed(self) -> bool:
+        """Whether an erasure ended (or runs) since the last look: two stats, cheap enough for
+        an event loop (check() then does the dropping, on a thread)."""
         from ..erasure.journal import done_stamp, pending
 
         root = self.ctx.repo.root
-        stamp = done_stamp(root)
-        if stamp == self.stamp and not pending(root):
+        return done_stamp(root) != self.stamp or pending(root)
+
+    def check(self) -> bool:
+        """Drop everything if an erasure ended (or runs) since the last look; True if it did."""
+        from ..erasure.journal import done_stamp
+
+        if not self.changed():
             return False
+        stamp = done_stamp(self.ctx.repo.root)
         with self.lock:
             self.ctx.repo.reload()  # the index, vectors, views, trust: each read again from disk
             self.stamp = stamp
