@@ -367,6 +367,7 @@ def measure(server: Server, tokens: list[tuple[str, str]], n: int, embedder: str
            f"{before:.1f}", f"{os.getloadavg()[0]:.1f}"]
     if m["errors"]:
         console.print(f"errors (first 3): {m['errors'][:3]}")
+    console.print(f"  {dict(zip(COLUMNS, row))}")  # as it comes: a long run stopped early keeps its rows
     verdict = {"notes": n, "embedder": embedder, "mode": mode, "clients": args.clients,
                "recall_p99": pct(m["recall"], 99), "remember_p99": pct(m["remember"], 99),
                "lost": len(m["acked"]) - found, "cross": m["cross"], "errors": len(m["errors"])}
