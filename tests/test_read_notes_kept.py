@@ -5,7 +5,7 @@ import pytest
 
 from mdmem.errors import NoteInvalid
 from mdmem.model.kinds import Contracts
-from mdmem.storage.worktree import read_note
+from mdmem.storage.worktree import notes_named, read_note
 
 
 def test_a_note_read_again_unchanged_is_not_checked_again_and_a_change_is(repo):
@@ -30,3 +30,20 @@ def test_a_history_rewrite_forgets_the_notes_kept_as_read(repo):
     first = read_note(repo.root, result.path, repo.contracts)
     repo.reset_caches()
     assert read_note(repo.root, result.path, repo.contracts) is not first
+
+
+def test_a_days_notes_are_not_read_through_a_symbolic_link_above_or_at_their_folder(repo, tmp_path):
+    result = repo.remember("Deployed v2, all green", as_user="bob", kind="episode", subject="task:deploy",
+                           valid_from="2026-10-01T09:00:00Z", now="2026-10-01T09:00:00Z")
+    folder, name = result.path.rsplit("/", 1)
+    day = (name[:11],)
+    assert [s.path for s in notes_named(repo.root, folder, day, repo.contracts)] == [result.path]
+    parent = folder.rsplit("/", 1)[0]
+    (repo.root / parent).rename(tmp_path / "elsewhere")
+    (repo.root / parent).symlink_to(tmp_path / "elsewhere")  # a folder above the day's folder
+    assert notes_named(repo.root, folder, day, repo.contracts) == []
+    (repo.root / parent).unlink()
+    (tmp_path / "elsewhere").rename(repo.root / parent)
+    (repo.root / folder).rename(tmp_path / "month")
+    (repo.root / folder).symlink_to(tmp_path / "month")  # the folder itself
+    assert notes_named(repo.root, folder, day, repo.contracts) == []

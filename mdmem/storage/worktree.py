@@ -209,14 +209,16 @@ def notes_named(root: Path, folder: str, prefixes: tuple[str, ...], contracts: C
         names = sorted(os.listdir(base))
     except (FileNotFoundError, NotADirectoryError):
         return []
-    if os.path.islink(base):
+    if _through_symlink(root, f"{folder}/-"):  # the folder or one above it: each file would be refused
         return []
     out = []
     for name in names:
         if not name.endswith(".md") or not name.startswith(prefixes):
             continue
         try:
-            stored = read_note(root, f"{folder}/{name}", contracts, max_bytes=max_bytes)
+            # The folders were looked at once above, not again per file (a day of turns is
+            # hundreds of files, each a walk up the path).
+            stored = read_note(root, f"{folder}/{name}", contracts, max_bytes=max_bytes, check_dirs=False)
         except NoteInvalid:
             continue
         if stored is not None:
