@@ -9,9 +9,13 @@ call -- must not pay ~230 ms for git, Whoosh and numpy before it knows whether i
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+# Not typing's: importing typing costs every CLI call (and each agent's prompt hook) ~5 ms;
+# type checkers read any TYPE_CHECKING as true.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from .errors import (BadInput, BranchMoved, Conflict, EmbedderError, GitFailed, Internal, LockTimeout,
                          Incomplete, MdmemError, NoteInvalid, NotFound, ProofFailed, Refused)
     from .model.note import Note

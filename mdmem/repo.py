@@ -188,6 +188,14 @@ class MemoryRepo(RepoState):
         return lifecycle.retire(self, as_user=as_user, path=path, valid_until=valid_until,
                                 expect_version=expect_version, now=now, channel=channel, source=source)
 
+    def move(self, *, as_user: str, path: str, key: str, expect_version: str | None = None,
+             extra: Mapping[str, Any] | None = None, now: TimeLike = None, channel: str = HUMAN,
+             source: str | None = None) -> WriteResult:
+        """Move the keyed note at ``path`` to ``key`` in one commit (history follows it); over
+        the agent ``channel`` the gate judges it like the agent's write of that note."""
+        return lifecycle.move(self, as_user=as_user, path=path, key=key, expect_version=expect_version, extra=extra,
+                              now=now, channel=channel, source=source)
+
     def sweep(self, *, as_user: str, now: TimeLike = None) -> SweepResult:
         """Remove expired notes the user may write, in one commit."""
         return lifecycle.sweep(self, as_user=as_user, now=now)

@@ -110,6 +110,8 @@ class ReviewItem(Result):
     claimed_source: str | None = None
     base_version: str | None = None  # the note's version when the write was held (None: it did not exist)
     changed_since: str | None = None  # the note's version now, when it changed after the hold
+    moved_from: str | None = None  # a held move: the path the note leaves when approved
+    moved_version: str | None = None  # ... and the version it was moved from
 
     @property
     def note_id(self) -> str:

@@ -214,3 +214,80 @@ def test_a_prompt_with_a_lone_surrogate_is_recalled_not_a_crash(mem):
     r = hook("UserPromptSubmit", raw, mem, env={"MDMEM_NO_DAEMON": "1"})
     assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr
     assert b"deploy.window.md" in r.stdout
+
+
+def test_the_installed_commands_answer_each_event_as_the_agent_runs_them(mem, tmp_path):
+    """The settings hold a command a shell runs (as Claude Code does): this interpreter without
+    `site`, loading mdmem by its path. Each event is answered by it -- the prompt's recall, and
+    the commands that must run in the hook's own process after taking `site` back."""
+    settings = tmp_path / "settings.json"
+    r = cli("hooks", "claude-code", "install", "--settings", str(settings), "--repo", str(mem), "--as", "bob",
+            cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    commands = {event: groups[-1]["hooks"][0]["command"]
+                for event, groups in json.loads(settings.read_text())["hooks"].items()}
+    assert " -S -P -c " in commands["UserPromptSubmit"]
+    env = {k: v for k, v in os.environ.items() if k not in ("MDMEM_USER", "PYTHONPATH")}
+    env.update({**ENV, "MDMEM_NO_DAEMON": "1"})
+
+    def run(event, payload):
+        return subprocess.run(["sh", "-c", commands[event]], input=json.dumps(payload).encode(), env=env,
+                              cwd=tmp_path, capture_output=True, timeout=120)
+
+    r = run("UserPromptSubmit", {"hook_event_name": "UserPromptSubmit", "session_id": "s", "cwd": str(tmp_path),
+                                 "prompt": "When does billing deploy?"})
+    assert r.returncode == 0, r.stderr
+    assert "bluebird" in json.loads(r.stdout)["hookSpecificOutput"]["additionalContext"]
+    r = run("SessionStart", {"hook_event_name": "SessionStart", "session_id": "s", "cwd": str(tmp_path),
+                             "source": "startup"})
+    assert r.returncode == 0, r.stderr
+    assert "bluebird" in json.loads(r.stdout)["hookSpecificOutput"]["additionalContext"]
+
+
+def test_the_prompt_hooks_fast_path_imports_nothing_heavy():
+    """What a prompt waits for before the daemon answers: the hook's process (no `site`) loads
+    the launcher, the hook's parsing and the output's formatting -- the standard library's
+    cheap parts only: no pathlib, typing, git, index or numpy."""
+    from mdmem.cli.launch import hook_command
+
+    python, *flags, boot, init = hook_command("claude-code")[:6]
+    probe = boot.replace("from mdmem.cli.launch import entry\nentry()\n",
+                         "import mdmem.cli.launch, mdmem.cli.prompt_hook, mdmem.interop.hook_output\n"
+                         "print(' '.join(sorted(sys.modules)))\n")
+    r = subprocess.run([python, *flags, probe, init], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    loaded = set(r.stdout.split())
+    assert "mdmem.cli.prompt_hook" in loaded and "site" not in loaded
+    heavy = {"pathlib", "typing", "importlib.metadata", "mdmem.repo", "mdmem.cli.main", "pygit2", "numpy", "whoosh",
+             "onnxruntime", "yaml"}
+    assert not loaded & heavy, loaded & heavy
+
+
+def test_the_installed_prompt_hook_is_answered_by_the_daemon_a_plain_call_started(mem, tmp_path):
+    """The hook's process runs without `site` (so its sys.prefix is not the venv's): it must
+    still be the same code to the daemon a person's `mdmem` call started, which answers it and
+    goes on running (a differing code stamp stopped the daemon at every prompt)."""
+    settings = tmp_path / "settings.json"
+    assert cli("hooks", "claude-code", "install", "--settings", str(settings), "--repo", str(mem), "--as", "bob",
+               cwd=tmp_path).returncode == 0
+    command = json.loads(settings.read_text())["hooks"]["UserPromptSubmit"][-1]["hooks"][0]["command"]
+    env = {k: v for k, v in os.environ.items() if k not in ("MDMEM_USER", "MDMEM_NO_DAEMON")}
+    env.update(ENV)
+    pid = json.loads(cli("daemon", "start", "--json", cwd=mem).stdout)["pid"]
+    try:
+        before = daemon.ask(mem, "ping")["served"]
+        for _ in range(2):
+            r = subprocess.run(["sh", "-c", command], input=json.dumps(
+                {"hook_event_name": "UserPromptSubmit", "session_id": "s", "cwd": str(tmp_path),
+                 "prompt": "When does billing deploy?"}).encode(), env=env, cwd=tmp_path, capture_output=True,
+                timeout=120)
+            assert r.returncode == 0 and b"bluebird" in r.stdout, r.stderr
+            assert b"other mdmem code" not in r.stderr
+        status = daemon.ask(mem, "ping")
+        assert status is not None and status["pid"] == pid and status["served"] == before + 2
+    finally:
+        cli("daemon", "stop", cwd=mem)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

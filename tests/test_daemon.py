@@ -839,3 +839,15 @@ def test_after_a_killed_daemon_the_next_call_starts_a_new_one_at_once(stop_after
     assert r.returncode == 0 and "bluebird" in r.stdout
     second = wait_for_daemon(mem, seconds=20)
     assert second["pid"] != first["pid"]
+
+
+def test_one_install_has_one_code_stamp_however_its_python_is_spelled():
+    """`python -m mdmem`, `python3 -m mdmem` and the `mdmem` script run the same code: a daemon
+    started by one must answer the others, not be stopped as "another install"."""
+    bindir = Path(sys.executable).parent
+    names = {"python", "python3", f"python{sys.version_info.major}.{sys.version_info.minor}"}
+    spellings = sorted(str(bindir / n) for n in names if (bindir / n).exists())
+    assert len(spellings) >= 2, spellings
+    stamps = {subprocess.run([exe, "-c", "from mdmem.cli import launch; print(launch.code_stamp())"],
+                             capture_output=True, text=True, check=True).stdout for exe in spellings}
+    assert len(stamps) == 1, stamps

@@ -99,3 +99,22 @@ def test_a_stale_clone_is_still_refused_and_replays_with_ids_it_derives_itself(r
     assert replay.returncode == 0, replay.stderr
     assert "Postgres 16" in git(bare, "show", "main:team/payments/service/ledger/decision/db.md").stdout
     assert "555-0173" not in git(clone, "log", "--all", "-p").stdout
+
+
+@pytest.mark.parametrize("guard", [True, False])
+def test_sync_push_publishing_an_erasure_succeeds_only_once_the_remote_serves_no_erased_object(repo, tmp_path,
+                                                                                                guard):
+    """forget without --push, then `sync --push` publishes it: asked as forget --push asks, a
+    guarded remote serves nothing erased (exit 0); an unguarded one still does (exit 11, named)."""
+    bare = shared(repo, tmp_path, guard=guard)
+    receipt = repo.forget(as_user="dana", texts=["555-0173"], now=T1)
+    root = repo.root
+    repo.close()
+    out = run_cli("sync", "--push", "--repo", str(root), "--as", "dana", "--json")
+    status = json.loads(out.stdout)["erasure"]
+    if guard:
+        assert out.returncode == 0 and status.startswith("erased:"), (out.stdout, out.stderr)
+        assert fetch_by_id(tmp_path, bare, receipt.old_head, "late") != 0
+    else:
+        assert out.returncode == 11 and status.startswith("NOT erased") and "mdmem guard" in status, out.stdout
+        assert fetch_by_id(tmp_path, bare, receipt.old_head, "late") == 0  # why it says so

@@ -148,8 +148,10 @@ def test_publishing_an_erasure_replaces_the_remotes_old_holds(clones, tmp_path):
     cli(bob, "sync", "--push", "--as", "bob")
     cli(dana, "sync", "--as", "dana")
     cli(dana, "forget", "--text", "555-0199", "--as", "dana")
-    out = cli(dana, "sync", "--push", "--as", "dana", "--json")
+    # An unguarded remote still serves the erased objects by id until someone prunes it: exit 11, said.
+    out = cli(dana, "sync", "--push", "--as", "dana", "--json", code=11)
     assert out["status"] == "published erasure" and held in out["holds"]["pushed"]
+    assert out["erasure"].startswith("NOT erased"), out["erasure"]
     assert "555-0199" not in git(remote, "log", "-p", "--all").stdout
     fresh = tmp_path / "fresh"
     git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(fresh))
@@ -487,8 +489,10 @@ def test_sync_replay_publishes_an_erasure_a_teammates_push_overtook(billing_team
     r = run_cli("sync", "--push", "--as", "dana", env=ENV, cwd=root)
     assert r.returncode == 3 and "remember fact service:oncall/rota" in r.stderr and "--replay" in r.stderr, r.stderr
     r = run_cli("sync", "--replay", "--push", "--as", "dana", "--json", env=ENV, cwd=root)
-    assert r.returncode == 0, (r.stdout, r.stderr)
+    # Published; the unguarded remote still serves the erased objects by id until pruned: exit 11, said.
+    assert r.returncode == 11, (r.stdout, r.stderr)
     out = json.loads(r.stdout)
+    assert out["erasure"].startswith("NOT erased"), out["erasure"]
     assert [c["subject"] for c in out["replayed"]] == ["remember fact service:oncall/rota"]
     assert out["status"] == "replayed and published erasure"
     local = subprocess.run(["git", "-C", str(root), "cat-file", "--batch-all-objects", "--batch"],

@@ -22,7 +22,12 @@ def data(result):
     if result.structured_content is not None:
         out = result.structured_content
         return out.get("result", out) if isinstance(out, dict) else out
-    return json.loads(result.content[0].text)
+    text = result.content[0].text
+    try:
+        return json.loads(text)
+    except ValueError:
+        # An error answer is text, not JSON: show it, so a failure says what the server said.
+        raise AssertionError(f"tool answered (is_error={result.is_error}) with text, not JSON: {text!r}") from None
 
 
 async def session(repo, user, allow, calls):

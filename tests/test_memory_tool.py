@@ -2,6 +2,7 @@
 every command a commit through the gate as agent:<label>, held writes answered, history kept,
 delete = retire, and every path that escapes /memories refused in the tool's error form."""
 import os
+import re
 
 import pytest
 from anthropic.lib.tools import ToolError
@@ -11,7 +12,7 @@ from anthropic.types.beta import (BetaMemoryTool20250818CreateCommand, BetaMemor
 
 from conftest import T0, git
 from mdmem import MemoryRepo
-from mdmem.errors import Refused
+from mdmem.errors import Conflict, Refused
 from mdmem.interop.memory_tool import MdmemMemoryTool
 
 T = "2026-10-01T10:00:00Z"
@@ -112,6 +113,71 @@ def test_delete_retires_and_rename_moves_keeping_history(tool):
     assert tool.execute(view("/memories/new/name.md")).endswith("Billing deploys on Tuesdays")
     with pytest.raises(ToolError, match="does not exist"):
         tool.execute(view("/memories/old/name.md"))
+
+
+def test_rename_is_one_commit_moving_the_note_with_its_history(tool):
+    """A rename is a move: one commit by the agent that removes the old path and adds the new
+    one (git sees a rename, `git log --follow` walks through it), and mdmem's history of the
+    new path holds every version from before the move."""
+    tool.execute(create("/memories/old.md", "Billing deploys on Tuesdays"))
+    tool.execute(replace("/memories/old.md", "Tuesdays", "Wednesdays"))
+    old = "private/alice/user/alice/fact/old.md"
+    head = git(tool.repo.root, "rev-parse", "HEAD").stdout.strip()
+    out = tool.execute(BetaMemoryTool20250818RenameCommand(command="rename", old_path="/memories/old.md",
+                                                           new_path="/memories/renamed.md"))
+    assert out.startswith("Successfully renamed /memories/old.md to /memories/renamed.md")
+    commits = git(tool.repo.root, "rev-list", f"{head}..HEAD").stdout.split()
+    assert len(commits) == 1
+    new = tool.repo.get(as_user="alice", subject="user:alice", kind="fact", key="renamed", now=T).path
+    changed = git(tool.repo.root, "show", "--find-renames", "--name-status", "--format=%B", "HEAD",
+                  "--", "private").stdout
+    assert re.search(rf"^R\d+\t{re.escape(old)}\t{re.escape(new)}$", changed, re.M), changed
+    assert "Memory-Op: move" in changed and "Memory-Source: agent:claude" in changed
+    assert f"Memory-Moved-From: {old}" in changed
+    assert not (tool.repo.root / old).exists()
+    followed = git(tool.repo.root, "log", "--follow", "--format=%s", "--", new).stdout.splitlines()
+    assert len(followed) == 3  # create, str_replace, rename
+    versions = tool.repo.history(as_user="alice", path=new)
+    assert [v.op for v in versions] == ["move", "supersede", "create"]
+    assert [v.path for v in versions] == [new, old, old]
+    assert versions[-1].note.text == "Billing deploys on Tuesdays"
+    assert versions[0].note.id == versions[-1].note.id  # the same note, not a copy
+
+
+def test_a_held_rename_answers_the_model_and_moves_only_when_approved(repo):
+    """Without [trust] for agents' facts the move waits for review: the model is told so, the
+    note stays where it was, and approving it makes the one-commit move."""
+    repo.remember("Alice's locker is 12", as_user="alice", kind="fact", subject="user:alice", key="locker", now=T0)
+    tool = MdmemMemoryTool(repo, as_user="alice", now=T)
+    head = git(repo.root, "rev-parse", "HEAD").stdout
+    out = tool.execute(BetaMemoryTool20250818RenameCommand(
+        command="rename", old_path="/memories/user/alice/fact/locker.md", new_path="/memories/gym/locker.md"))
+    assert "held for a person's review (review id " in out and "stays where it is until then" in out
+    assert git(repo.root, "rev-parse", "HEAD").stdout == head
+    assert "Alice's locker is 12" in tool.execute(view("/memories/user/alice/fact/locker.md"))
+    [item] = repo.review_list(as_user="alice")
+    assert item.moved_from == "private/alice/user/alice/fact/locker.md" and item.channel == "agent"
+    assert item.note.extra["memory_path"] == "gym/locker.md"
+    repo.approve(item.review_id, as_user="alice", now=T)
+    assert tool.execute(view("/memories/gym/locker.md")).endswith("Alice's locker is 12")
+    with pytest.raises(ToolError, match="does not exist"):
+        tool.execute(view("/memories/user/alice/fact/locker.md"))
+    assert len(git(repo.root, "rev-list", f"{head.strip()}..HEAD").stdout.split()) == 1
+    versions = repo.history(as_user="alice", path=item.path)
+    assert [v.op for v in versions] == ["approve", "create"]
+
+
+def test_a_held_rename_is_refused_on_approval_when_the_note_changed_since(repo):
+    repo.remember("Alice's locker is 12", as_user="alice", kind="fact", subject="user:alice", key="locker", now=T0)
+    tool = MdmemMemoryTool(repo, as_user="alice", now=T)
+    tool.execute(BetaMemoryTool20250818RenameCommand(
+        command="rename", old_path="/memories/user/alice/fact/locker.md", new_path="/memories/gym.md"))
+    repo.remember("Alice's locker is 14", as_user="alice", kind="fact", subject="user:alice", key="locker", now=T)
+    [item] = repo.review_list(as_user="alice")
+    with pytest.raises(Conflict, match="changed since version"):
+        repo.approve(item.review_id, as_user="alice", now=T)
+    assert repo.get(as_user="alice", subject="user:alice", kind="fact", key="locker", now=T).note.text == \
+        "Alice's locker is 14"
 
 
 def test_a_held_write_answers_the_model_with_what_happened(repo):

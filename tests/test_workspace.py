@@ -307,3 +307,18 @@ def test_import_in_a_workspace_routes_each_line_and_names_an_unmounted_root(alic
     assert sorted(c["path"] for c in out["committed"]) == ["private/alice/user/alice/fact/m.md",
                                                           "team/payments/service/billing/fact/d.md"]
     assert [(x["line"], "team/infra is not mounted" in x["reason"]) for x in out["refused"]] == [(3, True)]
+
+
+def test_a_move_lands_in_its_roots_repository_as_one_commit(alice):
+    """MemoryRepo.move through a workspace: routed to the repository holding the note's root,
+    one commit there, nothing in the others, the note's history followed to its new key."""
+    alice.remember("Billing deploys on Tuesdays", as_user="alice", kind="fact", subject="service:billing",
+                   key="deploy.day", scope="team", team="payments", now=T0)
+    before = heads(alice)
+    moved = alice.move(as_user="alice", path="team/payments/service/billing/fact/deploy.day.md", key="deploy.weekday",
+                       now=T1)
+    assert moved.status == "committed" and moved.path == "team/payments/service/billing/fact/deploy.weekday.md"
+    assert count(alice, "team/payments", before["team/payments"]) == 1
+    assert count(alice, "private/alice", before["private/alice"]) == 0
+    versions = alice.repo_for("team/payments").history(as_user="alice", path=moved.path)
+    assert [v.op for v in versions] == ["move", "create"]

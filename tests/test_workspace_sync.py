@@ -46,3 +46,24 @@ def test_sync_names_a_broken_remote_and_syncs_the_others(tmp_path):
     r = subprocess.run([sys.executable, "-m", "mdmem.cli.main", "sync", "--as", "bob"], cwd=bob.root,
                        env=env, capture_output=True, text=True)
     assert "team/search: FAILED" in r.stdout and "1 of 3 mount(s) failed: team/search" in r.stdout
+
+
+def test_a_workspace_sync_push_publishing_an_erasure_exits_11_while_a_remote_still_serves_it(tmp_path):
+    """bob erases his own note without --push; the workspace's `sync --push` publishes it to an
+    unguarded remote, which still hands out the erased objects by id: the mount's line says so
+    and the exit code is Incomplete's, as `forget --push` would."""
+    from mdmem.errors import Incomplete
+
+    remotes = team_of_three(tmp_path)
+    bob = workspace(tmp_path, "bob", remotes, ["private/bob"])
+    bob.remember("Escalations after hours: call Bob at 555-0188", as_user="bob", kind="fact", subject="user:bob",
+                 key="locker", now=T0)
+    assert bob.sync(as_user="bob", push=True).mounts[0].ok
+    bob.forget(as_user="bob", texts=["555-0188"])
+    bob.close()
+    env = {**os.environ, "MDMEM_EMBEDDER": "none", "MDMEM_NO_DAEMON": "1"}
+    env.pop("MDMEM_REPO", None)
+    r = subprocess.run([sys.executable, "-m", "mdmem.cli.main", "sync", "--push", "--as", "bob"], cwd=bob.root,
+                       env=env, capture_output=True, text=True)
+    assert r.returncode == Incomplete.exit_code, (r.stdout, r.stderr)
+    assert "private/bob: published erasure" in r.stdout and "the erasure there: NOT erased" in r.stdout, r.stdout

@@ -1,5 +1,6 @@
 """mdmem hooks install | mdmem hooks run NAME [ARGS]: the git hooks that travel with the repo.
-mdmem hooks claude-code install [--settings FILE] | run EVENT: Claude Code's hooks fed from mdmem."""
+mdmem hooks claude-code install [--settings FILE] | run EVENT: Claude Code's hooks fed from mdmem.
+mdmem hooks codex install [--settings FILE] | run EVENT: Codex's hooks (hooks.json) fed from mdmem."""
 from __future__ import annotations
 
 import os
@@ -12,16 +13,20 @@ from .context import add_common
 def register(sub) -> None:
     p = sub.add_parser("hooks", help="install mdmem's git hooks from its package into .git/hooks (install; commits the "
                        "merge driver's attributes, so it names who acts), or run one (run NAME)")
-    p.add_argument("action", choices=["install", "run", "claude-code"],
-                   help="claude-code: Claude Code's hooks (claude-code install, or claude-code run EVENT)")
-    p.add_argument("hook", nargs="?", help="with run: pre-commit, post-merge or post-rewrite; with claude-code: "
-                   "install or run")
+    p.add_argument("action", choices=["install", "run", "claude-code", "codex"],
+                   help="claude-code: Claude Code's hooks (claude-code install, or claude-code run EVENT); "
+                   "codex: Codex's hooks (codex install, or codex run EVENT)")
+    p.add_argument("hook", nargs="?", help="with run: pre-commit, post-merge or post-rewrite; with claude-code or "
+                   "codex: install or run")
     p.add_argument("hook_args", nargs="*", help=
                    "with run: the arguments git passes the hook; with claude-code run: the event "
-                   "(SessionStart, UserPromptSubmit, PreCompact, SessionEnd)")
-    p.add_argument("--settings", help="with claude-code install: the settings file to add the hooks to "
-                   "(default .claude/settings.json in the current folder; ~/.claude/settings.json for all projects)")
-    p.add_argument("--subject", help="with claude-code: the subject of session episodes (default project:<folder>)")
+                   "(SessionStart, UserPromptSubmit, PreCompact, SessionEnd); with codex run: the event "
+                   "(SessionStart, UserPromptSubmit, PreCompact, Stop)")
+    p.add_argument("--settings", help="with claude-code or codex install: the file to add the hooks to "
+                   "(default .claude/settings.json, or .codex/hooks.json, in the current folder; "
+                   "~/.claude/settings.json or ~/.codex/hooks.json for all projects)")
+    p.add_argument("--subject", help="with claude-code or codex: the subject of session episodes "
+                   "(default project:<folder>)")
     add_common(p)
     p.set_defaults(run=run, skip_hook_check=True)
 
@@ -31,8 +36,8 @@ def run(ctx) -> int:
     from ..hooks import run as running
 
     a = ctx.args
-    if a.action == "claude-code":
-        return claude_code(ctx)
+    if a.action in ("claude-code", "codex"):
+        return agent_hooks(ctx, a.action)
     if a.action == "install":
         out = installing.install(ctx.repo(), as_user=ctx.user, python=sys.executable, now=ctx.now)
         for notice in out["notices"]:
@@ -94,32 +99,42 @@ def _actor(store, root) -> str:
         return "mdmem"
 
 
-def claude_code(ctx) -> int:
-    """Claude Code's hooks: install them into a settings file, or answer one (JSON on stdin)."""
+def agent_hooks(ctx, agent: str) -> int:
+    """A coding agent's hooks (``claude-code`` or ``codex``): install them into its hooks file, or
+    answer one (JSON on stdin)."""
     import shlex
     from pathlib import Path
 
     from ..errors import BadInput
     from ..interop import claude_code as cc
+    from ..interop import codex
 
     a = ctx.args
+    events = cc.EVENTS if agent == "claude-code" else codex.EVENTS
     if a.hook == "install":
         repo = ctx.repo()
-        settings = Path(ctx.cwd, a.settings) if a.settings else Path(ctx.cwd) / ".claude" / "settings.json"
-        # The `mdmem` script this call ran as, when it did: the hook's calls then share the daemon
-        # the person's own `mdmem` calls start (its code stamp names the interpreter path).
-        entry = [os.path.abspath(sys.argv[0])] if os.path.basename(sys.argv[0]) == "mdmem" else \
-            [sys.executable, "-m", "mdmem.cli.launch"]
-        command = " ".join(shlex.quote(x) for x in (*entry, "hooks", "claude-code", "run"))
+        default = Path(".claude", "settings.json") if agent == "claude-code" else Path(".codex", "hooks.json")
+        target = Path(ctx.cwd, a.settings) if a.settings else Path(ctx.cwd) / default
+        # This interpreter without `site`, loading this mdmem by its path (cli/launch.py): the hook's
+        # calls share the daemon the person's own `mdmem` calls start (its code stamp names the
+        # interpreter), and a prompt does not wait for the site-packages walk.
+        from .launch import hook_command
+
+        command = " ".join(shlex.quote(x) for x in hook_command(agent))
         options = " ".join(shlex.quote(x) for x in ("--repo", str(repo.root), "--as", ctx.user,
                                                      *(("--subject", a.subject) if a.subject else ())))
-        out = cc.install_settings(settings, command, options)
-        ctx.emit(out, f"Claude Code hooks ({', '.join(out['events'])}) written to {out['settings']}")
+        if agent == "claude-code":
+            out = cc.install_settings(target, command, options)
+            ctx.emit(out, f"Claude Code hooks ({', '.join(out['events'])}) written to {out['settings']}")
+        else:
+            out = codex.install_hooks(target, command, options)
+            ctx.emit(out, f"Codex hooks ({', '.join(out['events'])}) written to {out['hooks_file']}; Codex runs a "
+                          "new or changed hook once you trust it (/hooks in codex)")
         return 0
-    if a.hook != "run" or len(a.hook_args) != 1 or a.hook_args[0] not in cc.EVENTS:
-        raise BadInput(f"hooks claude-code: give install, or run EVENT with EVENT one of {', '.join(cc.EVENTS)}")
+    if a.hook != "run" or len(a.hook_args) != 1 or a.hook_args[0] not in events:
+        raise BadInput(f"hooks {agent}: give install, or run EVENT with EVENT one of {', '.join(events)}")
     try:
-        return _answer(ctx, a.hook_args[0])
+        return _answer(ctx, agent, a.hook_args[0])
     except MdmemError as exc:
         # Claude Code blocks the prompt (or the compaction) on exit 2: a hook that fails says why
         # and lets the session go on.
@@ -127,10 +142,11 @@ def claude_code(ctx) -> int:
         return 1
 
 
-def _answer(ctx, event: str) -> int:
+def _answer(ctx, agent: str, event: str) -> int:
     import json
 
     from ..interop import claude_code as cc
+    from ..interop import codex
 
     a = ctx.args
     payload = cc.read_input(sys.stdin.buffer.read(cc.MAX_INPUT_BYTES + 1))
@@ -147,7 +163,8 @@ def _answer(ctx, event: str) -> int:
         if text:
             print(json.dumps(added_context(event, text)))
     else:
-        result = cc.record_session(repo, payload, as_user=ctx.user, subject=a.subject, now=ctx.now)
+        record = cc.record_session if agent == "claude-code" else codex.record
+        result = record(repo, payload, as_user=ctx.user, subject=a.subject, now=ctx.now)
         if result is not None:
             print(f"mdmem: session recorded as {result.path} ({result.status})", file=sys.stderr)
     return 0

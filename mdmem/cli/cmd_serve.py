@@ -42,10 +42,14 @@ def register(sub) -> None:
 
 
 def run(ctx) -> int:
+    from ..mcp.reexec import taken_over
     from ..storage.gitindex import INDEX_DELAY_SECONDS
 
+    # Set when this process replaced a server that saw an erasure (mcp/reexec.py): the
+    # client's session, or the listening socket, it goes on with.
+    handover = taken_over()
     if ctx.args.http is not None:
-        return run_http(ctx)
+        return run_http(ctx, handover)
     from ..mcp.server import parse_capabilities, serve
 
     allowed = parse_capabilities(ctx.args.allow)
@@ -55,7 +59,7 @@ def run(ctx) -> int:
     for each in repo.mounted_repos(ctx.user) if is_workspace(repo) else [repo]:
         each.store.index_delay = INDEX_DELAY_SECONDS
     label = ctx.args.agent if ctx.args.agent is not None else repo.user_config.agent_label
-    if not serve(repo, ctx.user, allowed, label=label):
+    if not serve(repo, ctx.user, allowed, label=label, handover=handover):
         end_now()
     return 0
 
@@ -91,14 +95,14 @@ def token_file_path(ctx):
     return Path(ctx.cwd, user_config_path(ctx.env)).parent / "server-tokens.json"
 
 
-def run_http(ctx) -> int:
+def run_http(ctx, handover: dict) -> int:
     import logging
     import sys
 
     from ..auth.jwt_tokens import JwtSettings, JwtVerifier
     from ..auth.static_tokens import TokenFile
     from ..errors import BadInput
-    from ..mcp.http import MCP_PATH, HttpLimits, TokenVerifier, listen, serve_http
+    from ..mcp.http import MCP_PATH, HttpLimits, TokenVerifier, listen, listening_socket, serve_http
     from ..storage.gitindex import INDEX_DELAY_SECONDS
 
     args = ctx.args
@@ -119,7 +123,8 @@ def run_http(ctx) -> int:
                            "like https://memory.example.com/mcp")
     repo = ctx.repo()
     repo.store.index_delay = INDEX_DELAY_SECONDS
-    sock = listen(host, port)
+    # The socket the replaced process listened on: connections waiting in it are answered.
+    sock = listening_socket(handover.get("socket_fd")) or listen(host, port)
     shown = f"[{host}]" if ":" in host else host
     public_url = args.public_url or f"http://{shown}:{sock.getsockname()[1]}{MCP_PATH}"
     tokens = TokenFile(token_file_path(ctx))

@@ -1,7 +1,7 @@
 """mdmem sync [--remote NAME] [--push]: integrate a team remote's history, or change nothing."""
 from __future__ import annotations
 
-from ..errors import PARTIAL_EXIT_CODE, BranchMoved
+from ..errors import PARTIAL_EXIT_CODE, BranchMoved, Incomplete
 from .context import add_common, is_workspace
 
 
@@ -25,7 +25,8 @@ def run_workspace(ctx, ws) -> int:
     for m in result.mounts:
         if m.ok:
             push = m.report.get("push")
-            lines.append(f"{m.root}: {m.report['status']}: {m.report['detail']}" + (f"; {push}" if push else ""))
+            lines.append(f"{m.root}: {m.report['status']}: {m.report['detail']}" + (f"; {push}" if push else "")
+                         + (f"; the erasure there: {m.report['erasure']}" if m.report.get("erasure") else ""))
         else:
             lines.append(f"{m.root}: FAILED: {m.error}")
     failed = result.failed or [m for m in result.mounts if m.ok and m.report.get("push", "pushed") != "pushed"]
@@ -33,7 +34,10 @@ def run_workspace(ctx, ws) -> int:
         lines.append(f"{len(result.failed)} of {len(result.mounts)} mount(s) failed: "
                      + ", ".join(m.root for m in result.failed))
     ctx.emit(result.to_dict(), "\n".join(lines) or "no mounts")
-    return BranchMoved.exit_code if failed else 0
+    if failed:
+        return BranchMoved.exit_code
+    not_erased = [m for m in result.mounts if m.ok and m.report.get("erasure", "").startswith("NOT erased")]
+    return Incomplete.exit_code if not_erased else 0
 
 
 def run(ctx) -> int:
@@ -74,12 +78,18 @@ def run(ctx) -> int:
                  "live; retire it if the rejection stands")
     if out.get("push"):
         text += f"\n  {out['push']}"
+    if out.get("erasure"):
+        text += f"\n  the erasure on {ctx.args.remote}: {out['erasure']}"
     ctx.emit(out, text)
     # Integrated here but not published: the branch moved on the remote meanwhile (exit 5, like
     # BranchMoved), so a cron job or script notices and syncs again.
     failed = out.get("push", "pushed") != "pushed" or holds.get("push_failed") or holds.get("error")
     if failed:
         return BranchMoved.exit_code
+    # An erasure published to a remote that still serves the erased objects is not done there
+    # (exit 11, as forget --push).
+    if out.get("erasure", "").startswith("NOT erased"):
+        return Incomplete.exit_code
     # A replay that could not keep everything: the rest is saved scrubbed and named, not lost
     # silently (exit 10, as an import that kept some items and not others).
     return PARTIAL_EXIT_CODE if out.get("left_out") else 0

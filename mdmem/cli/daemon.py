@@ -47,10 +47,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..erasure.journal import done_stamp as erasure_done
 from ..erasure.journal import pending as erasure_pending
 from ..errors import BadInput, Conflict, LockTimeout
 from ..repo import MemoryRepo
+from ..storage.erasures_seen import ErasureFollower
 from ..storage.gitdir import locks_dir
 from ..storage.locks import Lock
 from .launch import (ACK, PROTOCOL, READ_ONLY, SOCKET_NAME, code_stamp, exchange, forget_autostart, peer_uid,
@@ -110,11 +110,11 @@ class Daemon:
     _env: dict[str, str] = field(default_factory=lambda: _relevant(os.environ))
     _run_lock: threading.Lock = field(default_factory=threading.Lock)
     _last_call: float = field(default_factory=time.monotonic)
-    _erasures: tuple | None = None  # erasure_done() when it started
+    _erasures: ErasureFollower = field(init=False)  # the erasures seen since it started
     _rewritten: bool = False  # stopping because of a rewrite or an erasure
 
     def __post_init__(self) -> None:
-        self._erasures = erasure_done(self.root)
+        self._erasures = ErasureFollower([self.root])
 
     # --- the repos it keeps open ------------------------------------------------------
     def opener(self, path: str | None, cwd: str, settings: dict[str, Any]) -> tuple[MemoryRepo, bool]:
@@ -159,10 +159,8 @@ class Daemon:
         cut short (its journal) or once one has ended (its stamp moved: also an erasure of text
         never committed, which rewrites nothing), a repo whose history was rewritten -- and stop:
         the process's freed memory may still hold that text, and only its exit returns it."""
-        stamp = erasure_done(self.root)  # (one stat per call and per idle second)
-        if stamp != self._erasures or erasure_pending(self.root):
+        if self._erasures.ended() or erasure_pending(self.root):  # (stats, per call and per idle second)
             self.close()
-            self._erasures = stamp
             self._stopping_for_rewrite()
             return
         for held in list(self._held):

@@ -27,7 +27,7 @@ import struct
 import sys
 import time
 
-from ..storage.gitdir import DAEMON_LOG  # pathlib only
+from ..storage.gitdir import DAEMON_LOG  # os and stat only
 
 # Commands that only read: what the daemon may answer (cli/daemon.py checks it again).
 READ_ONLY = frozenset({"recall", "get", "keys", "history", "ls", "show", "startup"})
@@ -53,8 +53,8 @@ def entry() -> None:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:4] == ["hooks", "claude-code", "run", "UserPromptSubmit"]:
-        return prompt_hook(argv[4:])  # Claude Code waits on it before every prompt
+    if argv[:4] in (["hooks", "claude-code", "run", "UserPromptSubmit"], ["hooks", "codex", "run", "UserPromptSubmit"]):
+        return prompt_hook(argv[4:])  # the agent waits on it before every prompt
     start_for = None  # the repo whose daemon to start once this call has run here
     if argv and argv[0] in READ_ONLY and not switch(os.environ, "MDMEM_NO_DAEMON", False) \
             and sys.stdout is not None and sys.stderr is not None:
@@ -78,6 +78,7 @@ def main(argv: list[str]) -> int:
                 start_for = root
         except KeyboardInterrupt:  # as cli/main.py
             return 130
+    with_site()
     from .main import main as run_here
 
     rc = run_here(argv)
@@ -104,6 +105,7 @@ def prompt_hook(rest: list[str]) -> int:
             start_for = root
     if reply is not None and "rc" in reply:
         return hook.answer(int(reply["rc"]), reply.get("stdout", ""), reply.get("stderr", ""))
+    with_site()
     rc, out, err = hook.run_here(recall)
     if start_for is not None and rc == 0:
         autostart(start_for)
@@ -243,9 +245,9 @@ def socket_path(root: str, env=os.environ) -> str | None:
     socket allows (a repo in a deep folder), in this user's runtime folder (``env``'s
     $XDG_RUNTIME_DIR/mdmem, else /tmp/mdmem-<uid>; 0700 and ours, else none), named by a hash
     of the repository's real path. None when neither fits."""
-    from ..storage.gitdir import cache_dir  # pathlib only
+    from ..storage.gitdir import CACHE_NAME, git_dir_path  # os.path only
 
-    path = str(cache_dir(root) / SOCKET_NAME)  # type: ignore[arg-type]
+    path = os.path.join(git_dir_path(root), CACHE_NAME, SOCKET_NAME)
     if len(os.fsencode(path)) < SUN_PATH_MAX:  # AF_UNIX's limit (sun_path)
         return path
     folder = runtime_folder(env)
@@ -298,6 +300,28 @@ _BOOT = ("import importlib.util, os, sys\n"
          "sys.argv = ['mdmem', *sys.argv[2:]]\n"
          "from mdmem.cli.main import entry\n"
          "entry()\n")
+
+
+# An agent's hook (Claude Code's, Codex's) starts a process per prompt: without `site` (-S) it
+# skips the site-packages walk and every .pth (an editable install's finder alone imported
+# pathlib, re and importlib.util: ~40 ms of each prompt), and loads mdmem from its own folder as
+# the daemon's boot does. A call that must run here after all gets `site` then (with_site).
+_HOOK_BOOT = _BOOT.replace("from mdmem.cli.main import entry", "from mdmem.cli.launch import entry")
+
+
+def hook_command(agent: str) -> list[str]:
+    """The command an agent's settings run for one of its hooks (the event and options follow)."""
+    init = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "__init__.py")
+    return [sys.executable, "-S", "-P", "-c", _HOOK_BOOT, init, "hooks", agent, "run"]
+
+
+def with_site() -> None:
+    """The site-packages (and .pth files) a process started without `site` (-S) skipped: what
+    a command run in this process imports (pygit2, Whoosh...) lives there."""
+    if sys.flags.no_site and "site" not in sys.modules:
+        import site
+
+        site.main()
 
 
 def spawn_daemon(root: str, idle_seconds: float, env, log: int):
@@ -406,8 +430,11 @@ def code_stamp() -> str:
     files, hashed; ~1 ms."""
     import zlib
 
-    parts = [sys.executable, sys.version]
     top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # The environment (sys.prefix) and the code's folder, not the interpreter's spelling:
+    # `.venv/bin/mdmem`, `.venv/bin/python -m mdmem` and `.venv/bin/python3 -m mdmem` run the
+    # same code and must share one daemon, not stop each other's.
+    parts = [os.path.realpath(environment_prefix()), os.path.realpath(sys.base_prefix), sys.version, top]
     for folder, dirs, files in os.walk(top):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for name in sorted(files):
@@ -416,6 +443,18 @@ def code_stamp() -> str:
                 parts.append(f"{os.path.relpath(os.path.join(folder, name), top)}:{st.st_size}:{st.st_mtime_ns}")
     text = "\n".join(parts).encode("utf-8", "surrogateescape")
     return f"{zlib.crc32(text):08x}{zlib.adler32(text):08x}{len(text):x}"
+
+
+def environment_prefix() -> str:
+    """``sys.prefix`` as `site` sets it: an agent's hook runs without `site` (-S), and there a
+    virtual environment's prefix is still the base interpreter's. Found as site.venv finds it:
+    a pyvenv.cfg beside the interpreter or one folder up names the folder above it."""
+    if not sys.flags.no_site:
+        return sys.prefix
+    exe_dir = os.path.dirname(os.path.abspath(sys.executable))
+    if any(os.path.isfile(os.path.join(folder, "pyvenv.cfg")) for folder in (exe_dir, os.path.dirname(exe_dir))):
+        return os.path.dirname(exe_dir)
+    return sys.prefix
 
 
 def peer_uid(sock: socket.socket) -> int | None:

@@ -31,15 +31,27 @@ def command_parsers() -> dict[str, argparse.ArgumentParser]:
     return _build()[1]
 
 
+# Parsers built in this process, by the command they were built for (None: all), with the
+# register functions they were built from: parsing does not change a parser, and the daemon
+# answers every call in one process -- building recall's again for each agent's prompt cost
+# ~2-5 ms of it. A module loaded again (a new register) is built again.
+_BUILT: dict[str | None, tuple[tuple, argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]] = {}
+
+
 def _build(only: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The parser of every command, or of ``only`` that one: a call names its command first,
     and importing and registering the other 26 cost ~15-25 ms of every CLI call."""
-    parser = argparse.ArgumentParser(prog="mdmem", description="Memory for AI agents, as markdown notes in git.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in [only] if only in COMMANDS else COMMANDS:
-        module = importlib.import_module(f"mdmem.cli.cmd_{name.replace('-', '_')}")
-        module.register(sub)
-    return parser, dict(sub.choices)
+    key = only if only in COMMANDS else None
+    registers = tuple(importlib.import_module(f"mdmem.cli.cmd_{name.replace('-', '_')}").register
+                      for name in ([key] if key else COMMANDS))
+    built = _BUILT.get(key)
+    if built is None or built[0] != registers:
+        parser = argparse.ArgumentParser(prog="mdmem", description="Memory for AI agents, as markdown notes in git.")
+        sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+        for register in registers:
+            register(sub)
+        built = _BUILT[key] = (registers, parser, dict(sub.choices))
+    return built[1], dict(built[2])
 
 
 class _ToStderr(logging.Handler):

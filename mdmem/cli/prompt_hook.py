@@ -8,8 +8,6 @@ and exits 1 (shown to the person, the prompt goes on).
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import sys
@@ -62,7 +60,10 @@ def parse(argv: list[str], stdin: bytes) -> tuple[list[str], str] | int:
 
 def run_here(recall: list[str]) -> tuple[int, str, str]:
     """The recall in this process (no daemon answered): exit code, stdout, stderr."""
-    from .main import main as run_main
+    import contextlib
+    import io
+
+    from .main import main as run_main  # (cli/launch.py gave a process started without site its site first)
 
     buf_out, buf_err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(buf_out), contextlib.redirect_stderr(buf_err):

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from ..errors import BadInput
-from ..storage.gitdir import common_git_dir, erasure_done_path, file_stamp  # the shared git dir
+from ..storage.gitdir import common_git_dir, erasure_done_path  # the shared git dir
 
 FOLDER = "mdmem-erasure"
 
@@ -65,11 +65,11 @@ class Journal:
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def finished(self) -> None:
-        """The erasure ended: the journal goes and :func:`done_stamp` moves. A process holding
-        notes in memory (the daemon) that sees it move lets go of everything -- also after an
-        erasure that rewrote no commit (text only in the work tree), which its check of the
-        branch cannot see; a writer drops what it kept of the old history
-        (GitStore.follow_erasures)."""
+        """The erasure ended: the journal goes and its done stamp moves. A process holding
+        notes in memory (the daemon, an MCP server) that sees it move lets go of everything by
+        ending or re-executing itself -- also after an erasure that rewrote no commit (text only
+        in the work tree), which a check of the branch cannot see; a writer drops what it kept
+        of the old history (storage/erasures_seen.py says who follows it)."""
         self.remove()
         done = erasure_done_path(self.root)
         try:
@@ -78,11 +78,6 @@ class Journal:
             os.replace(tmp, done)
         except OSError:  # (a linked worktree's .git is a file: no journal there either)
             pass
-
-
-def done_stamp(root: Path) -> tuple[int, int, int] | None:
-    """What changes when an erasure ends here (one stat; None: none has yet)."""
-    return file_stamp(erasure_done_path(root))
 
 
 def pending(root: Path) -> bool:

@@ -1,12 +1,16 @@
 """Running mdmem processes of a repository: what a proof cannot look into. A long-lived process
 (an MCP server, a watcher, the daemon) may hold erased text in memory it freed but has not given
-back; only its exit clears that, so prove-gone names each one (read from /proc: Linux)."""
+back; only a fresh process image clears that (a server re-executes itself once an erasure ends,
+the daemon exits), so prove-gone names each one whose image predates the last erasure (read
+from /proc: Linux)."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 LONG_LIVED = ("serve", "daemon", "watch")
+HANDOVER_ENV = b"MDMEM_SERVE_HANDOVER="  # mcp/reexec.py: what a re-executed server was handed
 
 
 def running(root: Path) -> list[tuple[int, str]]:
@@ -43,3 +47,25 @@ def _inside(path: str, root: Path) -> bool:
     except (OSError, RuntimeError):
         return False
     return p == root or root in p.parents
+
+
+def image_since_ns(pid: int) -> int | None:
+    """When the process's memory image began at the latest (ns since the epoch): its last exec
+    when it is a server that re-executed itself (the time it was handed), else its start, a
+    second early (the boot time /proc gives is in whole seconds); None when /proc does not say
+    (another user's process, or it ended)."""
+    proc = Path("/proc") / str(pid)
+    try:
+        for entry in (proc / "environ").read_bytes().split(b"\0"):
+            if entry.startswith(HANDOVER_ENV):
+                since = json.loads(entry[len(HANDOVER_ENV):]).get("since_ns")
+                if isinstance(since, int):
+                    return since
+        # Field 22 of stat: clock ticks from boot to the start (after the command's name, which
+        # may hold spaces and parentheses: count from the last ")").
+        ticks = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+    except (OSError, ValueError, IndexError, StopIteration, AttributeError):
+        return None
+    return (boot - 1) * 10**9 + ticks * 10**9 // os.sysconf("SC_CLK_TCK")

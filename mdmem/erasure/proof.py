@@ -23,7 +23,7 @@ from ..storage.worktree import scan_notes
 from .journal import Journal
 from .needles import occurrences, occurs
 from .scan import REPO_FILES, HistoryScan, history_texts, root_of
-from ..storage.gitdir import CACHE_NAME, LOCKS_NAME, cache_dir, cache_folders
+from ..storage.gitdir import CACHE_NAME, LOCKS_NAME, cache_dir, cache_folders, erasure_done_path
 
 
 # The files of the cache folder that have a check of their own.
@@ -619,6 +619,14 @@ def _nearest(repo, needle: str, user: str) -> dict | None:
     return {"path": path, "cosine": round(hits[0][1], 3)}
 
 
+def last_erasure_ns(root: Path) -> int | None:
+    """When the last erasure here ended (its done stamp's time), None if none has."""
+    try:
+        return os.stat(erasure_done_path(root)).st_mtime_ns
+    except OSError:
+        return None
+
+
 def cannot_reach(repo) -> list[str]:
     out = [f"worktree {tree.path}: its folder is gone (`git worktree prune` forgets it); a copy of it elsewhere "
            "holds whatever it held" for tree in ops.linked_worktrees(repo.root)
@@ -626,10 +634,18 @@ def cannot_reach(repo) -> list[str]:
     for name, url in ops.remotes(repo.root).items():
         out.append(f"remote {name} ({url}): holds whatever was last pushed; after `forget --push` it must "
                    "also expire its reflogs and gc before old objects are gone there")
-    from .processes import running
+    from .processes import image_since_ns, running
 
-    out += [f"running process pid {pid} ({what}): it drops its caches after an erasure, but memory it freed may "
-            "still hold erased text until it exits; restart it" for pid, what in running(repo.root)]
+    # A process whose memory image began after the last erasure here ended holds none of the
+    # text it removed (a server re-executes itself once one ends): it is not named.
+    erased_ns = last_erasure_ns(repo.root)
+    for pid, what in running(repo.root):
+        since = image_since_ns(pid)
+        if erased_ns is not None and since is not None and since > erased_ns:
+            continue
+        out.append(f"running process pid {pid} ({what}): running since before the last erasure here ended (or "
+                   "none has): memory it freed may still hold erased text; a server re-executes itself and the "
+                   "daemon exits within a second of an erasure, anything else: restart it")
     out.append("other clones of this repository (each must re-clone or run `mdmem sync`, which refuses erased history)")
     out.append("backups, snapshots and freed disk blocks of this machine")
     backend = repo.config.embedder.backend

@@ -132,33 +132,39 @@ def push(root, leases: dict[str, dict[str, str]], receipt: dict) -> dict:
     out = {}
     asked = ([receipt["old_head"]] if receipt.get("old_head") else []) + list(receipt.get("rewritten_commits", []))[:5]
     asked += list(receipt.get("erased_blobs", []))[:CHECKED_IDS]
+    # A ref outside what the push replaces (refs/backup/*, refs/pull/*, ...) still on an erased
+    # commit keeps the old history reachable: no prune removes it, so it is named.
+    old = set(receipt.get("rewritten_commits", [])) | ({receipt["old_head"]} if receipt.get("old_head") else set())
     for name in ops.remotes(root):
         ok, err = ops.force_push_all(root, name, leases.get(name, {}))
         if not ok:
             out[name] = f"NOT erased there: push failed: {err}"
             continue
-        service = hosted(ops.configured_url(root, name))
-        if service:
-            # Such a host shows unreachable commits by id on its web pages whatever a fetch says.
-            out[name] = f"NOT erased there yet: pushed (force); {HOSTED[service]}"
-            continue
-        served = ops.served_by(root, name, list(dict.fromkeys(asked)))
-        # A ref outside what the push replaces (refs/backup/*, refs/pull/*, ...) still on an erased
-        # commit keeps the old history reachable: no prune removes it, so it is named.
-        old = set(receipt.get("rewritten_commits", [])) | ({receipt["old_head"]} if receipt.get("old_head") else set())
-        holding = sorted(ref for ref, oid in ops.remote_refs(root, name).items() if oid in old)
-        if holding:
-            out[name] = (f"NOT erased there: pushed (force), but {', '.join(holding[:5])} there still point(s) at "
-                         f"erased history; delete them (`git push {name} --delete <ref>`), then expire the remote's "
-                         "reflogs and run `git gc --prune=now` there, and check again with prove-gone")
-        elif served:
-            out[name] = (f"NOT erased there: pushed (force), but it still serves {len(served)} of {len(asked)} erased "
-                         "object(s) asked for by id; install `mdmem guard` on it (its hook expires reflogs and prunes "
-                         "when a receipt arrives), or expire its reflogs and run `git gc --prune=now` there")
-        else:
-            out[name] = (f"erased: pushed (force); it serves none of the {len(asked)} erased object(s) asked for by id"
-                         if asked else "erased: pushed (force); nothing erased to ask it for")
+        out[name] = remote_status(root, name, list(dict.fromkeys(asked)), old)
     return out
+
+
+def remote_status(root, name: str, asked: list[str], old: set[str]) -> str:
+    """What remote ``name`` serves of an erasure pushed to it: asked, as a fresh clone would,
+    for ``asked`` (erased commit and blob ids) by id, and whether a ref there still points at
+    an ``old`` commit. "erased: ..." only when it serves none; otherwise "NOT erased ..." with
+    what must happen there (the guard's housekeeping, or the host's own purge)."""
+    service = hosted(ops.configured_url(root, name))
+    if service:
+        # Such a host shows unreachable commits by id on its web pages whatever a fetch says.
+        return f"NOT erased there yet: pushed (force); {HOSTED[service]}"
+    served = ops.served_by(root, name, asked)
+    holding = sorted(ref for ref, oid in ops.remote_refs(root, name).items() if oid in old)
+    if holding:
+        return (f"NOT erased there: pushed (force), but {', '.join(holding[:5])} there still point(s) at "
+                f"erased history; delete them (`git push {name} --delete <ref>`), then expire the remote's "
+                "reflogs and run `git gc --prune=now` there, and check again with prove-gone")
+    if served:
+        return (f"NOT erased there: pushed (force), but it still serves {len(served)} of {len(asked)} erased "
+                "object(s) asked for by id; install `mdmem guard` on it (its hook expires reflogs and prunes "
+                "when a receipt arrives), or expire its reflogs and run `git gc --prune=now` there")
+    return (f"erased: pushed (force); it serves none of the {len(asked)} erased object(s) asked for by id"
+            if asked else "erased: pushed (force); nothing erased to ask it for")
 
 
 def remotes_not_erased(remotes: dict[str, str]) -> list[str]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from ..storage import hook_git
 from ..template import read_template
@@ -72,10 +73,10 @@ def hook_files() -> dict[str, bytes]:
     return {name: read_template(f"githooks/{name}").encode() for name in HOOK_NAMES}
 
 
-def _problems(root: Path, python: str) -> tuple[list[str], list[str]]:
-    """(hooks to (re)write, notices) for this clone."""
+def _problems(root: Path, python: str, cfg: Any = None) -> tuple[list[str], list[str]]:
+    """(hooks to (re)write, notices) for this clone; ``cfg``: its git config, if already read."""
     folder = hook_git.hooks_dir(root)
-    cfg = hook_git.local_config(root)
+    cfg = cfg if cfg is not None else hook_git.local_config(root)
     notices = []
     stale = []
     for name, data in hook_files().items():
@@ -140,9 +141,9 @@ def ensure(root: Path, python: str) -> str | None:
     """What any mdmem command does first: install mdmem's hooks if they are missing or stale.
     Returns a one-line notice when something changed (or needs a person), else None."""
     root = Path(root)
-    cfg = hook_git.local_config(root)
+    cfg = hook_git.local_config(root)  # read once: every command (and each call a daemon answers) comes here
     legacy = "core.hooksPath" in cfg and cfg["core.hooksPath"] == LEGACY_HOOKS_DIR
-    stale, notices = _problems(root, python)
+    stale, notices = _problems(root, python, cfg)
     if stale or legacy:
         configure(root, python)
         return INSTALLED_NOTICE + (" (git no longer runs the committed .githooks folder)" if legacy else "")

@@ -1,11 +1,13 @@
-"""What a Claude Code hook prints: added context, bounded and never cut silently. Imports
-only the standard library and model/text.py: the prompt hook (cli/prompt_hook.py) formats
-with it on its fast path."""
+"""What an agent's hook (Claude Code's, Codex's) prints: added context, bounded and never cut
+silently. Imports only the standard library and model/text.py: the prompt hook
+(cli/prompt_hook.py) formats with it on its fast path."""
 from __future__ import annotations
 
-from typing import Any
-
 from ..model.text import escape_controls
+
+TYPE_CHECKING = False  # (typing itself is not imported on the prompt hook's path)
+if TYPE_CHECKING:
+    from typing import Any
 
 # Added context past ~10,000 characters reaches the model as a short preview only.
 CONTEXT_BUDGET = 9000

@@ -8,7 +8,7 @@ any other note at its place below the root (``service/billing/fact/deploy.window
 Every command goes through the facade and its write gate as the agent (``agent:<label>``):
 ``create`` writes a new note, ``str_replace`` and ``insert`` supersede it (the earlier version
 stays in history), ``delete`` retires it (erasing stays a person's act: ``mdmem forget``),
-``rename`` writes it under its new name and retires the old one. A write the gate holds is
+``rename`` moves it (one commit: history follows it to its new name). A write the gate holds is
 answered with what happened (the review id), not as an error. Any path outside
 ``/memories``, with ``.``/``..``/empty parts, or through a symbolic link is refused with the
 tool's error form (``ToolError``), before anything is read.
@@ -185,18 +185,24 @@ class MdmemMemoryTool(BetaAbstractMemoryTool):
         for name, stored in sorted(moves.items()):
             target = new + name[len(old):]
             self._no_symlink(stored.path)
-            written = self._write(f"{MEMORIES}/{target}", stored.note.text, None, target, like=stored)
-            if written.status != "committed":
-                answers.append(self._answer(f"{MEMORIES}/{target}", written, ""))
-                answers.append(f"{MEMORIES}/{name} stays where it is until then.")
-                continue
+            if not self.repo.contracts.resolve(stored.note.kind).keyed:
+                raise ToolError(f"{MEMORIES}/{name} is an episode, and an event that happened keeps its place "
+                                "(append-only); create a new file instead")
+            key = self._key_for(target, stored.note.subject, stored.note.kind)
+            self._no_symlink(layout.keyed_path(self.root, stored.note.subject, stored.note.kind, key))
             try:
-                retired = self.repo.retire(as_user=self.user, path=stored.path, expect_version=stored.version,
-                                           now=self._now(), channel=AGENT, source=self.source)
+                # One commit: the note leaves its old path and takes the new one, history and all.
+                moved = self.repo.move(as_user=self.user, path=stored.path, key=key, expect_version=stored.version,
+                                       extra={PATH_FIELD: target}, now=self._now(), channel=AGENT,
+                                       source=self.source)
             except MdmemError as exc:
-                raise ToolError(f"{MEMORIES}/{name}: written as {MEMORIES}/{target}, but not retired: {exc}") from None
-            answers.append(self._answer(f"{MEMORIES}/{name}", retired,
-                                        f"Successfully renamed {MEMORIES}/{name} to {MEMORIES}/{target}"))
+                raise ToolError(f"{MEMORIES}/{name}: {exc}") from None
+            if moved.status == "held":
+                answers.append(self._answer(f"{MEMORIES}/{name} -> {MEMORIES}/{target}", moved, "")
+                               + f" {MEMORIES}/{name} stays where it is until then.")
+            else:
+                answers.append(self._answer(f"{MEMORIES}/{name}", moved,
+                                            f"Successfully renamed {MEMORIES}/{name} to {MEMORIES}/{target}"))
         return "\n".join(answers)
 
     # --- paths ---------------------------------------------------------------------
@@ -250,9 +256,9 @@ class MdmemMemoryTool(BetaAbstractMemoryTool):
     def _files(self) -> dict[str, StoredNote]:
         """Tool path (below /memories) -> the live note shown there."""
         out: dict[str, StoredNote] = {}
-        for stored in self.repo.listing(as_user=self.user, root=self.root, now=self._now()):
-            if self.only_subject and stored.note.subject != self.only_subject:
-                continue
+        # Only this root is read (and only the subject's folder when /memories is one subject).
+        for stored in self.repo.listing(as_user=self.user, root=self.root, subject=self.only_subject,
+                                        now=self._now()):
             rel = self._tool_rel(stored)
             if rel is not None and rel not in out:
                 out[rel] = stored
@@ -303,10 +309,8 @@ class MdmemMemoryTool(BetaAbstractMemoryTool):
     def _now(self) -> TimeLike:
         return self.now() if callable(self.now) else self.now
 
-    def _write(self, path: str, text: str, stored: StoredNote | None, rel: str | None, *,
-               like: StoredNote | None = None) -> WriteResult:
-        """A new note at tool path ``rel`` (about ``like``'s subject and kind when moving one),
-        or a new version of ``stored``, through the gate as the agent."""
+    def _write(self, path: str, text: str, stored: StoredNote | None, rel: str | None) -> WriteResult:
+        """A new note at tool path ``rel``, or a new version of ``stored``, through the gate as the agent."""
         if stored is not None:
             note = stored.note
             if not self.repo.contracts.resolve(note.kind).keyed:
@@ -317,9 +321,7 @@ class MdmemMemoryTool(BetaAbstractMemoryTool):
                         expect_version=stored.version)
         else:
             assert rel is not None
-            subject = like.note.subject if like is not None else self.subject
-            kind = like.note.kind if like is not None and self.repo.contracts.resolve(like.note.kind).keyed \
-                else self.kind
+            subject, kind = self.subject, self.kind
             key = self._key_for(rel, subject, kind)
             self._no_symlink(layout.keyed_path(self.root, subject, kind, key))
             args = dict(kind=kind, subject=subject, key=key, scope=self.scope, team=self.team,

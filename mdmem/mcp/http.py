@@ -17,6 +17,7 @@ import importlib
 import inspect
 import json
 import logging
+import os
 import signal
 import socket
 import threading
@@ -45,7 +46,8 @@ from ..auth.static_tokens import TokenFile, split_token
 from ..errors import MdmemError, Refused
 from ..repo import MemoryRepo
 from .http_guard import RateLimiter, RequestGuard, header_deadline_protocol
-from .server import ANNOTATIONS, INSTRUCTIONS, TOOLS, ErasureFollower, tool_errors, unknown_arguments
+from .reexec import RestartOnErasure, reexec
+from .server import ANNOTATIONS, INSTRUCTIONS, TOOLS, tool_errors, unknown_arguments
 
 log = logging.getLogger("mdmem.server")
 MCP_PATH = "/mcp"
@@ -271,17 +273,16 @@ class CapabilityGate:
     label in a call is a lie let through otherwise), and a token is offered only the tools its
     capabilities allow (calling another is refused by the tool itself)."""
 
-    def __init__(self, params: dict[str, frozenset[str]], follower: ErasureFollower | None = None):
+    def __init__(self, params: dict[str, frozenset[str]], restart: RestartOnErasure | None = None):
         self.params = params
-        self.follower = follower
+        self.restart = restart
 
     async def __call__(self, rctx: Any, call_next: Any) -> Any:
         if rctx.method == "tools/call" and isinstance(rctx.params, Mapping):
-            if self.follower is not None and self.follower.changed():
-                # Never answer from caches an erasure has made stale (the same as over stdio);
-                # the look is two stats on the loop, the dropping on a thread (a thread hop for
-                # every call only to look cost as much as the look itself many times over).
-                await anyio.to_thread.run_sync(self.follower.check)
+            if self.restart is not None:
+                # Never answer from caches an erasure has made stale: the first to see one
+                # drops them (and asks for the restart) before any call goes on.
+                await anyio.to_thread.run_sync(self.restart.look)
             refusal = unknown_arguments(rctx.params, self.params)
             if refusal is not None:
                 return refusal
@@ -298,21 +299,18 @@ class CapabilityGate:
 
 def build_app(repo: MemoryRepo, verifier: TokenVerifier, *, public_url: str, issuer: str, host: str,
               limits: HttpLimits = HttpLimits(), index_ready: threading.Event | None = None,
-              follower_stop: threading.Event | None = None) -> Starlette:
+              restart: RestartOnErasure | None = None) -> Starlette:
     """The ASGI app: /mcp (bearer token required), the protected resource metadata, /healthz.
-    ``follower_stop``: watch for erasures once a second (until set), not only before each call."""
+    ``restart``: looked at before each tool call (serve_http: an erasure ends the server)."""
     ready = index_ready or threading.Event()
     if index_ready is None:
         ready.set()
     ctx = RequestIdentity(repo, ready)
-    follower = ErasureFollower(ctx)
-    if follower_stop is not None:
-        follower.watch(follower_stop)
     params: dict[str, frozenset[str]] = {}
     auth = AuthSettings(issuer_url=issuer, resource_server_url=public_url,  # type: ignore[arg-type]
                         required_scopes=None, validate_token_resource=True)
     server: MCPServer = MCPServer("mdmem", instructions=INSTRUCTIONS, token_verifier=verifier, auth=auth,
-                                  middleware=[CapabilityGate(params, follower)], log_level="WARNING")
+                                  middleware=[CapabilityGate(params, restart)], log_level="WARNING")
     readers, writers = anyio.CapacityLimiter(limits.read_workers), anyio.CapacityLimiter(limits.write_workers)
     writes = WritesUnderWay()
     for name, capability in TOOLS.items():
@@ -361,12 +359,27 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def listening_socket(fd: object) -> socket.socket | None:
+    """The listening socket a server that re-executed itself handed over (its descriptor), if any."""
+    if not isinstance(fd, int):
+        return None
+    try:
+        return socket.socket(fileno=fd)
+    except OSError:
+        return None
+
+
 def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *, public_url: str, issuer: str,
                host: str, limits: HttpLimits = HttpLimits(), drain_seconds: float = 10.0,
                graceful_seconds: float = 30.0) -> bool:
     """Serve until SIGTERM/SIGINT: then no new connection is taken, requests in flight (a write
     under way) are finished and answered, and the process may end. True when the index
-    builder also ended (see mcp/server.serve)."""
+    builder also ended (see mcp/server.serve).
+
+    Once an erasure ends in the repository the server stops the same way and re-executes
+    itself (mcp/reexec.py): its memory may hold the erased text. The listening socket stays
+    open through it (a copy of its descriptor goes to the fresh process), so a client
+    connecting meanwhile waits in its queue and is answered, never refused."""
     import uvicorn
 
     # The index's first catch-up (maybe a whole build) runs beside the server; recall answers
@@ -387,6 +400,14 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
         except Exception:  # noqa: BLE001 -- a cache: recall reads the lists itself
             pass
 
+    kept: list[int] = []  # the listening socket's descriptor for the fresh process
+
+    def erasure_ended() -> None:
+        kept.append(os.dup(sock.fileno()))  # before uvicorn closes its own
+        # Calls still arriving until the server stops are answered from caches read again.
+        repo.reload()
+        server.should_exit = True
+
     builder = threading.Thread(target=start, name="mdmem-index-build", daemon=True)
     builder.start()
     try:
@@ -396,22 +417,31 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
     except Exception:  # noqa: BLE001 -- a cache: the first write builds what it needs
         pass
     stop = threading.Event()
+    restart = RestartOnErasure([repo.root], on_due=erasure_ended)
     app = build_app(repo, verifier, public_url=public_url, issuer=issuer, host=host, limits=limits,
-                    index_ready=ready, follower_stop=stop)
+                    index_ready=ready, restart=restart)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                             http=header_deadline_protocol(limits.body_seconds),
                             timeout_graceful_shutdown=int(graceful_seconds), limit_concurrency=512,
                             timeout_keep_alive=5)
+    server = uvicorn.Server(config)
+    restart.watch(stop)
     # uvicorn finishes the requests in flight on SIGTERM, then raises the signal again under the
     # handler that was there before it: this one, so the cleanup below runs and the process
     # ends with 0 -- a stop asked for, done -- instead of dying by the signal.
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    stopped: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum))
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        server.run(sockets=[sock])
     finally:
         stop.set()
         signal.signal(signal.SIGTERM, previous)
         app.state.writes.wait_idle(graceful_seconds)  # a write uvicorn stopped waiting for still ends first
         repo.store.flush_index()
-        builder.join(drain_seconds)
+    if kept and not stopped:
+        log.warning("an erasure ended: restarting in place so no copy of the erased text stays in memory")
+        reexec({"socket_fd": kept[0]}, kept)
+    for fd in kept:
+        os.close(fd)
+    builder.join(drain_seconds)
     return not builder.is_alive()

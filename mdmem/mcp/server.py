@@ -20,6 +20,7 @@ from ..errors import BadInput, as_mdmem_error
 from ..model.layout import check_name
 from ..repo import MemoryRepo
 from ..model.kinds import KIND_GUIDE, agent_review_rule
+from .reexec import RestartOnErasure
 
 # tool module -> the capability it needs. Approving held writes is deliberately not a tool:
 # review is a person's act, through the CLI or the Python API.
@@ -80,77 +81,6 @@ class ServerContext:
         return name
 
 
-class ErasureFollower:
-    """Erased text leaves the server: once an erasure ends in this repository (its done-stamp
-    moves: erasure/journal.py), or while one is under way, every cache the server holds is
-    dropped and the freed memory given back, as the daemon lets go (it exits). Shared by
-    every transport: the Gatekeeper checks before each tool call, and ``watch`` once a second
-    for a server nobody calls."""
-
-    def __init__(self, ctx: Any):
-        """``ctx``: what the tools read (ServerContext over stdio, the HTTP server's own): its
-        ``repo`` is the one let go of."""
-        from ..erasure.journal import done_stamp
-
-        self.ctx = ctx
-        self.stamp = done_stamp(ctx.repo.root)
-        self.lock = threading.Lock()
-        self.drops = 0
-
-    def changed(self) -> bool:
-        """Whether an erasure ended (or runs) since the last look: two stats, cheap enough for
-        an event loop (check() then does the dropping, on a thread)."""
-        from ..erasure.journal import done_stamp, pending
-
-        root = self.ctx.repo.root
-        return done_stamp(root) != self.stamp or pending(root)
-
-    def check(self) -> bool:
-        """Drop everything if an erasure ended (or runs) since the last look; True if it did."""
-        from ..erasure.journal import done_stamp
-
-        if not self.changed():
-            return False
-        stamp = done_stamp(self.ctx.repo.root)
-        with self.lock:
-            self.ctx.repo.reload()  # the index, vectors, views, trust: each read again from disk
-            self.stamp = stamp
-            self.drops += 1
-            release_freed_memory()
-        return True
-
-    def watch(self, stop: threading.Event, seconds: float = 1.0) -> threading.Thread:
-        def loop() -> None:
-            while not stop.wait(seconds):
-                try:
-                    self.check()
-                except Exception:  # noqa: BLE001 -- the next tool call checks again
-                    pass
-
-        thread = threading.Thread(target=loop, name="mdmem-erasure-follower", daemon=True)
-        thread.start()
-        return thread
-
-
-def release_freed_memory() -> None:
-    """Collect what the dropped caches held and hand free memory back to the system, so the
-    erased text is not left readable in the process's freed blocks. Python keeps freed small
-    objects in its own arenas: fresh objects of each size are made and dropped to overwrite them."""
-    import ctypes
-    import gc
-
-    gc.collect()
-    # Overwrite freed small blocks (pymalloc reuses them first) with copies of one byte.
-    for size in range(1, 513, 8):
-        junk = [bytes(size) for _ in range(4096)]
-        del junk
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)  # glibc: free pages go back to the system
-    except (OSError, AttributeError):
-        pass
-
-
 def agent_name(raw) -> str | None:
     """A client's self-reported name as a safe agent name (agent:<name> in provenance)."""
     if not isinstance(raw, str):
@@ -166,14 +96,18 @@ class Gatekeeper:
     """MCP middleware: learns the client's name for each call and refuses tool calls that carry
     arguments the tool does not declare (an ignored ``owner``/``as_user`` is a lie let through)."""
 
-    def __init__(self, ctx: ServerContext, params: dict[str, frozenset[str]], follower: ErasureFollower):
+    def __init__(self, ctx: ServerContext, params: dict[str, frozenset[str]],
+                 restart: RestartOnErasure | None = None):
         self.ctx = ctx
         self.params = params
-        self.follower = follower
+        self.restart = restart
 
     async def __call__(self, rctx, call_next):
         if rctx.method == "tools/call" and isinstance(rctx.params, Mapping):
-            self.follower.check()  # never answer from caches an erasure has made stale
+            if self.restart is not None:
+                # A call the relay passed on before an erasure ended, answered after: never from
+                # the caches from before it (the first to see the erasure drops them).
+                self.restart.look()
             # The client's name as it gave it when connecting (the handshake or the request envelope).
             params = getattr(rctx.session, "client_params", None)
             info = getattr(params, "client_info", None)
@@ -212,19 +146,16 @@ def tool_errors(fn):
 
 
 def build_server(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | None = None,
-                 index_ready: threading.Event | None = None, follower_stop: threading.Event | None = None
+                 index_ready: threading.Event | None = None, restart: RestartOnErasure | None = None
                  ) -> MCPServer:
-    """The server every transport runs. ``follower_stop``: watch for erasures once a second
-    (until it is set), not only before each tool call."""
+    """The server on stdio (one identity); mcp/http.py builds the HTTP one from the same tools.
+    ``restart``: the RestartOnErasure looked at before each tool call (see serve)."""
     ctx = ServerContext(repo, repo.check_user(user), allowed,
                         label=check_name(label, "--agent") if label is not None else None)
     if index_ready is not None:
         ctx.index_ready = index_ready
     params: dict[str, frozenset[str]] = {}
-    follower = ErasureFollower(ctx)
-    if follower_stop is not None:
-        follower.watch(follower_stop)
-    server = MCPServer("mdmem", instructions=INSTRUCTIONS, middleware=[Gatekeeper(ctx, params, follower)])
+    server = MCPServer("mdmem", instructions=INSTRUCTIONS, middleware=[Gatekeeper(ctx, params, restart)])
     for name, capability in TOOLS.items():
         if capability not in allowed:
             continue  # a tool the agent may not use is not offered at all
@@ -237,8 +168,14 @@ def build_server(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label:
 
 
 def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | None = None,
-          drain_seconds: float = 10.0) -> bool:
+          drain_seconds: float = 10.0, handover: dict[str, Any] | None = None) -> bool:
+    """Serve on stdio until the client leaves. Once an erasure ends in the repository (or a
+    mount of the workspace) the process re-executes itself between two requests and goes on
+    with the client's session (mcp/stdio_relay.py): its memory may hold the erased text, and
+    only a fresh process is sure not to. ``handover``: what the process this one replaced
+    passed (mcp/reexec.taken_over). True when the index builder ended (see below)."""
     from ..watch import Watcher
+    from .stdio_relay import StdioRelay
 
     # People edit notes while the agent works: keep the index following their saves. The
     # watcher's first catch-up may be a whole build: it runs beside the server, not before it.
@@ -246,6 +183,7 @@ def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | 
     repos = repo.mounted_repos(user) if getattr(repo, "is_workspace", False) else [repo]
     watchers = [Watcher(r, lambda event: None) for r in repos]
     ready = threading.Event()
+    stop = threading.Event()
 
     def start() -> None:
         try:
@@ -260,13 +198,33 @@ def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | 
         except Exception:  # noqa: BLE001 -- a cache: recall reads the lists itself
             pass
 
+    def before_exec() -> None:
+        # Every request is answered: no write runs. git's index gets the entries this process
+        # deferred (the fresh one would repair them from the journal, later).
+        stop.set()
+        for watcher in watchers:
+            watcher.stop()
+        for each in repos:
+            each.store.flush_index()
+
+    def erasure_ended() -> None:
+        # Calls already passed on are answered before the exec: from caches read again.
+        for each in repos:
+            each.reload()
+        relay.wake()
+
+    restart = RestartOnErasure([r.root for r in repos], on_due=erasure_ended)
+    relay = StdioRelay(restart.look, before_exec, handover or {})
+    server = build_server(repo, user, allowed, label=label, index_ready=ready, restart=restart)
     builder = threading.Thread(target=start, name="mdmem-index-build", daemon=True)
     builder.start()
-    stop = threading.Event()
+    relay.start()
+    restart.watch(stop)
     try:
-        build_server(repo, user, allowed, label=label, index_ready=ready, follower_stop=stop).run("stdio")
+        server.run("stdio")
     finally:
         stop.set()
+        relay.stop()
         for watcher in watchers:
             watcher.stop()
         # The client left while the first catch-up may still be embedding: letting the

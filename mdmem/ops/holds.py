@@ -19,6 +19,7 @@ REVIEW_PREFIX = "review/"
 REVIEW_TRAILER = "Memory-Review"  # on the approve or reject commit that closed a hold
 # The ids hold() makes: the last ten characters of a lowercased ULID (Crockford base32).
 HOLD_ID = re.compile(r"[0-9a-z]{10}")
+MOVED_FROM = "Memory-Moved-From"  # on a move's commit (and its hold): the path the note left
 
 
 def decisions(store: GitStore) -> dict[str, set[str]]:
@@ -41,7 +42,11 @@ def closed_ids(store: GitStore) -> set[str]:
 
 
 def hold(repo: RepoState, user: str, path: str, note: Note, reason: str, when: _dt.datetime, *, channel: str,
-         new_key: bool, expect_version: str | None, claimed_source: str | None) -> WriteResult:
+         new_key: bool, expect_version: str | None, claimed_source: str | None,
+         moved_from: tuple[str, str] | None = None) -> WriteResult:
+    """Hold a write on a ``review/<id>`` branch. ``moved_from`` (path, version): the write is a
+    move of that note, and its hold commit is the move itself (the old path gone), so the
+    review's diff shows what approving it does."""
     review_id = new_id().lower()[-10:]
     branch = f"refs/heads/{REVIEW_PREFIX}{review_id}"
     base = repo.store.head()
@@ -55,11 +60,15 @@ def hold(repo: RepoState, user: str, path: str, note: Note, reason: str, when: _
         extra.append(("Memory-Expect-Version", expect_version))
     if claimed_source:
         extra.append(("Memory-Claimed-Source", claimed_source))
+    changes: dict[str, bytes | None] = {path: note.dumps().encode()}
+    if moved_from is not None:
+        extra += [(MOVED_FROM, moved_from[0]), ("Memory-Moved-Version", moved_from[1])]
+        changes[moved_from[0]] = None
     trailers = Trailers("hold", user, note.source, extra=tuple(extra))
     message = f"hold {note.kind} {note.subject}/{note.key or path.rsplit('/', 1)[-1]}\n\n{trailers.render()}"
     # The held commit sits on main's tip in a branch of its own, out of the work tree.
     repo.store.create_branch(REVIEW_PREFIX + review_id, base)
-    commit = repo.store.commit({path: note.dumps().encode()}, message, actor=user, when=when,
+    commit = repo.store.commit(changes, message, actor=user, when=when,
                                branch=branch, worktree=False)
     return WriteResult("held", path, commit=commit, review_id=review_id, reason=reason, note_id=note.id)
 
@@ -86,4 +95,5 @@ def review_item(repo: RepoState, review_id: str) -> ReviewItem | None:
     return ReviewItem(review_id, path, note, writer, t.get("hold-reason", ""), tip.commit, channel=channel,
                       new_key=t.get("new-key") == "true", expect_version=t.get("expect-version") or None,
                       claimed_source=t.get("claimed-source") or None, base_version=base,
-                      changed_since=now if now != base else None)
+                      changed_since=now if now != base else None,
+                      moved_from=t.get("moved-from") or None, moved_version=t.get("moved-version") or None)

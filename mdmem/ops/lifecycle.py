@@ -1,7 +1,12 @@
-"""A note's end: retiring it (no longer true from a time) and sweeping expired notes away."""
+"""A note's end and its place: retiring it (no longer true from a time), sweeping expired notes
+away, moving it to another key (one commit: the old path goes, the new one comes, history
+follows it)."""
 from __future__ import annotations
 
-from ..errors import BadInput, Refused
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import BadInput, Conflict, Refused
 from ..model.clock import TimeLike, format_time, parse_time, resolve_write_time
 from ..policy import gate
 from ..policy.access import require_user
@@ -10,6 +15,7 @@ from ..storage.trailers import Trailers
 from ..storage.worktree import scan_notes
 from ..model import layout
 from . import holds, read, write
+from .holds import MOVED_FROM
 from .state import RepoState
 
 
@@ -51,6 +57,59 @@ def retire(repo: RepoState, *, as_user: str, path: str, valid_until: TimeLike = 
             if not verdict.trusted:
                 return holds.hold(repo, user, path, pending.note, verdict.reason, when, channel=channel,
                                   new_key=False, expect_version=pending.superseded, claimed_source=None)
+    return write.commit_pending(repo, user, when, prepare_now)
+
+
+def move(repo: RepoState, *, as_user: str, path: str, key: str, expect_version: str | None = None,
+         extra: Mapping[str, Any] | None = None, now: TimeLike = None, channel: str = gate.HUMAN,
+         source: str | None = None) -> WriteResult:
+    """Move the keyed note at ``path`` to ``key`` (same root, subject and kind; the same note:
+    its id, text and fields, with ``extra`` fields set): one commit that removes the old path
+    and adds the new one, so `git log --follow` and ``history`` of the new path show every
+    version before the move. Over the agent channel the gate judges it like the agent's write
+    of that note: trusted, committed with the agent named; else held, the hold being the move."""
+    user = require_user(as_user)
+    when = resolve_write_time(now)
+    if channel not in gate.CHANNELS:
+        raise BadInput(f"channel: {channel!r}; use {gate.HUMAN!r} or {gate.AGENT!r}")
+    if channel == gate.AGENT and not (source and gate.is_agent_source(source)):
+        raise BadInput(f"source: a move over the agent channel is recorded as agent:<name>, not {source!r}")
+    layout.check_key(key)
+    fields = write.check_extra(extra)
+
+    def prepare_now() -> write.Pending:
+        stored = read.visible_stored(repo, user, path)
+        repo.access.check_write(user, stored.root)
+        gate.check_expected_version(path, expect_version, stored.version)
+        gate.check_clean(path, stored.version, repo.store.blob_id(path))  # a person's edit is not moved unseen
+        contract = repo.contracts.resolve(stored.note.kind)
+        if not contract.keyed or contract.name == "summary":
+            raise BadInput(f"{path}: a {contract.name} note is not moved to another key (only keyed notes are)")
+        note = stored.note.evolve(key=key, extra={**stored.note.extra, **fields})
+        target = read.path_for(stored.root, contract, note.subject, key, when, note.text)
+        if target == path:
+            raise BadInput(f"key: {path} is already at key {key!r}")
+        if read.read(repo, target) is not None or repo.store.blob_id(target) is not None:
+            raise Conflict(f"{target}: a note is already there; move to another key, or retire that one first")
+        # new_key: the mover names the key it wants; the old key leaves the folder in the same commit.
+        pending = write.prepare(repo, user, target, note, contract, new_key=True, expect_version=None, now=when,
+                                op="move")
+        pending.moved_from = path
+        pending.superseded = stored.version
+        pending.extra_trailers = ((MOVED_FROM, path),) + ((("Memory-Acting-Source", source),) if source else ())
+        return pending
+
+    if channel == gate.AGENT and source is not None:
+        with repo.store.locked():
+            pending = prepare_now()
+            trust = repo.config.trust
+            verdict = gate.judge_source(source, repo.contracts.resolve(pending.note.kind), trust.sources,
+                                        trust.agent_kinds, root=layout.root_of(path),
+                                        agent_team_kinds=trust.agent_team_kinds)
+            if not verdict.trusted:
+                return holds.hold(repo, user, pending.path, pending.note, verdict.reason, when, channel=channel,
+                                  new_key=True, expect_version=None, claimed_source=None,
+                                  moved_from=(path, pending.superseded or ""))
     return write.commit_pending(repo, user, when, prepare_now)
 
 

@@ -126,13 +126,15 @@ def keys(repo: RepoState, *, as_user: str, subject: str, kind: str, scope: str |
     return out
 
 
-def notes(repo: RepoState, *, as_user: str, now: TimeLike = None, include_ended: bool = False) -> list[StoredNote]:
-    """Every note the user may see (live ones unless ``include_ended``)."""
+def notes(repo: RepoState, *, as_user: str, now: TimeLike = None, include_ended: bool = False,
+          folders: list[str] | None = None) -> list[StoredNote]:
+    """Every note the user may see (live ones unless ``include_ended``); ``folders``: only those
+    below these folders of roots the user may read (the caller checked them)."""
     user = require_user(as_user)
     when = resolve_now(now)
     out = []
-    for root in repo.access.readable_roots(user):
-        for stored in scan_notes(repo.root, repo.contracts, root, max_bytes=repo.config.note_max_bytes)[0]:
+    for folder in repo.access.readable_roots(user) if folders is None else folders:
+        for stored in scan_notes(repo.root, repo.contracts, folder, max_bytes=repo.config.note_max_bytes)[0]:
             if include_ended or stored.note.is_live(when):
                 out.append(stored)
     return out
@@ -154,7 +156,11 @@ def listing(repo: RepoState, *, as_user: str, subject: str | None = None, kind: 
     kind_name = repo.contracts.resolve(kind).name if kind else None
     if subject:
         layout.check_subject(subject)
-    rows = [s for s in notes(repo, as_user=user, now=now, include_ended=include_ended)
+    # Only the folders that can hold what was asked for are read: a subject's notes lie in its
+    # folder of each root (their paths say so, and reading checks it).
+    roots = [root.rstrip("/")] if root is not None else repo.access.readable_roots(user)
+    folders = [f"{r}/{layout.subject_dir(subject)}" if subject else r for r in roots]
+    rows = [s for s in notes(repo, as_user=user, now=now, include_ended=include_ended, folders=folders)
             if (root is None or s.root == root.rstrip("/")) and (kind_name is None or s.note.kind == kind_name)
             and (subject is None or s.note.subject == subject)]
     # Marked as recall, get and history mark them: a note no permitted writer committed.
@@ -195,6 +201,9 @@ def check(repo: RepoState) -> tuple[list[StoredNote], list[NoteInvalid]]:
     return [s for s in good if s not in orphaned and s not in strays], bad
 
 
+MAX_MOVES_FOLLOWED = 100
+
+
 def history(repo: RepoState, *, as_user: str, path: str | None = None, subject: str | None = None,
             kind: str | None = None, key: str | None = None, scope: str | None = None,
             team: str | None = None, at: TimeLike = None) -> list[Version]:
@@ -211,22 +220,36 @@ def history(repo: RepoState, *, as_user: str, path: str | None = None, subject: 
             raise not_visible(f"{subject} {kind} {key or ''}".strip(), user)
     root = repo.access.visible_root(user, path)
     writers = repo.access.writers_of_root(root)
-    versions = []
-    for entry in repo.store.log(path):
-        note = None
-        if entry.blob is not None:
-            try:
-                note = parse_note(path, repo.store.read_blob(entry.blob))
-            except NoteInvalid:
-                note = None
-            if note is not None and not version_visible(repo, user, note):
-                break  # the walk stops at the first version the user may not see
-        t = entry.trailers
-        committer = repo.config.committer(entry.email)
-        why = None if committer in writers else \
-            f"committed by {committer or 'an unknown identity'}, who may not write {root}"
-        versions.append(Version(entry.commit, entry.time, t.get("op", "edit"), t.get("actor", entry.author),
-                                t.get("source", "human"), entry.blob, note, why, path=path))
+    versions: list[Version] = []
+    walk, rev = path, "HEAD"
+    # A move (ops/lifecycle.move) brought the note here from another path of the same root: its
+    # versions there come next, read at the commit before the move (a bounded number of moves).
+    for _ in range(MAX_MOVES_FOLLOWED):
+        came_from: str | None = None
+        for entry in repo.store.log(walk, rev):
+            note = None
+            if entry.blob is not None:
+                try:
+                    note = parse_note(walk, repo.store.read_blob(entry.blob))
+                except NoteInvalid:
+                    note = None
+                if note is not None and not version_visible(repo, user, note):
+                    came_from = None
+                    break  # the walk stops at the first version the user may not see
+            t = entry.trailers
+            committer = repo.config.committer(entry.email)
+            why = None if committer in writers else \
+                f"committed by {committer or 'an unknown identity'}, who may not write {root}"
+            versions.append(Version(entry.commit, entry.time, t.get("op", "edit"), t.get("actor", entry.author),
+                                    t.get("source", "human"), entry.blob, note, why, path=walk))
+            moved = t.get("moved-from")
+            if moved and moved != walk and entry.blob is not None and why is None \
+                    and layout.is_note_path(moved) and layout.root_of(moved) == root:
+                came_from, rev = moved, f"{entry.commit}^"
+                break  # what this path held before the note came is another note's history
+        if came_from is None:
+            break
+        walk = came_from
     if not versions:
         raise not_visible(path, user)
     if at is not None:

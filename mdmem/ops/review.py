@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..errors import MdmemError, NotFound, Refused
+from ..errors import Conflict, MdmemError, NotFound, Refused
 from ..model import layout
 from ..model.clock import TimeLike, format_time, resolve_now
 from ..policy import gate
@@ -14,7 +14,7 @@ from ..storage.trailers import Trailers
 from . import write
 from ..erasure.erased import known_commits
 from ..erasure.receipt import AUDIT_PATH
-from .holds import REVIEW_PREFIX, closed_ids, review_item
+from .holds import MOVED_FROM, REVIEW_PREFIX, closed_ids, review_item
 from .state import RepoState
 
 REVIEW_AUDIT_PATH = "audit/reviews.jsonl"
@@ -92,6 +92,16 @@ def approve(repo: RepoState, review_id: str, *, as_user: str, new_key: bool = Fa
         extra = [("Memory-Approved-By", user), ("Memory-Review", review_id)]
         if item.claimed_source:
             extra.append(("Memory-Claimed-Source", item.claimed_source))
+        if item.moved_from is not None:
+            # A held move: the note it moves must still be the version the agent moved.
+            stored = write.read_for_write(repo, item.moved_from)
+            repo.access.check_write(user, layout.parse_path(item.moved_from).root)
+            if stored is None or item.moved_version is None:
+                raise Conflict(f"review {review_id}: it moves {item.moved_from}, which is "
+                               f"{'gone' if stored is None else 'unnamed by version'}; reject it")
+            gate.check_expected_version(item.moved_from, item.moved_version, stored.version)
+            pending.moved_from = item.moved_from
+            extra.append((MOVED_FROM, item.moved_from))
         pending.extra_trailers = tuple(extra)
         return pending
 

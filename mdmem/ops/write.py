@@ -51,6 +51,7 @@ class Pending:
     op: str
     superseded: str | None
     extra_trailers: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    moved_from: str | None = None  # a move: the path the note leaves in the same commit
 
 
 Draft = tuple[str, Note, Contract, Provenance]  # path, note, contract, the provenance verdict
@@ -396,14 +397,17 @@ def commit_pending(repo: RepoState, user: str, when: _dt.datetime, prepare_now: 
             # read (and so never undo) its own write.
             validate_note(pending.path, data, repo.contracts, max_bytes=repo.config.note_max_bytes)
             version = blob_hash(data)
-            if pending.superseded == version:
+            if pending.superseded == version and pending.moved_from is None:
                 # The same note again (an agent repeating itself within a second): no empty
                 # commit; the answer names the commit that holds this version.
                 held_by = repo.store.log(pending.path)
                 return WriteResult("committed", pending.path, commit=held_by[0].commit if held_by else None,
                                    version=version, note_id=pending.note.id)
+            changes: dict[str, bytes | None] = {pending.path: data}
+            if pending.moved_from is not None:
+                changes[pending.moved_from] = None  # one commit: git shows a rename, history follows it
             try:
-                commit = commit_changes(repo, {pending.path: data}, message, actor=user, when=when)
+                commit = commit_changes(repo, changes, message, actor=user, when=when)
             except BranchMoved:
                 if attempt == WRITE_RETRIES - 1:
                     raise

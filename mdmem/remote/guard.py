@@ -13,7 +13,8 @@ from pathlib import Path
 from ..erasure.forget import AUDIT_PATH, erased_blob_ids, erased_commit_ids
 from ..erasure.receipt import receipt_ids
 from ..errors import BadInput
-from ..storage.queries import is_ancestor_at, note_blobs_only_in_at, run_git_at
+from ..storage.queries import (blobs_at, changed_paths_at, files_at, folders_at, is_ancestor_at, merge_base_at,
+                               note_blobs_only_in_at, run_git_at)
 
 
 GUARD_MEMORY = "mdmem-guard-erasures.jsonl"  # in the bare repo's own folder: no push can change it
@@ -99,6 +100,9 @@ def check_push(bare: str, refs_text: str) -> list[str]:
     problems = []
     arriving = []
     removed: set[str] = set()
+    main = run_git_at(bare, "symbolic-ref", "-q", "HEAD", check=False).strip() or "refs/heads/main"
+    tips = {parts[2]: parts[1] for parts in map(str.split, refs_text.splitlines())
+            if len(parts) == 3 and set(parts[1]) != {"0"}}
     for line in refs_text.splitlines():
         parts = line.split()
         if len(parts) != 3 or set(parts[1]) == {"0"}:
@@ -127,9 +131,18 @@ def check_push(bare: str, refs_text: str) -> list[str]:
             problems.append(f"{ref} contains {len(found)} erased commit(s) (first {found[0][:10]}); "
                             "re-clone instead of pushing an old clone")
             continue
-        forged = _forged_guide(bare, new)
+        if ref == main:
+            forged = _forged_views(bare, None if set(old) == {"0"} else old, new)
+        else:
+            # Another ref (a hold, a tag, a branch): only the view files it changes from the main
+            # branch's history are judged. History is not judged commit by commit (an erasure
+            # rewrites old views without rendering them again, and a hold is one note on such a
+            # commit); what such a ref must not bring is view text main's history never held.
+            main_tip = tips.get(main) or run_git_at(bare, "rev-parse", "-q", "--verify", main, check=False).strip()
+            forged = _forged_views(bare, merge_base_at(bare, new, main_tip) if main_tip else None, new,
+                                   views_only=True)
         if forged:
-            problems.append(f"{ref}: {forged}")
+            problems += [f"{ref}: {why}" for why in forged]
             continue
         listing = run_git_at(bare, "rev-list", "--objects", new, check=False)
         objects = {ln.split(" ", 1)[0] for ln in listing.splitlines()}
@@ -146,27 +159,44 @@ def check_push(bare: str, refs_text: str) -> list[str]:
     return problems
 
 
-def _forged_guide(bare: str | Path, commit: str) -> str | None:
-    """Why the root MEMORY.md at ``commit`` is not what agents may read first, or None. It is a
-    function of the commit's mdmem.toml alone, so the server renders it as any clone would: a
-    guide written by hand (an injected instruction, pushed past the hooks with --no-verify)
-    differs and is refused."""
+def _forged_views(bare: str | Path, old: str | None, commit: str, *, views_only: bool = False) -> list[str]:
+    """Why the views at ``commit`` are not what agents may read first: each view file mdmem
+    writes that differs from a fresh render of the commit. The root guide is a function of the
+    commit's mdmem.toml alone; a scope view must be the render of some of its root's notes
+    there (views/authentic.py says why not all: each clone leaves out notes it does not trust).
+    A view written by hand (an injected instruction, pushed past the hooks with --no-verify)
+    is refused. Only the roots changed since ``old`` are rendered (a new ref, or a changed
+    mdmem.toml, renders every root); ``views_only``: only the views changed since ``old``."""
     from ..config import CONFIG_NAME, Config
     from ..errors import MdmemError
+    from ..views.authentic import unrendered_views
+    from ..views.fresh import SCOPES, is_view_path, touched_roots
     from ..views.render import VIEW_NAME, render_root
 
-    config = run_git_at(bare, "show", f"{commit}:{CONFIG_NAME}", check=False)
-    if not config:
-        return None  # not a memory repo's history (or no config yet): nothing to render
+    config_text = run_git_at(bare, "show", f"{commit}:{CONFIG_NAME}", check=False)
+    if not config_text:
+        return []  # not a memory repo's history (or no config yet): nothing to render
     try:
-        fresh = render_root(Config.parse(config.encode(), where=CONFIG_NAME))
+        config = Config.parse(config_text.encode(), where=CONFIG_NAME)
     except MdmemError:
-        return None  # an unreadable config is the clones' to refuse (sync names it)
-    held = run_git_at(bare, "show", f"{commit}:{VIEW_NAME}", check=False)
-    if held != fresh:
-        return (f"{VIEW_NAME} differs from a fresh render of its commit's {CONFIG_NAME} (a view written by hand "
-                "tells agents what no note says); run `mdmem render` and push again")
-    return None
+        return []  # an unreadable config is the clones' to refuse (sync names it)
+    why = "(a view written by hand tells agents what no note says); run `mdmem render` and push again"
+    problems = []
+    changed = changed_paths_at(bare, old, commit) if old else None
+    if views_only and changed is not None:
+        changed = {path for path in changed if is_view_path(path)}
+    if (changed is None or VIEW_NAME in changed or (CONFIG_NAME in changed and not views_only)) and \
+            run_git_at(bare, "show", f"{commit}:{VIEW_NAME}", check=False) != render_root(config):
+        problems.append(f"{VIEW_NAME} differs from a fresh render of its commit's {CONFIG_NAME} {why}")
+    if changed is None or (CONFIG_NAME in changed and not views_only):
+        roots = {f"team/{t}" for t in config.teams}
+        roots |= {f"{scope}/{name}" for scope in SCOPES for name in folders_at(bare, commit, scope)}
+    else:
+        roots = touched_roots(changed)
+    files = files_at(bare, commit, sorted(roots))
+    for path in unrendered_views(config, roots, files, lambda oids: blobs_at(bare, oids)):
+        problems.append(f"{path} differs from a fresh render of its commit's notes {why}")
+    return problems
 
 
 def after_push(bare: str) -> bool:

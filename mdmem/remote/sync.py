@@ -117,6 +117,9 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
         decided = decisions(store)  # history's approve/reject commits, read once for both uses below
         holds = _sync_holds(repo, remote, push=push and pushed in (None, "pushed"), closed=set(decided))
         _drop_erased_leftovers(store)
+    # An erasure this push published is erased there only once the remote no longer hands out
+    # what it removed: asked as forget --push asks (after the holds, which may move refs there).
+    erasure = _erasure_on_remote(store.root, remote) if push and status.endswith("published erasure") else None
     repo.reset_caches()
     head = repo.store.head()
     # Conflicts in roots the user may not read are resolved all the same, but not named
@@ -135,6 +138,8 @@ def sync(repo, *, as_user: str, remote: str = "origin", push: bool = False, repl
            "rendered": rendered, "untrusted": untrusted}
     if pushed is not None:
         out["push"] = pushed
+    if erasure is not None:
+        out["erasure"] = erasure
     out["holds"] = holds
     out.update(replayed)
     # A hold approved in one clone and rejected in another (offline) is both, once merged:
@@ -345,6 +350,16 @@ def _integrate(repo, user, when, head, their_head, remote, branch) -> tuple[str,
         return "fast-forwarded", conflicts
     conflicts = _merge(repo, user, when, head, their_head, base, f"{remote}/{branch}")
     return "merged", conflicts
+
+
+def _erasure_on_remote(root, remote: str) -> str:
+    """Whether ``remote`` still serves what erasures known here removed (erasure/receipt.py's
+    remote_status: "erased: ..." or "NOT erased ..." naming what must happen there)."""
+    from ..erasure.erased import blob_ids, commit_ids
+    from ..erasure.receipt import CHECKED_IDS, remote_status
+
+    commits, blobs = sorted(commit_ids(root)), sorted(blob_ids(root))
+    return remote_status(root, remote, commits[:5] + blobs[:CHECKED_IDS], set(commits))
 
 
 def _publish_erasure(store, remote: str, branch: str, *, lease: str | None = None) -> tuple[str, list[ConflictPair]]:

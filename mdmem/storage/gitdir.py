@@ -13,7 +13,13 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
+
+# pathlib is imported where a Path is made, not here: the prompt hook's fast path
+# (cli/launch.py) finds the daemon's socket through this module, and pathlib with what it
+# imports cost each prompt ~5 ms.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
 
 CACHE_NAME = "mdmem"
 # The lock files, beside the cache folder and not in it: a lock file deleted while held lets a
@@ -27,15 +33,23 @@ DAEMON_LOG = "daemon.log"  # in the cache folder: the daemon's own output (cli/l
 
 def git_dir(root: Path) -> Path:
     """The git directory of the work tree at ``root`` (``.git``, or where a ``.git`` file points)."""
-    dot = Path(root) / ".git"
-    if dot.is_file():
+    from pathlib import Path
+
+    return Path(git_dir_path(os.fspath(root)))
+
+
+def git_dir_path(root: str) -> str:
+    """:func:`git_dir` as a string, with os.path only."""
+    dot = os.path.join(root, ".git")
+    if os.path.isfile(dot):
         try:
-            text = dot.read_text(encoding="utf-8", errors="replace")
+            with open(dot, encoding="utf-8", errors="replace") as f:
+                text = f.read()
         except OSError:
             return dot
         if text.startswith("gitdir:"):
-            target = Path(text[len("gitdir:"):].strip())
-            return target if target.is_absolute() else (Path(root) / target).resolve()
+            target = text[len("gitdir:"):].strip()
+            return target if os.path.isabs(target) else os.path.realpath(os.path.join(root, target))
     return dot
 
 
@@ -111,6 +125,8 @@ def common_git_dir(root: Path) -> Path:
         text = (own / "commondir").read_text(encoding="utf-8", errors="replace").strip()
     except OSError:
         return own
+    from pathlib import Path
+
     common = Path(text)
     return common if common.is_absolute() else (own / common).resolve()
 

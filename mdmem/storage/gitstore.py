@@ -30,8 +30,9 @@ import pygit2
 from ..errors import GitFailed
 from .locks import renew_after_fork
 from .queries import GitQueries
-from .gitdir import (cache_dir, erasure_done_path, erasure_lock_path, erasure_turnstile_path,
-                     file_stamp, locks_dir)
+from .gitdir import (cache_dir, erasure_lock_path, erasure_turnstile_path,
+                     locks_dir)
+from .erasures_seen import ErasureFollower
 from .locking import StoreLocking, WRITE_LOCK
 from .history import HistoryReading
 from .signatures import Signing, COMMITTER, default_identity, signature
@@ -81,8 +82,7 @@ class GitStore(GitQueries, StoreLocking, HistoryReading, Signing, CommitWriting,
         self._erasing = False  # the thread holding the lock took it for an erasure
         # The erasure gate, its turnstile and stamp (paths found once: each reads .git and commondir)
         self._gate = (str(erasure_lock_path(self.root)), str(erasure_turnstile_path(self.root)))
-        self._erasure_done = erasure_done_path(self.root)
-        self._erasures_seen = file_stamp(self._erasure_done)  # see follow_erasures
+        self._erasures = ErasureFollower([self.root])  # see follow_erasures
         # Called when another process's erasure is seen (the facade drops what it keeps).
         self.on_rewritten: Callable[[], None] | None = None
         self._threads_lock = threading.Lock()

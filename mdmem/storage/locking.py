@@ -13,7 +13,7 @@ import pygit2
 
 from ..errors import Conflict, LockTimeout
 from .locks import Lock, open_files, pass_turnstile
-from .gitdir import (clear_cache_path, file_stamp)
+from .gitdir import clear_cache_path
 from .repair import PENDING_NAME
 
 
@@ -149,23 +149,22 @@ class StoreLocking:
         return LockTimeout(f"{path}: an erasure held it for {timeout:.0f}s (no worktree of the repository is "
                            "written while one runs); try again when it ends")
 
-    def follow_erasures(self) -> None:
-        """Another process's erasure ended since this store last looked (its stamp moved, one
-        stat): what this process kept of the old history names commits that are gone. libgit2's
-        object and pack lists included: it still found the erased tip in a pack gc had
+    def follow_erasures(self) -> bool:
+        """Another process's erasure ended since this store last looked (storage/erasures_seen.py:
+        one stat): what this process kept of the old history names commits that are gone.
+        libgit2's object and pack lists included: it still found the erased tip in a pack gc had
         deleted, and a linked worktree's writer that waited for the erasure then failed every
-        write with a raw NotFoundError. The repository is opened anew and
-        ``on_rewritten`` (the facade's caches) is told."""
-        stamp = file_stamp(self._erasure_done)
-        if stamp == self._erasures_seen:
-            return
-        self._erasures_seen = stamp
+        write with a raw NotFoundError. The repository is opened anew and ``on_rewritten`` (the
+        facade's caches) is told. True if it saw one."""
+        if not self._erasures.ended():
+            return False
         self.repo = pygit2.Repository(str(self.root))
         self._index = None
         if self._trees is not None:
             self._trees = {}
         if self.on_rewritten is not None:
             self.on_rewritten()
+        return True
 
     def renew_after_fork(self) -> None:
         """In a forked child: this process's thread lock and timer anew (locks.renew_after_fork).

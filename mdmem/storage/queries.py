@@ -49,6 +49,11 @@ def is_ancestor_at(path: str | Path, ancestor: str, tip: str) -> bool:
                           capture_output=True).returncode == 0
 
 
+def merge_base_at(path: str | Path, one: str, other: str) -> str | None:
+    """In a repository that is not a memory repo's store: the best common ancestor, or None."""
+    return run_git_at(path, "merge-base", one, other, check=False).strip() or None
+
+
 def run_git_at(path: str | Path, *args: str, check: bool = True) -> str:
     """git in a repository that is not a memory repo's store (a bare remote the guard protects)."""
     proc = subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True)
@@ -71,6 +76,56 @@ def note_blobs_only_in_at(path: str | Path, rev: str, exclude: str) -> set[str]:
     kept = {line.split(" ", 1)[0] for line in run_git_at(path, "rev-list", "--objects", exclude,
                                                           check=False).splitlines()}
     return found - kept
+
+
+def changed_paths_at(path: str | Path, old: str, new: str) -> set[str]:
+    """The paths whose content differs between commits ``old`` and ``new`` (either side), read
+    by git's CLI: in a pre-receive hook the pushed objects are in git's quarantine, which
+    libgit2 does not read."""
+    out = run_git_at(path, "diff-tree", "-r", "-z", "--name-only", "--no-renames", old, new)
+    return {name for name in out.split("\0") if name}
+
+
+def files_at(path: str | Path, rev: str, folders: list[str]) -> dict[str, str]:
+    """path -> blob id of every file under ``folders`` in ``rev``'s tree (git's CLI, as above)."""
+    if not folders:
+        return {}
+    out = run_git_at(path, "ls-tree", "-r", "-z", "--full-tree", rev, "--",
+                     *(f":(literal){folder}" for folder in folders))
+    found = {}
+    for line in out.split("\0"):
+        meta, _, name = line.partition("\t")
+        parts = meta.split()
+        if name and len(parts) == 3 and parts[1] == "blob":
+            found[name] = parts[2]
+    return found
+
+
+def folders_at(path: str | Path, rev: str, folder: str) -> list[str]:
+    """The names of the folders directly under ``folder`` in ``rev``'s tree (git's CLI, as above)."""
+    out = run_git_at(path, "ls-tree", "-z", "-d", "--full-tree", rev, "--", f":(literal){folder}/", check=False)
+    return sorted(line.partition("\t")[2].rsplit("/", 1)[-1] for line in out.split("\0") if "\t" in line)
+
+
+def blobs_at(path: str | Path, oids: list[str]) -> dict[str, bytes]:
+    """The contents of blobs ``oids`` (one `git cat-file --batch`; git's CLI, as above)."""
+    if not oids:
+        return {}
+    unique = list(dict.fromkeys(oids))
+    proc = subprocess.run(["git", "-C", str(path), "cat-file", "--batch"],
+                          input="".join(o + "\n" for o in unique).encode(), capture_output=True)
+    if proc.returncode != 0:
+        raise GitFailed(f"{path}: git cat-file --batch failed: {proc.stderr.decode(errors='replace').strip()}")
+    out, data, at = {}, proc.stdout, 0
+    for oid in unique:
+        end = data.index(b"\n", at)
+        header = data[at:end].split()
+        if len(header) != 3:  # "<oid> missing"
+            raise GitFailed(f"{path}: blob {oid} is missing")
+        size = int(header[2])
+        out[oid] = data[end + 1:end + 1 + size]
+        at = end + 1 + size + 1
+    return out
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,11 @@ def touched_roots(paths: Iterable[str]) -> set[str]:
     return out
 
 
+def keeps_view(root: str, teams, has_notes: Callable[[], bool]) -> bool:
+    """Whether ``root`` holds a view: every configured team does, any root holding a note file does."""
+    return (root.startswith("team/") and root.split("/", 1)[1] in teams) or has_notes()
+
+
 @dataclass
 class Views:
     """Renders views from git trees for one configuration. ``entries`` is the RootEntries a
@@ -73,8 +78,7 @@ class Views:
                             max_bytes=max_bytes or self.config.view_max_bytes)
 
     def keeps_view(self, root: str, rev: str | None, overlay: dict[str, bytes | None] | None = None) -> bool:
-        return (root.startswith("team/") and root.split("/", 1)[1] in self.config.teams) \
-            or self.entries.has_notes(root, rev, overlay or {})
+        return keeps_view(root, self.config.teams, lambda: self.entries.has_notes(root, rev, overlay or {}))
 
     def for_roots(self, roots: Iterable[str], rev: str | None,
                   overlay: dict[str, bytes | None] | None = None, *, guide: bool = False) -> dict[str, bytes | None]:

@@ -60,6 +60,7 @@ def _as_text(line: str) -> str:
 
 NEVER = 2**62
 _ORDER = attrgetter("subject", "kind", "path")
+entry_order = _ORDER  # how a view orders its entries: by subject, kind, path
 _KIND, _SUBJECT = attrgetter("kind"), attrgetter("subject")
 _START = attrgetter("start")
 
@@ -114,6 +115,23 @@ def _setup_meta(db: sqlite3.Connection) -> None:
     db.execute("SELECT blob, json FROM meta LIMIT 1").fetchall()  # our columns, or not ours
 
 
+def note_meta(path: str, data: bytes) -> list | None:
+    """What a view shows of one note (an Entry's fields after its path), or None for a file
+    that is not a valid note (views leave it out)."""
+    try:
+        n = parse_note(path, data)
+    except NoteInvalid:
+        return None
+    return [n.kind, n.subject, n.key, escape_controls(n.first_line()[:160], newlines=False), n.source,
+            format_time(n.valid_from)[:10], _ts(n.valid_from), _ts(n.valid_until), _ts(n.expires_at)]
+
+
+def entry_of(path: str, data: bytes) -> Entry | None:
+    """The view entry of the note ``data`` at ``path`` (None: not a valid note)."""
+    meta = note_meta(path, data)
+    return None if meta is None else Entry(path, *meta)
+
+
 class MetaCache:
     """Note metadata by blob id, so a write re-reads only the note it changed. A cache
     under .git/mdmem/ like the index; erasure deletes it with the rest."""
@@ -141,12 +159,7 @@ class MetaCache:
         for path, blob in blobs.items():
             if blob in self._mem:
                 continue
-            try:
-                n = parse_note(path, (contents or {}).get(blob) or store.read_blob(blob))
-                meta = [n.kind, n.subject, n.key, escape_controls(n.first_line()[:160], newlines=False), n.source,
-                        format_time(n.valid_from)[:10], _ts(n.valid_from), _ts(n.valid_until), _ts(n.expires_at)]
-            except NoteInvalid:
-                meta = None
+            meta = note_meta(path, (contents or {}).get(blob) or store.read_blob(blob))
             self._mem[blob] = meta
             fresh.append((blob, json.dumps(meta)))
         self._unsaved += fresh
@@ -234,6 +247,7 @@ def _live(entries: list[Entry], now_ts: int) -> list[Entry]:
 
 
 SECTION_KINDS = ("profile", "procedure", "working")
+SECTION_HEADINGS = (("profile", "Profile"), ("procedure", "Procedures"), ("working", "Working state"))
 
 
 @dataclass
@@ -325,15 +339,12 @@ def render_scope(root: str, entries: list[Entry], now: _dt.datetime | None, *, r
     sections: dict[str, list[Entry]] = {kind: [] for kind in SECTION_KINDS}
     for e in compress(section_pool, map(sections.__contains__, map(_KIND, section_pool))):
         sections[e.kind].append(e)
-    for kind, heading in (("profile", "Profile"), ("procedure", "Procedures"), ("working", "Working state")):
+    for kind, heading in SECTION_HEADINGS:
         chosen = sections[kind]
         if chosen:
-            cap = max(3, max_lines // 8)  # a section never eats the index's budget
+            cap = section_cap(max_lines)
             lines += [f"## {heading}", ""]
-            # A line not written by a person says where it came from, as the index does: a
-            # teammate's agent must not speak in the view with a person's voice.
-            lines += [f"- {e.subject} `{e.key}`: {_as_text(e.first_line)}{_until(e, ' (until {})')}"
-                      f"{'' if is_person_source(e.source) else f' [source: {e.source}]'}" for e in chosen[:cap]]
+            lines += [section_line(e) for e in chosen[:cap]]
             if len(chosen) > cap:
                 lines.append(f"- … {len(chosen) - cap} more {kind} note(s) in the index below")
             lines.append("")
@@ -380,6 +391,19 @@ def render_scope(root: str, entries: list[Entry], now: _dt.datetime | None, *, r
         lines.append(line)
         used += len(line.encode()) + 1
     return "\n".join(lines).rstrip() + "\n"
+
+
+def section_line(e: Entry) -> str:
+    """A profile, procedure or working note's line in its view's section. A line not written by
+    a person says where it came from, as the index does: a teammate's agent must not speak in
+    the view with a person's voice."""
+    return (f"- {e.subject} `{e.key}`: {_as_text(e.first_line)}{_until(e, ' (until {})')}"
+            f"{'' if is_person_source(e.source) else f' [source: {e.source}]'}")
+
+
+def section_cap(max_lines: int) -> int:
+    """How many notes a view's section lists: a section never eats the index's budget."""
+    return max(3, max_lines // 8)
 
 
 # A note's index line and its size in bytes (with the newline), by its entry: an entry is a

@@ -449,6 +449,14 @@ class Workspace:
         self.write_view(now=now)
         return result
 
+    def move(self, *, as_user: str, path: str, key: str, expect_version: str | None = None,
+             now: TimeLike = None) -> WriteResult:
+        user = self.check_user(as_user)
+        result = self._writable(user, self._root_of(path, user)).move(
+            as_user=user, path=path, key=key, expect_version=expect_version, now=now)
+        self.write_view(now=now)
+        return result
+
     def sweep(self, *, as_user: str, now: TimeLike = None) -> SweepResult:
         """Each readable mount's expired notes the person may write, one commit per repository."""
         removed: list[str] = []
