@@ -173,16 +173,25 @@ def _forged_views(bare: str | Path, old: str | None, commit: str, *, views_only:
     from ..views.fresh import SCOPES, is_view_path, touched_roots
     from ..views.render import VIEW_NAME, render_root
 
+    changed = changed_paths_at(bare, old, commit) if old else None
     config_text = run_git_at(bare, "show", f"{commit}:{CONFIG_NAME}", check=False)
-    if not config_text:
-        return []  # not a memory repo's history (or no config yet): nothing to render
-    try:
-        config = Config.parse(config_text.encode(), where=CONFIG_NAME)
-    except MdmemError:
-        return []  # an unreadable config is the clones' to refuse (sync names it)
+    unreadable = f"no {CONFIG_NAME}"
+    config = None
+    if config_text:
+        try:
+            config = Config.parse(config_text.encode(), where=CONFIG_NAME)
+        except MdmemError as e:
+            unreadable = f"an unreadable {CONFIG_NAME} ({e})"
+    if config is None:
+        # Views are judged against the commit's configuration; without one none can be, and a view
+        # that arrives with it (deleted or broken in the same push) would reach every fresh clone's
+        # agents unjudged. A history holding no view (not a memory repository's) is not refused.
+        present = files_at(bare, commit, [VIEW_NAME, *SCOPES])
+        views = sorted(p for p in present if is_view_path(p) and (changed is None or p in changed))
+        return [f"{path} arrives with {unreadable} at its commit, so it cannot be judged a render; fix "
+                f"{CONFIG_NAME} and run `mdmem render`, then push again" for path in views]
     why = "(a view written by hand tells agents what no note says); run `mdmem render` and push again"
     problems = []
-    changed = changed_paths_at(bare, old, commit) if old else None
     if views_only and changed is not None:
         changed = {path for path in changed if is_view_path(path)}
     if (changed is None or VIEW_NAME in changed or (CONFIG_NAME in changed and not views_only)) and \
