@@ -21,6 +21,7 @@ git's packs live in .git).
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import cache as cachefiles
@@ -332,36 +333,47 @@ def purge_caches(repo) -> int:
     log (the rewrite ended the daemon) and half-written temporary files go. In the repository's
     cache folder and in each linked worktree's (a process working in one keeps its own index
     there)."""
+    texts: list[set[str]] = []
+
+    def history() -> set[str]:
+        if not texts:
+            texts.append(history_texts(HistoryScan.read(repo.root), repo.contracts))
+        return texts[0]
+
+    return sum(purge_cache_folder(base, history) for base in cache_folders(repo.root))
+
+
+def purge_cache_folder(base: Path, history: Callable[[], set[str]]) -> int:
+    """:func:`purge_caches` in one cache folder (a repository's, a linked worktree's, a
+    workspace's index): ``history`` gives the texts history still holds, asked only if an
+    embedding cache is there. The number of embedding entries dropped."""
     from ..search.embedding_cache import EmbeddingCache, cache_key
     from ..search.note_index import folder_index_lock
 
     dropped = 0
-    texts: set[str] | None = None
-    for base in cache_folders(repo.root):
-        cache_path = base / "embeddings.sqlite"
-        if cache_path.exists():
-            if texts is None:
-                texts = history_texts(HistoryScan.read(repo.root), repo.contracts)
-            cache = EmbeddingCache(cache_path)
-            try:
-                keep = {cache_key(m, t) for m in cache.models() for t in texts}
-                dropped += cache.retain(keep)
-            finally:
-                cache.close()
-        # With the half-built (.new), swapped-out (.old) and moved-aside (broken/) copies and an
-        # import's worker's (bulk/); under the index lock, so no process that opened the old
-        # index still writes a file into the folder (search/postings.py writes a segment's file
-        # under it, and only while the segment is current).
-        with folder_index_lock(base):
-            for name in ("fulltext", "versions", "fulltext.new", "fulltext.old", "versions.new", "versions.old",
-                         "broken", "bulk"):
-                cachefiles.remove(base / name)
-        for name in ("vectors.sqlite", "viewmeta.sqlite", "state.json", "versions.json", DAEMON_LOG):
-            # A database's rollback journal or log (a killed writer's) holds whole pages of it.
-            for suffix in ("", "-journal", "-wal", "-shm"):
-                cachefiles.remove(base / (name + suffix))
-        for leftover in base.glob("*.tmp"):  # a save cut short (verify.json's, a view's)
-            leftover.unlink(missing_ok=True)
+    cache_path = base / "embeddings.sqlite"
+    if cache_path.exists():
+        texts = history()
+        cache = EmbeddingCache(cache_path)
+        try:
+            keep = {cache_key(m, t) for m in cache.models() for t in texts}
+            dropped += cache.retain(keep)
+        finally:
+            cache.close()
+    # With the half-built (.new), swapped-out (.old) and moved-aside (broken/) copies and an
+    # import's worker's (bulk/); under the index lock, so no process that opened the old
+    # index still writes a file into the folder (search/postings.py writes a segment's file
+    # under it, and only while the segment is current).
+    with folder_index_lock(base):
+        for name in ("fulltext", "versions", "fulltext.new", "fulltext.old", "versions.new", "versions.old",
+                     "broken", "bulk"):
+            cachefiles.remove(base / name)
+    for name in ("vectors.sqlite", "viewmeta.sqlite", "state.json", "versions.json", DAEMON_LOG):
+        # A database's rollback journal or log (a killed writer's) holds whole pages of it.
+        for suffix in ("", "-journal", "-wal", "-shm"):
+            cachefiles.remove(base / (name + suffix))
+    for leftover in base.glob("*.tmp"):  # a save cut short (verify.json's, a view's)
+        leftover.unlink(missing_ok=True)
     return dropped
 
 
@@ -381,4 +393,5 @@ def _count_index_entries(repo, plan: Plan) -> dict:
     return out
 
 
-__all__ = ["forget", "finish", "purge_caches", "AUDIT_PATH", "erased_commit_ids", "erased_blob_ids", "REMOVED"]
+__all__ = ["forget", "finish", "purge_caches", "purge_cache_folder", "AUDIT_PATH", "erased_commit_ids",
+           "erased_blob_ids", "REMOVED"]

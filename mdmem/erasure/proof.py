@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -253,42 +254,53 @@ def _caches_hold_only_history(repo, scan: HistoryScan, readable, eraser: bool) -
     who may not read every root only the index documents of roots they may read are counted:
     the embedding cache's keys name no root, so a count of them would tell about the others'
     texts (the report says those caches are not checked for them)."""
-    from ..search.embedding_cache import cache_key
-
-    from whoosh import index as windex
-
     texts = history_texts(scan, repo.contracts)
     where = []
     caches = cache_folders(repo.root)
     for base in caches:  # the repository's, then each linked worktree's (named by its path)
         label = "" if base == caches[0] else f"{_label(base, repo.root)}/"
-        cache_path = base / "embeddings.sqlite"
-        if eraser and os.path.lexists(cache_path):
-            # Read without changing it (opening it as the cache does writes, and moved a file
-            # it could not open to broken/).
-            entries = _cache_entries(cache_path)
-            if entries is None:
-                where.append(f"{label}embeddings.sqlite (cannot be read as a database: cannot be checked; "
-                             "delete it, it is a cache)")
-            else:
-                keep = {cache_key(m, t) for m in {m for _, m in entries} for t in texts}
-                orphans = sum(1 for k, _ in entries if k not in keep)
-                if orphans:
-                    where.append(f"{label}embeddings.sqlite: {orphans} entr(y/ies) for texts no longer in history")
-        for name in ("fulltext", "versions"):
-            folder = base / name
-            if not windex.exists_in(str(folder)):
-                continue
-            with windex.open_dir(str(folder)).reader() as reader:
-                bad = 0
-                for n in range(reader.doc_count_all()):
-                    fields = reader.stored_fields(n)
-                    if not eraser and not readable(fields.get("root") or root_of(fields.get("path") or "")):
-                        continue
-                    bad += (fields.get("body") or "") not in texts
-            if bad:
-                where.append(f"{label}{name}: {bad} document(s) whose text is no longer in history")
+        where += cache_folder_leftovers(base, texts, readable, eraser, label=label)
     return _check(where)
+
+
+def cache_folder_leftovers(base: Path, texts: set[str], readable: Callable[[str], bool], eraser: bool, *,
+                           label: str = "") -> list[str]:
+    """What one cache folder (a repository's, a linked worktree's, a workspace's index) holds
+    that ``texts`` (what history holds) do not: embedding-cache entries (checked for an eraser
+    only: their keys name no root) and index documents of the roots ``readable`` admits (every
+    one for an eraser). Each named by ``label`` and the file, never quoted."""
+    from ..search.embedding_cache import cache_key
+
+    from whoosh import index as windex
+
+    where = []
+    cache_path = base / "embeddings.sqlite"
+    if eraser and os.path.lexists(cache_path):
+        # Read without changing it (opening it as the cache does writes, and moved a file
+        # it could not open to broken/).
+        entries = _cache_entries(cache_path)
+        if entries is None:
+            where.append(f"{label}embeddings.sqlite (cannot be read as a database: cannot be checked; "
+                         "delete it, it is a cache)")
+        else:
+            keep = {cache_key(m, t) for m in {m for _, m in entries} for t in texts}
+            orphans = sum(1 for k, _ in entries if k not in keep)
+            if orphans:
+                where.append(f"{label}embeddings.sqlite: {orphans} entr(y/ies) for texts no longer in history")
+    for name in ("fulltext", "versions"):
+        folder = base / name
+        if not windex.exists_in(str(folder)):
+            continue
+        with windex.open_dir(str(folder)).reader() as reader:
+            bad = 0
+            for n in range(reader.doc_count_all()):
+                fields = reader.stored_fields(n)
+                if not eraser and not readable(fields.get("root") or root_of(fields.get("path") or "")):
+                    continue
+                bad += (fields.get("body") or "") not in texts
+        if bad:
+            where.append(f"{label}{name}: {bad} document(s) whose text is no longer in history")
+    return where
 
 
 def _work_tree_files(root: Path) -> list[tuple[str, Path]]:

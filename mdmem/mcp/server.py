@@ -179,14 +179,18 @@ def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | 
 
     # People edit notes while the agent works: keep the index following their saves. The
     # watcher's first catch-up may be a whole build: it runs beside the server, not before it.
-    # A workspace (mdmem/workspace/) is watched mount by mount: each clone is its own index.
-    repos = repo.mounted_repos(user) if getattr(repo, "is_workspace", False) else [repo]
-    watchers = [Watcher(r, lambda event: None) for r in repos]
+    # A workspace (mdmem/workspace/) has one index over every mount, which follows the clones'
+    # hand edits itself (inotify, at each recall): its first catch-up is all there is to start.
+    workspace = getattr(repo, "is_workspace", False)
+    repos = repo.mounted_repos(user) if workspace else [repo]
+    watchers = [] if workspace else [Watcher(repo, lambda event: None)]
     ready = threading.Event()
     stop = threading.Event()
 
     def start() -> None:
         try:
+            if workspace:
+                repo.reindex()
             for watcher in watchers:
                 watcher.start()
         except Exception:  # noqa: BLE001 -- recall then catches up (and reports) by itself
@@ -211,6 +215,8 @@ def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | 
         # Calls already passed on are answered before the exec: from caches read again.
         for each in repos:
             each.reload()
+        if workspace:
+            repo.index.reopen()  # the workspace's one index: read again from disk (rebuilt if rewritten)
         relay.wake()
 
     restart = RestartOnErasure([r.root for r in repos], on_due=erasure_ended, since_ns=since_ns)

@@ -66,9 +66,16 @@ class SyncReport:
 
 
 class NoteIndex:
-    def __init__(self, repo):
+    """The index of one memory repo's notes. ``repo`` needs only a narrow part of the repo:
+    ``store`` (head, note_changes, blob_id(s), read_blob, has_object, dirty_note_paths),
+    ``trust.flags``, ``contracts``, ``config``, ``user_config`` and ``root``; ``base`` is the
+    cache folder (default: the repo's, in its git directory). A subclass whose notes live
+    in several work trees says where each is (:meth:`worktree_of`, :meth:`note_paths`,
+    :meth:`start_watch`): a workspace's index over its mounts (workspace/index.py)."""
+
+    def __init__(self, repo, base=None):
         self.repo = repo
-        self.base = cache_dir(repo.root)
+        self.base = base if base is not None else cache_dir(repo.root)
         self.state_path = self.base / "state.json"
         self._embedder: Embedder | None | bool = False  # False: not yet made
         self._ix = None
@@ -176,7 +183,20 @@ class NoteIndex:
 
     def lock(self) -> Lock:
         """The index's cross-process lock (LockTimeout after two minutes)."""
-        return index_lock(self.repo.root)
+        return folder_index_lock(self.base)
+
+    # --- where the notes are ----------------------------------------------------------
+    def worktree_of(self, path: str) -> Path:
+        """The work tree the note file at ``path`` (a repository path) is read from."""
+        return self.repo.root
+
+    def note_paths(self) -> list[str]:
+        """Every note file in the work tree (a rebuild reads them all)."""
+        return iter_note_paths(self.repo.root)
+
+    def start_watch(self):
+        """The kernel's events for the work tree's note folders (None: walk instead)."""
+        return TreeWatch.start(self.repo.root)
 
     def _load_state(self) -> dict:
         return cachefiles.read_state(self.state_path, _valid_state)
@@ -234,7 +254,10 @@ class NoteIndex:
                 and not self._needs_rebuild(state, cheap=True)):
             return SyncReport()
         if not scan and self._ix is not None and seen.get("commit") \
-                and not self._needs_rebuild(state, cheap=True):
+                and not self._needs_rebuild(state, cheap=True) \
+                and (seen["commit"] == head or self.repo.store.has_object(seen["commit"])):
+            # (A recorded commit that is gone -- history rewritten, a workspace's mount removed
+            # -- cannot be diffed from: the catch-up below rebuilds.)
             # A few notes changed (a write, a hand edit): into the in-memory segment, no lock,
             # nothing on disk. Many, or a walk: the catch-up below writes to disk.
             changed, fresh, dirty = self._changes(seen, head, scan=False)
@@ -347,7 +370,7 @@ class NoteIndex:
                 return True, False
             self._watch_tried = True
             # Started before the walk, so nothing written in between is missed.
-            self._watch = TreeWatch.start(self.repo.root) if self.watch_tree else None
+            self._watch = self.start_watch() if self.watch_tree else None
             return True, False
         if self._watch is not None:
             events = self._watch.changes()
@@ -370,12 +393,8 @@ class NoteIndex:
 
     def _tree_state(self, path: str) -> str | None:
         """None if the work-tree file equals HEAD's; else its blob id, or "deleted"."""
-        full = self.repo.root / path
-        head, written = self.repo.store.head(), self._written
-        if written is not None and written[0] == head and path in written[1]:
-            committed = written[1][path]
-        else:
-            committed = self.repo.store.blob_id(path) if head else None
+        full = self.worktree_of(path) / path
+        committed = self.committed_blob(path)
         if full.is_symlink():
             return f"symlink:{os.readlink(full)}"  # never a valid note; read_note says why
         try:
@@ -383,6 +402,13 @@ class NoteIndex:
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None if committed is None else "deleted"
         return None if current == committed else current
+
+    def committed_blob(self, path: str) -> str | None:
+        """HEAD's blob id at ``path`` (None: not in HEAD, or no commit yet)."""
+        head, written = self.repo.store.head(), self._written
+        if written is not None and written[0] == head and path in written[1]:
+            return written[1][path]
+        return self.repo.store.blob_id(path) if head else None
 
     def _needs_rebuild(self, state: dict, *, cheap: bool = False) -> bool:
         folder = self.base / "fulltext"
@@ -550,7 +576,7 @@ class NoteIndex:
         report_every = 0 if progress is None or len(paths) < 64 else 64
         for n, path in enumerate(paths, 1):
             try:
-                stored = read_note(self.repo.root, path, self.repo.contracts,
+                stored = read_note(self.worktree_of(path), path, self.repo.contracts,
                                    max_bytes=self.repo.config.note_max_bytes)
             except NoteInvalid as exc:
                 report.broken[path] = f"{exc.field}: {exc.reason}"
@@ -614,7 +640,7 @@ class NoteIndex:
         # Walked before the notes are read: an edit in between then differs from what is
         # recorded and is indexed again by the next catch-up (never recorded as indexed).
         dirty = self._worktree_dirty()
-        paths = iter_note_paths(self.repo.root)
+        paths = self.note_paths()
         report = SyncReport(rebuilt=True)
         prebuilt = self._usable(prebuilt, set(paths), dirty)
         joined = {p for p, _ in prebuilt.docs} if prebuilt is not None else set()

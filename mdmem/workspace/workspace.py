@@ -4,9 +4,10 @@ It offers MemoryRepo's method names and signatures for what spans mounts, so the
 server and the daemon take either. Each mount is an ordinary memory repository (MemoryRepo,
 unchanged: its own views, verify, hooks, check, receipts, erasure journal); the workspace routes
 a write to the repository of its root (the first two path parts) and asks every mount a
-read, merging the answers. Who may see what stays each repository's own rule
-(policy/access.py over its mdmem.toml): the workspace only ever holds what the host let this
-person clone, and asks each mount as the acting person.
+read, merging the answers; recall reads one index over every mount (workspace/index.py). Who
+may see what stays each repository's own rule (policy/access.py over its mdmem.toml): the
+workspace only ever holds what the host let this person clone, and asks each mount as the
+acting person.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from ..errors import BadInput, Conflict, MdmemError, NoteInvalid, NotFound, Refu
 from ..model import layout as note_layout
 from ..model.clock import SpanLike, TimeLike, resolve_now
 from ..model.kinds import Contracts
+from ..ops import searching
 from ..ops.read import root_for
 from ..policy.access import not_visible, require_user
 from ..policy.gate import HUMAN
@@ -32,8 +34,10 @@ from ..repo import MemoryRepo
 from ..results import (BatchResult, ErasurePlan, ErasureReceipt, IndexReport, KeyInfo, ProgressCallback,
                        ReviewItem, SweepResult, Version, WriteResult)
 from ..storage import clones
+from ..storage.gitdir import file_stamp
 from ..storage.locks import Lock
 from ..storage.worktree import StoredNote
+from .index import WorkspaceIndex, WorkspaceSource
 from .journal import Pending, finish_op, mark_done, pending_ops, start_op
 from .view import compose, write_view
 from .layout import JOURNAL_DIR, VIEW_NAME, WORKSPACE_FILE, Mount, WorkspaceFile, check_root, locate, mount_folder
@@ -43,7 +47,6 @@ if TYPE_CHECKING:
     from ..search.recall import Hit
 
 SYNC_THREADS = 8  # git fetch/push wait on the network and on git: threads overlap the waits
-RECALL_THREADS = 4
 
 
 def reads(repo: MemoryRepo, user: str, root: str) -> bool:
@@ -93,7 +96,10 @@ class Workspace:
         self._repos: dict[str, MemoryRepo] = {}
         self.problems: dict[str, str] = {}  # root -> why its mount could not be opened
         self.progress: ProgressCallback | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        self._source: WorkspaceSource | None = None  # the one index over every mount (made on first use)
+        self._opened: tuple[frozenset[str], dict[str, MemoryRepo]] | None = None  # _open_mounts's answer
+        self._config_files: dict[str, tuple[MemoryRepo, str]] = {}  # root -> (its repo, its mdmem.toml)
+        self._readers: dict[str, tuple[tuple[Any, ...], bool]] = {}  # root -> (its stamp, readable): recall's
         if finish_pending and finish_erasure and pending_ops(self.root):
             self.finish_pending()
 
@@ -136,13 +142,14 @@ class Workspace:
         self.close()
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        if self._source is not None:
+            self._source.close()
+            self._source = None
         for repo in self._repos.values():
             with contextlib.suppress(Exception):
                 repo.close()
         self._repos.clear()
+        self._opened = None
 
     @property
     def user(self) -> str:
@@ -178,12 +185,15 @@ class Workspace:
             if self.progress is not None:
                 repo.index.progress = self.progress
             self._repos[root] = repo
+            self._opened = None
         return self._repos[root]
 
     def set_progress(self, progress: ProgressCallback | None) -> None:
         self.progress = progress
         for repo in self._repos.values():
             repo.index.progress = progress
+        if self._source is not None:
+            self._source.set_progress(progress)
 
     def add_many(self, remotes: Mapping[str, str], *, as_user: str | None = None) -> list[MountInfo]:
         """Mount several repositories (root -> remote), the workspace view written once at the end.
@@ -261,6 +271,7 @@ class Workspace:
                     ([f"{len(state.dirty)} file(s) edited"] if state.dirty else [])
                 raise Conflict(f"{root}: {' and '.join(what)}; mdmem sync --push first, or --force to drop them")
         repo = self._repos.pop(root, None)
+        self._opened = None
         if repo is not None:
             repo.close()
         shown = self.root / root
@@ -637,46 +648,96 @@ class Workspace:
         return self.repo_for(root).untrusted(path) if root in self.file.mounts else None
 
     def broken(self, *, as_user: str) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for _, repo in self.readable(as_user):
-            out.update(repo.broken(as_user=as_user))
-        return out
+        """Notes the workspace's index keeps out as broken, in the roots the person may read."""
+        return searching.broken(self.index_source(), as_user=self.check_user(as_user))  # type: ignore[arg-type]
 
     # --- the index and recall -------------------------------------------------------------------
+    def index_source(self) -> WorkspaceSource:
+        """The mounts as the one repository the workspace's index and recall read (workspace/index.py)."""
+        if self._source is None:
+            self._source = WorkspaceSource(self.root, self._open_mounts, self._readable_roots, self._primary,
+                                           self.get, self.user_config)
+            if self.progress is not None:
+                self._source.set_progress(self.progress)
+        return self._source
+
+    @property
+    def index(self) -> WorkspaceIndex:
+        """The one search index over every mount (what a repository's ``index`` is to it)."""
+        return self.index_source().index
+
+    def _open_mounts(self) -> dict[str, MemoryRepo]:
+        """Every mount that opens (one that does not is named in ``problems``); asked several
+        times a recall, so kept until a mount is opened, added or removed."""
+        if self._opened is not None and self._opened[0] == self.file.mounts.keys():
+            return self._opened[1]
+        out = {}
+        for root in sorted(self.file.mounts):
+            try:
+                out[root] = self.repo_for(root)
+            except MdmemError as exc:
+                self.problems[root] = str(exc)
+        if len(out) == len(self.file.mounts):  # one that failed is tried again next time
+            self._opened = (frozenset(out), out)
+        return out
+
+    def _readable_roots(self, user: str) -> list[str]:
+        """The roots whose own repository lets ``user`` read them, by its mdmem.toml as it is now
+        (a team that removed the person stops answering at once, as in one repository)."""
+        user = self.check_user(user)
+        out = []
+        tips = self.index_source().store.tips_read()
+        for root in sorted(self.file.mounts):
+            try:
+                if root not in tips:
+                    self.repo_for(root)  # the reason it does not open, into problems
+                    continue
+                repo, tip, fresh = tips[root]
+                # What changes who may read it: a commit (mdmem.toml at the tip), the file as
+                # edited, an erasure (its stamp file is in the git folder, read again then).
+                # Unchanged since the last recall: the answer stands (the whole check cost
+                # ~0.3 ms a mount, each recall).
+                config_file = self._config_files.get(root)
+                if config_file is None or config_file[0] is not repo:  # (pathlib's join: ~10 us a mount)
+                    config_file = self._config_files[root] = (repo, str(repo.root / CONFIG_NAME))
+                stamp = (id(repo), user, tip, file_stamp(config_file[1]))  # type: ignore[arg-type]  # a str: os.stat takes it
+                known = self._readers.get(root)
+                if known is None or known[0] != stamp or fresh:
+                    repo.follow_config()
+                    known = (stamp, reads(repo, user, root))
+                    self._readers[root] = known
+                if known[1]:
+                    out.append(root)
+                else:
+                    self.problems[root] = f"{user} is not declared a reader of {root} in its {CONFIG_NAME}"
+            except MdmemError as exc:
+                self.problems[root] = str(exc)
+        return out
+
+    def _primary(self) -> MemoryRepo | None:
+        """Whose settings the index follows (embedder, fusion, the floor): the person's own
+        repository's, else the first mount's."""
+        mounts = self._open_mounts()
+        mine = f"private/{self.user}"
+        return mounts.get(mine) or next(iter(mounts.values()), None)
+
     def reindex(self, *, rebuild: bool = False, progress: ProgressCallback | None = None) -> IndexReport:
-        reports = [self.repo_for(r).reindex(rebuild=rebuild, progress=progress) for r in sorted(self.file.mounts)]
-        return IndexReport(indexed=sum(r.indexed for r in reports), removed=sum(r.removed for r in reports),
-                           broken={k: v for r in reports for k, v in r.broken.items()},
-                           rebuilt=any(r.rebuilt for r in reports), embedded=sum(r.embedded for r in reports),
-                           from_cache=sum(r.from_cache for r in reports))
+        """The workspace's index caught up with every mount (or rebuilt from their notes)."""
+        return searching.reindex(self.index_source(), rebuild=rebuild, progress=progress)  # type: ignore[arg-type]
 
     def recall(self, query: str, *, as_user: str, k: int = 5, kinds: list[str] | None = None,
                subject: str | None = None, key: str | None = None, at: TimeLike = None,
                include_history: bool = False, now: TimeLike = None, tags: list[str] | None = None) -> list[Hit]:
-        """Every readable mount asked, one ranking (see :func:`mdmem.workspace.ranking.merge`)."""
-        from .ranking import merge
-
+        """Every readable mount's notes in one index, one ranking: BM25F's statistics over the
+        notes the person may read in every mount, as one repository holding them counts them."""
         user = self.check_user(as_user)
-        repos = [repo for _, repo in self.readable(user)]
-
-        def ask(repo: MemoryRepo) -> list[Hit]:
-            return repo.recall(query, as_user=user, k=k, kinds=kinds, subject=subject, key=key, at=at,
-                               include_history=include_history, now=now, tags=tags)
-
-        # Each mount is its own index: asked side by side, their file reads, decompression and
-        # numpy overlap (measured 1.8x faster at 20 mounts on two cores; bench_workspace.py).
-        per_mount = list(self._recall_pool().map(ask, repos)) if len(repos) > 1 else [ask(r) for r in repos]
-        return merge(per_mount, k, linear=all(r.config.fusion == "linear" for r in repos))
-
-    def _recall_pool(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(RECALL_THREADS, thread_name_prefix="mdmem-workspace-recall")
-        return self._pool
+        return searching.recall(self.index_source(), query, as_user=user, k=k, kinds=kinds,  # type: ignore[arg-type]
+                                subject=subject, key=key, at=at, include_history=include_history, now=now,
+                                tags=tags)
 
     def keep_warm(self, *, as_user: str | None = None) -> None:
-        for root in sorted(self.file.mounts):
-            with contextlib.suppress(MdmemError):
-                self.repo_for(root).keep_warm(as_user=as_user)
+        roots = tuple(sorted(self._readable_roots(self.check_user(as_user)))) if as_user is not None else None
+        self.index_source().keep_warm(roots)
 
     # --- views ------------------------------------------------------------------------------------
     def render(self, *, as_user: str, now: TimeLike = None) -> dict[str, Any]:
@@ -813,7 +874,17 @@ class Workspace:
             except Refused as exc:
                 out.skipped[root] = str(exc)
             mark_done(self.root, pending, root)
+        # The workspace's index holds every mount's notes: rebuilt from them, and its embeddings
+        # kept only for texts some mount's history holds (a crash before this finishes the
+        # operation again, this included).
+        self.index_source().purge(self._history_texts)
         return out
+
+    def _history_texts(self) -> set[str]:
+        from ..erasure.scan import HistoryScan, history_texts
+
+        return {t for repo in self._open_mounts().values()
+                for t in history_texts(HistoryScan.read(repo.root), repo.contracts)}
 
     def finish_erasure(self) -> list[str]:
         return self.finish_pending()
@@ -839,10 +910,19 @@ class Workspace:
                 unread[root] = "not mounted in this workspace (the host lists it)"
         if owner is not None and f"private/{owner}" not in self.file.mounts:
             unread.setdefault(f"private/{owner}", "not mounted in this workspace")
-        left = self._workspace_files_holding(needles)
+        left = self._workspace_files_holding(needles) + self._index_leftovers()
         failed = any(not p.passed for p in proofs.values()) or bool(left)
         verdict = FAIL if failed else INCOMPLETE if unread or not proofs else PASS
         return WorkspaceProof(proofs=proofs, unread=unread, verdict=verdict, workspace_files=left)
+
+    def _index_leftovers(self) -> list[str]:
+        """The workspace index's documents (and, with every mount read, embedding-cache entries)
+        whose text no mount's history holds: what an erasure left in the cache, named."""
+        opened = self._open_mounts()
+        if not (self.index_source().cache_folder.exists()):
+            return []
+        return self.index_source().leftovers(self._history_texts(), opened.__contains__,
+                                             eraser=len(opened) == len(self.file.mounts))
 
     def _workspace_files_holding(self, needles: list[str]) -> list[str]:
         """The workspace's own files (its generated MEMORY.md, journals of operations under way)
