@@ -41,3 +41,16 @@ def test_the_guard_refuses_a_forged_view_pushed_with_the_configuration_deleted(t
     push = git(root, "push", "origin", "main", check=False)
     assert push.returncode != 0, push.stderr
     assert INJECTION not in git(bare, "show", "main:MEMORY.md").stdout
+
+
+def test_the_guard_refuses_a_file_named_as_a_view_but_for_letter_case(tmp_path):
+    """On a case-insensitive checkout (macOS, Windows) `memory.md` is written over `MEMORY.md`."""
+    root, bare = _setup(tmp_path)
+    for path in ("team/payments/memory.md", "Team/payments/MEMORY.md", "memory.MD"):
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(f"# Memory: team payments\n\n{INJECTION}\n")
+        _commit(root, "notes")
+        push = git(root, "push", "origin", "main", check=False)
+        assert push.returncode != 0 and "letter case" in push.stderr, (path, push.stderr)
+        git(root, "reset", "-q", "--hard", "origin/main")
+        git(root, "clean", "-qfdx", "-e", ".mdmem*")
