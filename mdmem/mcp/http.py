@@ -371,7 +371,7 @@ def listening_socket(fd: object) -> socket.socket | None:
 
 def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *, public_url: str, issuer: str,
                host: str, limits: HttpLimits = HttpLimits(), drain_seconds: float = 10.0,
-               graceful_seconds: float = 30.0) -> bool:
+               graceful_seconds: float = 30.0, since_ns: int | None = None) -> bool:
     """Serve until SIGTERM/SIGINT: then no new connection is taken, requests in flight (a write
     under way) are finished and answered, and the process may end. True when the index
     builder also ended (see mcp/server.serve).
@@ -408,6 +408,8 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
         repo.reload()
         server.should_exit = True
 
+    # Following erasures starts before the builder reads a note: one ending after that is seen.
+    restart = RestartOnErasure([repo.root], on_due=erasure_ended, since_ns=since_ns)
     builder = threading.Thread(target=start, name="mdmem-index-build", daemon=True)
     builder.start()
     try:
@@ -417,7 +419,6 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
     except Exception:  # noqa: BLE001 -- a cache: the first write builds what it needs
         pass
     stop = threading.Event()
-    restart = RestartOnErasure([repo.root], on_due=erasure_ended)
     app = build_app(repo, verifier, public_url=public_url, issuer=issuer, host=host, limits=limits,
                     index_ready=ready, restart=restart)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
