@@ -2,16 +2,27 @@
 clients through the official MCP SDK client (`mcp.client.streamable_http`) over loopback HTTP,
 90% recall / 10% remember, spread over 8 people, each client with its own token.
 
-Reports per scale and embedder: throughput, p50/p99 per tool, the server's peak RSS, the
-acknowledged writes found in git afterwards, and cross-person hits (a recall returning another
-person's private note: must be 0). Then a run where the server is killed with SIGKILL mid-load
-and started again: every write it acknowledged must be in git, and the restarted server answers.
+Two ways of loading it, each its own table:
+- closed: every client calls again the moment it has its answer (no think time). This is the
+  saturation throughput; latency is then mostly queueing (32 callers, one server).
+- think: every client pauses between calls as an agent does (exponential, mean --think s,
+  default 1 s): the latency an agent sees when 32 of them share the server.
+
+Per scale, embedder and mode: throughput, the server's CPU per call (user+system: the number the
+machine's load does not inflate), the clients' CPU per call (they share the 2 cores), p50/p99 per
+tool, the server's peak RSS, the acknowledged writes found in git afterwards, cross-person hits (a
+recall returning another person's private note: must be 0), and the load average before and after.
+Then: one run where the server is killed with SIGKILL mid-load and started again (every write it
+acknowledged must be in git, the restarted server answers, git status is clean), and a long run
+(--rss-minutes, default 10, think mode) sampling the server's RSS every 30 s.
 
 Goals (issue 33, 2-core machine): recall p99 <= 50 ms at 10,000 notes with 32 clients; remember
-p99 <= 150 ms; 0 lost acknowledged writes; 0 cross-person hits.
+p99 <= 150 ms; 0 lost acknowledged writes; 0 cross-person hits; RSS flat over a 10-minute run.
+The closing table says which are met under which mode.
 
-Usage: bench_server.py [--notes 10000[,100000]] [--clients 32] [--seconds 30] [--embedders none,minilm]
-                       [--client-procs 2] [--think 0] [--no-kill] [--json]
+Usage: bench_server.py [--notes 10000,100000] [--embedders none,minilm] [--modes closed,think]
+                       [--clients 32] [--seconds 30] [--think 1.0] [--client-procs 2]
+                       [--rss-minutes 10] [--no-kill] [--keep-data DIR] [--json]
 """
 from __future__ import annotations
 
@@ -21,6 +32,8 @@ import json
 import multiprocessing
 import os
 import random
+import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -81,7 +94,20 @@ def lay_down(root: Path, n: int) -> None:
                        check=True)
 
 
-def prepare(tmp: Path, n: int, embedder: str) -> tuple[Path, Path, list[tuple[str, str]]]:
+def prepare(tmp: Path, n: int, embedder: str, keep: Path | None = None) -> tuple[Path, Path, list[tuple[str, str]]]:
+    """A repository of ``n`` notes with its index built, in ``tmp``; 64 tokens over the 8 people.
+    ``keep``: lay it down once there and copy it for each run (100,000 notes take minutes)."""
+    if keep is not None:
+        kept = keep / f"{n}-{embedder}"
+        meta = kept / "bench.json"
+        if not meta.exists():
+            shutil.rmtree(kept, ignore_errors=True)
+            kept.mkdir(parents=True)
+            _, _, tokens = prepare(kept, n, embedder)
+            meta.write_text(json.dumps(tokens))
+        with console.status(f"copying the kept {n:,}-note repository"):
+            subprocess.run(["cp", "-a", str(kept / "mem"), str(kept / "tokens.json"), str(tmp)], check=True)
+        return tmp / "mem", tmp / "tokens.json", [tuple(t) for t in json.loads(meta.read_text())]  # type: ignore[misc]
     from mdmem import MemoryRepo
     from mdmem.auth.static_tokens import TokenFile
 
@@ -158,22 +184,27 @@ def rss_mb(pid: int, field: str = "VmHWM") -> float:
 
 
 class RssSampler(threading.Thread):
-    """The server's current RSS every few seconds of the run: flat, or growing?"""
+    """The server's current RSS (and the load average) every ``every`` seconds: flat, or growing?"""
 
-    def __init__(self, pid: int, every: float = 2.0):
+    def __init__(self, pid: int, every: float = 2.0, on_sample=None):
         super().__init__(daemon=True)
-        self.pid, self.every, self.samples = pid, every, []
+        self.pid, self.every, self.on_sample = pid, every, on_sample
+        self.samples: list[tuple[float, float, float]] = []  # (seconds in, RSS MB, load average)
         self.stop = threading.Event()
+        self.t0 = time.monotonic()
 
     def run(self) -> None:
         while not self.stop.wait(self.every):
-            self.samples.append(rss_mb(self.pid, "VmRSS"))
+            sample = (time.monotonic() - self.t0, rss_mb(self.pid, "VmRSS"), os.getloadavg()[0])
+            self.samples.append(sample)
+            if self.on_sample is not None:
+                self.on_sample(sample)
 
 
 # --- the clients (in worker processes, so the client side does not eat the server's CPU in one GIL) ---
 
 async def one_client(url: str, person: str, token: str, idx: int, deadline: float, seed: int,
-                     think: float = 0.0) -> dict:
+                     think: float = 0.0, protocol: str = "auto") -> dict:
     import httpx2
     from mcp.client import Client
     from mcp.client.streamable_http import streamable_http_client
@@ -182,7 +213,7 @@ async def one_client(url: str, person: str, token: str, idx: int, deadline: floa
     out: dict = {"recall": [], "remember": [], "acked": [], "cross": 0, "errors": [], "ops": 0}
     try:
         async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120) as http:
-            async with Client(streamable_http_client(url, http_client=http)) as client:
+            async with Client(streamable_http_client(url, http_client=http), mode=protocol) as client:
                 j = 0
                 while time.time() < deadline:
                     if think:  # an agent between two memory calls (exponential, mean `think` s)
@@ -223,32 +254,51 @@ async def one_client(url: str, person: str, token: str, idx: int, deadline: floa
     return out
 
 
-def client_proc(url: str, clients: list[tuple[str, str, int]], deadline: float, queue, think: float) -> None:
+def client_proc(url: str, clients: list[tuple[str, str, int]], ready, go, deadline, queue, think: float,
+                protocol: str) -> None:
+    import httpx2  # noqa: F401 -- imported before the clock starts (seconds on a loaded machine)
+    from mcp.client import Client  # noqa: F401
+    from mcp.client.streamable_http import streamable_http_client  # noqa: F401
+
+    ready.put(os.getpid())
+    go.wait()
+    start = resource.getrusage(resource.RUSAGE_SELF)
+
     async def run():
-        return await asyncio.gather(*[one_client(url, p, t, i, deadline, i * 7919 + int(deadline), think)
-                                      for p, t, i in clients])
-    queue.put(asyncio.run(run()))
+        return await asyncio.gather(*[one_client(url, p, t, i, deadline.value, i * 7919 + int(deadline.value), think,
+                                                 protocol) for p, t, i in clients])
+    results = asyncio.run(run())
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    # This process's CPU for its calls (counted once, on its first client's result).
+    results[0]["client_cpu"] = used.ru_utime + used.ru_stime - start.ru_utime - start.ru_stime
+    queue.put(results)
 
 
 def load(url: str, tokens: list[tuple[str, str]], clients: int, procs: int, seconds: float,
-         on_half=None, think: float = 0.0) -> tuple[list[dict], float]:
-    """Run the clients for ``seconds``; ``on_half`` is called once they are started (and may wait)."""
+         on_half=None, think: float = 0.0, protocol: str = "auto") -> tuple[list[dict], float]:
+    """Run the clients for ``seconds`` from the moment every client process is ready; ``on_half``
+    is called once they are started (and may wait)."""
     ctx = multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    deadline = time.time() + seconds
-    assigned = [(tokens[i][0], tokens[i][1], i) for i in range(clients)]
-    workers = [ctx.Process(target=client_proc, args=(url, assigned[k::procs], deadline, queue, think)) for k in range(procs)]
-    t0 = time.perf_counter()
+    queue, ready, go, deadline = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Value("d", 0.0)
+    assigned = [(tokens[i % len(tokens)][0], tokens[i % len(tokens)][1], i) for i in range(clients)]
+    workers = [ctx.Process(target=client_proc, args=(url, assigned[k::procs], ready, go, deadline, queue, think,
+                                                     protocol)) for k in range(procs)]
     for w in workers:
         w.start()
+    for _ in workers:
+        ready.get(timeout=300)
+    deadline.value = time.time() + seconds
+    t0 = time.perf_counter()
+    go.set()
     if on_half is not None:
         on_half()
     results: list[dict] = []
     for _ in workers:
         results += queue.get(timeout=seconds + 300)
+    wall = time.perf_counter() - t0
     for w in workers:
         w.join(30)
-    return results, time.perf_counter() - t0
+    return results, wall
 
 
 def in_git(root: Path, acked: list) -> int:
@@ -266,96 +316,196 @@ def summarise(results: list[dict]) -> dict:
             merged[k] += r[k]
         merged["cross"] += r["cross"]
         merged["ops"] += r["ops"]
+        merged["client_cpu"] = merged.get("client_cpu", 0.0) + r.get("client_cpu", 0.0)
     return merged
 
 
-def run_one(n: int, embedder: str, args) -> tuple[list, dict]:
-    with tempfile.TemporaryDirectory() as tmp:
-        root, tokens_path, tokens = prepare(Path(tmp), n, embedder)
-        proc, url = start_server(root, tokens_path, embedder)
-        console.print(f"[{n:,} notes, {embedder}] {args.clients} clients for {args.seconds:g} s against {url}")
-        load_before = os.getloadavg()[0]
-        cpu0 = cpu_seconds(proc.pid)
-        sampler = RssSampler(proc.pid)
-        sampler.start()
-        results, wall = load(url, tokens, args.clients, args.client_procs, args.seconds, think=args.think)
-        sampler.stop.set()
-        cpu = cpu_seconds(proc.pid) - cpu0
-        rss = rss_mb(proc.pid)
-        third = max(1, len(sampler.samples) // 3)
-        # RSS over the run: the mean of its first third and of its last third
-        drift = (f"{sum(sampler.samples[:third]) / third:.0f} -> {sum(sampler.samples[-third:]) / third:.0f}"
-                 if sampler.samples else "-")
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(120)
-        m = summarise(results)
-        found = in_git(root, m["acked"])
-        row = [f"{n:,}", embedder, args.clients, f"{args.think:g}", f"{m['ops'] / wall:.0f}", f"{cpu * 1000 / max(1, m['ops']):.1f}",
-               f"{pct(m['recall'], 50):.1f}", f"{pct(m['recall'], 99):.1f}",
-               f"{pct(m['remember'], 50):.1f}", f"{pct(m['remember'], 99):.1f}",
-               f"{rss:.0f}", drift, f"{found}/{len(m['acked'])}", m["cross"], len(m["errors"]),
-               f"{load_before:.1f}", code]
-        kill = {}
-        if args.kill:
-            proc, url = start_server(root, tokens_path, embedder)
+GOAL_RECALL_P99, GOAL_REMEMBER_P99 = 50.0, 150.0
+COLUMNS = ["notes", "embedder", "mode", "protocol", "clients", "think s", "ops/s", "server CPU ms/op", "clients CPU ms/op",
+           "recall p50 ms", "recall p99 ms", "remember p50 ms", "remember p99 ms", "peak RSS MB",
+           "acked writes in git", "cross-person hits", "errors", "load before", "load after"]
 
-            def commits() -> int:
-                return int(subprocess.run(["git", "-C", str(root), "rev-list", "--count", "main"],
-                                          capture_output=True, text=True).stdout or 0)
 
-            def kill_mid_load():
-                # Killed once the load has made some writes, in the middle of it.
-                start, t0 = commits(), time.monotonic()
-                while commits() < start + 20 and time.monotonic() - t0 < 60:
-                    time.sleep(0.2)
-                proc.send_signal(signal.SIGKILL)
+class Server:
+    """A server process on a fresh copy of the prepared repository."""
 
-            results, _ = load(url, tokens, args.clients, args.client_procs, max(20.0, args.seconds),
-                              on_half=kill_mid_load)
-            proc.wait(30)
-            k = summarise(results)
-            found_k = in_git(root, k["acked"])
-            proc, url = start_server(root, tokens_path, embedder)  # the restart picks up (journal repair)
-            again = asyncio.run(one_client(url, tokens[0][0], tokens[0][1], 0, time.time() + 3.0, 1))
-            answered = len(again["recall"]) + len(again["remember"]) - len(again["errors"])
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(120)
-            kill = {"acked": len(k["acked"]), "found": found_k, "after_restart_answers": answered,
-                    "status_clean": subprocess.run(["git", "-C", str(root), "status", "--porcelain"],
-                                                   capture_output=True, text=True).stdout == ""}
-        if m["errors"]:
-            console.print(f"errors (first 3): {m['errors'][:3]}")
-        return row, kill
+    def __init__(self, root: Path, tokens: Path, embedder: str):
+        self.root, self.tokens, self.embedder = root, tokens, embedder
+        self.proc, self.url = start_server(root, tokens, embedder)
+
+    def restart(self) -> None:
+        self.proc, self.url = start_server(self.root, self.tokens, self.embedder)
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(120)
+
+
+def warm_up(server: Server, tokens: list[tuple[str, str]]) -> None:
+    """A few seconds of calls first (not counted): the first calls of a process read what later
+    ones find in memory, and the question is the server's steady answer."""
+    load(server.url, tokens, 4, 1, 4.0)
+
+
+def measure(server: Server, tokens: list[tuple[str, str]], n: int, embedder: str, mode: str, args) -> tuple[list, dict]:
+    think = args.think if mode == "think" else 0.0
+    console.print(f"[{n:,} notes, {embedder}, {mode}] {args.clients} clients for {args.seconds:g} s"
+                  + (f", think {think:g} s" if think else ""))
+    before = os.getloadavg()[0]
+    cpu0 = cpu_seconds(server.proc.pid)
+    results, wall = load(server.url, tokens, args.clients, args.client_procs, args.seconds, think=think,
+                         protocol=args.protocol)
+    cpu = cpu_seconds(server.proc.pid) - cpu0
+    m = summarise(results)
+    found = in_git(server.root, m["acked"])
+    ops = max(1, m["ops"])
+    row = [f"{n:,}", embedder, mode, args.protocol, args.clients, f"{think:g}", f"{m['ops'] / wall:.0f}", f"{cpu * 1000 / ops:.1f}",
+           f"{m.get('client_cpu', 0.0) * 1000 / ops:.1f}",
+           f"{pct(m['recall'], 50):.1f}", f"{pct(m['recall'], 99):.1f}",
+           f"{pct(m['remember'], 50):.1f}", f"{pct(m['remember'], 99):.1f}",
+           f"{rss_mb(server.proc.pid):.0f}", f"{found}/{len(m['acked'])}", m["cross"], len(m["errors"]),
+           f"{before:.1f}", f"{os.getloadavg()[0]:.1f}"]
+    if m["errors"]:
+        console.print(f"errors (first 3): {m['errors'][:3]}")
+    console.print(f"  {dict(zip(COLUMNS, row))}")  # as it comes: a long run stopped early keeps its rows
+    verdict = {"notes": n, "embedder": embedder, "mode": mode, "clients": args.clients,
+               "recall_p99": pct(m["recall"], 99), "remember_p99": pct(m["remember"], 99),
+               "lost": len(m["acked"]) - found, "cross": m["cross"], "errors": len(m["errors"])}
+    return row, verdict
+
+
+def kill_run(server: Server, tokens: list[tuple[str, str]], args) -> list:
+    """SIGKILL once the load has made some writes, in the middle of it; then a restart."""
+    server.restart()
+    root = server.root
+
+    def commits() -> int:
+        return int(subprocess.run(["git", "-C", str(root), "rev-list", "--count", "main"],
+                                  capture_output=True, text=True).stdout or 0)
+
+    def kill_mid_load():
+        start, t0 = commits(), time.monotonic()
+        while commits() < start + 20 and time.monotonic() - t0 < 60:
+            time.sleep(0.2)
+        server.proc.send_signal(signal.SIGKILL)
+
+    results, _ = load(server.url, tokens, args.clients, args.client_procs, max(20.0, args.seconds),
+                      on_half=kill_mid_load)
+    server.proc.wait(30)
+    k = summarise(results)
+    found = in_git(root, k["acked"])
+    server.restart()  # the restart picks up (a commit's crash journal is repaired on open)
+    again = asyncio.run(one_client(server.url, tokens[0][0], tokens[0][1], 0, time.time() + 8.0, 1))
+    answered = len(again["recall"]) + len(again["remember"]) - len(again["errors"])
+    status = subprocess.run(["git", "-C", str(root), "status", "--porcelain"], capture_output=True, text=True).stdout
+    server.stop()
+    return [len(k["acked"]), found, answered, status == "", f"{os.getloadavg()[0]:.1f}"]
+
+
+def rss_run(server: Server, tokens: list[tuple[str, str]], n: int, embedder: str, args) -> tuple[list, dict]:
+    """--rss-minutes of think-mode load, the server's RSS every 30 s."""
+    seconds = args.rss_minutes * 60
+    console.print(f"[{n:,} notes, {embedder}] RSS over {args.rss_minutes:g} min: {args.clients} clients, "
+                  f"think {args.think:g} s")
+    sampler = RssSampler(server.proc.pid, every=30.0,
+                         on_sample=lambda s: console.print(f"  {s[0] / 60:4.1f} min: RSS {s[1]:.0f} MB, load {s[2]:.1f}"))
+    sampler.samples.append((0.0, rss_mb(server.proc.pid, "VmRSS"), os.getloadavg()[0]))
+    sampler.start()
+    results, wall = load(server.url, tokens, args.clients, args.client_procs, seconds, think=args.think)
+    sampler.stop.set()
+    sampler.samples.append((wall, rss_mb(server.proc.pid, "VmRSS"), os.getloadavg()[0]))
+    m = summarise(results)
+    found = in_git(server.root, m["acked"])
+    samples = sampler.samples
+    # Flat: after the first two minutes (caches filling), the RSS grows by at most 10%.
+    settled = [s for s in samples if s[0] >= 120] or samples
+    growth = (settled[-1][1] - settled[0][1]) / settled[0][1] if settled[0][1] else float("nan")
+    rows = [[f"{t / 60:.1f}", f"{rss:.0f}", f"{la:.1f}"] for t, rss, la in samples]
+    verdict = {"notes": n, "embedder": embedder, "minutes": args.rss_minutes, "ops": m["ops"],
+               "from_2_min_mb": settled[0][1], "end_mb": settled[-1][1], "growth": growth, "flat": growth <= 0.10,
+               "lost": len(m["acked"]) - found, "cross": m["cross"], "errors": len(m["errors"]),
+               "recall_p99": pct(m["recall"], 99), "remember_p99": pct(m["remember"], 99)}
+    return rows, verdict
+
+
+def goals(verdicts: list[dict], kills: list, rss: dict | None) -> list[list]:
+    """Which goals are met, under which mode."""
+    out = []
+    for v in verdicts:
+        where = f"{v['notes']:,} {v['embedder']} {v['mode']}"
+        if v["notes"] == 10_000 and v["clients"] == 32:
+            out.append(["recall p99 <= 50 ms (10k, 32 clients)", where, f"{v['recall_p99']:.0f} ms",
+                        "met" if v["recall_p99"] <= GOAL_RECALL_P99 else "NOT met"])
+        out.append(["remember p99 <= 150 ms", where, f"{v['remember_p99']:.0f} ms",
+                    "met" if v["remember_p99"] <= GOAL_REMEMBER_P99 else "NOT met"])
+        out.append(["0 lost acknowledged writes", where, v["lost"], "met" if v["lost"] == 0 else "NOT met"])
+        out.append(["0 cross-person hits", where, v["cross"], "met" if v["cross"] == 0 else "NOT met"])
+    for k in kills:
+        out.append(["SIGKILL mid-load: every acknowledged write in git", f"{k[0]} {k[1]}", f"{k[3]}/{k[2]}",
+                    "met" if k[2] == k[3] and k[4] > 0 and k[5] else "NOT met"])
+    if rss is not None:
+        out.append(["RSS flat over the long run", f"{rss['notes']:,} {rss['embedder']} think, {rss['minutes']:g} min",
+                    f"{rss['from_2_min_mb']:.0f} -> {rss['end_mb']:.0f} MB ({rss['growth']:+.1%})",
+                    "met" if rss["flat"] else "NOT met"])
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--notes", default="10000")
+    parser.add_argument("--notes", default="10000,100000")
+    parser.add_argument("--embedders", default="none,minilm")
+    parser.add_argument("--modes", default="closed,think", help="closed (no think time), think (--think s mean)")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--embedders", default="none,minilm")
+    parser.add_argument("--think", type=float, default=1.0,
+                        help="think mode: mean seconds a client waits between calls (exponential; default 1)")
     parser.add_argument("--client-procs", type=int, default=2)
-    parser.add_argument("--think", type=float, default=0.0,
-                        help="mean seconds a client waits between calls (0: back to back, the worst case)")
-    parser.add_argument("--no-kill", dest="kill", action="store_false")
+    parser.add_argument("--protocol", default="auto", choices=["auto", "legacy"],
+                        help="the SDK client's mode: auto (2026-07-28, one exchange per call) or legacy (the "
+                             "initialize handshake, which clients of earlier protocol versions speak)")
+    parser.add_argument("--rss-minutes", type=float, default=10.0,
+                        help="the long run sampling RSS every 30 s, at the first scale and embedder (0: none)")
+    parser.add_argument("--no-kill", dest="kill", action="store_false",
+                        help="skip the SIGKILL-mid-load run (made at the first scale and embedder)")
+    parser.add_argument("--keep-data", type=Path, metavar="DIR",
+                        help="lay each scale down once in DIR and copy it per run (100,000 notes take minutes)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    rows, kills = [], []
+    modes = [m for m in args.modes.split(",") if m]
+    if not set(modes) <= {"closed", "think"}:
+        raise SystemExit(f"--modes: {args.modes!r}; give closed, think or both")
+    rows, verdicts, kills, rss_rows, rss = [], [], [], [], None
+    first = True
     for n in [int(x) for x in args.notes.split(",")]:
         for embedder in args.embedders.split(","):
-            row, kill = run_one(n, embedder, args)
-            rows.append(row)
-            if kill:
-                kills.append([f"{n:,}", embedder, kill["acked"], kill["found"], kill["after_restart_answers"],
-                              kill["status_clean"]])
-    table("mdmem serve --http under load (SDK client, loopback)",
-          ["notes", "embedder", "clients", "think s", "ops/s", "server CPU ms/op", "recall p50 ms", "recall p99 ms", "remember p50 ms",
-           "remember p99 ms", "peak RSS MB", "RSS MB first->last third", "acked writes in git", "cross-person hits", "errors",
-           "load before", "exit"], rows, as_json=args.json)
+            with tempfile.TemporaryDirectory() as tmp:
+                root, tokens_path, tokens = prepare(Path(tmp), n, embedder, args.keep_data)
+                server = Server(root, tokens_path, embedder)
+                warm_up(server, tokens)
+                for mode in modes:
+                    row, verdict = measure(server, tokens, n, embedder, mode, args)
+                    rows.append(row)
+                    verdicts.append(verdict)
+                if first and args.rss_minutes > 0:
+                    rss_rows, rss = rss_run(server, tokens, n, embedder, args)
+                code = server.stop()
+                if code != 0:
+                    console.print(f"the server ended with {code} on SIGTERM")
+                if first and args.kill:
+                    kills.append([f"{n:,}", embedder, *kill_run(server, tokens, args)])
+                first = False
+    table("mdmem serve --http under load (SDK client, loopback; load = 1-min load average of the machine)",
+          COLUMNS, rows, as_json=args.json)
     if kills:
         table("SIGKILL mid-load, then restart", ["notes", "embedder", "acked before kill", "found in git",
-                                                 "answers after restart", "git status clean"], kills,
+                                                 "answers after restart", "git status clean", "load"], kills,
               as_json=args.json)
+    if rss is not None:
+        table(f"server RSS every 30 s over {args.rss_minutes:g} min ({rss['notes']:,} notes, {rss['embedder']}, "
+              f"think {args.think:g} s; {rss['ops']} calls, {rss['lost']} lost writes, {rss['cross']} cross hits, "
+              f"{rss['errors']} errors, recall/remember p99 {rss['recall_p99']:.0f}/{rss['remember_p99']:.0f} ms)",
+              ["minute", "RSS MB", "load"], rss_rows, as_json=args.json)
+    table("goals (issue 33)", ["goal", "run", "measured", "verdict"], goals(verdicts, kills, rss), as_json=args.json)
 
 
 if __name__ == "__main__":

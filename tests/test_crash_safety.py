@@ -11,9 +11,11 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from conftest import T0, git_status, team_fact
 
-from mdmem import MemoryRepo
+from mdmem import LockTimeout, MemoryRepo
 from mdmem.storage.gitstore import GitStore
 
 
@@ -177,3 +179,28 @@ def test_background_housekeeping_takes_the_repo_lock(repo):
         time.sleep(1.0)
         assert proc.poll() is None  # waiting for our lock, not packing under our feet
     assert proc.wait(timeout=60) == 0
+
+
+def test_housekeeping_packs_loose_objects_while_another_writer_holds_the_lock(repo):
+    """Packing objects takes no ref lock: it must not wait for (or hold) the write lock, or a
+    server's writes queue behind it for seconds."""
+    from conftest import lock_held_by_another_thread
+
+    for i in range(5):
+        team_fact(repo, f"fact number {i}", key=f"k{i}", new_key=True)
+    loose_before = int(git(repo.root, "count-objects").split()[0])
+    assert loose_before > 0
+    with lock_held_by_another_thread(repo, at_most=30) as release:
+        GitStore(repo.root).pack_objects(timeout=5)
+        assert not release.is_set()
+    assert int(git(repo.root, "count-objects").split()[0]) == 0
+    assert_consistent(repo.root)
+
+
+def test_housekeeping_does_not_pack_objects_while_an_erasure_holds_the_gate(repo):
+    """A repack reading an old pack while an erasure prunes could write erased objects back:
+    packing waits for the erasure (here: gives up, naming the gate)."""
+    team_fact(repo, "a fact", key="k0", new_key=True)
+    with repo.store.locked(erasure=True):
+        with pytest.raises(LockTimeout, match="erasure"):
+            GitStore(repo.root).pack_objects(timeout=0.3)

@@ -126,3 +126,25 @@ def test_the_token_file_defaults_to_beside_the_users_config(repo, tmp_path, caps
     assert tokens.verify(secret).capabilities == {"read"}  # the default: read only
     assert main(["token", "list", "--json"], env=env) == 0
     assert json.loads(capsys.readouterr().out)["tokens"][0]["person"] == "bob"
+
+
+def test_a_verified_token_is_kept_until_the_token_file_changes_and_a_revocation_is_honoured_next(repo, tmp_path):
+    import asyncio
+
+    from mdmem.mcp.http import TokenVerifier
+
+    server_side = TokenFile(tmp_path / "tokens.json")
+    entry, secret = TokenFile(tmp_path / "tokens.json").add("bob", "helper", frozenset({"read"}))
+    _, other = TokenFile(tmp_path / "tokens.json").add("carol", "helper", frozenset({"read"}))
+    verifier = TokenVerifier(repo, tokens=server_side, resource="http://127.0.0.1:1/mcp")
+
+    def verify(token):
+        return asyncio.run(verifier.verify_token(token))
+
+    first = verify(secret)
+    assert first is not None and first.person == "bob"
+    assert verify(secret) is first  # kept: no salted hash, no lookup of the person again
+    assert verify(f"mdmem_{entry.id}_" + other.rsplit("_", 1)[1]) is None  # the id with another's secret
+    TokenFile(tmp_path / "tokens.json").revoke(entry.id)  # another process: the file is rewritten
+    assert verify(secret) is None  # the very next request
+    assert verify(other).person == "carol"

@@ -90,6 +90,22 @@ def test_the_public_matcher_walk_gives_the_same_postings(monkeypatch):
         assert fast == slow and fast
 
 
+def test_a_field_no_document_of_a_segment_has_reads_as_zero_lengths_at_once():
+    # No note here has a context: the segment has no length column for it. Whoosh answers 0 per
+    # document after a stat of the missing file each time; read per document, that was most of
+    # a server's recall CPU after every write (a new searcher recomputes the lengths).
+    ix, _ = corpus_index(7, segments=2, deletions=0)
+    with ix.searcher(weighting=fulltext.weighting()) as s:
+        for leaf, _ in s.leaf_searchers():
+            reader = leaf.reader()
+            column = bm25._length_bytes(reader, "context_text")
+            assert column is not None and len(column) == reader.doc_count_all() and not column.any()
+            assert [reader.doc_field_length(d, "context_text") or 0 for d in range(reader.doc_count_all())] \
+                == column.tolist()
+        visible = np.ones(s.doc_count_all(), dtype=bool)
+        assert bm25.Visible(s, visible).avg_field_length("context_text") == 1.0  # none: the floor of 1
+
+
 def test_coverage_counts_findable_words_outside_the_subject():
     ix = RamStorage().create_index(fulltext.make_schema())
     with ix.writer() as w:

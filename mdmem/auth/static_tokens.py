@@ -78,6 +78,12 @@ class TokenFile:
         self._mutex = threading.Lock()
 
     # --- reading ---------------------------------------------------------------------
+    def stamp(self) -> tuple[int, int, int] | None:
+        """The file's (inode, size, mtime) now, None when absent: any write changes it (a write
+        renames a new file over the old one), so what was verified against one stamp holds
+        while the stamp does."""
+        return self._current_stamp()
+
     def _current_stamp(self) -> tuple[int, int, int] | None:
         try:
             st = os.stat(self.path)

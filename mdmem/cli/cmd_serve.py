@@ -42,12 +42,14 @@ def register(sub) -> None:
 
 
 def run(ctx) -> int:
-    from ..mcp.reexec import taken_over
+    from ..mcp.reexec import started_ns, taken_over
     from ..storage.gitindex import INDEX_DELAY_SECONDS
 
     # Set when this process replaced a server that saw an erasure (mcp/reexec.py): the
     # client's session, or the listening socket, it goes on with.
     handover = taken_over()
+    # Before the repository is opened: an erasure ending from here on restarts the server.
+    handover["since_ns"] = started_ns(handover)
     if ctx.args.http is not None:
         return run_http(ctx, handover)
     from ..mcp.server import parse_capabilities, serve
@@ -59,7 +61,7 @@ def run(ctx) -> int:
     for each in repo.mounted_repos(ctx.user) if is_workspace(repo) else [repo]:
         each.store.index_delay = INDEX_DELAY_SECONDS
     label = ctx.args.agent if ctx.args.agent is not None else repo.user_config.agent_label
-    if not serve(repo, ctx.user, allowed, label=label, handover=handover):
+    if not serve(repo, ctx.user, allowed, label=label, handover=handover, since_ns=handover["since_ns"]):
         end_now()
     return 0
 
@@ -149,6 +151,7 @@ def run_http(ctx, handover: dict) -> int:
               "(mdmem token add --person NAME --agent LABEL --allow read,write)", file=sys.stderr, flush=True)
     # The metadata names who issues tokens: the IdP, else this server (its static tokens).
     issuer = args.jwt_issuer or public_url
-    if not serve_http(repo, verifier, sock, public_url=public_url, issuer=issuer, host=host, limits=limits):
+    if not serve_http(repo, verifier, sock, public_url=public_url, issuer=issuer, host=host, limits=limits,
+                      since_ns=handover["since_ns"]):
         end_now()
     return 0

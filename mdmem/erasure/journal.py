@@ -71,13 +71,19 @@ class Journal:
         in the work tree), which a check of the branch cannot see; a writer drops what it kept
         of the old history (storage/erasures_seen.py says who follows it)."""
         self.remove()
-        done = erasure_done_path(self.root)
-        try:
-            tmp = done.with_name(done.name + ".new")
-            tmp.write_text(f"{time.time_ns()}\n", encoding="utf-8")
-            os.replace(tmp, done)
-        except OSError:  # (a linked worktree's .git is a file: no journal there either)
-            pass
+        stamp_erasure_ended(self.root)
+
+
+def stamp_erasure_ended(root: Path) -> None:
+    """Move the done stamp of the repository at ``root``: an erasure ended there (forget's, or
+    one made elsewhere that `sync --replay` brought in), and every process following it lets go."""
+    done = erasure_done_path(root)
+    try:
+        tmp = done.with_name(done.name + ".new")
+        tmp.write_text(f"{time.time_ns()}\n", encoding="utf-8")
+        os.replace(tmp, done)
+    except OSError:  # (a linked worktree's .git is a file: no journal there either)
+        pass
 
 
 def pending(root: Path) -> bool:

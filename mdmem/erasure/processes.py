@@ -34,11 +34,25 @@ def running(root: Path) -> list[tuple[int, str]]:
             continue
         # A relative argument means what it means in that process's folder, never in ours (else
         # every word on its command line, "serve" included, would land inside the prover's repo).
-        named = any(_inside(str(cwd / a), root) for a in argv)
+        # An option's value may follow "=" (--repo=PATH), and MDMEM_REPO names the repository
+        # as well as --repo does.
+        given = argv + [a.split("=", 1)[1] for a in argv if a.startswith("--") and "=" in a]
+        given += _repo_in_environment(entry)
+        named = any(_inside(str(cwd / a), root) for a in given)
         if named or _inside(str(cwd), root):
             what = next(a for a in argv if a in LONG_LIVED)
             out.append((int(entry.name), f"mdmem {what}"))
     return sorted(out)
+
+
+def _repo_in_environment(entry: Path) -> list[str]:
+    """The MDMEM_REPO a process was started with ([] if none, or its environment is not ours to read)."""
+    try:
+        env = (entry / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return []
+    return [item[len(b"MDMEM_REPO="):].decode("utf-8", "replace") for item in env
+            if item.startswith(b"MDMEM_REPO=") and len(item) > len(b"MDMEM_REPO=")]
 
 
 def _inside(path: str, root: Path) -> bool:

@@ -149,7 +149,7 @@ def remote_status(root, name: str, asked: list[str], old: set[str]) -> str:
     for ``asked`` (erased commit and blob ids) by id, and whether a ref there still points at
     an ``old`` commit. "erased: ..." only when it serves none; otherwise "NOT erased ..." with
     what must happen there (the guard's housekeeping, or the host's own purge)."""
-    service = hosted(ops.configured_url(root, name))
+    service = next((found for url in ops.configured_urls(root, name) if (found := hosted(url))), None)
     if service:
         # Such a host shows unreachable commits by id on its web pages whatever a fetch says.
         return f"NOT erased there yet: pushed (force); {HOSTED[service]}"

@@ -181,22 +181,28 @@ class MdmemMemoryTool(BetaAbstractMemoryTool):
         if not moves:
             self._no_symlink(old)
             raise ToolError(f"The path {command.old_path} does not exist")
-        answers = []
+        # Every file is judged before the first one moves: a folder's rename refused halfway would
+        # leave the model told "failed" about a folder that is half moved.
+        planned = []
         for name, stored in sorted(moves.items()):
             target = new + name[len(old):]
             self._no_symlink(stored.path)
             if not self.repo.contracts.resolve(stored.note.kind).keyed:
                 raise ToolError(f"{MEMORIES}/{name} is an episode, and an event that happened keeps its place "
-                                "(append-only); create a new file instead")
+                                "(append-only); create a new file instead (nothing was moved)")
             key = self._key_for(target, stored.note.subject, stored.note.kind)
             self._no_symlink(layout.keyed_path(self.root, stored.note.subject, stored.note.kind, key))
+            planned.append((name, stored, target, key))
+        answers: list[str] = []
+        for name, stored, target, key in planned:
             try:
                 # One commit: the note leaves its old path and takes the new one, history and all.
                 moved = self.repo.move(as_user=self.user, path=stored.path, key=key, expect_version=stored.version,
                                        extra={PATH_FIELD: target}, now=self._now(), channel=AGENT,
                                        source=self.source)
             except MdmemError as exc:
-                raise ToolError(f"{MEMORIES}/{name}: {exc}") from None
+                done = f" (done before it: {' '.join(answers)})" if answers else ""
+                raise ToolError(f"{MEMORIES}/{name}: {exc}{done}") from None
             if moved.status == "held":
                 answers.append(self._answer(f"{MEMORIES}/{name} -> {MEMORIES}/{target}", moved, "")
                                + f" {MEMORIES}/{name} stays where it is until then.")

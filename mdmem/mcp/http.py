@@ -12,6 +12,7 @@ capabilities decide which tools it is offered and may call."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
 import inspect
 import json
@@ -53,6 +54,7 @@ MCP_PATH = "/mcp"
 HEALTH_PATH = "/healthz"
 PERSON_CHECK_SECONDS = 2.0
 REFUSALS_LOGGED = 30  # a minute
+VERIFIED_KEPT = 4096  # tokens whose verification is kept for PERSON_CHECK_SECONDS
 
 
 @dataclass(frozen=True)
@@ -93,9 +95,33 @@ class TokenVerifier:
         self.jwt = jwt
         self.resource = resource
         self._declared: dict[str, float] = {}  # person -> when check_user last let them through
+        # sha256(token) -> (its verified answer, when, the token file's stamp then)
+        self._verified: dict[bytes, tuple[PersonToken, float, tuple[int, int, int] | None]] = {}
         self._window = [time.monotonic(), 0, 0]  # refusals: minute started, logged, not logged
 
     async def verify_token(self, token: str) -> AccessToken | None:
+        # A token verified moments ago is answered from memory while the token file is the one
+        # it was verified against (a revocation rewrites the file: the next request verifies
+        # anew and is refused), for at most PERSON_CHECK_SECONDS and never past its expiry.
+        # Keyed by a hash of the whole token: a wrong secret for a known id is another key.
+        key = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+        stamp = self.tokens.stamp() if self.tokens is not None else None
+        now = time.monotonic()
+        known = self._verified.get(key)
+        if known is not None:
+            answer, verified_at, at_stamp = known
+            if now - verified_at < PERSON_CHECK_SECONDS and at_stamp == stamp and \
+                    (answer.expires_at is None or answer.expires_at > time.time()):
+                return answer
+            del self._verified[key]
+        answer = await self._verify(token)
+        if answer is not None:
+            if len(self._verified) >= VERIFIED_KEPT:
+                self._verified.clear()  # many tokens at once: start again rather than grow
+            self._verified[key] = (answer, now, stamp)
+        return answer
+
+    async def _verify(self, token: str) -> PersonToken | None:
         try:
             if split_token(token) is not None and self.tokens is not None:
                 principal = self.tokens.verify(token)
@@ -345,7 +371,7 @@ def listening_socket(fd: object) -> socket.socket | None:
 
 def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *, public_url: str, issuer: str,
                host: str, limits: HttpLimits = HttpLimits(), drain_seconds: float = 10.0,
-               graceful_seconds: float = 30.0) -> bool:
+               graceful_seconds: float = 30.0, since_ns: int | None = None) -> bool:
     """Serve until SIGTERM/SIGINT: then no new connection is taken, requests in flight (a write
     under way) are finished and answered, and the process may end. True when the index
     builder also ended (see mcp/server.serve).
@@ -382,10 +408,17 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
         repo.reload()
         server.should_exit = True
 
+    # Following erasures starts before the builder reads a note: one ending after that is seen.
+    restart = RestartOnErasure([repo.root], on_due=erasure_ended, since_ns=since_ns)
     builder = threading.Thread(target=start, name="mdmem-index-build", daemon=True)
     builder.start()
+    try:
+        # Before serving: nothing else of this process touches trust or the views yet, and the
+        # first writes do not wait for a whole-memory pass holding the write lock.
+        repo.warm_writes()
+    except Exception:  # noqa: BLE001 -- a cache: the first write builds what it needs
+        pass
     stop = threading.Event()
-    restart = RestartOnErasure([repo.root], on_due=erasure_ended)
     app = build_app(repo, verifier, public_url=public_url, issuer=issuer, host=host, limits=limits,
                     index_ready=ready, restart=restart)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",

@@ -27,8 +27,11 @@ class RestartOnErasure:
     before each request the server takes (one stat) and once a second by :meth:`watch`, for a
     server nobody calls. ``on_due`` is called once, on the thread that saw it."""
 
-    def __init__(self, roots: Iterable[Path], on_due: Callable[[], None] = lambda: None):
-        self.follower = ErasureFollower(roots)
+    def __init__(self, roots: Iterable[Path], on_due: Callable[[], None] = lambda: None, *,
+                 since_ns: int | None = None):
+        # since_ns: when this process began (started_ns): an erasure that ended while it was
+        # starting or opening the repository is one to restart for.
+        self.follower = ErasureFollower(roots, since_ns)
         self.due = threading.Event()
         self.on_due = on_due
         self._telling = threading.Lock()
@@ -69,6 +72,14 @@ def reexec(handover: dict[str, Any], inherit: Iterable[int] = ()) -> NoReturn:
     # is younger than the last erasure.
     env = {**os.environ, HANDOVER_ENV: json.dumps({**handover, "since_ns": time.time_ns()})}
     os.execve(sys.executable, sys.orig_argv, env)
+
+
+def started_ns(handover: dict[str, Any]) -> int:
+    """When this server began, for RestartOnErasure: the moment the process it replaced handed
+    over (an erasure ending during the exec is not missed), else now (call it before opening
+    the repository)."""
+    since = handover.get("since_ns")
+    return since if isinstance(since, int) else time.time_ns()
 
 
 def taken_over() -> dict[str, Any]:

@@ -168,7 +168,7 @@ def build_server(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label:
 
 
 def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | None = None,
-          drain_seconds: float = 10.0, handover: dict[str, Any] | None = None) -> bool:
+          drain_seconds: float = 10.0, handover: dict[str, Any] | None = None, since_ns: int | None = None) -> bool:
     """Serve on stdio until the client leaves. Once an erasure ends in the repository (or a
     mount of the workspace) the process re-executes itself between two requests and goes on
     with the client's session (mcp/stdio_relay.py): its memory may hold the erased text, and
@@ -219,7 +219,7 @@ def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | 
             repo.index.reopen()  # the workspace's one index: read again from disk (rebuilt if rewritten)
         relay.wake()
 
-    restart = RestartOnErasure([r.root for r in repos], on_due=erasure_ended)
+    restart = RestartOnErasure([r.root for r in repos], on_due=erasure_ended, since_ns=since_ns)
     relay = StdioRelay(restart.look, before_exec, handover or {})
     server = build_server(repo, user, allowed, label=label, index_ready=ready, restart=restart)
     builder = threading.Thread(target=start, name="mdmem-index-build", daemon=True)

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import re
 
-# C0 except tab and newline, DEL, C1, and the bidirectional overrides/isolates.
-_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# C0 except tab and newline, DEL, C1, the bidirectional overrides/isolates, and the Unicode tag
+# characters: invisible on screen, yet each spells an ASCII letter a model reads (text hidden
+# from the person reviewing a note or a view).
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069"
+                       "\U000e0000-\U000e007f]")
 
 
 def _visible(m: re.Match) -> str:
-    ch = m.group(0)
-    return f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
+    code = ord(m.group(0))
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def escape_controls(text: str, *, newlines: bool = True) -> str:

@@ -16,6 +16,7 @@ from ..errors import BadInput, Conflict
 from ..policy.access import Access
 from ..storage.gitstore import GitStore
 from ..storage.gitdir import cache_dir
+from ..storage.worktree import forget_read_notes
 
 if TYPE_CHECKING:
     from ..model.kinds import Contracts
@@ -161,6 +162,18 @@ class RepoState:
                 self.index.reader_roots = roots
         self.index.keep_warm()
 
+    def warm_writes(self) -> None:
+        """This process will write for a while (the HTTP server): trust's verdicts on every note
+        and each scope root's view entries are made now, not by the first write that needs them
+        (a first write at 10,000 notes spent ~6 s on them; later ones move them forward)."""
+        head = self.store.head()
+        if head is None:
+            return
+        self.trust.flags(head)
+        views = self.views
+        for root in sorted(views.all_roots(head)):
+            views.entries.state(root, head, {})
+
     @property
     def recaller(self) -> Recall:
         """The recall over :attr:`index` (made on first use, remade by :meth:`reset_recaller`).
@@ -233,6 +246,7 @@ class RepoState:
     def reset_caches(self) -> None:
         """After a history rewrite every in-process cache describes commits that are gone."""
         self._trust = None  # not kept at close: its state may name commits (and paths) erased
+        forget_read_notes()
         self.close()
         self._index = self._recall = self._meta_cache = self._root_blobs = None
         delay = self.store.index_delay  # the MCP server's deferral, kept across a forget or sync

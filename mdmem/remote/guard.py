@@ -173,16 +173,25 @@ def _forged_views(bare: str | Path, old: str | None, commit: str, *, views_only:
     from ..views.fresh import SCOPES, is_view_path, touched_roots
     from ..views.render import VIEW_NAME, render_root
 
-    config_text = run_git_at(bare, "show", f"{commit}:{CONFIG_NAME}", check=False)
-    if not config_text:
-        return []  # not a memory repo's history (or no config yet): nothing to render
-    try:
-        config = Config.parse(config_text.encode(), where=CONFIG_NAME)
-    except MdmemError:
-        return []  # an unreadable config is the clones' to refuse (sync names it)
-    why = "(a view written by hand tells agents what no note says); run `mdmem render` and push again"
-    problems = []
     changed = changed_paths_at(bare, old, commit) if old else None
+    config_text = run_git_at(bare, "show", f"{commit}:{CONFIG_NAME}", check=False)
+    unreadable = f"no {CONFIG_NAME}"
+    config = None
+    if config_text:
+        try:
+            config = Config.parse(config_text.encode(), where=CONFIG_NAME)
+        except MdmemError as e:
+            unreadable = f"an unreadable {CONFIG_NAME} ({e})"
+    if config is None:
+        # Views are judged against the commit's configuration; without one none can be, and a view
+        # that arrives with it (deleted or broken in the same push) would reach every fresh clone's
+        # agents unjudged. A history holding no view (not a memory repository's) is not refused.
+        present = files_at(bare, commit, [VIEW_NAME, *SCOPES])
+        views = sorted(p for p in present if is_view_path(p) and (changed is None or p in changed))
+        return [f"{path} arrives with {unreadable} at its commit, so it cannot be judged a render; fix "
+                f"{CONFIG_NAME} and run `mdmem render`, then push again" for path in views]
+    why = "(a view written by hand tells agents what no note says); run `mdmem render` and push again"
+    problems = _view_lookalikes(bare, commit, changed)
     if views_only and changed is not None:
         changed = {path for path in changed if is_view_path(path)}
     if (changed is None or VIEW_NAME in changed or (CONFIG_NAME in changed and not views_only)) and \
@@ -197,6 +206,31 @@ def _forged_views(bare: str | Path, old: str | None, commit: str, *, views_only:
     for path in unrendered_views(config, roots, files, lambda oids: blobs_at(bare, oids)):
         problems.append(f"{path} differs from a fresh render of its commit's notes {why}")
     return problems
+
+
+def _view_lookalikes(bare: str | Path, commit: str, changed: set[str] | None) -> list[str]:
+    """Paths that name a view but for letter case (``team/payments/memory.md``,
+    ``Team/payments/MEMORY.md``): on a case-insensitive file system (macOS, Windows) a clone's
+    checkout writes one over the view itself, and agents there read text nobody rendered. Only the
+    paths changed since the last judged commit (every path on a new ref)."""
+    from ..views.fresh import is_view_path
+
+    paths = changed if changed is not None else set(
+        run_git_at(bare, "ls-tree", "-r", "-z", "--name-only", "--full-tree", commit, check=False).split("\0"))
+    alike = sorted(p for p in paths if p and not is_view_path(p) and is_view_path(_view_case(p)))
+    present = files_at(bare, commit, alike) if alike else {}
+    return [f"{path} differs only in letter case from a view's path: a case-insensitive checkout writes it over "
+            "that view; rename or remove it, then push again" for path in sorted(present)]
+
+
+def _view_case(path: str) -> str:
+    """``path`` with the letters a view's path fixes (scope folder, file name) as a view has them."""
+    parts = path.split("/")
+    if parts[-1].casefold() == "memory.md":
+        parts[-1] = "MEMORY.md"
+    if len(parts) == 3 and parts[0].casefold() in ("team", "private"):
+        parts[0] = parts[0].casefold()
+    return "/".join(parts)
 
 
 def after_push(bare: str) -> bool:

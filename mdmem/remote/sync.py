@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..erasure.forget import AUDIT_PATH, erased_blob_ids, erased_commit_ids, purge_caches
+from ..erasure.journal import stamp_erasure_ended
 from ..erasure import erased as erased_record
 from ..erasure.erased import known_blobs, known_commits
 from ..erasure.receipt import receipt_ids
@@ -630,6 +631,9 @@ def _replay_after_erasure(repo, user: str, head: str, their_head: str, remote: s
     # documents), as the erasing clone's did before its purge: the same purge here,
     # again for what was rebuilt from the old history since the first.
     _purge_clone_caches(repo)
+    # The erasure has now ended in this clone too: a server or daemon running on it that read
+    # the erased notes lets go of them (re-executes, exits) as after a forget made here.
+    stamp_erasure_ended(repo.root)
     holding = _refs_holding(store, known_commits(store.root, audit))
     if holding:
         out["still_holding_erased"] = holding

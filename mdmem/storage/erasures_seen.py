@@ -16,9 +16,14 @@ class ErasureFollower:
     """The done stamps of one or more repositories (a workspace's server follows each mount)
     as they were at the last look."""
 
-    def __init__(self, roots: Iterable[Path]):
+    def __init__(self, roots: Iterable[Path], since_ns: int | None = None):
+        """``since_ns``: when the holder began (before it opened anything): an erasure that
+        ended after that, while it was opening, counts as one seen at the first look -- the
+        holder may have read the old history before the stamp moved."""
         self.paths = [erasure_done_path(Path(root)) for root in roots]
         self.stamps = [file_stamp(path) for path in self.paths]
+        if since_ns is not None:
+            self.stamps = [None if stamp is not None and stamp[1] >= since_ns else stamp for stamp in self.stamps]
         self._lock = threading.Lock()
 
     def ended(self) -> bool:

@@ -453,12 +453,26 @@ def remote_heads(root: Path, remote: str) -> dict[str, str] | None:
 
 
 def remote_refs(root: Path, remote: str) -> dict[str, str]:
-    """ref -> object of every ref ``remote`` advertises (branches, tags and any other namespace)."""
-    proc = subprocess.run(["git", "-C", str(root), "ls-remote", remote], capture_output=True, text=True)
-    if proc.returncode != 0:
-        return {}
-    return {ref: oid for oid, ref in (line.split("\t", 1) for line in proc.stdout.splitlines() if "\t" in line)
-            if not ref.endswith("^{}") and ref != "HEAD"}
+    """ref -> object of every ref ``remote`` advertises (branches, tags and any other namespace),
+    at every URL it fetches from or pushes to (a ref at any of them; the last URL's id wins)."""
+    out: dict[str, str] = {}
+    for url in remote_urls(root, remote) or [remote]:
+        proc = subprocess.run(["git", "-C", str(root), "ls-remote", url], capture_output=True, text=True)
+        if proc.returncode != 0:
+            continue
+        for line in proc.stdout.splitlines():
+            oid, _, ref = line.partition("\t")
+            if ref and not ref.endswith("^{}") and ref != "HEAD":
+                out[ref] = oid
+    return out
+
+
+def remote_urls(root: Path, remote: str) -> list[str]:
+    """Every URL ``remote`` fetches from or pushes to (``remote.<name>.pushurl`` may name other
+    repositories than the one fresh clones fetch from, and several), as git resolves them."""
+    urls = run_git(root, "remote", "get-url", remote, check=False).split("\n")
+    urls += run_git(root, "remote", "get-url", "--push", "--all", remote, check=False).split("\n")
+    return list(dict.fromkeys(url.strip() for url in urls if url.strip()))
 
 
 def contains(root: Path, ancestor: str, tip: str) -> bool:
@@ -557,29 +571,37 @@ def snapshot_ref(root: Path, ref: str, files: dict[str, bytes], message: str) ->
     return str(oid)
 
 
-def configured_url(root: Path, remote: str) -> str:
-    """The URL as the person configured it (before any ``insteadOf`` rewriting): it names the host."""
-    return run_git(root, "config", "--get", f"remote.{remote}.url", check=False).strip()
+def configured_urls(root: Path, remote: str) -> list[str]:
+    """The URLs as the person configured them (``url`` and every ``pushurl``, before any
+    ``insteadOf`` rewriting): they name the hosts."""
+    found = run_git(root, "config", "--get-all", f"remote.{remote}.url", check=False).split("\n")
+    found += run_git(root, "config", "--get-all", f"remote.{remote}.pushurl", check=False).split("\n")
+    return list(dict.fromkeys(url.strip() for url in found if url.strip()))
 
 
 def served_by(root: Path, remote: str, ids: list[str]) -> list[str]:
     """Which of ``ids`` (commits or blobs) ``remote`` still hands out when asked by id, asked as a
     fresh clone would ask (a scratch repository of its own, over git's own transport: no object
     of this clone can answer for the remote)."""
-    url = run_git(root, "remote", "get-url", remote, check=False).strip()
-    if not url or not ids:
+    urls = remote_urls(root, remote)
+    if not urls or not ids:
         return []
     scratch = git_dir(root) / "mdmem-remote-check"
     shutil.rmtree(scratch, ignore_errors=True)
     try:
-        subprocess.run(["git", "init", "-q", "--bare", str(scratch)], capture_output=True, check=True)
         served = []
         for oid in ids:
-            # From the clone's folder: a relative URL means what it means to the clone.
-            proc = subprocess.run(["git", f"--git-dir={scratch}", "fetch", "-q", "--no-tags", "--depth=1", url, oid],
-                                  capture_output=True, text=True, cwd=str(root))
-            if proc.returncode == 0:
-                served.append(oid)
+            # Each URL the push went to or clones fetch from: one still serving it is enough.
+            for url in urls:
+                # A scratch repository per ask: an object fetched from one URL must not answer for the next.
+                shutil.rmtree(scratch, ignore_errors=True)
+                subprocess.run(["git", "init", "-q", "--bare", str(scratch)], capture_output=True, check=True)
+                # From the clone's folder: a relative URL means what it means to the clone.
+                proc = subprocess.run(["git", f"--git-dir={scratch}", "fetch", "-q", "--no-tags", "--depth=1", url,
+                                       oid], capture_output=True, text=True, cwd=str(root))
+                if proc.returncode == 0:
+                    served.append(oid)
+                    break
         return served
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

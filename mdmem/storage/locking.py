@@ -101,6 +101,16 @@ class StoreLocking:
         finally:
             self._threads_lock.release()
 
+    @contextmanager
+    def beside_writers(self, timeout: float | None = None):
+        """The erasure gate held as a writer holds it (shared), without the write lock: work
+        that may run while others write but never while an erasure runs (packing objects)."""
+        gate = self._enter_gate(LOCK_TIMEOUT_SECONDS if timeout is None else timeout, False)
+        try:
+            yield
+        finally:
+            gate[0].release()
+
     def _enter_gate(self, timeout: float, erasure: bool) -> list[Lock]:
         """The erasure gate, shared (a write) or alone (an erasure), and what to let go after
         the write lock. An erasure first takes the turnstile alone and keeps it: writers arriving

@@ -1,8 +1,14 @@
-"""Housekeeping a store asks for: gc --auto now and then, in a background process under the lock."""
+"""Housekeeping a store asks for now and then, in a background process: loose objects packed
+beside writers, then gc --auto under the lock."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+
+# git gc --auto repacks everything once there are gc.autoPackLimit (50) packs, under the lock;
+# pack_objects makes them one before that, beside writers.
+MANY_PACKS = 40
 
 
 class Housekeeping:
@@ -24,7 +30,23 @@ class Housekeeping:
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
     def housekeep(self, *, force: bool = False) -> None:
-        """git gc (and with it pack-refs) under the repo lock; in the foreground (gc.autoDetach
-        would run it on after the lock is released)."""
+        """Pack the loose objects beside writers (:meth:`pack_objects`), then git gc (and with
+        it pack-refs) under the repo lock; in the foreground (gc.autoDetach would run it on
+        after the lock is released). With the objects packed first, gc --auto mostly finds
+        nothing left to do: it packed ~2,000 objects under the lock before, and a server's
+        writes waited for it (remember p99 25 s over a 10-minute run)."""
+        self.pack_objects()
         with self.locked():
             self.git("-c", "gc.autoDetach=false", "gc", "--quiet", *([] if force else ["--auto"]))
+
+    def pack_objects(self, timeout: float | None = None) -> None:
+        """Loose objects reachable from any ref into a new pack (`git repack -d`), while writers
+        go on: packing takes no ref lock and deletes only loose objects a pack now holds, so a
+        write's new objects are never touched. Past MANY_PACKS, the packs are made one (-A:
+        an object no ref reaches is kept loose, never dropped, in case a write racing the repack
+        reuses it). Erasures are kept out (the gate, shared as a writer holds it): a repack
+        reading an old pack while an erasure prunes could write erased objects back."""
+        with self.beside_writers(timeout):
+            packs = [p for p in os.listdir(os.path.join(self.repo.path, "objects", "pack")) if p.endswith(".pack")]
+            # flush=False: a flush of git's index takes the write lock this work does without.
+            self.git("repack", "-d", "-q", "-n", *(["-A"] if len(packs) > MANY_PACKS else []), flush=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import stat
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,15 @@ class StoredNote:
 # not one per read (views, the gate and the index all read the same files).
 _INVALID: OrderedDict[tuple, NoteInvalid] = OrderedDict()
 _INVALID_MAX = 4096
+# Notes found valid, the same way, with the kinds they were checked against: a long-lived
+# process reading a file again unchanged (every episode write reads the day's episodes of its
+# subject to find the turn it follows) does not parse and check it again -- that was two thirds
+# of a write's CPU on a server after a day of turns. Bounded in notes and in bytes (a whole-tree
+# scan passes through it): the least recently read go first.
+_VALID: OrderedDict[tuple, tuple[Contracts, StoredNote, int]] = OrderedDict()
+_VALID_MAX, _VALID_BYTES_MAX = 2048, 8_000_000
+_valid_bytes = [0]
+_valid_mutex = threading.Lock()
 
 
 def read_note_bytes(root: Path, path: str, max_bytes: int | None = None, *, check_dirs: bool = True) -> bytes | None:
@@ -94,6 +104,14 @@ def _through_symlink(root: Path, path: str) -> bool:
     return False
 
 
+def forget_read_notes() -> None:
+    """Drop the notes kept as read (after a history rewrite: erased text is not kept in memory)."""
+    with _valid_mutex:
+        _VALID.clear()
+        _valid_bytes[0] = 0
+    _INVALID.clear()
+
+
 def read_note(root: Path, path: str, contracts: Contracts, *, max_bytes: int | None = None,
               check_dirs: bool = True) -> StoredNote | None:
     """The note at ``path`` in the work tree, or None if there is no file. Raises NoteInvalid."""
@@ -107,13 +125,25 @@ def read_note(root: Path, path: str, contracts: Contracts, *, max_bytes: int | N
     known = _INVALID.get(memo)
     if known is not None:
         raise known
+    with _valid_mutex:
+        valid = _VALID.get(memo)
+        if valid is not None and valid[0] is contracts:  # the very kinds it was checked against
+            _VALID.move_to_end(memo)
+            return valid[1]
     try:
-        return StoredNote(path, blob, validate_note(path, data, contracts, max_bytes=max_bytes))
+        stored = StoredNote(path, blob, validate_note(path, data, contracts, max_bytes=max_bytes))
     except NoteInvalid as exc:
         _INVALID[memo] = exc
         if len(_INVALID) > _INVALID_MAX:
             _INVALID.popitem(last=False)
         raise
+    with _valid_mutex:
+        old = _VALID.pop(memo, None)
+        _valid_bytes[0] += len(data) - (old[2] if old else 0)
+        _VALID[memo] = (contracts, stored, len(data))
+        while _VALID and (len(_VALID) > _VALID_MAX or _valid_bytes[0] > _VALID_BYTES_MAX):
+            _valid_bytes[0] -= _VALID.popitem(last=False)[1][2]
+    return stored
 
 
 def iter_note_paths(root: Path, under: str = "") -> list[str]:
@@ -179,14 +209,16 @@ def notes_named(root: Path, folder: str, prefixes: tuple[str, ...], contracts: C
         names = sorted(os.listdir(base))
     except (FileNotFoundError, NotADirectoryError):
         return []
-    if os.path.islink(base):
+    if _through_symlink(root, f"{folder}/-"):  # the folder or one above it: each file would be refused
         return []
     out = []
     for name in names:
         if not name.endswith(".md") or not name.startswith(prefixes):
             continue
         try:
-            stored = read_note(root, f"{folder}/{name}", contracts, max_bytes=max_bytes)
+            # The folders were looked at once above, not again per file (a day of turns is
+            # hundreds of files, each a walk up the path).
+            stored = read_note(root, f"{folder}/{name}", contracts, max_bytes=max_bytes, check_dirs=False)
         except NoteInvalid:
             continue
         if stored is not None:
