@@ -120,3 +120,19 @@ def test_a_merge_written_on_this_sides_tree_is_gits_whole_merge(tmp_path):
     assert sync_ops.merged_tree(store, ours, theirs, {}, changed=changed) == (whole, [])
     moved = store.file_in(whole, "d2/moved.txt").decode()
     assert "OUR line 19" in moved and store.file_in(whole, "d0/f0.txt") is None  # the rename carried our edit
+
+
+def test_a_forged_sync_stamp_naming_the_remotes_new_tip_does_not_skip_taking_it(billing_team, tmp_path):
+    """sync.json lies in .git, where any local process may write it: a stamp that names the
+    remote's branch as it is now, though this clone never took that commit, must not make the
+    sync skip the fetch (the remote's tip must be in this clone, and an ancestor of its own)."""
+    remote, dana, bob = setup(billing_team, tmp_path)
+    bob.remember("Refunds close after 30 days", as_user="bob", kind="fact", subject="service:refunds", key="window",
+                 scope="team", team="payments", now=T0)
+    assert sync(bob, as_user="bob", push=True)["push"] == "pushed"
+    stamp_file = dana.store.cache_dir / "sync.json"
+    stamps = json.loads(stamp_file.read_text())
+    stamps["origin"]["remote"]["main"] = git(remote, "rev-parse", "main").stdout.strip()
+    stamp_file.write_text(json.dumps(stamps))
+    assert sync(dana, as_user="dana")["status"] == "fast-forwarded"
+    assert dana.get(as_user="dana", subject="service:refunds", kind="fact", key="window").note.text.startswith("Refunds")

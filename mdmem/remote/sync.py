@@ -219,6 +219,13 @@ def _unchanged(store, remote: str, branch: str, head: str | None, listed: dict[s
     theirs = {n: o for n, o in listed.items() if n == branch or n.startswith(REVIEW_PREFIX)}
     if stamp.get("branch") != branch or stamp.get("head") != head or stamp.get("remote") != theirs:
         return False
+    # The stamp lies in .git, where any local process may write it: it is trusted only for what
+    # this clone can show it holds (the remote's tip among its own history, every listed hold).
+    there = theirs.get(branch)
+    if there is not None and there != head and not (store.has_object(there) and store.is_ancestor(there, head)):
+        return False
+    if not all(store.has_object(o) for o in theirs.values()):
+        return False
     mine = sync_ops.local_refs(store, f"refs/heads/{REVIEW_PREFIX}")
     if stamp.get("holds") != mine:
         return False
