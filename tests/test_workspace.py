@@ -322,3 +322,21 @@ def test_a_move_lands_in_its_roots_repository_as_one_commit(alice):
     assert count(alice, "private/alice", before["private/alice"]) == 0
     versions = alice.repo_for("team/payments").history(as_user="alice", path=moved.path)
     assert [v.op for v in versions] == ["move", "create"]
+
+
+def test_a_workspace_file_committed_into_a_mount_does_not_take_over_calls_made_inside_it(alice):
+    """A teammate can commit any file into a team repository, a workspace file in the root's
+    folder too: calls made inside the mount still act on the person's own workspace (its mounts,
+    its view), never on one a teammate wrote."""
+    alice.remember("Billing deploys on Tuesdays", as_user="alice", kind="fact", subject="service:billing",
+                   key="deploy", scope="team", team="payments", now=T0)
+    clone = alice.clone_path("team/payments")
+    (clone / "team/payments/.mdmem-workspace.toml").write_text('user = "alice"\nknown = []\n')
+    git(clone, "add", "-A")
+    git(clone, "-c", "user.name=mallory", "-c", "user.email=m@example.org", "commit", "-qm", "ws", "--no-verify")
+    inside = alice.root / "team" / "payments"
+    r = cli("ls", "--as", "alice", "--json", cwd=inside)
+    assert r.returncode == 0, r.stderr
+    assert "team/payments/service/billing/fact/deploy.md" in r.stdout
+    from mdmem.cli import launch  # the launcher's guess names the same workspace (its daemon)
+    assert launch.repo_root_for_call(["ls"], {}, str(inside)) == str(alice.root)

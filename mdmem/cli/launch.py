@@ -239,7 +239,8 @@ def repo_root_for_call(argv: list[str], env, cwd: str) -> str | None:
     folder = os.path.abspath(start)
     found = None
     while True:
-        if os.path.exists(os.path.join(folder, WORKSPACE_FILE)):
+        if (os.path.exists(os.path.join(folder, WORKSPACE_FILE))
+                and WORKSPACE_MOUNTS not in os.path.realpath(folder).split(os.sep)):  # as workspace.layout.locate
             # A workspace (mdmem/workspace/) spans its mounts: its own daemon answers, never one
             # clone's (a repo met below it counts only when it is not one of its clones).
             if found is None or os.path.relpath(found, folder).split(os.sep)[0] == WORKSPACE_MOUNTS:

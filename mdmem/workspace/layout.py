@@ -107,7 +107,9 @@ def locate(start: str | Path | None = None) -> Path | None:
     here = Path(start or Path.cwd()).absolute()
     repo_seen: Path | None = None
     for folder in (here, *here.parents):
-        if (folder / WORKSPACE_FILE).is_file():
+        # A workspace never lies inside a mount's clone: a workspace file there is a file a
+        # teammate committed into a scope repository, and must not decide what a call acts on.
+        if (folder / WORKSPACE_FILE).is_file() and MOUNTS_DIR not in folder.resolve().parts:
             if repo_seen is None or MOUNTS_DIR in repo_seen.relative_to(folder).parts[:1]:
                 return folder
             return None
