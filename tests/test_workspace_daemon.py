@@ -180,3 +180,26 @@ def test_the_first_read_only_call_inside_a_workspace_starts_its_daemon(alice_ws)
                 os.kill(info["pid"], signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_a_mount_removed_by_another_process_is_not_answered_by_the_running_daemon(running):
+    root, _ = running
+    assert "bluebird" in cli("recall", "bluebird review", "--as", "alice", "--json", cwd=root).stdout
+    r = cli("workspace", "remove", "team/payments", "--force", "--as", "alice", cwd=root, via="here")
+    assert r.returncode == 0, r.stderr
+    for call in (["recall", "bluebird review", "--as", "alice", "--json"], ["ls", "--as", "alice", "--json"],
+                 ["startup", "--as", "alice"]):
+        r = cli(*call, cwd=root)
+        assert "bluebird" not in r.stdout + r.stderr, call
+
+
+def test_a_mount_added_by_another_process_is_answered_by_the_running_daemon(running):
+    root, _ = running
+    assert "kestrel" not in cli("recall", "kestrel ranking", "--as", "alice", "--json", cwd=root).stdout
+    remote = scope_remote(root.parent, "team/search", members=["alice"])
+    r = cli("workspace", "add", "team/search", str(remote), "--as", "alice", cwd=root, via="here")
+    assert r.returncode == 0, r.stderr
+    r = cli("remember", "Search kestrel ranking ships Fridays", "--kind", "fact", "--subject", "service:search",
+            "--key", "ship", "--scope", "team", "--team", "search", "--as", "alice", cwd=root, via="here")
+    assert r.returncode == 0, r.stderr
+    assert "kestrel" in cli("recall", "kestrel ranking", "--as", "alice", "--json", cwd=root).stdout
