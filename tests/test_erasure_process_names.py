@@ -42,8 +42,6 @@ def test_prove_gone_names_a_watcher_told_its_repository_by_an_equals_argument_or
         watcher.wait()
 
 
-@pytest.mark.xfail(strict=True, reason="a running process prove-gone names in cannot_reach does not make the proof "
-                                       "INCOMPLETE: PASS while a watcher that read the note still runs")
 def test_prove_gone_never_says_pass_while_a_process_it_cannot_vouch_for_runs(tmp_path):
     import json
 

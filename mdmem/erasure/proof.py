@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,12 +152,15 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
                              "caches": "not checked (they hold every root; needs the eraser role)",
                              "roots": sorted(r for r in _all_roots(scan) if not readable(r))} \
         if not eraser else {}
-    report["cannot_reach"] = cannot_reach(repo)
+    processes = unvouched_processes(root)
+    report["cannot_reach"] = cannot_reach(repo, processes)
     found = not (all(n["passed"] for n in report["needles"]) and all(c["passed"] for c in report["scope"].values()))
     # A proof by someone who may not read every root, git's own files and the caches did not
     # look everywhere the text could be: it never says PASS, whether or not the text is in what
     # it could not read (a PASS there would be an oracle for other people's data).
-    complete = eraser
+    # A running process that read the text before it was erased may keep it in freed memory,
+    # where no proof can look: not complete until it is restarted (named in cannot_reach).
+    complete = eraser and not any(holds for *_, holds in processes)
     for item in report["needles"]:  # ``passed``: every check made passed; ``verdict`` says if that is all
         item["verdict"] = "FAIL" if not item["passed"] else ("PASS" if complete else "INCOMPLETE")
     report["verdict"] = "FAIL" if found else ("PASS" if complete else "INCOMPLETE")
@@ -639,25 +643,56 @@ def last_erasure_ns(root: Path) -> int | None:
         return None
 
 
-def cannot_reach(repo) -> list[str]:
+# /proc gives a process's start in whole seconds (image_since_ns is up to a second early): one
+# whose image began within this of an erasure's end may be fresh, and is named but not counted.
+START_SLOP_NS = 10**9
+
+# Servers re-execute and the daemon exits within about a second of an erasure's end: a proof
+# made right after one waits this long for them before it judges.
+SETTLE_SECONDS = 5.0
+
+
+def unvouched_processes(root: Path, settle: float = SETTLE_SECONDS) -> list[tuple[int, str, bool]]:
+    """(pid, command, holds) of each running mdmem process of ``root`` whose memory image
+    predates the last erasure here (or, with none, every one: named only). ``holds``: it surely
+    began before that erasure ended, so freed memory may hold what it removed: the proof cannot
+    vouch for it and is not complete. A process whose image began after it holds none of the text
+    (a server re-executes itself once one ends) and is left out. Waits up to ``settle`` seconds
+    for such processes to go."""
+    from .processes import image_since_ns, running
+
+    deadline = time.monotonic() + settle
+    while True:
+        erased_ns = last_erasure_ns(root)
+        out = []
+        for pid, what in running(root):
+            since = image_since_ns(pid)
+            if erased_ns is not None and since is not None and since > erased_ns:
+                continue
+            # With no erasure here, a process holds nothing that history does not (checked above).
+            holds = erased_ns is not None and (since is None or since + START_SLOP_NS < erased_ns)
+            out.append((pid, what, holds))
+        if not any(h for *_, h in out) or time.monotonic() >= deadline:
+            return out
+        time.sleep(0.1)
+
+
+def cannot_reach(repo, processes: list[tuple[int, str, bool]] | None = None) -> list[str]:
+    """What the proof could not look into, one line each; ``processes``: unvouched_processes's
+    answer (looked up at once, without waiting, when not given)."""
+    if processes is None:
+        processes = unvouched_processes(repo.root, settle=0.0)
     out = [f"worktree {tree.path}: its folder is gone (`git worktree prune` forgets it); a copy of it elsewhere "
            "holds whatever it held" for tree in ops.linked_worktrees(repo.root)
            if not tree.locked and not tree.path.is_dir()]
     for name, url in ops.remotes(repo.root).items():
         out.append(f"remote {name} ({url}): holds whatever was last pushed; after `forget --push` it must "
                    "also expire its reflogs and gc before old objects are gone there")
-    from .processes import image_since_ns, running
-
-    # A process whose memory image began after the last erasure here ended holds none of the
-    # text it removed (a server re-executes itself once one ends): it is not named.
-    erased_ns = last_erasure_ns(repo.root)
-    for pid, what in running(repo.root):
-        since = image_since_ns(pid)
-        if erased_ns is not None and since is not None and since > erased_ns:
-            continue
+    for pid, what, holds in processes:
         out.append(f"running process pid {pid} ({what}): running since before the last erasure here ended (or "
                    "none has): memory it freed may still hold erased text; a server re-executes itself and the "
-                   "daemon exits within a second of an erasure, anything else: restart it")
+                   "daemon exits within a second of an erasure, anything else: restart it"
+                   + ("" if holds else " (it may have started just after it: not counted against the proof)"))
     out.append("other clones of this repository (each must re-clone or run `mdmem sync`, which refuses erased history)")
     out.append("backups, snapshots and freed disk blocks of this machine")
     backend = repo.config.embedder.backend

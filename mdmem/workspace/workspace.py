@@ -957,8 +957,9 @@ class Workspace:
         if owner is not None and f"private/{owner}" not in self.file.mounts:
             unread.setdefault(f"private/{owner}", "not mounted in this workspace")
         left = self._workspace_files_holding(needles) + self._index_leftovers()
-        failed = any(not p.passed for p in proofs.values()) or bool(left)
-        verdict = FAIL if failed else INCOMPLETE if unread or not proofs else PASS
+        failed = any(p.verdict == FAIL for p in proofs.values()) or bool(left)
+        short = unread or not proofs or any(p.verdict != PASS for p in proofs.values())
+        verdict = FAIL if failed else INCOMPLETE if short else PASS
         return WorkspaceProof(proofs=proofs, unread=unread, verdict=verdict, workspace_files=left)
 
     def _index_leftovers(self) -> list[str]:
