@@ -340,3 +340,18 @@ def test_a_workspace_file_committed_into_a_mount_does_not_take_over_calls_made_i
     assert "team/payments/service/billing/fact/deploy.md" in r.stdout
     from mdmem.cli import launch  # the launcher's guess names the same workspace (its daemon)
     assert launch.repo_root_for_call(["ls"], {}, str(inside)) == str(alice.root)
+
+
+def test_a_workspace_file_committed_into_a_shared_repository_does_not_take_over_calls_in_its_folders(tmp_path):
+    repo = MemoryRepo.init(tmp_path / "shared", as_user="alice", now=T0, **SETTINGS)
+    repo.remember("Billing deploys on Tuesdays", as_user="alice", kind="fact", subject="service:billing", key="deploy",
+                  now=T0)
+    repo.close()
+    inside = tmp_path / "shared" / "service"
+    inside.mkdir(exist_ok=True)
+    (inside / ".mdmem-workspace.toml").write_text('user = "alice"\nknown = []\n')
+    r = cli("ls", "--as", "alice", "--json", cwd=inside)
+    assert r.returncode == 0, r.stderr
+    assert "service/billing/fact/deploy.md" in r.stdout
+    from mdmem.cli import launch
+    assert launch.repo_root_for_call(["ls"], {}, str(inside)) == str(tmp_path / "shared")

@@ -239,8 +239,7 @@ def repo_root_for_call(argv: list[str], env, cwd: str) -> str | None:
     folder = os.path.abspath(start)
     found = None
     while True:
-        if (os.path.exists(os.path.join(folder, WORKSPACE_FILE))
-                and WORKSPACE_MOUNTS not in os.path.realpath(folder).split(os.sep)):  # as workspace.layout.locate
+        if os.path.exists(os.path.join(folder, WORKSPACE_FILE)) and not in_repo_work_tree(folder):
             # A workspace (mdmem/workspace/) spans its mounts: its own daemon answers, never one
             # clone's (a repo met below it counts only when it is not one of its clones).
             if found is None or os.path.relpath(found, folder).split(os.sep)[0] == WORKSPACE_MOUNTS:
@@ -252,6 +251,19 @@ def repo_root_for_call(argv: list[str], env, cwd: str) -> str | None:
         if parent == folder:
             return start if given else found
         folder = parent
+
+
+def in_repo_work_tree(folder: str) -> bool:
+    """Whether a folder above ``folder`` (its real path) holds a memory repo: a workspace file
+    there is one a teammate could commit, never a workspace (as workspace.layout.locate)."""
+    here = os.path.realpath(folder)
+    while True:
+        parent = os.path.dirname(here)
+        if parent == here:
+            return False
+        here = parent
+        if os.path.exists(os.path.join(here, "mdmem.toml")):
+            return True
 
 
 def _repo_argument(argv: list[str]) -> str | None:

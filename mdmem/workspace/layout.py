@@ -107,9 +107,11 @@ def locate(start: str | Path | None = None) -> Path | None:
     here = Path(start or Path.cwd()).absolute()
     repo_seen: Path | None = None
     for folder in (here, *here.parents):
-        # A workspace never lies inside a mount's clone: a workspace file there is a file a
-        # teammate committed into a scope repository, and must not decide what a call acts on.
-        if (folder / WORKSPACE_FILE).is_file() and MOUNTS_DIR not in folder.resolve().parts:
+        # A workspace never lies inside a memory repo's work tree (a mount's clone, a shared
+        # repo): a workspace file there is one a teammate can commit, and must not decide what a
+        # call acts on.
+        if (folder / WORKSPACE_FILE).is_file() and not any(
+                (above / "mdmem.toml").exists() for above in folder.resolve().parents):
             if repo_seen is None or MOUNTS_DIR in repo_seen.relative_to(folder).parts[:1]:
                 return folder
             return None
