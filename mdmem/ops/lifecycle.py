@@ -50,14 +50,19 @@ def retire(repo: RepoState, *, as_user: str, path: str, valid_until: TimeLike = 
     if channel == gate.AGENT and source is not None:
         with repo.store.locked():
             pending = prepare_now()
-            trust = repo.config.trust
-            verdict = gate.judge_source(source, repo.contracts.resolve(pending.note.kind), trust.sources,
-                                        trust.agent_kinds, root=layout.root_of(path),
-                                        agent_team_kinds=trust.agent_team_kinds)
+            verdict = agent_verdict(repo, source, pending.note.kind, path)
             if not verdict.trusted:
                 return holds.hold(repo, user, path, pending.note, verdict.reason, when, channel=channel,
                                   new_key=False, expect_version=pending.superseded, claimed_source=None)
     return write.commit_pending(repo, user, when, prepare_now)
+
+
+def agent_verdict(repo: RepoState, source: str, kind: str, path: str) -> gate.Provenance:
+    """The gate's judgement of an agent's change to the note at ``path`` (retire, move), as of
+    the repository's trust settings."""
+    trust = repo.config.trust
+    return gate.judge_source(source, repo.contracts.resolve(kind), trust.sources, trust.agent_kinds,
+                             root=layout.root_of(path), agent_team_kinds=trust.agent_team_kinds)
 
 
 def move(repo: RepoState, *, as_user: str, path: str, key: str, expect_version: str | None = None,
@@ -102,10 +107,7 @@ def move(repo: RepoState, *, as_user: str, path: str, key: str, expect_version: 
     if channel == gate.AGENT and source is not None:
         with repo.store.locked():
             pending = prepare_now()
-            trust = repo.config.trust
-            verdict = gate.judge_source(source, repo.contracts.resolve(pending.note.kind), trust.sources,
-                                        trust.agent_kinds, root=layout.root_of(path),
-                                        agent_team_kinds=trust.agent_team_kinds)
+            verdict = agent_verdict(repo, source, pending.note.kind, path)
             if not verdict.trusted:
                 return holds.hold(repo, user, pending.path, pending.note, verdict.reason, when, channel=channel,
                                   new_key=True, expect_version=None, claimed_source=None,

@@ -1,5 +1,6 @@
-"""Attacks on the guard's view check: forged MEMORY.md views must not reach a guarded remote by
-way of a configuration the guard cannot read."""
+"""The guard refuses views it cannot judge: a MEMORY.md view pushed beside a configuration the
+guard cannot read (broken or deleted mdmem.toml), or a file named as a view but for letter case,
+never reaches a guarded remote."""
 from conftest import T0, TEAMS, git, shared_remote
 
 from mdmem import MemoryRepo
