@@ -6,6 +6,7 @@ import asyncio
 import os
 import re
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -138,8 +139,10 @@ def http_pids(root: Path) -> list[int]:
     return [pid for pid in server_pids(root) if b"--http" in Path(f"/proc/{pid}/cmdline").read_bytes()]
 
 
-def test_a_running_http_server_lets_go_of_the_erased_index_after_an_erasure(repo):
-    """The same over HTTP: the mechanism is the server code both transports share."""
+@contextmanager
+def http_server_that_recalled_the_key(repo):
+    """An HTTP server on ``repo`` (closed here) whose index is built and that has answered a
+    recall holding the vault key's text: (server, dana's read token, its pid)."""
     from http_server import data, running, session_calls
 
     from mdmem.auth.static_tokens import TokenFile
@@ -156,6 +159,15 @@ def test_a_running_http_server_lets_go_of_the_erased_index_after_an_erasure(repo
             time.sleep(0.5)
         assert "quokkabanana" in str(data(first))
         [pid] = http_pids(root)
+        yield server, token, pid
+
+
+def test_a_running_http_server_lets_go_of_the_erased_index_after_an_erasure(repo):
+    """The same over HTTP: the mechanism is the server code both transports share."""
+    from http_server import data, session_calls
+
+    root = repo.root
+    with http_server_that_recalled_the_key(repo) as (server, token, pid):
         erase = run_cli("forget", "--path", "team/payments/service/vault/fact/key.place.md", "--repo", str(root),
                         "--as", "dana")
         assert erase.returncode == 0, erase.stderr
@@ -274,22 +286,10 @@ def test_a_running_http_server_holds_no_copy_of_erased_text_once_an_erasure_ends
     same listening socket, and clients calling meanwhile are answered (none refused)."""
     import threading
 
-    from http_server import data, running, session_calls
-
-    from mdmem.auth.static_tokens import TokenFile
+    from http_server import data, session_calls
 
     root = repo.root
-    repo.close()
-    tokens = TokenFile(root.parent / "tokens.json")
-    token = tokens.add("dana", "dana-bot", frozenset({"read"}))[1]
-    with running(root, tokens.path) as server:
-        for _ in range(240):
-            [first] = asyncio.run(session_calls(server.url, token, [("recall", {"query": "where is the vault key"})]))
-            if data(first).get("index") != "building":
-                break
-            time.sleep(0.5)
-        assert "quokkabanana" in str(data(first))
-        [pid] = http_pids(root)
+    with http_server_that_recalled_the_key(repo) as (server, token, pid):
         assert memory_holds(pid, b"quokkabanana")
         failures: list[str] = []
         answered: list[object] = []
