@@ -44,6 +44,16 @@ def repo(tmp_path) -> MemoryRepo:
     return MemoryRepo.init(tmp_path / "mem", teams=TEAMS, now=T0, as_user="mdmem", people=PEOPLE)
 
 
+@pytest.fixture
+def mem(tmp_path) -> Path:
+    """The folder of a closed repository holding one team fact (billing deploys on Tuesdays):
+    what an agent's hooks, run as their own processes, find. Files may override it."""
+    repo = MemoryRepo.init(tmp_path / "mem", teams=TEAMS, now=T0, as_user="mdmem", people=PEOPLE)
+    team_fact(repo, "Billing deploys on Tuesdays after the bluebird review")
+    repo.close()
+    return repo.root
+
+
 def snapshot(root: Path) -> dict:
     """HEAD, every ref, the index file and every work-tree file: what 'unchanged' means."""
     refs = subprocess.run(["git", "-C", str(root), "for-each-ref", "--format=%(refname) %(objectname)"],

@@ -14,7 +14,7 @@ import pytest
 from mdmem import MemoryRepo
 from mdmem.cli import daemon
 
-from conftest import PEOPLE, T0, TEAMS, team_fact
+from conftest import T0
 
 ENV = {"MDMEM_EMBEDDER": "none", "MDMEM_DAEMON_AUTOSTART": "0"}
 
@@ -30,14 +30,6 @@ def hook(event, payload, mem, *extra, env=None):
     raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     return cli("hooks", "claude-code", "run", event, "--repo", str(mem), "--as", "bob", *extra, cwd=mem,
                input=raw, env=env)
-
-
-@pytest.fixture
-def mem(tmp_path):
-    repo = MemoryRepo.init(tmp_path / "mem", teams=TEAMS, now=T0, as_user="mdmem", people=PEOPLE)
-    team_fact(repo, "Billing deploys on Tuesdays after the bluebird review")
-    repo.close()
-    return repo.root
 
 
 def test_install_adds_the_four_hooks_keeps_others_and_never_doubles(mem, tmp_path):

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
 from mdmem import MemoryRepo
 
-from conftest import PEOPLE, T0, TEAMS, team_fact
 from test_claude_code_hooks import cli
 
 # The keys Codex's output schemas allow (additionalProperties: false at both levels).
@@ -36,14 +34,6 @@ def assert_codex_output(stdout: bytes, event: str) -> str:
     assert set(specific) <= SPECIFIC_KEYS[event] and specific["hookEventName"] == event
     assert isinstance(specific["additionalContext"], str)
     return specific["additionalContext"]
-
-
-@pytest.fixture
-def mem(tmp_path):
-    repo = MemoryRepo.init(tmp_path / "mem", teams=TEAMS, now=T0, as_user="mdmem", people=PEOPLE)
-    team_fact(repo, "Billing deploys on Tuesdays after the bluebird review")
-    repo.close()
-    return repo.root
 
 
 def test_install_writes_codexs_hooks_json_keeping_others_and_never_doubling(mem, tmp_path):
