@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 from conftest import DEPLOY, ENV, T0, T1, git, open_defect, run_cli, snapshot, team_fact, untrusted
+from workspace_helpers import files_under
 
 from mdmem import ErasurePlan, MemoryRepo, NotFound, Refused
 from mdmem.storage.gitdir import cache_dir
@@ -19,7 +20,7 @@ def all_bytes(root):
     """Every decompressed git object and every file under the repo (work tree, .git, caches)."""
     objects = subprocess.run(["git", "-C", str(root), "cat-file", "--batch-all-objects", "--batch"],
                              capture_output=True).stdout
-    files = b"".join(p.read_bytes() for p in root.rglob("*") if p.is_file())
+    files = b"".join(files_under(root).values())
     return objects + files
 
 

@@ -4,6 +4,7 @@ Each scope repository is made with `MemoryRepo.init(..., scope_root=...)` in a s
 pushed to a bare repository, which is the remote a workspace clones (file paths as remotes)."""
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -52,7 +53,16 @@ def workspace(base: Path, user: str, remotes: dict[str, Path], roots: list[str])
 def files_under(folder: Path) -> dict[str, bytes]:
     """Every regular file under ``folder`` (.git included), symlinks not followed."""
     out = {}
-    for path in folder.rglob("*"):
-        if path.is_file() and not path.is_symlink():
-            out[str(path.relative_to(folder))] = path.read_bytes()
+    # os.walk, not rglob: a store's background housekeeping (git repack -d) may delete loose
+    # objects and their folders mid-walk; rglob raised on the vanished folder. A file gone
+    # mid-walk holds nothing any more (its object is in a pack `git cat-file` still reads).
+    for top, _dirs, names in os.walk(folder):
+        for name in names:
+            path = Path(top) / name
+            if path.is_symlink():
+                continue
+            try:
+                out[str(path.relative_to(folder))] = path.read_bytes()
+            except (FileNotFoundError, IsADirectoryError):
+                continue
     return out
