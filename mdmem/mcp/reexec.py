@@ -46,6 +46,12 @@ class RestartOnErasure:
         with self._telling:
             return True
 
+    def quiet(self) -> bool:
+        """True while no erasure has ended and none is being told: a stat per repository, no
+        lock, no wait -- for an event loop, before each request. When it says False, run
+        :meth:`look` on a thread (it may wait for ``on_due``)."""
+        return not self.due.is_set() and not self.follower.moved()
+
     def watch(self, stop: threading.Event, seconds: float = 1.0) -> threading.Thread:
         return self.follower.watch(stop, self._seen, seconds)
 

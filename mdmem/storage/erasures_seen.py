@@ -26,6 +26,11 @@ class ErasureFollower:
             self.stamps = [None if stamp is not None and stamp[1] >= since_ns else stamp for stamp in self.stamps]
         self._lock = threading.Lock()
 
+    def moved(self) -> bool:
+        """Whether a done stamp differs from the last look's, without recording it: one stat per
+        repository, never waiting on a lock (an event loop asks it before every request)."""
+        return [file_stamp(path) for path in self.paths] != self.stamps
+
     def ended(self) -> bool:
         """Whether an erasure ended in any of the repositories since the last look (True once
         per erasure: the look records what it saw)."""
