@@ -211,7 +211,9 @@ class RssSampler(threading.Thread):
 # --- the clients (in worker processes, so the client side does not eat the server's CPU in one GIL) ---
 
 async def one_client(url: str, person: str, token: str, idx: int, deadline: float, seed: int,
-                     think: float = 0.0, protocol: str = "auto") -> dict:
+                     think: float = 0.0, protocol: str = "auto", keys: int = 0) -> dict:
+    """One agent's calls. ``keys``: 0, each remember a new episode (the notes grow); N, a working
+    note under one of N keys of this client's (a supersession: the notes stay as many)."""
     import httpx2
     from mcp.client import Client
     from mcp.client.streamable_http import streamable_http_client
@@ -230,7 +232,8 @@ async def one_client(url: str, person: str, token: str, idx: int, deadline: floa
                         t0 = time.perf_counter()
                         result = await client.call_tool("remember", {
                             "text": f"{TOPICS[j % len(TOPICS)]} observed by client {idx} step {j}",
-                            "kind": "episode", "subject": "task:bench", "key": f"c{idx}-{j}-{seed}"})
+                            **({"kind": "working", "subject": f"task:c{idx}-{j % keys}", "key": "state"} if keys else
+                               {"kind": "episode", "subject": "task:bench", "key": f"c{idx}-{j}-{seed}"})})
                         out["remember"].append((time.perf_counter() - t0) * 1000)
                         if result.is_error:
                             out["errors"].append(result.content[0].text[:200])
@@ -239,7 +242,7 @@ async def one_client(url: str, person: str, token: str, idx: int, deadline: floa
                             if answer.get("status") == "committed":
                                 out["acked"].append([answer["commit"], answer["path"]])
                             else:
-                                out["errors"].append(f"remember: {answer.get('status')}")
+                                out["errors"].append(f"remember: {answer.get('status')}: {answer.get('reason')}")
                     else:
                         t0 = time.perf_counter()
                         result = await client.call_tool("recall", {"query": rng.choice(QUERIES), "k": 5})
@@ -262,7 +265,9 @@ async def one_client(url: str, person: str, token: str, idx: int, deadline: floa
 
 
 def client_proc(url: str, clients: list[tuple[str, str, int]], ready, go, deadline, queue, think: float,
-                protocol: str) -> None:
+                protocol: str, nice: int = 0, keys: int = 0) -> None:
+    if nice:
+        os.nice(nice)  # --client-nice: the server has the CPU first, as on a machine of its own
     import httpx2  # noqa: F401 -- imported before the clock starts (seconds on a loaded machine)
     from mcp.client import Client  # noqa: F401
     from mcp.client.streamable_http import streamable_http_client  # noqa: F401
@@ -273,7 +278,7 @@ def client_proc(url: str, clients: list[tuple[str, str, int]], ready, go, deadli
 
     async def run():
         return await asyncio.gather(*[one_client(url, p, t, i, deadline.value, i * 7919 + int(deadline.value), think,
-                                                 protocol) for p, t, i in clients])
+                                                 protocol, keys) for p, t, i in clients])
     results = asyncio.run(run())
     used = resource.getrusage(resource.RUSAGE_SELF)
     # This process's CPU for its calls (counted once, on its first client's result).
@@ -282,14 +287,14 @@ def client_proc(url: str, clients: list[tuple[str, str, int]], ready, go, deadli
 
 
 def load(url: str, tokens: list[tuple[str, str]], clients: int, procs: int, seconds: float,
-         on_half=None, think: float = 0.0, protocol: str = "auto") -> tuple[list[dict], float]:
+         on_half=None, think: float = 0.0, protocol: str = "auto", nice: int = 0, keys: int = 0) -> tuple[list[dict], float]:
     """Run the clients for ``seconds`` from the moment every client process is ready; ``on_half``
     is called once they are started (and may wait)."""
     ctx = multiprocessing.get_context("spawn")
     queue, ready, go, deadline = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Value("d", 0.0)
     assigned = [(tokens[i % len(tokens)][0], tokens[i % len(tokens)][1], i) for i in range(clients)]
     workers = [ctx.Process(target=client_proc, args=(url, assigned[k::procs], ready, go, deadline, queue, think,
-                                                     protocol)) for k in range(procs)]
+                                                     protocol, nice, keys)) for k in range(procs)]
     for w in workers:
         w.start()
     for _ in workers:
@@ -335,7 +340,7 @@ def summarise(results: list[dict]) -> dict:
 
 
 GOAL_RECALL_P99, GOAL_REMEMBER_P99 = 50.0, 150.0
-COLUMNS = ["notes", "embedder", "mode", "protocol", "clients", "think s", "ops/s", "server CPU ms/op", "clients CPU ms/op",
+COLUMNS = ["notes", "embedder", "mode", "protocol", "clients", "client nice", "think s", "ops/s", "server CPU ms/op", "clients CPU ms/op",
            "recall p50 ms", "recall p99 ms", "remember p50 ms", "remember p99 ms", "peak RSS MB",
            "acked writes in git", "cross-person hits", "errors", "load before", "load after"]
 
@@ -368,12 +373,12 @@ def measure(server: Server, tokens: list[tuple[str, str]], n: int, embedder: str
     before = os.getloadavg()[0]
     cpu0 = cpu_seconds(server.proc.pid)
     results, wall = load(server.url, tokens, args.clients, args.client_procs, args.seconds, think=think,
-                         protocol=args.protocol)
+                         protocol=args.protocol, nice=args.client_nice)
     cpu = cpu_seconds(server.proc.pid) - cpu0
     m = summarise(results)
     found = in_git(server.root, m["acked"])
     ops = max(1, m["ops"])
-    row = [f"{n:,}", embedder, mode, args.protocol, args.clients, f"{think:g}", f"{m['ops'] / wall:.0f}", f"{cpu * 1000 / ops:.1f}",
+    row = [f"{n:,}", embedder, mode, args.protocol, args.clients, args.client_nice, f"{think:g}", f"{m['ops'] / wall:.0f}", f"{cpu * 1000 / ops:.1f}",
            f"{m.get('client_cpu', 0.0) * 1000 / ops:.1f}",
            f"{pct(m['recall'], 50):.1f}", f"{pct(m['recall'], 99):.1f}",
            f"{pct(m['remember'], 50):.1f}", f"{pct(m['remember'], 99):.1f}",
@@ -382,7 +387,8 @@ def measure(server: Server, tokens: list[tuple[str, str]], n: int, embedder: str
     if m["errors"]:
         console.print(f"errors (first 3): {m['errors'][:3]}")
     console.print(f"  {dict(zip(COLUMNS, row))}")  # as it comes: a long run stopped early keeps its rows
-    verdict = {"notes": n, "embedder": embedder, "mode": mode, "clients": args.clients,
+    verdict = {"notes": n, "embedder": embedder, "mode": mode if not args.client_nice else f"{mode}, clients nice "
+               f"{args.client_nice}", "clients": args.clients,
                "recall_p99": pct(m["recall"], 99), "remember_p99": pct(m["remember"], 99),
                "lost": len(m["acked"]) - found, "cross": m["cross"], "errors": len(m["errors"])}
     return row, verdict
@@ -426,10 +432,13 @@ def rss_run(server: Server, tokens: list[tuple[str, str]], n: int, embedder: str
     notes_before = count_notes(server.root)
     sampler.samples.append(sampler.sample())
     sampler.start()
-    results, wall = load(server.url, tokens, args.clients, args.client_procs, seconds, think=args.think)
+    results, wall = load(server.url, tokens, args.clients, args.client_procs, seconds, think=args.think,
+                         nice=args.client_nice, keys=args.rss_keys)
     sampler.stop.set()
     sampler.samples.append(sampler.sample())
     m = summarise(results)
+    if m["errors"]:
+        console.print(f"errors (first 3): {m['errors'][:3]}")
     found = in_git(server.root, m["acked"])
     samples = sampler.samples
     # Flat: after the first two minutes (caches filling), the heap (RssAnon) grows by at most 10%.
@@ -482,11 +491,18 @@ def main() -> None:
     parser.add_argument("--think", type=float, default=1.0,
                         help="think mode: mean seconds a client waits between calls (exponential; default 1)")
     parser.add_argument("--client-procs", type=int, default=2)
+    parser.add_argument("--client-nice", type=int, default=0,
+                        help="run the client processes at this niceness (10: the kernel gives the server the CPU "
+                             "first, as when the agents run on other machines; the clients' CPU still counts)")
     parser.add_argument("--protocol", default="auto", choices=["auto", "legacy"],
                         help="the SDK client's mode: auto (2026-07-28, one exchange per call) or legacy (the "
                              "initialize handshake, which clients of earlier protocol versions speak)")
     parser.add_argument("--rss-minutes", type=float, default=10.0,
                         help="the long run sampling RSS every 30 s, at the first scale and embedder (0: none)")
+    parser.add_argument("--rss-keys", type=int, default=8,
+                        help="the long run's remembers: working notes under this many keys per client, superseded "
+                             "in turn (the notes stay as many: memory that grows then is a leak); 0: a new episode "
+                             "each (memory grows with the index, which the server holds in memory)")
     parser.add_argument("--no-kill", dest="kill", action="store_false",
                         help="skip the SIGKILL-mid-load run (made at the first scale and embedder)")
     parser.add_argument("--keep-data", type=Path, metavar="DIR",
