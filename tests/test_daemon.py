@@ -18,25 +18,7 @@ from mdmem.cli import daemon, launch
 from mdmem.storage.gitdir import cache_dir
 
 from conftest import PEOPLE, T0, TEAMS, git, team_fact
-
-# (Daemons here are started by name; the tests at the end start them the default way.)
-ENV = {"MDMEM_EMBEDDER": "none", "MDMEM_DAEMON_AUTOSTART": "0"}
-
-
-def cli(*args, cwd, via="launch", env=None):
-    """A CLI call as a person makes it (`mdmem` = mdmem.cli.launch) or forced in-process."""
-    full = {k: v for k, v in os.environ.items() if k not in ("MDMEM_USER", "MDMEM_NO_DAEMON")}
-    full.update({**ENV, **(env or {})})
-    if via == "here":
-        full["MDMEM_NO_DAEMON"] = "1"
-    return subprocess.run([sys.executable, "-m", "mdmem.cli.launch", *args], capture_output=True, text=True,
-                          env=full, cwd=cwd, timeout=120)
-
-
-def served(root: Path) -> int:
-    info = daemon.ask(root, "ping")
-    assert info is not None and "served" in info, info
-    return info["served"]
+from daemon_helpers import ENV, cli, served, stop_daemon
 
 
 @pytest.fixture
@@ -551,13 +533,7 @@ def _log(root):
 @pytest.fixture
 def stop_after(mem):
     yield mem
-    info = daemon.ask(mem, "ping")
-    cli("daemon", "stop", cwd=mem)
-    if info and "pid" in info:
-        try:
-            os.kill(info["pid"], signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    stop_daemon(mem)
 
 
 def test_the_first_read_only_call_starts_a_daemon_for_the_calls_after_it(stop_after):

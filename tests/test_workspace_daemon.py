@@ -9,32 +9,15 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
+from daemon_helpers import cli, served, stop_daemon
 from workspace_helpers import T0, scope_remote, workspace
 
 from mdmem.cli import daemon, launch
 
-ENV = {"MDMEM_EMBEDDER": "none", "MDMEM_DAEMON_AUTOSTART": "0"}
 SECRET = "interviewing at Acme Corp next week"
-
-
-def cli(*args, cwd, via="launch", env=None):
-    """A CLI call as a person makes it (`mdmem` = mdmem.cli.launch) or forced in-process."""
-    full = {k: v for k, v in os.environ.items() if k not in ("MDMEM_USER", "MDMEM_NO_DAEMON", "MDMEM_REPO")}
-    full.update({**ENV, **(env or {})})
-    if via == "here":
-        full["MDMEM_NO_DAEMON"] = "1"
-    return subprocess.run([sys.executable, "-m", "mdmem.cli.launch", *args], capture_output=True, text=True,
-                          env=full, cwd=cwd, timeout=180)
-
-
-def served(root) -> int:
-    info = daemon.ask(root, "ping")
-    assert info is not None and "served" in info, info
-    return info["served"]
 
 
 @pytest.fixture
@@ -173,13 +156,7 @@ def test_the_first_read_only_call_inside_a_workspace_starts_its_daemon(alice_ws)
         assert served(alice_ws) == 1
         assert (alice_ws / ".mdmem-journal" / launch.LOG_NAME).exists()  # never in a scope repository
     finally:
-        info = daemon.ask(alice_ws, "ping")
-        cli("daemon", "stop", cwd=alice_ws)
-        if info and "pid" in info:
-            try:
-                os.kill(info["pid"], signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        stop_daemon(alice_ws)
 
 
 def test_a_mount_removed_by_another_process_is_not_answered_by_the_running_daemon(running):
