@@ -353,7 +353,10 @@ def transport_security(public_url: str, host: str) -> TransportSecuritySettings:
 def listen(host: str, port: int) -> socket.socket:
     """The listening socket (port 0: one the system picks; the caller reads it back)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not 0: asyncio turns Nagle off (TCP_NODELAY) only on connections whose
+    # socket says TCP. Without it a response's body waited for the ACK of its headers, which the
+    # client delays up to 40 ms: recall p99 was 54 ms at the client, 21 ms in the server.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(1024)
