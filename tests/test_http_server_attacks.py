@@ -123,6 +123,37 @@ def test_event_streams_held_open_by_one_token_do_not_lock_the_other_clients_out(
                 s.close()
 
 
+def test_revoking_a_token_ends_the_event_streams_it_holds_open(world, tmp_path):
+    """A revocation is honoured at the token's next request, but an SSE stream (`GET /mcp`)
+    opened before it stays open for ever (pings every 15 s): the operator who revokes the token
+    of the client filling the connection limit (above) gets nothing back until a restart."""
+    tokens = TokenFile(tmp_path / "tokens.json")
+    entry, secret = tokens.add("bob", "streamer", frozenset({"read"}))
+    with running(world["root"], tokens.path) as server:
+        port = port_of(server)
+        stream = socket.create_connection(("127.0.0.1", port))
+        try:
+            stream.sendall((f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {secret}\r\n"
+                            "Accept: text/event-stream\r\n\r\n").encode())
+            stream.settimeout(10)
+            assert stream.recv(20).startswith(b"HTTP/1.1 200")
+            TokenFile(tmp_path / "tokens.json").revoke(entry.id)
+            assert httpx2.post(server.url, headers=headers(secret), content=json.dumps(LIST)).status_code == 401
+            stream.settimeout(1)
+            closed = False
+            deadline = time.monotonic() + 20  # a ping comes within 15 s while the stream lives
+            while time.monotonic() < deadline:
+                try:
+                    if stream.recv(4096) == b"":
+                        closed = True
+                        break
+                except socket.timeout:
+                    continue
+            assert closed, "the revoked token's event stream is still open"
+        finally:
+            stream.close()
+
+
 # --- attacks the server withstood ---------------------------------------------------------
 
 def test_kill_9_under_concurrent_writes_loses_no_acknowledged_write_and_a_restart_picks_up(world, tmp_path):
