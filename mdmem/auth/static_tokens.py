@@ -146,7 +146,6 @@ class TokenFile:
 
     # --- writing (mdmem token add / revoke) ----------------------------------------------
     def _write(self, entries: dict[str, TokenEntry]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         data = {"format": FORMAT, "tokens": [e.__dict__ for e in entries.values()]}
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -167,7 +166,10 @@ class TokenFile:
             os.close(dir_fd)
 
     def _lock(self) -> Lock:
-        # Beside the file (the token file is no repository's: no repo lock folder applies).
+        # Beside the file (the token file is no repository's: no repo lock folder applies), so
+        # its folder first: the default ~/.config/mdmem/ on a machine without ~/.config yet (the
+        # lock's own folder making goes one level only, and said "something keeps replacing").
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         return Lock(self.path.with_name(self.path.name + ".lock"), timeout=10)
 
     def add(self, person: str, agent: str, capabilities: frozenset[str], *, expires: str | None = None,

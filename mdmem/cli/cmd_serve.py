@@ -33,6 +33,8 @@ def register(sub) -> None:
     http.add_argument("--rate", type=float, default=20.0, metavar="N",
                       help="requests a second per token, on average (default 20; 0: no limit)")
     http.add_argument("--burst", type=int, default=40, metavar="N", help="requests per token at once (default 40)")
+    http.add_argument("--in-flight", type=int, default=16, metavar="N",
+                      help="requests per token being answered at once; more are answered 429 (default 16)")
     http.add_argument("--max-body", type=int, default=1_000_000, metavar="BYTES",
                       help="largest request body (default 1000000)")
     http.add_argument("--body-timeout", type=float, default=10.0, metavar="SECONDS",
@@ -112,7 +114,8 @@ def run_http(ctx, handover: dict) -> int:
         raise BadInput("serve --http: --as, --agent and --allow are for stdio; over HTTP each request's token "
                        "names the person, the agent and the capabilities (mdmem token add)")
     host, port = host_port(args.http)
-    for name, value, low in (("--rate", args.rate, 0), ("--burst", args.burst, 1), ("--max-body", args.max_body, 1),
+    for name, value, low in (("--rate", args.rate, 0), ("--burst", args.burst, 1), ("--in-flight", args.in_flight, 1),
+                             ("--max-body", args.max_body, 1),
                              ("--body-timeout", args.body_timeout, 0.001)):
         if not value >= low:
             raise BadInput(f"{name}: {value}; give a number of at least {low:g}")
@@ -142,7 +145,7 @@ def run_http(ctx, handover: dict) -> int:
                                       person_claim=args.jwt_person_claim, scope_prefix=args.jwt_scope_prefix))
     verifier = TokenVerifier(repo, tokens=tokens, jwt=jwt, resource=public_url)
     limits = HttpLimits(rate_per_second=args.rate, burst=args.burst, max_body_bytes=args.max_body,
-                        body_seconds=args.body_timeout)
+                        body_seconds=args.body_timeout, in_flight_per_token=args.in_flight)
     logging.getLogger("mdmem").setLevel(logging.WARNING)
     print(f"mdmem: serving {public_url} (tokens: {tokens.path}"
           + (f"; JWTs from {args.jwt_issuer}" if jwt else "") + ")", file=sys.stderr, flush=True)

@@ -44,7 +44,7 @@ from starlette.responses import JSONResponse, Response
 from ..auth.jwt_tokens import JwtVerifier
 from ..auth.principal import Principal, TokenRejected
 from ..auth.static_tokens import TokenFile, split_token
-from ..errors import MdmemError, Refused
+from ..errors import BadInput, MdmemError, Refused
 from ..repo import MemoryRepo
 from .http_guard import RateLimiter, RequestGuard, header_deadline_protocol
 from .reexec import RestartOnErasure, reexec
@@ -68,6 +68,7 @@ class HttpLimits:
     read_seconds: float = 30.0  # a read tool answering later than this is given up (writes finish)
     rate_per_second: float = 20.0  # per token; 0 turns the limit off
     burst: int = 40
+    in_flight_per_token: int = 16  # requests of one token being answered at once (an agent makes one)
     # Tool calls running at once (threads); more wait their turn without a thread. Writes have a
     # pool of their own: they take turns on the repo's write lock anyway, and eight writes
     # waiting there held every thread while the recalls queued behind them for 30 s and more.
@@ -235,6 +236,25 @@ class WritesUnderWay:
             return self.idle.wait_for(lambda: self.count == 0, timeout)
 
 
+def undeclared_named_alone(fn: Callable[..., Any], repo: MemoryRepo) -> Callable[..., Any]:
+    """``fn``, except that a token whose person mdmem.toml no longer declares (taken out since
+    the token was verified) is told so without the names that are declared: the message for a
+    mistyped ``--as`` lists them, and a person who lost access would learn who has it."""
+    @functools.wraps(fn)
+    def call(**kwargs: Any) -> Any:
+        try:
+            return fn(**kwargs)
+        except BadInput:
+            person = current_token().person
+            try:
+                repo.check_user(person)
+            except MdmemError:
+                raise Refused(f"identity: {person} is not declared in this memory (mdmem.toml); "
+                              "ask its maintainers") from None
+            raise
+    return call
+
+
 def http_tool(fn: Callable[..., Any], name: str, capability: str, limits: HttpLimits,
               workers: anyio.CapacityLimiter, writes: WritesUnderWay | None = None) -> Callable[..., Any]:
     """The tool as an async function the SDK awaits: the token's capability checked, arguments
@@ -317,7 +337,7 @@ def build_app(repo: MemoryRepo, verifier: TokenVerifier, *, public_url: str, iss
     writes = WritesUnderWay()
     for name, capability in TOOLS.items():
         module = importlib.import_module(f"mdmem.mcp.tools.{name}")
-        fn = module.make(ctx)
+        fn = undeclared_named_alone(module.make(ctx), repo)
         params[name] = frozenset(inspect.signature(fn).parameters)
         workers = readers if capability == "read" else writers
         server.add_tool(http_tool(fn, name, capability, limits, workers, writes), name=name,
@@ -336,7 +356,8 @@ def build_app(repo: MemoryRepo, verifier: TokenVerifier, *, public_url: str, iss
     # transport reads the body.
     app.user_middleware.append(Middleware(RequestGuard, path=path,
                                           limiter=RateLimiter(limits.rate_per_second, limits.burst),
-                                          max_body_bytes=limits.max_body_bytes, body_seconds=limits.body_seconds))
+                                          max_body_bytes=limits.max_body_bytes, body_seconds=limits.body_seconds,
+                                          max_in_flight=limits.in_flight_per_token))
     app.state.writes = writes
     return app
 

@@ -1,5 +1,6 @@
 """What the HTTP server admits before a request reaches the MCP transport: a rate per token
-(429 + Retry-After), and a bounded body read within a deadline (413 too large, 408 too slow).
+(429 + Retry-After), a cap on one token's requests in flight at once (429), no event stream
+(GET: 405), and a bounded body read within a deadline (413 too large, 408 too slow).
 
 It runs after the bearer token is verified (the SDK's authentication middleware) and before
 the transport reads anything: a request without a valid token is answered 401 without its
@@ -61,12 +62,14 @@ class RequestGuard:
     """ASGI middleware for the MCP endpoint ``path`` (other paths pass through untouched)."""
 
     def __init__(self, app: ASGIApp, *, path: str, limiter: RateLimiter, max_body_bytes: int,
-                 body_seconds: float):
+                 body_seconds: float, max_in_flight: int = 16):
         self.app = app
         self.path = path
         self.limiter = limiter
         self.max_body_bytes = max_body_bytes
         self.body_seconds = body_seconds
+        self.max_in_flight = max_in_flight
+        self._in_flight: dict[str, int] = {}  # token id -> its requests being answered (event loop only)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"].rstrip("/") != self.path.rstrip("/"):
@@ -85,6 +88,34 @@ class RequestGuard:
                            f"(bursts of {self.limiter.burst}); retry after {wait:.2f} s"},
                 [(b"retry-after", str(max(1, math.ceil(wait))).encode())])
             return
+        if scope["method"] == "GET":
+            # A stream for messages the server starts: this stateless server sends none. One it
+            # opened stayed open for ever (a ping every 15 s, no clock), so one read-only token
+            # holding ~500 filled the connection limit and every other client got 503, even
+            # after a revocation. The transport spec's answer for "no stream here" is 405.
+            await send_json(send, 405, {"error": "method_not_allowed",
+                                        "message": "this server sends no event stream; POST each call"},
+                            [(b"allow", b"POST")])
+            return
+        if self._in_flight.get(token_id, 0) >= self.max_in_flight:
+            # Each request holds a connection while its body arrives (up to the body clock) and
+            # its answer is read: one token's share of the server's connections is bounded.
+            await send_json(send, 429, {
+                "error": "too_many_in_flight",
+                "message": f"this token has {self.max_in_flight} requests being answered already; "
+                           "wait for their answers"}, [(b"retry-after", b"1")])
+            return
+        self._in_flight[token_id] = self._in_flight.get(token_id, 0) + 1
+        try:
+            await self._admitted(scope, receive, send)
+        finally:
+            left = self._in_flight[token_id] - 1
+            if left:
+                self._in_flight[token_id] = left
+            else:
+                del self._in_flight[token_id]
+
+    async def _admitted(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
