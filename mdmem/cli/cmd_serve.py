@@ -106,6 +106,7 @@ def run_http(ctx, handover: dict) -> int:
     from ..auth.jwt_tokens import JwtSettings, JwtVerifier
     from ..auth.static_tokens import TokenFile
     from ..errors import BadInput
+    from ..mcp.heap import tune_malloc
     from ..mcp.http import MCP_PATH, HttpLimits, TokenVerifier, listen, listening_socket, serve_http
     from ..storage.gitindex import INDEX_DELAY_SECONDS
 
@@ -126,6 +127,7 @@ def run_http(ctx, handover: dict) -> int:
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
             raise BadInput(f"--public-url: {args.public_url!r}; give the URL agents use for the MCP endpoint, "
                            "like https://memory.example.com/mcp")
+    tune_malloc(ctx.env)  # before any thread: a process that lives for days (mcp/heap.py)
     repo = ctx.repo()
     repo.store.index_delay = INDEX_DELAY_SECONDS
     # The socket the replaced process listened on: connections waiting in it are answered.

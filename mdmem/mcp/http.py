@@ -12,7 +12,6 @@ capabilities decide which tools it is offered and may call."""
 from __future__ import annotations
 
 import functools
-import gc
 import hashlib
 import importlib
 import inspect
@@ -46,6 +45,7 @@ from ..auth.principal import Principal, TokenRejected
 from ..auth.static_tokens import TokenFile, split_token
 from ..errors import BadInput, MdmemError, Refused
 from ..repo import MemoryRepo
+from . import heap
 from .http_guard import RateLimiter, RequestGuard, header_deadline_protocol
 from .reexec import RestartOnErasure, reexec
 from .server import ANNOTATIONS, INSTRUCTIONS, TOOLS, tool_errors, unknown_arguments
@@ -395,15 +395,6 @@ def listening_socket(fd: object) -> socket.socket | None:
         return None
 
 
-def settle_heap() -> None:
-    """The caches just warmed live as long as the server: moved out of the collector's sight
-    (gc.freeze), a full collection no longer walks them (one took 50-100 ms at 10,000 notes,
-    stalling every request in flight). Garbage is still freed as it dies; only cycles among
-    what was frozen would stay (a re-exec after an erasure starts afresh anyway)."""
-    gc.collect()
-    gc.freeze()
-
-
 def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *, public_url: str, issuer: str,
                host: str, limits: HttpLimits = HttpLimits(), drain_seconds: float = 10.0,
                graceful_seconds: float = 30.0, since_ns: int | None = None) -> bool:
@@ -434,7 +425,7 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
             repo.keep_warm()
         except Exception:  # noqa: BLE001 -- a cache: recall reads the lists itself
             pass
-        settle_heap()
+        heap.settle()
 
     kept: list[int] = []  # the listening socket's descriptor for the fresh process
 
