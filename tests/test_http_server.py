@@ -36,13 +36,13 @@ def rsa_jwk(kid: str):
 
 
 def make_jwt(key, kid: str, audience: str, *, person="alice", client="idp-bot", scope="mdmem:read mdmem:write",
-             exp_in=300, nbf_in=None, issuer=ISSUER, alg="RS256", extra=None):
+             exp_in=300, nbf_in=None, issuer=ISSUER, alg="RS256", extra=None, headers=None):
     now = int(time.time())
     claims = {"iss": issuer, "aud": audience, "sub": person, "client_id": client, "scope": scope,
               "iat": now, "exp": now + exp_in, **(extra or {})}
     if nbf_in is not None:
         claims["nbf"] = now + nbf_in
-    return jwt.encode(claims, key, algorithm=alg, headers={"kid": kid})
+    return jwt.encode(claims, key, algorithm=alg, headers={"kid": kid, **(headers or {})})
 
 
 def hand_signed_hs256(claims: dict, secret: bytes, *, kid: str) -> str:
@@ -161,6 +161,10 @@ def test_jwt_access_tokens_verified_against_the_jwks(world):
                                 "scope": "mdmem:read", "exp": now + 300}, None, algorithm="none"),
         "no mdmem scope": make_jwt(key, "k1", server.url, scope="openid profile"),
         "undeclared person": make_jwt(key, "k1", server.url, person="mallory"),
+        "a declared person in other case": make_jwt(key, "k1", server.url, person="Alice"),
+        "a critical header it does not know": make_jwt(key, "k1", server.url, headers={"crit": ["x-pin"], "x-pin": 1}),
+        "its own key set named in jku": make_jwt(other_key, "k1", server.url,
+                                                 headers={"jku": "https://evil.example/jwks.json"}),
         "no client": make_jwt(key, "k1", server.url, client=""),
     }
     for why, token in refused.items():
