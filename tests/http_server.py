@@ -104,3 +104,22 @@ async def session_calls(url: str, token: str, calls, *, list_tools: bool = False
             for name, args in calls:
                 out.append(await client.call_tool(name, args))
             return out
+
+
+async def remember_until_cut_off(url: str, token: str, label: str, acknowledged: list, failures: list | None = None,
+                                 calls: int = 200) -> None:
+    """One writer: episodes one after another through the SDK's client until the server goes
+    away; each acknowledged answer appended to ``acknowledged``, the error that ended it (its
+    type's name) to ``failures``."""
+    try:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+            async with Client(streamable_http_client(url, http_client=http)) as client:
+                for j in range(calls):
+                    result = await client.call_tool("remember", {
+                        "text": f"{label} note {j}", "kind": "episode", "subject": "task:load",
+                        "key": f"{label.replace(' ', '-')}-{j}"})
+                    if not result.is_error:
+                        acknowledged.append(data(result))
+    except Exception as exc:  # noqa: BLE001 -- the server going away ends the writer
+        if failures is not None:
+            failures.append(type(exc).__name__)

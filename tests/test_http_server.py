@@ -20,7 +20,7 @@ import pytest
 from conftest import PEOPLE, T0, TEAMS, lock_held_by_another_thread
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from http_server import data, running, session_calls, start_server
+from http_server import data, remember_until_cut_off, running, session_calls, start_server
 
 from mdmem import MemoryRepo
 from mdmem.auth.static_tokens import TokenFile
@@ -475,19 +475,7 @@ def test_sigterm_finishes_writes_in_flight_and_loses_none_acknowledged(world, tm
     failures: list[str] = []
 
     async def writer(i: int):
-        try:
-            async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {t['carol_all']}"}, timeout=60) as http:
-                from mcp.client import Client
-                from mcp.client.streamable_http import streamable_http_client
-                async with Client(streamable_http_client(server.url, http_client=http)) as client:
-                    for j in range(200):
-                        result = await client.call_tool("remember", {
-                            "text": f"sigterm run note {i}-{j}", "kind": "episode", "subject": "task:load",
-                            "key": f"w{i}-{j}"})
-                        if not result.is_error:
-                            acknowledged.append(data(result))
-        except Exception as exc:  # noqa: BLE001 -- the server going away ends the writer
-            failures.append(type(exc).__name__)
+        await remember_until_cut_off(server.url, t["carol_all"], f"sigterm run {i}", acknowledged, failures)
 
     async def load():
         tasks = [asyncio.create_task(writer(i)) for i in range(6)]

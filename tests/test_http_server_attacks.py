@@ -16,7 +16,7 @@ import time
 import httpx2
 import pytest
 from conftest import PEOPLE, T0, TEAMS
-from http_server import data, running, session_calls, start_server
+from http_server import data, remember_until_cut_off, running, session_calls, start_server
 
 from mdmem import MemoryRepo
 from mdmem.auth.static_tokens import TokenFile
@@ -178,9 +178,6 @@ def test_one_tokens_requests_in_flight_are_capped_and_the_others_served(world):
 # --- attacks the server withstood ---------------------------------------------------------
 
 def test_kill_9_under_concurrent_writes_loses_no_acknowledged_write_and_a_restart_picks_up(world, tmp_path):
-    from mcp.client import Client
-    from mcp.client.streamable_http import streamable_http_client
-
     repo = MemoryRepo.init(tmp_path / "mem", teams=TEAMS, now=T0, as_user="mdmem", people=PEOPLE)
     repo.close()
     token = world["t"]["carol_all"]
@@ -188,17 +185,7 @@ def test_kill_9_under_concurrent_writes_loses_no_acknowledged_write_and_a_restar
     acknowledged: list[dict] = []
 
     async def writer(i: int):
-        try:
-            async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
-                async with Client(streamable_http_client(server.url, http_client=http)) as client:
-                    for j in range(200):
-                        result = await client.call_tool("remember", {
-                            "text": f"kill nine note {i}-{j}", "kind": "episode", "subject": "task:load",
-                            "key": f"k{i}-{j}"})
-                        if not result.is_error:
-                            acknowledged.append(data(result))
-        except Exception:  # noqa: BLE001 -- the kill ends every writer
-            pass
+        await remember_until_cut_off(server.url, token, f"kill nine {i}", acknowledged)
 
     async def load():
         tasks = [asyncio.create_task(writer(i)) for i in range(6)]
