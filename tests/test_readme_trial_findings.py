@@ -114,7 +114,9 @@ def test_token_add_into_a_folder_it_may_not_write_names_the_whole_path(tmp_path)
     `t.json.lock: Permission denied` (the lock opened relative to its folder), not where."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root and setpriv to act as another account")
-    base = Path(tempfile.mkdtemp(prefix="mdmem-trial-"))  # /tmp itself: the other account can reach it
+    # In /tmp itself, not this worker's private temporary folder (0700, root's): the other
+    # account must reach it. Removed below.
+    base = Path(tempfile.mkdtemp(prefix="mdmem-trial-", dir="/tmp"))
     try:
         os.chmod(base, 0o755)
         repo = MemoryRepo.init(base / "mem", teams=TEAMS, now=T0, as_user="mdmem", people=PEOPLE)

@@ -20,6 +20,8 @@ import json
 import os
 import secrets
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -145,9 +147,9 @@ class TokenFile:
                          expires_at=expires_at)
 
     # --- writing (mdmem token add / revoke) ----------------------------------------------
-    def _write(self, entries: dict[str, TokenEntry]) -> None:
+    def _write(self, real: Path, entries: dict[str, TokenEntry]) -> None:
         data = {"format": FORMAT, "tokens": [e.__dict__ for e in entries.values()]}
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp = real.with_name(f".{real.name}.{os.getpid()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -155,22 +157,36 @@ class TokenFile:
                 fh.write("\n")
                 fh.flush()
                 os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
+            os.replace(tmp, real)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
+        dir_fd = os.open(real.parent, os.O_RDONLY)
         try:
             os.fsync(dir_fd)  # the rename itself survives a crash
         finally:
             os.close(dir_fd)
 
-    def _lock(self) -> Lock:
-        # Beside the file (the token file is no repository's: no repo lock folder applies), so
-        # its folder first: the default ~/.config/mdmem/ on a machine without ~/.config yet (the
-        # lock's own folder making goes one level only, and said "something keeps replacing").
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return Lock(self.path.with_name(self.path.name + ".lock"), timeout=10)
+    @contextmanager
+    def _locked(self) -> Iterator[Path]:
+        """The token file's lock held; yields the file to write. That is the file the path
+        names through any links: ~/.config/mdmem is often a link into a dotfiles folder, and
+        the lock's folder code (made for .git/mdmem-locks) replaced a link with an empty folder,
+        every token and config.toml then gone; a linked file was replaced by a plain copy the
+        server never read. The folder is made first: the default ~/.config/mdmem/ on a machine
+        without ~/.config yet."""
+        real = Path(os.path.realpath(self.path))
+        lock = Lock(real.with_name(real.name + ".lock"), timeout=10)
+        try:
+            real.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            lock.acquire()
+        except PermissionError as exc:
+            raise BadInput(f"{real.parent}: this account may not write there ({exc.strerror}); give --tokens "
+                           "a file in a folder it may write") from None
+        try:
+            yield real
+        finally:
+            lock.release()
 
     def add(self, person: str, agent: str, capabilities: frozenset[str], *, expires: str | None = None,
             now: _dt.datetime | None = None) -> tuple[TokenEntry, str]:
@@ -186,7 +202,7 @@ class TokenFile:
             if expiry <= when:
                 raise BadInput(f"--expires: {expires} is not in the future")
             expires = format_time(expiry)
-        with self._lock():
+        with self._locked() as real:
             entries = dict(self._load())
             token_id = secrets.token_hex(6)
             while token_id in entries:
@@ -198,13 +214,13 @@ class TokenFile:
                                created=format_time(when) or "", salt=salt, hash=_digest(salt, secret),
                                expires=expires)
             entries[token_id] = entry
-            self._write(entries)
+            self._write(real, entries)
         return entry, secret
 
     def revoke(self, token_id: str, *, now: _dt.datetime | None = None) -> TokenEntry:
         """Mark a token revoked (kept, so the list shows who had it); the server refuses it
         from its next request on."""
-        with self._lock():
+        with self._locked() as real:
             entries = dict(self._load())
             entry = entries.get(token_id)
             if entry is None:
@@ -213,5 +229,5 @@ class TokenFile:
             if not entry.revoked:
                 entry = TokenEntry(**{**entry.__dict__, "revoked": format_time(resolve_now(now))})
                 entries[token_id] = entry
-                self._write(entries)
+                self._write(real, entries)
         return entry

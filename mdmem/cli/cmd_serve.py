@@ -133,7 +133,8 @@ def run_http(ctx, handover: dict) -> int:
     # The socket the replaced process listened on: connections waiting in it are answered.
     sock = listening_socket(handover.get("socket_fd")) or listen(host, port)
     shown = f"[{host}]" if ":" in host else host
-    public_url = args.public_url or f"http://{shown}:{sock.getsockname()[1]}{MCP_PATH}"
+    bound_url = f"http://{shown}:{sock.getsockname()[1]}{MCP_PATH}"
+    public_url = args.public_url or bound_url
     tokens = TokenFile(token_file_path(ctx))
     active = [e for e in tokens.entries().values() if not e.revoked]  # an unreadable file is named now
     jwt = None
@@ -149,7 +150,10 @@ def run_http(ctx, handover: dict) -> int:
     limits = HttpLimits(rate_per_second=args.rate, burst=args.burst, max_body_bytes=args.max_body,
                         body_seconds=args.body_timeout, in_flight_per_token=args.in_flight)
     logging.getLogger("mdmem").setLevel(logging.WARNING)
-    print(f"mdmem: serving {public_url} (tokens: {tokens.path}"
+    # The address bound, too, when agents are told another: with port 0 it is the only place the
+    # port picked is written.
+    where = f"listening on {bound_url}; " if public_url != bound_url else ""
+    print(f"mdmem: serving {public_url} ({where}tokens: {tokens.path}"
           + (f"; JWTs from {args.jwt_issuer}" if jwt else "") + ")", file=sys.stderr, flush=True)
     if not active and jwt is None:
         print(f"mdmem: no token in {tokens.path} yet: every request is refused until you add one "

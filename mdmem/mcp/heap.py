@@ -19,19 +19,22 @@ def tune_malloc(env: Mapping[str, str]) -> dict[str, int]:
     """Two arenas for every thread, and blocks of 128 KiB and more always mapped on their own
     (glibc's default raises that threshold to the largest block freed, so the index's multi-MB
     segment buffers, read again after each flush, then came from the arenas and stayed there).
-    Measured over 6 minutes of 32 pausing clients at 10k notes: the heap ~25 MB lower and
-    growing 11 MB instead of 20 (docs/decisions.md). A setting the operator gave in the
-    environment (MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_) is left as given; not glibc (musl,
-    macOS): nothing. Returns what was set. Call it before the worker threads start."""
+    Measured over 10 minutes of 32 pausing clients at 10k notes (docs/decisions.md): the heap
+    157 -> 175 MB from minute 2, against 167 -> 215 MB untuned. A setting the operator gave in
+    the environment (MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_, or in GLIBC_TUNABLES) is left as
+    given; not glibc (musl, macOS): nothing. Returns what was set. Call it before the worker
+    threads start."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return {}
     applied = {}
-    for name, param, value in (("MALLOC_ARENA_MAX", M_ARENA_MAX, ARENAS),
-                               ("MALLOC_MMAP_THRESHOLD_", M_MMAP_THRESHOLD, MMAP_THRESHOLD)):
-        if name not in env and mallopt(param, value) == 1:  # 1: done (glibc)
+    tunables = env.get("GLIBC_TUNABLES", "")  # glibc's current way: glibc.malloc.arena_max=8:...
+    for name, tunable, param, value in (("MALLOC_ARENA_MAX", "glibc.malloc.arena_max", M_ARENA_MAX, ARENAS),
+                                        ("MALLOC_MMAP_THRESHOLD_", "glibc.malloc.mmap_threshold", M_MMAP_THRESHOLD,
+                                         MMAP_THRESHOLD)):
+        if name not in env and f"{tunable}=" not in tunables and mallopt(param, value) == 1:  # 1: done
             applied[name] = value
     return applied
 

@@ -1,6 +1,6 @@
 """What the HTTP server admits before a request reaches the MCP transport: a rate per token
 (429 + Retry-After), a cap on one token's requests in flight at once (429), no event stream
-(GET: 405), and a bounded body read within a deadline (413 too large, 408 too slow).
+(any method but POST: 405), and a bounded body read within a deadline (413 too large, 408 too slow).
 
 It runs after the bearer token is verified (the SDK's authentication middleware) and before
 the transport reads anything: a request without a valid token is answered 401 without its
@@ -88,13 +88,16 @@ class RequestGuard:
                            f"(bursts of {self.limiter.burst}); retry after {wait:.2f} s"},
                 [(b"retry-after", str(max(1, math.ceil(wait))).encode())])
             return
-        if scope["method"] == "GET":
-            # A stream for messages the server starts: this stateless server sends none. One it
-            # opened stayed open for ever (a ping every 15 s, no clock), so one read-only token
-            # holding ~500 filled the connection limit and every other client got 503, even
-            # after a revocation. The transport spec's answer for "no stream here" is 405.
+        if scope["method"] != "POST":
+            # GET is a stream for messages the server starts: this stateless server sends none.
+            # One it opened stayed open for ever (a ping every 15 s, no clock), so one read-only
+            # token holding ~500 filled the connection limit and every other client got 503,
+            # even after a revocation; the transport spec's answer for "no stream here" is 405.
+            # DELETE ends a session, which a stateless server has none of. The SDK's own 405s
+            # for the other methods named GET and DELETE as allowed.
             await send_json(send, 405, {"error": "method_not_allowed",
-                                        "message": "this server sends no event stream; POST each call"},
+                                        "message": f"{scope['method']}: this server answers POST only, "
+                                                   "one call a request (no event stream, no session)"},
                             [(b"allow", b"POST")])
             return
         if self._in_flight.get(token_id, 0) >= self.max_in_flight:
@@ -116,9 +119,6 @@ class RequestGuard:
                 del self._in_flight[token_id]
 
     async def _admitted(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["method"] != "POST":
-            await self.app(scope, receive, send)
-            return
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
             await self._too_large(send, int(declared))
