@@ -148,3 +148,14 @@ def test_a_verified_token_is_kept_until_the_token_file_changes_and_a_revocation_
     TokenFile(tmp_path / "tokens.json").revoke(entry.id)  # another process: the file is rewritten
     assert verify(secret) is None  # the very next request
     assert verify(other).person == "carol"
+
+
+def test_token_list_with_no_tokens_says_where_it_looked(tmp_path, capsys):
+    """An empty list printed nothing at all: a mistyped --tokens or a server account's other
+    config folder looked like "no tokens" and nothing else. It names the file (on stderr)."""
+    from mdmem.cli.main import main
+
+    env = {"MDMEM_NO_DAEMON": "1", "HOME": str(tmp_path)}
+    assert main(["token", "list", "--tokens", str(tmp_path / "none.json")], env=env) == 0
+    out = capsys.readouterr()
+    assert out.out == "" and str(tmp_path / "none.json") in out.err

@@ -52,6 +52,10 @@ def run(ctx) -> int:
         if ctx.json:
             print(json.dumps({"file": str(tokens.path), "tokens": rows}, indent=2))
         else:
+            if not rows:  # said on stderr: stdout stays the list (empty), for scripts
+                import sys
+                print(f"mdmem: no tokens in {tokens.path} (mdmem token add --person NAME --agent LABEL "
+                      "--allow read,write)", file=sys.stderr)
             for r in rows:
                 state = f"revoked {r['revoked']}" if r["revoked"] else (f"expires {r['expires']}" if r["expires"]
                                                                           else "active")
