@@ -14,6 +14,7 @@ import json
 import math
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 
 import anyio
@@ -69,7 +70,7 @@ class RequestGuard:
         self.max_body_bytes = max_body_bytes
         self.body_seconds = body_seconds
         self.max_in_flight = max_in_flight
-        self._in_flight: dict[str, int] = {}  # token id -> its requests being answered (event loop only)
+        self._in_flight: Counter[str] = Counter()  # token id -> its requests being answered (event loop only)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"].rstrip("/") != self.path.rstrip("/"):
@@ -100,7 +101,7 @@ class RequestGuard:
                                                    "one call a request (no event stream, no session)"},
                             [(b"allow", b"POST")])
             return
-        if self._in_flight.get(token_id, 0) >= self.max_in_flight:
+        if self._in_flight[token_id] >= self.max_in_flight:
             # Each request holds a connection while its body arrives (up to the body clock) and
             # its answer is read: one token's share of the server's connections is bounded.
             await send_json(send, 429, {
@@ -108,15 +109,13 @@ class RequestGuard:
                 "message": f"this token has {self.max_in_flight} requests being answered already; "
                            "wait for their answers"}, [(b"retry-after", b"1")])
             return
-        self._in_flight[token_id] = self._in_flight.get(token_id, 0) + 1
+        self._in_flight[token_id] += 1
         try:
             await self._admitted(scope, receive, send)
         finally:
-            left = self._in_flight[token_id] - 1
-            if left:
-                self._in_flight[token_id] = left
-            else:
-                del self._in_flight[token_id]
+            self._in_flight[token_id] -= 1
+            if not self._in_flight[token_id]:
+                del self._in_flight[token_id]  # a token gone quiet keeps no entry
 
     async def _admitted(self, scope: Scope, receive: Receive, send: Send) -> None:
         declared = dict(scope["headers"]).get(b"content-length")
