@@ -106,20 +106,47 @@ async def session_calls(url: str, token: str, calls, *, list_tools: bool = False
             return out
 
 
-async def remember_until_cut_off(url: str, token: str, label: str, acknowledged: list, failures: list | None = None,
-                                 calls: int = 200) -> None:
-    """One writer: episodes one after another through the SDK's client until the server goes
-    away; each acknowledged answer appended to ``acknowledged``, the error that ended it (its
-    type's name) to ``failures``."""
+async def writers_cut_off(server: ServerProcess, token: str, sig: int, *, after: int, label: str,
+                          acknowledged: list, failures: list | None = None, writers: int = 6) -> None:
+    """``writers`` clients remembering episodes one after another through the SDK's client; once
+    ``after`` writes are acknowledged the server gets ``sig``. Each acknowledged answer is
+    appended to ``acknowledged``, the error that ended each writer (its type's name) to ``failures``."""
+    import asyncio
+
+    async def writer(i: int) -> None:
+        try:
+            async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+                async with Client(streamable_http_client(server.url, http_client=http)) as client:
+                    for j in range(200):
+                        result = await client.call_tool("remember", {
+                            "text": f"{label} note {i}-{j}", "kind": "episode", "subject": "task:load",
+                            "key": f"{label.replace(' ', '-')}-{i}-{j}"})
+                        if not result.is_error:
+                            acknowledged.append(data(result))
+        except Exception as exc:  # noqa: BLE001 -- the server going away ends the writer
+            if failures is not None:
+                failures.append(type(exc).__name__)
+
+    tasks = [asyncio.create_task(writer(i)) for i in range(writers)]
+    while len(acknowledged) < after:
+        await asyncio.sleep(0.01)
+    server.proc.send_signal(sig)
+    await asyncio.gather(*tasks)
+
+
+def malloc_tuned_in_a_fresh_process(**env: str) -> dict:
+    """What mcp/heap.tune_malloc sets in a fresh process whose environment adds ``env`` to ours
+    (without the operator's malloc settings); skips where the C library is not glibc."""
+    import pytest
+
     try:
-        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
-            async with Client(streamable_http_client(url, http_client=http)) as client:
-                for j in range(calls):
-                    result = await client.call_tool("remember", {
-                        "text": f"{label} note {j}", "kind": "episode", "subject": "task:load",
-                        "key": f"{label.replace(' ', '-')}-{j}"})
-                    if not result.is_error:
-                        acknowledged.append(data(result))
-    except Exception as exc:  # noqa: BLE001 -- the server going away ends the writer
-        if failures is not None:
-            failures.append(type(exc).__name__)
+        libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (ValueError, OSError):
+        libc = ""
+    if not libc.startswith("glibc"):
+        pytest.skip("not glibc")
+    base = {k: v for k, v in os.environ.items() if k not in ("MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_",
+                                                               "GLIBC_TUNABLES")}
+    code = "import json, os; from mdmem.mcp.heap import tune_malloc; print(json.dumps(tune_malloc(os.environ)))"
+    return json.loads(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                                     env={**base, **env}).stdout)

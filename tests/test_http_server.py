@@ -20,7 +20,7 @@ import pytest
 from conftest import PEOPLE, T0, TEAMS, lock_held_by_another_thread
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from http_server import data, remember_until_cut_off, running, session_calls, start_server
+from http_server import data, malloc_tuned_in_a_fresh_process, running, session_calls, start_server, writers_cut_off
 
 from mdmem import MemoryRepo
 from mdmem.auth.static_tokens import TokenFile
@@ -473,18 +473,8 @@ def test_sigterm_finishes_writes_in_flight_and_loses_none_acknowledged(world, tm
     server = start_server(repo.root, world["tokens"].path, "--rate", "0")
     acknowledged: list[dict] = []
     failures: list[str] = []
-
-    async def writer(i: int):
-        await remember_until_cut_off(server.url, t["carol_all"], f"sigterm run {i}", acknowledged, failures)
-
-    async def load():
-        tasks = [asyncio.create_task(writer(i)) for i in range(6)]
-        while len(acknowledged) < 12:
-            await asyncio.sleep(0.02)
-        server.proc.send_signal(signal.SIGTERM)
-        await asyncio.gather(*tasks)
-
-    asyncio.run(load())
+    asyncio.run(writers_cut_off(server, t["carol_all"], signal.SIGTERM, after=12, label="sigterm run",
+                                acknowledged=acknowledged, failures=failures))
     assert server.proc.wait(60) == 0, server.log()
     assert acknowledged and all(a["status"] == "committed" for a in acknowledged)
     log = subprocess.run(["git", "-C", str(repo.root), "log", "--format=%H", "main"], capture_output=True,
@@ -562,15 +552,12 @@ def test_the_server_tunes_glibc_malloc_unless_the_environment_already_does():
     """serve --http lives for days: two arenas and large blocks mapped on their own kept its heap
     ~25 MB lower and growing about half as fast (mcp/heap.py). What the operator set in the
     environment stays as given (glibc reads it at start; a mallopt would override it)."""
-    try:
-        libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
-    except (ValueError, OSError):
-        libc = ""
-    if not libc.startswith("glibc"):
-        pytest.skip("not glibc")
-    code = ("import json, sys; from mdmem.mcp.heap import tune_malloc; "
-            "print(json.dumps(tune_malloc(json.loads(sys.argv[1]))))")
-    run = lambda env: json.loads(subprocess.run([sys.executable, "-c", code, json.dumps(env)], check=True,  # noqa: E731
-                                                capture_output=True, text=True).stdout)
-    assert run({}) == {"MALLOC_ARENA_MAX": 2, "MALLOC_MMAP_THRESHOLD_": 131072}
-    assert run({"MALLOC_ARENA_MAX": "8"}) == {"MALLOC_MMAP_THRESHOLD_": 131072}
+    assert malloc_tuned_in_a_fresh_process() == {"MALLOC_ARENA_MAX": 2, "MALLOC_MMAP_THRESHOLD_": 131072}
+    assert malloc_tuned_in_a_fresh_process(MALLOC_ARENA_MAX="8") == {"MALLOC_MMAP_THRESHOLD_": 131072}
+
+
+def test_the_malloc_tuning_leaves_glibc_tunables_the_operator_set():
+    """The same settings given the way glibc documents today (GLIBC_TUNABLES): the mallopt
+    overrode the operator's arena_max=8 with 2 and the threshold with 128 KiB."""
+    assert malloc_tuned_in_a_fresh_process(
+        GLIBC_TUNABLES="glibc.malloc.arena_max=8:glibc.malloc.mmap_threshold=1048576") == {}

@@ -1,7 +1,8 @@
-"""An outside tester's attacks on `mdmem serve --http` (a real server process, the MCP SDK's
-client, raw sockets where the point is a client that is not the SDK). The tests that fail pin
-defects found; the others pin attacks the server withstood that tests/test_http_server.py and
-tests/test_http_tokens.py do not cover."""
+"""`mdmem serve --http` against hostile clients (a real server process, the MCP SDK's client,
+raw sockets where the point is a client that is not the SDK): event streams and half-sent
+requests that would hold connections, one token's share of them, kill -9 under concurrent
+writes, JSON bombs and batches, header and path tricks, an erasure and a config change while
+it runs, and the README's token command on a machine without ~/.config."""
 from __future__ import annotations
 
 import asyncio
@@ -16,7 +17,7 @@ import time
 import httpx2
 import pytest
 from conftest import PEOPLE, T0, TEAMS
-from http_server import data, remember_until_cut_off, running, session_calls, start_server
+from http_server import data, running, session_calls, start_server, writers_cut_off
 
 from mdmem import MemoryRepo
 from mdmem.auth.static_tokens import TokenFile
@@ -184,18 +185,9 @@ def test_kill_9_under_concurrent_writes_loses_no_acknowledged_write_and_a_restar
     server = start_server(repo.root, world["tokens"].path, "--rate", "0")
     acknowledged: list[dict] = []
 
-    async def writer(i: int):
-        await remember_until_cut_off(server.url, token, f"kill nine {i}", acknowledged)
-
-    async def load():
-        tasks = [asyncio.create_task(writer(i)) for i in range(6)]
-        while len(acknowledged) < 15:
-            await asyncio.sleep(0.01)
-        server.proc.send_signal(signal.SIGKILL)
-        await asyncio.gather(*tasks)
-
     try:
-        asyncio.run(load())
+        asyncio.run(writers_cut_off(server, token, signal.SIGKILL, after=15, label="kill nine",
+                                    acknowledged=acknowledged))
     finally:
         server.proc.kill()
         server.proc.wait()
