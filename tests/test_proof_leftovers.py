@@ -7,6 +7,7 @@ journal without its database, a pack git does not list, a linked worktree's file
 is built and erased once; each test plants one pre-erasure copy into a fresh copy of it."""
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -347,3 +348,46 @@ def test_a_folder_where_a_database_keeps_its_journal_is_named_not_crashed_on(cop
     assert list(reopened.get_many(["k"])) == ["k"]  # the database kept, the folder moved aside
     reopened.close()
     assert not (caches / "embeddings.sqlite-journal").exists()
+
+
+def test_a_proof_passes_while_folders_under_git_come_and_go(copy):
+    """A repack deletes the loose-object folders it emptied (and a writer its lock files) while
+    the proof walks .git: pathlib's walk raised FileNotFoundError on a folder removed under it
+    and the proof failed with a traceback. What vanishes mid-walk is skipped."""
+    root, _ = copy
+    churn = root / ".git" / "churn"
+    stop = root.parent / "stop"
+    churner = subprocess.Popen(
+        ["sh", "-c", f'while [ ! -e "{stop}" ]; do mkdir -p "{churn}/a/b/c/d"; touch "{churn}/a/b/c/d/f"; '
+                     f'rm -rf "{churn}"; done'])
+    try:
+        for _ in range(25):
+            assert failures(root) == {}
+    finally:
+        stop.touch()
+        churner.wait(timeout=30)
+
+
+def test_a_proof_waits_for_housekeeping_and_housekeeping_for_a_proof(copy):
+    """Housekeeping moves objects between files (a pack being written is one git does not list
+    yet): a proof reads .git with the repository's housekeeping lock shared, housekeeping
+    takes it alone."""
+    import threading
+
+    from mdmem.storage.gitstore import GitStore
+    from mdmem.storage.maintenance import housekeeping_lock
+
+    root, _ = copy
+    results: list = []
+    with housekeeping_lock(root, shared=False, timeout=5):
+        proof = threading.Thread(target=lambda: results.append(failures(root)))
+        proof.start()
+        proof.join(timeout=1.0)
+        assert proof.is_alive() and not results  # waiting for the housekeeping to end
+    proof.join(timeout=60)
+    assert results == [{}]
+    with housekeeping_lock(root, shared=True, timeout=5):  # as a proof holds it
+        proc = GitStore(root).housekeep_in_background()
+        time.sleep(1.0)
+        assert proc.poll() is None  # waiting for the proof, not packing under it
+    assert proc.wait(timeout=60) == 0

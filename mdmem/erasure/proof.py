@@ -25,6 +25,8 @@ from ..storage.worktree import scan_notes
 from .journal import Journal
 from .needles import occurrences, occurs
 from .scan import REPO_FILES, HistoryScan, history_texts, root_of
+from ..storage.locking import LOCK_TIMEOUT_SECONDS
+from ..storage.maintenance import housekeeping_lock
 from ..storage.gitdir import CACHE_NAME, LOCKS_NAME, cache_dir, cache_folders, erasure_done_path
 
 
@@ -74,38 +76,41 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
 
     allow_paths = list(allow_paths or [])
     root = repo.root
-    git_dir = ops.git_dir(root)
-    scan = HistoryScan.read(root)
-    allowed_blobs, allowed_texts, links = _allowed(scan, allow_paths)
-    checkable = None
-    not_checked = 0
-    if not eraser:
-        checkable = {b for p, bs in scan.path_blobs.items() if readable(root_of(p)) for b in bs}
-        checkable |= {c for c, roots in scan.commit_roots.items() if all(readable(r) for r in roots)}
-    objects = []
-    for oid, kind, data in ops.all_objects(root):
-        if checkable is None or oid in checkable:
-            objects.append((oid, kind, data))
-        else:
-            not_checked += 1
-    live_all = scan_notes(root, repo.contracts)[0]
-    live = [s for s in live_all if readable(s.root)]
-    # Every file is read once here, then searched for each needle: the main work tree's, and
-    # each linked worktree's (an erasure scrubs those too).
-    files = [(rel, p.read_bytes()) for rel, p in _work_tree_files(root) if readable(root_of(rel))]
-    trees = ops.linked_worktrees(root)
-    linked_files = [(f"worktree {tree.path}: {rel}", rel, p.read_bytes()) for tree in trees
-                    for rel, p in _work_tree_files(tree.path) if readable(root_of(rel))]
-    # A locked worktree whose folder is not here (an unmounted disk) may come back holding the
-    # text, and nothing here can read it: it fails. An unlocked one whose folder is
-    # gone is named in cannot_reach (git prunes it).
-    away = [f"worktree {tree.path} (locked, its folder is not here: cannot be checked; mount it, or "
-            "`git worktree unlock` and `git worktree prune` if it is gone)" for tree in trees
-            if tree.locked and not tree.path.is_dir()]
-    caches = cache_folders(root)
-    # Ref names are repository-wide: everyone's proof checks them; .git's files only an eraser's.
-    ref_names = [(f"ref name {name}", name.encode()) for name, _, _ in ops.list_refs(root)]
-    seen = _EraserFiles.read(root, git_dir, caches) if eraser else _EraserFiles()
+    # What it reads it reads with no housekeeping under way (a repack moves objects between
+    # files); writers may go on (files they add or remove meanwhile: _files_under).
+    with housekeeping_lock(root, shared=True, timeout=LOCK_TIMEOUT_SECONDS):
+        git_dir = ops.git_dir(root)
+        scan = HistoryScan.read(root)
+        allowed_blobs, allowed_texts, links = _allowed(scan, allow_paths)
+        checkable = None
+        not_checked = 0
+        if not eraser:
+            checkable = {b for p, bs in scan.path_blobs.items() if readable(root_of(p)) for b in bs}
+            checkable |= {c for c, roots in scan.commit_roots.items() if all(readable(r) for r in roots)}
+        objects = []
+        for oid, kind, data in ops.all_objects(root):
+            if checkable is None or oid in checkable:
+                objects.append((oid, kind, data))
+            else:
+                not_checked += 1
+        live_all = scan_notes(root, repo.contracts)[0]
+        live = [s for s in live_all if readable(s.root)]
+        # Every file is read once here, then searched for each needle: the main work tree's, and
+        # each linked worktree's (an erasure scrubs those too).
+        files = [(rel, p.read_bytes()) for rel, p in _work_tree_files(root) if readable(root_of(rel))]
+        trees = ops.linked_worktrees(root)
+        linked_files = [(f"worktree {tree.path}: {rel}", rel, p.read_bytes()) for tree in trees
+                        for rel, p in _work_tree_files(tree.path) if readable(root_of(rel))]
+        # A locked worktree whose folder is not here (an unmounted disk) may come back holding the
+        # text, and nothing here can read it: it fails. An unlocked one whose folder is
+        # gone is named in cannot_reach (git prunes it).
+        away = [f"worktree {tree.path} (locked, its folder is not here: cannot be checked; mount it, or "
+                "`git worktree unlock` and `git worktree prune` if it is gone)" for tree in trees
+                if tree.locked and not tree.path.is_dir()]
+        caches = cache_folders(root)
+        # Ref names are repository-wide: everyone's proof checks them; .git's files only an eraser's.
+        ref_names = [(f"ref name {name}", name.encode()) for name, _, _ in ops.list_refs(root)]
+        seen = _EraserFiles.read(root, git_dir, caches) if eraser else _EraserFiles()
     meta_files = ref_names + seen.meta_files
     stash = "\n".join(e.message for e in ops.stash_entries(root))
     report = {"needles": [], "subject": subject, "owner": owner}
@@ -197,28 +202,29 @@ class _EraserFiles:
     def read(cls, root: Path, git_dir: Path, caches: list[Path]) -> _EraserFiles:
         out = cls()
         # git's own files; mdmem's caches inside .git are checked by their kind
-        out.meta_files = [(_label(p, root), p.read_bytes()) for p in git_dir.rglob("*")
-                          if p.is_file() and p.relative_to(git_dir).parts[0] not in ("objects", CACHE_NAME)
-                          and not _in_cache(p, caches)]
+        everything = _files_under(git_dir, folders=True)
+        out.meta_files = _read_all((_label(p, root), p) for p in everything
+                                   if p.is_file() and p.relative_to(git_dir).parts[0] not in ("objects", CACHE_NAME)
+                                   and not _in_cache(p, caches))
         out.meta_files += [(f"file name {p.relative_to(git_dir)}", str(p.relative_to(git_dir)).encode())
-                           for p in git_dir.rglob("*") if not _named_by_mdmem(p.relative_to(git_dir).parts)]
+                           for p in everything if not _named_by_mdmem(p.relative_to(git_dir).parts)]
         out.unlisted, out.object_side_files = _object_files(git_dir, root)
         # The daemon's log, state files, a moved-aside (broken/) or half-written (*.tmp) copy,
         # the embedder's graph (models/) are "other" cache files.
         for folder in caches:
             out.stray_index += _stray_index_files(folder, root)
-            for p in folder.rglob("*"):
+            for p in _files_under(folder):
                 top = p.parts[len(folder.parts)]
-                if not p.is_file() or p.is_symlink():
+                if p.is_symlink() or (data := _read(p)) is None:
                     continue
                 rel = _label(p, root)  # as the person finds it: .git/mdmem/...
                 if top in ("fulltext", "versions"):
-                    out.index_files.append((rel, p.read_bytes()))
+                    out.index_files.append((rel, data))
                 elif top == "models" and p.suffix == ".onnx" and minilm_graph.cached_path(p) is not None:
                     continue  # the embedder's graph as built, its sha256 in its check file: weights,
                     # in which short needles ("Wu") match by chance
                 elif top not in CACHES_CHECKED_BY_KIND:
-                    out.other_cache_files.append((rel, p.read_bytes()))
+                    out.other_cache_files.append((rel, data))
                     if not _bytes_checkable(p.name):
                         out.cannot_check.append(f"{rel} (compressed or encoded: cannot be checked as bytes; "
                                                 "delete it, it is a cache)")
@@ -318,6 +324,32 @@ def _work_tree_files(root: Path) -> list[tuple[str, Path]]:
     return out
 
 
+def _files_under(folder: Path, *, folders: bool = False) -> list[Path]:
+    """Every file under ``folder`` (and with ``folders``, every folder too), as it is while the
+    walk passes: a writer's lock file, a cache file replaced, a folder removed meanwhile is
+    skipped, never an error (pathlib's rglob raised FileNotFoundError on a folder git removed
+    under it and failed the proof). Links to folders are not followed."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(folder):  # onerror=None: a folder gone is skipped
+        base = Path(dirpath)
+        out += [base / name for name in (*dirnames, *filenames) if folders or name in filenames]
+    return out
+
+
+def _read(path: Path) -> bytes | None:
+    """A file's bytes; None if it is not a regular file any more (removed or replaced by a
+    folder since the walk listed it)."""
+    try:
+        return path.read_bytes()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+
+
+def _read_all(named) -> list[tuple[str, bytes]]:
+    """``(name, bytes)`` of each ``(name, path)`` still there to read (:func:`_read`)."""
+    return [(name, data) for name, path in named if (data := _read(path)) is not None]
+
+
 def _namer(folder: Path, caches: list[Path], root: Path):
     """How a check names a file of ``folder``: by its name in the repository's own cache
     folder, by its path under .git in a linked worktree's."""
@@ -378,9 +410,7 @@ def _object_files(git_dir: Path, root: Path) -> tuple[list[str], list[tuple[str,
     unlisted: list[str] = []
     side: list[tuple[str, bytes]] = []
     packs = objects / "pack"
-    for p in objects.rglob("*") if objects.is_dir() else ():
-        if p.is_dir():
-            continue
+    for p in _files_under(objects):
         rel = p.relative_to(objects).as_posix()
         if _LOOSE.fullmatch(rel):
             continue
@@ -390,7 +420,7 @@ def _object_files(git_dir: Path, root: Path) -> tuple[list[str], list[tuple[str,
             continue  # binary by format (object ids, offsets, bitmaps): no text to hold, and a
             # short needle matches their random bytes by chance
         if rel.startswith("info/") or (match and match.group(1) not in ("pack", "idx")):
-            side.append((_label(p, root), p.read_bytes() if p.is_file() else b""))
+            side.append((_label(p, root), _read(p) or b""))
         elif match and (match.group(1) == "idx" or p.with_suffix(".idx").is_file()):
             continue  # a pack git lists by its index (an index alone names objects, holds none)
         else:
@@ -420,10 +450,10 @@ def _stray_index_files(folder: Path, root: Path) -> list[str]:
                 current = tuple(ids)  # a segment's id is "<index name>_<id>": its files' stem
             except Exception:  # noqa: BLE001 -- unreadable: every file of it is reported below
                 current = ()
-        for p in index_folder.rglob("*"):
+        for p in _files_under(index_folder):
             # A table of contents (an older one may linger) lists segments and the schema, as a
             # plain pickle: the byte scan reads it.
-            if p.is_dir() or p.name in _BYTES_CHECKABLE_NAMES or p.name.endswith(".toc"):
+            if p.name in _BYTES_CHECKABLE_NAMES or p.name.endswith(".toc"):
                 continue
             if not any(p.name.startswith(c + ".") for c in current):
                 out.append(f"{_label(p, root)} (not part of the current index: cannot be checked; "

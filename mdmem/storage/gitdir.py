@@ -100,6 +100,14 @@ def erasure_turnstile_path(root: Path) -> Path:
     return common_git_dir(root) / LOCKS_NAME / "erasure-waiting.lock"
 
 
+def housekeeping_lock_path(root: Path) -> Path:
+    """Held alone by housekeeping (a repack, a gc) while it moves objects between files, shared
+    by a proof while it reads .git's files (storage/maintenance.housekeeping_lock): a repack
+    deleting packed loose objects and their folders under a proof's walk failed it with
+    FileNotFoundError, and a pack being written is a file git does not list yet."""
+    return common_git_dir(root) / LOCKS_NAME / "housekeeping.lock"
+
+
 def erasure_done_path(root: Path) -> Path:
     """Rewritten when an erasure ends (erasure/journal.py); see :func:`file_stamp`."""
     return common_git_dir(root) / ERASURE_DONE

@@ -5,10 +5,27 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+from .gitdir import housekeeping_lock_path
+from .locks import Lock
 
 # git gc --auto repacks everything once there are gc.autoPackLimit (50) packs, under the lock;
 # pack_objects makes them one before that, beside writers.
 MANY_PACKS = 40
+
+
+@contextmanager
+def housekeeping_lock(root: Path, *, shared: bool, timeout: float):
+    """The repository's housekeeping lock (gitdir.housekeeping_lock_path): alone for
+    housekeeping, ``shared`` for readers who need objects/ to hold still (a proof)."""
+    lock = Lock(housekeeping_lock_path(root), shared=shared)
+    lock.acquire(timeout=timeout)
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 class Housekeeping:
@@ -35,9 +52,10 @@ class Housekeeping:
         after the lock is released). With the objects packed first, gc --auto mostly finds
         nothing left to do: it packed ~2,000 objects under the lock before, and a server's
         writes waited for it (remember p99 25 s over a 10-minute run)."""
-        self.pack_objects()
-        with self.locked():
-            self.git("-c", "gc.autoDetach=false", "gc", "--quiet", *([] if force else ["--auto"]))
+        with housekeeping_lock(self.root, shared=False, timeout=-1):
+            self.pack_objects()
+            with self.locked():
+                self.git("-c", "gc.autoDetach=false", "gc", "--quiet", *([] if force else ["--auto"]))
 
     def pack_objects(self, timeout: float | None = None) -> None:
         """Loose objects reachable from any ref into a new pack (`git repack -d`), while writers
