@@ -208,11 +208,6 @@ def peel_to_commit(root: Path, rev: str) -> str | None:
     return out or None
 
 
-def reflog_files(root: Path) -> list[Path]:
-    logs = git_dir(root) / "logs"
-    return [p for p in logs.rglob("*") if p.is_file()] if logs.exists() else []
-
-
 def expire_reflogs(root: Path) -> None:
     """Drop every reflog entry (HEAD's and every ref's): they name old commits."""
     run_git(root, "reflog", "expire", "--expire=now", "--expire-unreachable=now", "--all", check=False)
