@@ -117,3 +117,29 @@ def test_random_writes_abandoned_writes_and_reads_always_equal_a_cold_build(repo
         elif what == "preview":  # an overlay without the write lock (repo.scope_view's)
             assert snap(entries.state(ROOT, head, overlay)) == cold(repo, tmp_path, head, overlay), step
         assert snap(entries.state(ROOT, head, {})) == cold(repo, tmp_path, head), step
+
+
+def test_superseded_versions_leave_memory_and_every_state_stays_right(repo, tmp_path):
+    """Each new version's parsed metadata was kept for the life of the process, so a server's
+    heap grew with every write (~2 MB a minute under 32 agents). A version no kept state holds
+    leaves memory (this process's writes and another process's alike), and the states still
+    equal cold builds, an older commit's too (read back from the table)."""
+    from mdmem import MemoryRepo
+
+    filled(repo)
+    entries = repo.views.entries
+    first = repo.store.head()
+    entries.state(ROOT, first, {})
+    for i in range(40):
+        team_fact(repo, f"Fact {i} supersedes the first rule", key="k0", subject="service:s0", now=T0)
+    head = repo.store.head()
+    assert snap(entries.state(ROOT, head, {})) == cold(repo, tmp_path, head)
+    assert entries.meta.held() <= len(notes(repo)) + 2
+    other = MemoryRepo.open(repo.root, embedder="none")  # another process's writes
+    for i in range(20):
+        team_fact(other, f"Fact {i} from the other writer", key="k1", subject="service:s1", now=T0)
+    other.close()
+    head = repo.store.head()
+    assert snap(entries.state(ROOT, head, {})) == cold(repo, tmp_path, head)
+    assert entries.meta.held() <= len(notes(repo)) + 2
+    assert snap(entries.state(ROOT, first, {})) == cold(repo, tmp_path, first)

@@ -200,6 +200,20 @@ class MetaCache:
         self.db = open_sqlite(self.path, _setup_meta)
         self._file = file_identity(self.path)
 
+    def held(self) -> int:
+        """How many versions' metadata is in memory (bounded by what the kept states hold)."""
+        return len(self._mem)
+
+    def forget(self, replaced: dict[str, str | None]) -> None:
+        """Versions no kept state holds any more (path -> the blob a change replaced; None: the
+        path was new): their parsed metadata leaves memory (the table keeps it; asked for again,
+        it is read back). Held for the life of the process, every superseded version stayed in
+        memory: a server's heap grew with each write (~2 MB a minute under 32 agents)."""
+        for path, blob in replaced.items():
+            if blob is not None:
+                self._mem.pop(blob, None)
+                self._entries.pop((path, blob), None)
+
     def _follow_replaced_file(self) -> None:
         """Another process removed or replaced the file since it was opened: an erasure's
         purge (the only code that deletes it). Writing on wrote into the deleted file ("attempt
@@ -563,10 +577,11 @@ class RootEntries:
         never became a commit) is undone."""
         with self._lock:
             for root in list(self._pending):
-                before, state, _, patch = self._pending[root]
+                before, state, undo, patch = self._pending[root]
                 if before == parent and patch == self._changes(root, changes):
                     del self._pending[root]
                     self._at[root] = (rev, state)
+                    self.meta.forget(undo)
                 else:
                     self._revert(root)
             self._contents.clear()
@@ -622,9 +637,10 @@ class RootEntries:
         found = self.meta.entries(self.store, {path: blob}, self._contents)
         return _ORDER(found[0]) if found else None
 
-    def _forward(self, state: _State, root: str, old: str, rev: str) -> None:
-        self._patch(state, {c.path: c.blob for c in self.store.note_changes(old, rev)
-                            if c.path.startswith(root + "/")})
+    def _forward(self, state: _State, root: str, old: str, rev: str) -> dict[str, str | None]:
+        """The state at ``old`` moved to ``rev``; returns what it replaced (:meth:`_patch`)."""
+        return self._patch(state, {c.path: c.blob for c in self.store.note_changes(old, rev)
+                                   if c.path.startswith(root + "/")})
 
     def _base(self, root: str, rev: str | None, *, in_place: bool) -> _State:
         """The root's state at ``rev``, kept as this object's; moved forward from the state it
@@ -636,7 +652,7 @@ class RootEntries:
             return known[1]
         if known and self.store.has_object(known[0]):
             state = known[1] if in_place else known[1].copy()
-            self._forward(state, root, known[0], rev)
+            self.meta.forget(self._forward(state, root, known[0], rev))  # the kept state moves on
         else:
             state = self._cold(root, rev)
         self._at[root] = (rev, state)
