@@ -143,3 +143,21 @@ def test_superseded_versions_leave_memory_and_every_state_stays_right(repo, tmp_
     assert snap(entries.state(ROOT, head, {})) == cold(repo, tmp_path, head)
     assert entries.meta.held() <= len(notes(repo)) + 2
     assert snap(entries.state(ROOT, first, {})) == cold(repo, tmp_path, first)
+
+
+def test_changes_under_a_root_are_the_whole_diffs_changes_in_that_root(repo):
+    """A root's view moves on by the diff of that root's folder alone (the whole tree's diff cost
+    ~14 ms at 100k notes): the same changes, for a root written, a root's folder made and (going
+    back) gone, a prefix that is no root, and a root that never existed."""
+    filled(repo)
+    start = repo.store.head()
+    team_fact(repo, "Fact 0 rewritten", key="k0", subject="service:s0", now=T0)
+    repo.remember("I like tea", as_user="alice", kind="preference", subject="user:alice", key="drink", now=T0)
+    mid = repo.store.head()
+    for old, new in ((start, mid), (mid, start), (None, mid), (start, start)):
+        whole = repo.store.note_changes(old, new)
+        for root in (ROOT, "private/alice", "private/nobody", "team"):
+            under = repo.store.note_changes(old, new, under=root)
+            expected = [c for c in whole if c.path.startswith(root + "/")]
+            assert sorted(under, key=str) == sorted(expected, key=str), (old, new, root)
+            assert expected or root not in (ROOT, "private/alice") or old == new

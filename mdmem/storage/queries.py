@@ -245,17 +245,26 @@ class GitQueries:
                     out[path] = str(entry.id)
         return out
 
-    def note_changes(self, old: str | None, new: str, *, renames: bool = False) -> list[TreeChange]:
+    def note_changes(self, old: str | None, new: str, *, renames: bool = False,
+                     under: str | None = None) -> list[TreeChange]:
         """Note paths that differ between commits ``old`` (None: the empty tree) and ``new``.
-        A rename shows as its old path (deleted) and its new path (added)."""
-        new_tree = self.repo[new].peel(pygit2.Tree)  # commits or trees
-        diff = (self.repo.diff(self.repo[old].peel(pygit2.Tree), new_tree) if old
-                else new_tree.diff_to_tree(swap=True))
+        A rename shows as its old path (deleted) and its new path (added). ``under``: only
+        the folder at that path (a root): its two trees are diffed, not the whole ones (a
+        root's view moved on by 8 commits diffed the whole tree, ~14 ms at 100k notes)."""
+        new_tree = self._subtree(self.repo[new].peel(pygit2.Tree), under)  # commits or trees
+        old_tree = self._subtree(self.repo[old].peel(pygit2.Tree), under) if old else None
+        if new_tree is not None:
+            diff = self.repo.diff(old_tree, new_tree) if old_tree is not None else new_tree.diff_to_tree(swap=True)
+        elif old_tree is not None:
+            diff = old_tree.diff_to_tree()  # the folder is gone: all of it deleted
+        else:
+            return []
         if renames:
             diff.find_similar()
+        prefix = f"{under}/" if under else ""
         out: dict[str, TreeChange] = {}
         for delta in diff.deltas:
-            old_path, new_path = delta.old_file.path, delta.new_file.path
+            old_path, new_path = prefix + delta.old_file.path, prefix + delta.new_file.path
             deleted = delta.status == pygit2.GIT_DELTA_DELETED
             if deleted or delta.status == pygit2.GIT_DELTA_RENAMED:
                 out.setdefault(old_path, TreeChange(old_path, None, False))
@@ -263,6 +272,16 @@ class GitQueries:
                 added = delta.status in (pygit2.GIT_DELTA_ADDED, pygit2.GIT_DELTA_RENAMED, pygit2.GIT_DELTA_COPIED)
                 out[new_path] = TreeChange(new_path, str(delta.new_file.id), added)
         return [c for c in out.values() if is_note_path(c.path)]
+
+    def _subtree(self, tree, under: str | None):
+        """``tree``'s folder at ``under`` (the tree itself without one); None if there is none."""
+        if not under:
+            return tree
+        try:
+            found = tree[under]
+        except KeyError:
+            return None
+        return self.repo[found.id] if found.type_str == "tree" else None
 
     def commits_with_note_paths(self, revs: str) -> list[tuple[str, int, list[str]]]:
         """(commit, commit time, note paths it touched) for the commits ``revs``, oldest first."""

@@ -639,8 +639,7 @@ class RootEntries:
 
     def _forward(self, state: _State, root: str, old: str, rev: str) -> dict[str, str | None]:
         """The state at ``old`` moved to ``rev``; returns what it replaced (:meth:`_patch`)."""
-        return self._patch(state, {c.path: c.blob for c in self.store.note_changes(old, rev)
-                                   if c.path.startswith(root + "/")})
+        return self._patch(state, {c.path: c.blob for c in self.store.note_changes(old, rev, under=root)})
 
     def _base(self, root: str, rev: str | None, *, in_place: bool) -> _State:
         """The root's state at ``rev``, kept as this object's; moved forward from the state it

@@ -153,7 +153,8 @@ class MountStores:
         for root, repo, was, now in self._moves(old, new):
             if now is None:
                 continue
-            out += [c for c in repo.store.note_changes(was, now, renames=renames) if root_of(c.path) == root]
+            out += [c for c in repo.store.note_changes(was, now, renames=renames, under=root)
+                    if root_of(c.path) == root]
         return out
 
     def commits_with_note_paths(self, revs: str) -> list[tuple[str, int, list[str]]]:
