@@ -121,7 +121,7 @@ class CommitWriting:
             self._index_due.add(path)
         if self._index_timer is None:
             self._flush_failures = 0
-            self._arm_flush(self.index_delay or 0.0)
+            self._arm_flush(self.flush_delay())
 
     def _lookup_ref(self, name: str):
         """The reference, or None if it does not exist (read again if pack-refs hid it)."""

@@ -8,6 +8,7 @@ import atexit
 import os
 import stat
 import threading
+import time
 import weakref
 from pathlib import Path
 
@@ -24,6 +25,13 @@ from .objects import mode_of
 # rewrite for a burst of writes) by a timer thread, or before anything reads the index, or on
 # close/exit; until then the journal lists them, and a kill is repaired on the next open.
 INDEX_DELAY_SECONDS = 0.2
+
+
+# A rewrite of git's index holds the write lock: flushes are spaced at least this many times
+# what the last one took (at 100k notes a ~50 ms rewrite every 0.2 s held the lock a fifth of
+# the time, and writes queued behind it), by at most MAX_INDEX_DELAY_SECONDS for that reason.
+FLUSH_SPACING = 50
+MAX_INDEX_DELAY_SECONDS = 5.0
 
 
 FLUSH_RETRIES = 8  # a failed flush of git's index is tried again after 0.2, 0.4, ... 5 s
@@ -64,6 +72,11 @@ def _flush_at_exit() -> None:
 
 class IndexKeeping:
     """GitStore's gitindex methods (mixed into :class:`mdmem.storage.gitstore.GitStore`)."""
+
+    def flush_delay(self) -> float:
+        """How long after a write its index entries are written: ``index_delay``, or longer
+        where git's index costs more to rewrite (FLUSH_SPACING)."""
+        return max(self.index_delay or 0.0, min(MAX_INDEX_DELAY_SECONDS, FLUSH_SPACING * self.flush_seconds))
 
     def _arm_flush(self, delay: float) -> None:
         self._index_timer = threading.Timer(delay, _flush_later, (weakref.ref(self),))
@@ -109,7 +122,9 @@ class IndexKeeping:
                         stage(index, path)  # with the file's stat data: git status need not hash it
                     else:  # a person changed the file since (or a link): the index follows HEAD
                         stage(index, pygit2.IndexEntry(path, entry.id, entry.filemode))
+                started = time.perf_counter()
                 index.write()
+                self.flush_seconds = time.perf_counter() - started
                 self._unjournal(due)
                 due = set()
             self._flush_failures = 0

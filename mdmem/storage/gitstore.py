@@ -68,6 +68,7 @@ class GitStore(GitQueries, StoreLocking, HistoryReading, Signing, CommitWriting,
         self.index_delay: float | None = None
         self._index_due: set[str] = set()
         self._flush_failures = 0  # flush_index's failures in a row (each tried again later)
+        self.flush_seconds = 0.0  # what the last rewrite of git's index took (spaces the next)
         self._index_timer: threading.Timer | None = None
         # This repo's entry in _HOLDERS: the lock folder's real path (a symlink or `..` in the
         # way the repo was reached names the same lock).
