@@ -323,3 +323,28 @@ def test_deferred_index_entries_wait_longer_where_git_index_is_slow_to_write(rep
     while repo.store.pending_path.exists() and time.monotonic() < started + 10:
         time.sleep(0.05)
     assert 1.4 < time.monotonic() - started < 5 and git_status(repo.root) == ""
+
+
+def test_looking_up_paths_a_tree_does_not_hold_keeps_no_memory(repo):
+    """pygit2 keeps a reference to the string a tree lookup is given when it misses or goes
+    through folders: each write's lookups of new paths lived for ever (a server's heap grew ~2 MB
+    a minute). Every lookup goes through storage.objects.tree_entry, which hands over one
+    interned string per name."""
+    import tracemalloc
+
+    team_fact(repo, "Refunds are allowed within 30 days", key="refund.window", new_key=True)
+    store = repo.store
+    for i in range(50):  # the first calls' own allocations (caches, interned names) first
+        store.blob_id(f"team/payments/service/billing/fact/missing{i % 5}.md")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for i in range(3000):
+            # fresh strings for the same few paths, as each write builds them
+            store.blob_id("/".join(["team", "payments", "service", "billing", "fact", f"missing{i % 5}.md"]))
+            store.blob_id("/".join(["team", "payments", f"nowhere{i % 5}", "x.md"]))
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    grown = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    assert grown < 64 * 1024, grown  # before: ~53 bytes per lookup, ~300 KB here

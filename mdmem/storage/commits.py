@@ -8,7 +8,7 @@ import time
 import pygit2
 
 from ..errors import BranchMoved, LockTimeout
-from .objects import REF_READ_TRIES, mode_of
+from .objects import REF_READ_TRIES, mode_of, tree_entry
 from .signatures import COMMITTER, signature
 
 
@@ -33,14 +33,14 @@ class CommitWriting:
             name = parts[0]
             if len(parts) == 1:
                 if blob is None:
-                    if tree is not None and name in tree:
+                    if tree is not None and tree_entry(tree, name) is not None:
                         builder.remove(name)
                 else:
                     builder.insert(name, *blob)
             else:
                 groups.setdefault(name, {})[parts[1:]] = blob
         for name, sub_edits in groups.items():
-            existing = tree[name] if tree is not None and name in tree else None
+            existing = tree_entry(tree, name) if tree is not None else None
             sub = self._tree(existing.id) if existing is not None and existing.type_str == "tree" else None
             new_sub = self._edit_tree(sub, sub_edits)
             if new_sub is None:

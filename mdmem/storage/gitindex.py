@@ -16,7 +16,7 @@ import shutil
 
 import pygit2
 
-from .objects import mode_of
+from .objects import mode_of, tree_entry
 
 
 # git's index is one file rewritten whole on every update (libgit2 has no split index): ~5 ms
@@ -109,10 +109,7 @@ class IndexKeeping:
                 for path in due:
                     # What HEAD holds now (a later commit, ours or another process's, may have
                     # changed the path again since).
-                    try:
-                        entry = tree[path] if tree is not None else None
-                    except KeyError:
-                        entry = None
+                    entry = tree_entry(tree, path) if tree is not None else None
                     if self._staged_by_a_person(index, path, entry, before):
                         continue
                     if entry is None:

@@ -12,7 +12,7 @@ import pygit2
 
 from ..errors import Conflict
 from .queries import worktree_version
-from .objects import REF_READ_TRIES, tree_blob_ids, with_mode
+from .objects import REF_READ_TRIES, tree_blob_ids, tree_entry, with_mode
 from .trailers import parse_trailers
 
 
@@ -75,13 +75,11 @@ class HistoryReading:
         on the way through :meth:`_tree`."""
         *folders, base = path.split("/")
         for name in folders:
-            if name not in tree:
-                return None
-            entry = tree[name]
-            if entry.type_str != "tree":
+            entry = tree_entry(tree, name)
+            if entry is None or entry.type_str != "tree":
                 return None
             tree = self._tree(entry.id)
-        return tree[base] if base in tree else None
+        return tree_entry(tree, base)
 
     def blob_ids(self, paths, rev: str | None = None) -> dict[str, str | None]:
         """:meth:`blob_id` for many paths at once, each folder's tree read once. A batch of
@@ -94,27 +92,18 @@ class HistoryReading:
 
     def file_in(self, rev: str, path: str) -> bytes | None:
         """A file's bytes in the tree of ``rev`` (a commit or a tree id), None if absent."""
-        try:
-            entry = self.repo[rev].peel(pygit2.Tree)[path]
-        except KeyError:
-            return None
-        return self.repo[entry.id].data if entry.type_str == "blob" else None
+        entry = tree_entry(self.repo[rev].peel(pygit2.Tree), path)
+        return self.repo[entry.id].data if entry is not None and entry.type_str == "blob" else None
 
     def is_link_in(self, rev: str, path: str) -> bool:
         """Whether ``path`` in the tree of ``rev`` is a symbolic link (its blob is the target)."""
-        try:
-            return self.repo[rev].peel(pygit2.Tree)[path].filemode == pygit2.GIT_FILEMODE_LINK
-        except KeyError:
-            return False
+        entry = tree_entry(self.repo[rev].peel(pygit2.Tree), path)
+        return entry is not None and entry.filemode == pygit2.GIT_FILEMODE_LINK
 
     def folders_in(self, rev: str, folder: str) -> list[str]:
         """Names of the sub-folders of ``folder`` in the tree of ``rev`` (commit or tree id)."""
-        tree = self.repo[rev].peel(pygit2.Tree)
-        try:
-            entry = tree[folder]
-        except KeyError:
-            return []
-        if entry.type_str != "tree":
+        entry = tree_entry(self.repo[rev].peel(pygit2.Tree), folder)
+        if entry is None or entry.type_str != "tree":
             return []
         return [e.name for e in self.repo[entry.id] if e.type_str == "tree"]
 

@@ -18,6 +18,7 @@ import pygit2
 from ..errors import GitFailed
 from ..model.layout import is_note_path
 from .gitdir import cache_dir
+from .objects import tree_entry
 
 NOTE_PREFIXES = ("team", "private")
 
@@ -209,18 +210,19 @@ class GitQueries:
         out: list[tuple[str, str]] = []
         tree = self.repo[rev].peel(pygit2.Tree)
         for scope in NOTE_PREFIXES:
-            if scope not in tree:
+            folder = tree_entry(tree, scope)
+            if folder is None:
                 continue
-            if tree[scope].type_str != "tree":
+            if folder.type_str != "tree":
                 out.append((scope, "a folder"))
                 continue
-            for entry in self.repo[tree[scope].id]:
+            for entry in self.repo[folder.id]:
                 root = f"{scope}/{entry.name}"
                 if entry.type_str != "tree":
                     out.append((root, "a folder (a scope root)"))
                     continue
-                sub = self.repo[entry.id]
-                if "MEMORY.md" in sub and sub["MEMORY.md"].type_str != "blob":
+                view = tree_entry(self.repo[entry.id], "MEMORY.md")
+                if view is not None and view.type_str != "blob":
                     out.append((f"{root}/MEMORY.md", "a file (the root's view)"))
         return out
 
@@ -228,11 +230,8 @@ class GitQueries:
         """Note path -> blob id for every note below folder ``under`` in ``rev``'s tree (none
         when ``under`` is not a folder there)."""
         out: dict[str, str] = {}
-        try:
-            tree = self.repo[rev].peel(pygit2.Tree)[under]  # a commit's tree, or a tree (a hook's staged one)
-        except KeyError:
-            return out
-        if tree.type_str != "tree":
+        tree = tree_entry(self.repo[rev].peel(pygit2.Tree), under)  # a commit's tree, or a tree (a hook's staged one)
+        if tree is None or tree.type_str != "tree":
             return out
         stack: list[tuple[Any, str]] = [(self.repo[tree.id], under)]
         while stack:
@@ -277,11 +276,8 @@ class GitQueries:
         """``tree``'s folder at ``under`` (the tree itself without one); None if there is none."""
         if not under:
             return tree
-        try:
-            found = tree[under]
-        except KeyError:
-            return None
-        return self.repo[found.id] if found.type_str == "tree" else None
+        found = tree_entry(tree, under)
+        return self.repo[found.id] if found is not None and found.type_str == "tree" else None
 
     def commits_with_note_paths(self, revs: str) -> list[tuple[str, int, list[str]]]:
         """(commit, commit time, note paths it touched) for the commits ``revs``, oldest first."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pygit2
 
-from .objects import tree_blob_ids, with_mode
+from .objects import tree_blob_ids, tree_entry, with_mode
 from .gitindex import stage
 
 
@@ -83,11 +83,8 @@ class RepairJournal:
         index.read(force=True)
         staged = {e.path: str(e.id) for e in index}
         for path, before in sorted(journal.items()):
-            try:
-                entry = tree[path]
-                want = str(entry.id)
-            except KeyError:
-                entry, want = None, None
+            entry = tree_entry(tree, path)
+            want = str(entry.id) if entry is not None else None
             full = self.root / path
             full.with_name(f".{full.name}.mdmem-tmp").unlink(missing_ok=True)
             have = self.worktree_blob_id(path)
