@@ -353,13 +353,13 @@ def test_a_folder_where_a_database_keeps_its_journal_is_named_not_crashed_on(cop
 def test_a_proof_passes_while_folders_under_git_come_and_go(copy):
     """A repack deletes the loose-object folders it emptied (and a writer its lock files) while
     the proof walks .git: pathlib's walk raised FileNotFoundError on a folder removed under it
-    and the proof failed with a traceback. What vanishes mid-walk is skipped."""
+    and the proof failed with a traceback. A reading that saw something vanish is made again."""
     root, _ = copy
     churn = root / ".git" / "churn"
     stop = root.parent / "stop"
     churner = subprocess.Popen(
         ["sh", "-c", f'while [ ! -e "{stop}" ]; do mkdir -p "{churn}/a/b/c/d"; touch "{churn}/a/b/c/d/f"; '
-                     f'rm -rf "{churn}"; done'])
+                     f'rm -rf "{churn}"; sleep 0.3; done'])
     try:
         for _ in range(25):
             assert failures(root) == {}
@@ -391,3 +391,23 @@ def test_a_proof_waits_for_housekeeping_and_housekeeping_for_a_proof(copy):
         time.sleep(1.0)
         assert proc.poll() is None  # waiting for the proof, not packing under it
     assert proc.wait(timeout=60) == 0
+
+
+def test_a_file_that_vanishes_at_every_reading_fails_the_proof(copy, monkeypatch):
+    """A file renamed while the proof walks may be in neither listing: a proof that saw files
+    vanish reads again, and names what kept vanishing to fail (never a PASS that skipped it)."""
+    import pathlib
+
+    root, _ = copy
+    planted = root / ".git" / "description"
+    real = pathlib.Path.read_bytes
+
+    def vanishing(path):
+        if path == planted:
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return real(path)
+
+    monkeypatch.setattr(pathlib.Path, "read_bytes", vanishing)
+    found = failures(root)
+    assert any(".git/description (changed while the proof read it" in where
+               for where in found.get("other_cache_files", ())), found

@@ -77,7 +77,7 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
     allow_paths = list(allow_paths or [])
     root = repo.root
     # What it reads it reads with no housekeeping under way (a repack moves objects between
-    # files); writers may go on (files they add or remove meanwhile: _files_under).
+    # files); writers may go on (files they add or remove meanwhile: _Walk).
     with housekeeping_lock(root, shared=True, timeout=LOCK_TIMEOUT_SECONDS):
         git_dir = ops.git_dir(root)
         scan = HistoryScan.read(root)
@@ -182,6 +182,11 @@ def _named_by_mdmem(parts: tuple[str, ...]) -> bool:
     return parts[0] in own or (len(parts) > 2 and parts[0] == "worktrees" and parts[2] in own)
 
 
+# Readings of .git and the caches a proof makes while files vanish under it (writers at work),
+# before it names what kept vanishing to fail.
+READ_TRIES = 5
+
+
 @dataclass
 class _EraserFiles:
     """What only an eraser's proof reads, read once for every needle: git's own files (as
@@ -200,22 +205,36 @@ class _EraserFiles:
 
     @classmethod
     def read(cls, root: Path, git_dir: Path, caches: list[Path]) -> _EraserFiles:
+        """Read again while files vanish under the reading (:class:`_Walk`); what still did
+        after READ_TRIES readings is named to fail."""
+        for attempt in range(READ_TRIES):
+            time.sleep(0.05 * attempt)  # a moment for the writer to finish
+            walk = _Walk()
+            out = cls._read(root, git_dir, caches, walk)
+            if not walk.vanished:
+                return out
+        out.cannot_check += [f"{_label(p, root)} (changed while the proof read it: cannot be checked; run "
+                             "prove-gone again when writes pause)" for p in dict.fromkeys(walk.vanished)]
+        return out
+
+    @classmethod
+    def _read(cls, root: Path, git_dir: Path, caches: list[Path], walk: _Walk) -> _EraserFiles:
         out = cls()
         # git's own files; mdmem's caches inside .git are checked by their kind
-        everything = _files_under(git_dir, folders=True)
-        out.meta_files = _read_all((_label(p, root), p) for p in everything
+        everything = walk.files_under(git_dir, folders=True)
+        out.meta_files = walk.read_all((_label(p, root), p) for p in everything
                                    if p.is_file() and p.relative_to(git_dir).parts[0] not in ("objects", CACHE_NAME)
                                    and not _in_cache(p, caches))
         out.meta_files += [(f"file name {p.relative_to(git_dir)}", str(p.relative_to(git_dir)).encode())
                            for p in everything if not _named_by_mdmem(p.relative_to(git_dir).parts)]
-        out.unlisted, out.object_side_files = _object_files(git_dir, root)
+        out.unlisted, out.object_side_files = _object_files(git_dir, root, walk)
         # The daemon's log, state files, a moved-aside (broken/) or half-written (*.tmp) copy,
         # the embedder's graph (models/) are "other" cache files.
         for folder in caches:
-            out.stray_index += _stray_index_files(folder, root)
-            for p in _files_under(folder):
+            out.stray_index += _stray_index_files(folder, root, walk)
+            for p in walk.files_under(folder):
                 top = p.parts[len(folder.parts)]
-                if p.is_symlink() or (data := _read(p)) is None:
+                if p.is_symlink() or (data := walk.read(p)) is None:
                     continue
                 rel = _label(p, root)  # as the person finds it: .git/mdmem/...
                 if top in ("fulltext", "versions"):
@@ -324,30 +343,41 @@ def _work_tree_files(root: Path) -> list[tuple[str, Path]]:
     return out
 
 
-def _files_under(folder: Path, *, folders: bool = False) -> list[Path]:
-    """Every file under ``folder`` (and with ``folders``, every folder too), as it is while the
-    walk passes: a writer's lock file, a cache file replaced, a folder removed meanwhile is
-    skipped, never an error (pathlib's rglob raised FileNotFoundError on a folder git removed
-    under it and failed the proof). Links to folders are not followed."""
-    out = []
-    for dirpath, dirnames, filenames in os.walk(folder):  # onerror=None: a folder gone is skipped
-        base = Path(dirpath)
-        out += [base / name for name in (*dirnames, *filenames) if folders or name in filenames]
-    return out
+class _Walk:
+    """Files listed and read while writers may change them (a writer's lock files, a cache file
+    replaced, a folder git removes): what vanished between the listing and the reading is
+    noted, never an error (pathlib's rglob raised FileNotFoundError on a folder a repack
+    removed and failed the proof with a traceback). A proof that noted any reads again, and
+    names what kept vanishing to fail: a file renamed mid-walk may be in neither listing."""
 
+    def __init__(self) -> None:
+        self.vanished: list[Path] = []
 
-def _read(path: Path) -> bytes | None:
-    """A file's bytes; None if it is not a regular file any more (removed or replaced by a
-    folder since the walk listed it)."""
-    try:
-        return path.read_bytes()
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return None
+    def files_under(self, folder: Path, *, folders: bool = False) -> list[Path]:
+        """Every file under ``folder`` (with ``folders``, every folder too); links to folders
+        are not followed."""
+        if not folder.is_dir():
+            return []
+        out = []
+        for dirpath, dirnames, filenames in os.walk(folder, onerror=self._gone):
+            base = Path(dirpath)
+            out += [base / name for name in (*dirnames, *filenames) if folders or name in filenames]
+        return out
 
+    def _gone(self, err: OSError) -> None:
+        self.vanished.append(Path(err.filename))
 
-def _read_all(named) -> list[tuple[str, bytes]]:
-    """``(name, bytes)`` of each ``(name, path)`` still there to read (:func:`_read`)."""
-    return [(name, data) for name, path in named if (data := _read(path)) is not None]
+    def read(self, path: Path) -> bytes | None:
+        """A file's bytes; None if it is not a regular file any more."""
+        try:
+            return path.read_bytes()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            self.vanished.append(path)
+            return None
+
+    def read_all(self, named) -> list[tuple[str, bytes]]:
+        """``(name, bytes)`` of each ``(name, path)`` still there to read."""
+        return [(name, data) for name, path in named if (data := self.read(path)) is not None]
 
 
 def _namer(folder: Path, caches: list[Path], root: Path):
@@ -400,7 +430,7 @@ _PACK_FILE = re.compile(r"(?!tmp_)[^/]+\.(pack|idx|rev|bitmap|mtimes|keep|promis
 _LOOSE = re.compile(r"[0-9a-f]{2}/[0-9a-f]{38}(?:[0-9a-f]{24})?")
 
 
-def _object_files(git_dir: Path, root: Path) -> tuple[list[str], list[tuple[str, bytes]]]:
+def _object_files(git_dir: Path, root: Path, walk: _Walk) -> tuple[list[str], list[tuple[str, bytes]]]:
     """The files under objects/ the object scan does not read: (those whose objects git does
     not list, each failing the proof: a pack without its index, a killed fetch's tmp_pack_*, a
     killed push's incoming-* quarantine; the rest, read as bytes: objects/info/, a pack's
@@ -410,7 +440,7 @@ def _object_files(git_dir: Path, root: Path) -> tuple[list[str], list[tuple[str,
     unlisted: list[str] = []
     side: list[tuple[str, bytes]] = []
     packs = objects / "pack"
-    for p in _files_under(objects):
+    for p in walk.files_under(objects):
         rel = p.relative_to(objects).as_posix()
         if _LOOSE.fullmatch(rel):
             continue
@@ -420,7 +450,7 @@ def _object_files(git_dir: Path, root: Path) -> tuple[list[str], list[tuple[str,
             continue  # binary by format (object ids, offsets, bitmaps): no text to hold, and a
             # short needle matches their random bytes by chance
         if rel.startswith("info/") or (match and match.group(1) not in ("pack", "idx")):
-            side.append((_label(p, root), _read(p) or b""))
+            side.append((_label(p, root), (walk.read(p) or b"") if p.is_file() else b""))
         elif match and (match.group(1) == "idx" or p.with_suffix(".idx").is_file()):
             continue  # a pack git lists by its index (an index alone names objects, holds none)
         else:
@@ -429,7 +459,7 @@ def _object_files(git_dir: Path, root: Path) -> tuple[list[str], list[tuple[str,
     return unlisted, side
 
 
-def _stray_index_files(folder: Path, root: Path) -> list[str]:
+def _stray_index_files(folder: Path, root: Path, walk: _Walk) -> list[str]:
     """Files in a search index's folders that are not part of its current index (a segment a
     kill left, a folder without its table of contents): Whoosh compresses what it stores, so
     neither reading the index nor a byte scan sees what they hold. Each fails."""
@@ -450,7 +480,7 @@ def _stray_index_files(folder: Path, root: Path) -> list[str]:
                 current = tuple(ids)  # a segment's id is "<index name>_<id>": its files' stem
             except Exception:  # noqa: BLE001 -- unreadable: every file of it is reported below
                 current = ()
-        for p in _files_under(index_folder):
+        for p in walk.files_under(index_folder):
             # A table of contents (an older one may linger) lists segments and the schema, as a
             # plain pickle: the byte scan reads it.
             if p.name in _BYTES_CHECKABLE_NAMES or p.name.endswith(".toc"):
