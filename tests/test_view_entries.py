@@ -121,7 +121,7 @@ def test_random_writes_abandoned_writes_and_reads_always_equal_a_cold_build(repo
 
 def test_superseded_versions_leave_memory_and_every_state_stays_right(repo, tmp_path):
     """Each new version's parsed metadata was kept for the life of the process, so a server's
-    heap grew with every write (~2 MB a minute under 32 agents). A version no kept state holds
+    heap grew with every write. A version no kept state holds
     leaves memory (this process's writes and another process's alike), and the states still
     equal cold builds, an older commit's too (read back from the table)."""
     from mdmem import MemoryRepo

@@ -327,9 +327,9 @@ def test_deferred_index_entries_wait_longer_where_git_index_is_slow_to_write(rep
 
 def test_looking_up_paths_a_tree_does_not_hold_keeps_no_memory(repo):
     """pygit2 keeps a reference to the string a tree lookup is given when it misses or goes
-    through folders: each write's lookups of new paths lived for ever (a server's heap grew ~2 MB
-    a minute). Every lookup goes through storage.objects.tree_entry, which hands over one
-    interned string per name."""
+    through folders: each write's lookups of new paths lived for ever in a long-lived server.
+    Every lookup goes through storage.objects.tree_entry, which hands over one interned string
+    per name."""
     import tracemalloc
 
     team_fact(repo, "Refunds are allowed within 30 days", key="refund.window", new_key=True)

@@ -35,8 +35,8 @@ def tree_entry(tree: pygit2.Tree, path: str) -> pygit2.Object | None:
 
     The only way mdmem looks into a tree: pygit2 1.21 keeps a reference to the string it is
     given whenever a lookup misses or goes through folders (``name in tree``, ``tree[path]``),
-    so each fresh string lived for ever -- ~27 KB a write in a long-lived server, whose heap
-    grew ~2 MB a minute. Handed an interned string, the same object is kept for each name."""
+    so each fresh string lived for ever (~6 a write in a long-lived server). Handed an
+    interned string, the one object kept for each name is the one interned anyway."""
     try:
         return tree[sys.intern(path)]
     except KeyError:

@@ -208,7 +208,7 @@ class MetaCache:
         """Versions no kept state holds any more (path -> the blob a change replaced; None: the
         path was new): their parsed metadata leaves memory (the table keeps it; asked for again,
         it is read back). Held for the life of the process, every superseded version stayed in
-        memory: a server's heap grew with each write (~2 MB a minute under 32 agents)."""
+        memory: a server's heap grew with each write."""
         for path, blob in replaced.items():
             if blob is not None:
                 self._mem.pop(blob, None)
