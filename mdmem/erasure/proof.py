@@ -95,22 +95,18 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
                 not_checked += 1
         live_all = scan_notes(root, repo.contracts)[0]
         live = [s for s in live_all if readable(s.root)]
-        # Every file is read once here, then searched for each needle: the main work tree's, and
-        # each linked worktree's (an erasure scrubs those too).
-        files = [(rel, p.read_bytes()) for rel, p in _work_tree_files(root) if readable(root_of(rel))]
         trees = ops.linked_worktrees(root)
-        linked_files = [(f"worktree {tree.path}: {rel}", rel, p.read_bytes()) for tree in trees
-                        for rel, p in _work_tree_files(tree.path) if readable(root_of(rel))]
+        caches = cache_folders(root)
+        files, linked_files, seen = _read_files(root, git_dir, trees, caches, readable, eraser)
         # A locked worktree whose folder is not here (an unmounted disk) may come back holding the
         # text, and nothing here can read it: it fails. An unlocked one whose folder is
         # gone is named in cannot_reach (git prunes it).
         away = [f"worktree {tree.path} (locked, its folder is not here: cannot be checked; mount it, or "
                 "`git worktree unlock` and `git worktree prune` if it is gone)" for tree in trees
                 if tree.locked and not tree.path.is_dir()]
-        caches = cache_folders(root)
+        away += seen.work_tree_unread
         # Ref names are repository-wide: everyone's proof checks them; .git's files only an eraser's.
         ref_names = [(f"ref name {name}", name.encode()) for name, _, _ in ops.list_refs(root)]
-        seen = _EraserFiles.read(root, git_dir, caches) if eraser else _EraserFiles()
     meta_files = ref_names + seen.meta_files
     stash = "\n".join(e.message for e in ops.stash_entries(root))
     report = {"needles": [], "subject": subject, "owner": owner}
@@ -184,7 +180,7 @@ def _named_by_mdmem(parts: tuple[str, ...]) -> bool:
 
 # Readings of .git and the caches a proof makes while files vanish under it (writers at work),
 # before it names what kept vanishing to fail.
-READ_TRIES = 5
+READ_TRIES = 8
 
 
 @dataclass
@@ -202,23 +198,10 @@ class _EraserFiles:
     other_cache_files: list[tuple[str, bytes]] = field(default_factory=list)
     other_databases: list[tuple[str, list]] = field(default_factory=list)
     cannot_check: list[str] = field(default_factory=list)
+    work_tree_unread: list[str] = field(default_factory=list)  # (anyone's proof) files that kept vanishing
 
     @classmethod
-    def read(cls, root: Path, git_dir: Path, caches: list[Path]) -> _EraserFiles:
-        """Read again while files vanish under the reading (:class:`_Walk`); what still did
-        after READ_TRIES readings is named to fail."""
-        for attempt in range(READ_TRIES):
-            time.sleep(0.05 * attempt)  # a moment for the writer to finish
-            walk = _Walk()
-            out = cls._read(root, git_dir, caches, walk)
-            if not walk.vanished:
-                return out
-        out.cannot_check += [f"{_label(p, root)} (changed while the proof read it: cannot be checked; run "
-                             "prove-gone again when writes pause)" for p in dict.fromkeys(walk.vanished)]
-        return out
-
-    @classmethod
-    def _read(cls, root: Path, git_dir: Path, caches: list[Path], walk: _Walk) -> _EraserFiles:
+    def read(cls, root: Path, git_dir: Path, caches: list[Path], walk: _Walk) -> _EraserFiles:
         out = cls()
         # git's own files; mdmem's caches inside .git are checked by their kind
         everything = walk.files_under(git_dir, folders=True)
@@ -252,6 +235,28 @@ class _EraserFiles:
                         # bytes (a damaged copy moved aside can only be read as bytes).
                         out.other_databases.append((rel, _sqlite_values(p) or []))
         return out
+
+
+def _read_files(root: Path, git_dir: Path, trees, caches: list[Path], readable, eraser: bool):
+    """Every file a proof searches, read once: the main work tree's, each linked worktree's (an
+    erasure scrubs those too) and, for an eraser, .git's and the caches' (:class:`_EraserFiles`).
+    Read again while files vanish under the reading or a writer's temporary object is there
+    (:class:`_Walk`); what still did after READ_TRIES readings is named to fail."""
+    for attempt in range(READ_TRIES):
+        time.sleep(0.05 * attempt)  # a moment for the writer to finish
+        walk = _Walk()
+        files = walk.read_all((rel, p) for rel, p in _work_tree_files(root, walk) if readable(root_of(rel)))
+        linked_files = [(f"worktree {tree.path}: {rel}", rel, data) for tree in trees
+                        for rel, data in walk.read_all((rel, p) for rel, p in _work_tree_files(tree.path, walk)
+                                                       if readable(root_of(rel)))]
+        seen = _EraserFiles.read(root, git_dir, caches, walk) if eraser else _EraserFiles()
+        if not walk.vanished and not walk.unsettled:
+            break
+    for p in dict.fromkeys(walk.vanished):
+        where = (f"{_label(p, root)} (changed while the proof read it: cannot be checked; run prove-gone again "
+                 "when writes pause)")
+        (seen.cannot_check if p.is_relative_to(git_dir) else seen.work_tree_unread).append(where)
+    return files, linked_files, seen
 
 
 def _cache_checks(seen: _EraserFiles, caches: list[Path], root: Path, needle: str, allowed_texts: list[str],
@@ -332,9 +337,11 @@ def cache_folder_leftovers(base: Path, texts: set[str], readable: Callable[[str]
     return where
 
 
-def _work_tree_files(root: Path) -> list[tuple[str, Path]]:
+def _work_tree_files(root: Path, walk: _Walk) -> list[tuple[str, Path]]:
+    if not root.is_dir():
+        return []  # a linked worktree whose folder is gone: named elsewhere (away, cannot_reach)
     out = []
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in os.walk(root, onerror=walk.gone):
         dirnames[:] = [d for d in dirnames if d != ".git"]  # an old .mdmem/ cache is a local file like any other
         for name in filenames:
             p = Path(dirpath) / name
@@ -352,6 +359,9 @@ class _Walk:
 
     def __init__(self) -> None:
         self.vanished: list[Path] = []
+        # A writer's temporary object or pack (tmp_*) seen: a moment later it is renamed, or
+        # it is a killed writer's and still there (then it fails as git does not list it).
+        self.unsettled: list[Path] = []
 
     def files_under(self, folder: Path, *, folders: bool = False) -> list[Path]:
         """Every file under ``folder`` (with ``folders``, every folder too); links to folders
@@ -359,12 +369,13 @@ class _Walk:
         if not folder.is_dir():
             return []
         out = []
-        for dirpath, dirnames, filenames in os.walk(folder, onerror=self._gone):
+        for dirpath, dirnames, filenames in os.walk(folder, onerror=self.gone):
             base = Path(dirpath)
             out += [base / name for name in (*dirnames, *filenames) if folders or name in filenames]
         return out
 
-    def _gone(self, err: OSError) -> None:
+    def gone(self, err: OSError) -> None:
+        """os.walk's onerror: a folder that vanished before it was listed."""
         self.vanished.append(Path(err.filename))
 
     def read(self, path: Path) -> bytes | None:
@@ -454,6 +465,8 @@ def _object_files(git_dir: Path, root: Path, walk: _Walk) -> tuple[list[str], li
         elif match and (match.group(1) == "idx" or p.with_suffix(".idx").is_file()):
             continue  # a pack git lists by its index (an index alone names objects, holds none)
         else:
+            if p.name.startswith("tmp_"):
+                walk.unsettled.append(p)  # being written now, if a reading a moment later finds it gone
             unlisted.append(f"{_label(p, root)} (git does not list its objects: cannot be checked; delete it, "
                             "git cannot read it either)")
     return unlisted, side

@@ -2,6 +2,7 @@
 beside writers, then gc --auto under the lock."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -9,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .gitdir import housekeeping_lock_path
-from .locks import Lock
+from .locks import Lock, pass_turnstile
 
 # git gc --auto repacks everything once there are gc.autoPackLimit (50) packs, under the lock;
 # pack_objects makes them one before that, beside writers.
@@ -19,13 +20,26 @@ MANY_PACKS = 40
 @contextmanager
 def housekeeping_lock(root: Path, *, shared: bool, timeout: float):
     """The repository's housekeeping lock (gitdir.housekeeping_lock_path): alone for
-    housekeeping, ``shared`` for readers who need objects/ to hold still (a proof)."""
-    lock = Lock(housekeeping_lock_path(root), shared=shared)
-    lock.acquire(timeout=timeout)
+    housekeeping, ``shared`` for readers who need objects/ to hold still (a proof). Beside it a
+    turnstile, as at the erasure gate: housekeeping holds it alone from before it waits, and a
+    proof passes it before taking the lock, so proofs that keep overlapping (anyone may run
+    one) cannot keep housekeeping out for ever."""
+    lock_path = housekeeping_lock_path(root)
+    turnstile = lock_path.with_name("housekeeping-waiting.lock")
+    held: list[Lock] = []
     try:
+        if shared:
+            pass_turnstile(str(turnstile), timeout)
+        else:
+            held.append(Lock(turnstile).acquire(timeout=timeout))
+        held.append(Lock(lock_path, shared=shared).acquire(timeout=timeout))
         yield
     finally:
-        lock.release()
+        for lock in reversed(held):
+            if lock.lock_file == str(turnstile):
+                with contextlib.suppress(OSError):
+                    os.unlink(turnstile)  # proofs find no file to wait on (as the erasure gate's)
+            lock.release()
 
 
 class Housekeeping:
