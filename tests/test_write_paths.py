@@ -348,3 +348,15 @@ def test_looking_up_paths_a_tree_does_not_hold_keeps_no_memory(repo):
         tracemalloc.stop()
     grown = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
     assert grown < 64 * 1024, grown  # before: ~53 bytes per lookup, ~300 KB here
+
+
+def test_libgit2_keeps_a_bounded_cache_of_parsed_objects(repo):
+    """libgit2's object cache holds up to 256 MB by default, and a long-lived server parses new
+    trees with every write: mdmem bounds it when the store is loaded."""
+    import pygit2
+
+    from mdmem.storage.gitstore import LIBGIT2_CACHE_BYTES
+
+    team_fact(repo, "Refunds are allowed within 30 days", key="refund.window", new_key=True)
+    used, limit = pygit2.settings.cached_memory
+    assert limit == LIBGIT2_CACHE_BYTES <= 32 * 1024 * 1024 and used <= limit
