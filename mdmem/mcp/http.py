@@ -11,6 +11,7 @@ rule, as over stdio. The token's agent label is the provenance of its writes; it
 capabilities decide which tools it is offered and may call."""
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import importlib
@@ -395,6 +396,50 @@ def listening_socket(fd: object) -> socket.socket | None:
         return None
 
 
+# A stopping server (SIGTERM, or the restart after an erasure) takes no new connection, then
+# closes each it holds once it has been quiet this long (its last answer sent, nothing read
+# since), waiting at most STOP_GRACE_SECONDS for that before uvicorn's own shutdown.
+QUIET_SECONDS = 0.1
+STOP_GRACE_SECONDS = 2.0
+
+
+def _quiet(connection, now: float) -> bool:
+    """Whether a connection has answered and read nothing for QUIET_SECONDS (uvicorn's
+    keep-alive timer starts when an answer is sent)."""
+    cycle = getattr(connection, "cycle", None)
+    timer = getattr(connection, "timeout_keep_alive_task", None)
+    if cycle is None or not cycle.response_complete or timer is None:
+        return False  # a request under way, or none read yet on a connection just taken
+    return now - (timer.when() - connection.timeout_keep_alive) >= QUIET_SECONDS
+
+
+def _draining_server_class():
+    import uvicorn
+
+    class _DrainingServer(uvicorn.Server):
+        """uvicorn's server, stopping in two steps: no new connection is taken, then each
+        connection it holds is closed once quiet. uvicorn closes a connection with no request
+        under way at once, so a client between two requests of a session (its next one on the
+        way) got a closed connection instead of an answer while the server restarted."""
+
+        async def shutdown(self, sockets=None) -> None:
+            for listening in self.servers:
+                listening.close()
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + STOP_GRACE_SECONDS
+            while loop.time() < deadline and not all(
+                    _quiet(c, loop.time()) for c in self.server_state.connections):
+                await asyncio.sleep(0.02)
+            await super().shutdown(sockets)
+
+    return _DrainingServer
+
+
+def draining_server(config):
+    """A :class:`_DrainingServer` for ``config`` (uvicorn is imported only when serving)."""
+    return _draining_server_class()(config)
+
+
 def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *, public_url: str, issuer: str,
                host: str, limits: HttpLimits = HttpLimits(), drain_seconds: float = 10.0,
                graceful_seconds: float = 30.0, since_ns: int | None = None) -> bool:
@@ -452,7 +497,7 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
                             http=header_deadline_protocol(limits.body_seconds),
                             timeout_graceful_shutdown=int(graceful_seconds), limit_concurrency=512,
                             timeout_keep_alive=5)
-    server = uvicorn.Server(config)
+    server = draining_server(config)
     restart.watch(stop)
     # uvicorn finishes the requests in flight on SIGTERM, then raises the signal again under the
     # handler that was there before it: this one, so the cleanup below runs and the process
