@@ -1,7 +1,6 @@
 """A store's write lock and the erasure gate: one writer at a time per repository, an erasure alone."""
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
@@ -12,7 +11,7 @@ from pathlib import Path
 import pygit2
 
 from ..errors import Conflict, LockTimeout
-from .locks import Lock, open_files, pass_turnstile
+from .locks import Lock, leave_turnstile, open_files, pass_turnstile
 from .gitdir import clear_cache_path
 from .repair import PENDING_NAME
 
@@ -147,9 +146,7 @@ class StoreLocking:
         """An erasure's turnstile (none for a writer): its file goes first (writers then find
         none to wait on, and those waiting wake as it is let go), then the lock."""
         for turnstile in held:
-            with contextlib.suppress(OSError):
-                os.unlink(turnstile.lock_file)
-            turnstile.release()
+            leave_turnstile(turnstile)
 
     @staticmethod
     def _gate_timeout(path: str, timeout: float, erasure: bool) -> LockTimeout:

@@ -165,6 +165,16 @@ class Lock:
         self.release()
 
 
+def leave_turnstile(turnstile: Lock) -> None:
+    """A turnstile held alone (see :func:`pass_turnstile`) let go: its file goes first, so those
+    passing find none to wait on, and those waiting wake as it is let go."""
+    try:
+        os.unlink(turnstile.lock_file)
+    except OSError:
+        pass
+    turnstile.release()
+
+
 def pass_turnstile(path: str, timeout: float, poll_interval: float = 0.05) -> None:
     """Wait while someone holds the lock file at ``path`` alone, without ever making it: no file
     (the common case, one failed open) means nobody is waiting there. The holder removes the

@@ -2,7 +2,6 @@
 beside writers, then gc --auto under the lock."""
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
@@ -10,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .gitdir import housekeeping_lock_path
-from .locks import Lock, pass_turnstile
+from .locks import Lock, leave_turnstile, pass_turnstile
 
 # git gc --auto repacks everything once there are gc.autoPackLimit (50) packs, under the lock;
 # pack_objects makes them one before that, beside writers.
@@ -26,20 +25,20 @@ def housekeeping_lock(root: Path, *, shared: bool, timeout: float):
     one) cannot keep housekeeping out for ever."""
     lock_path = housekeeping_lock_path(root)
     turnstile = lock_path.with_name("housekeeping-waiting.lock")
-    held: list[Lock] = []
+    waiting = None
+    if shared:
+        pass_turnstile(str(turnstile), timeout)
+    else:
+        waiting = Lock(turnstile).acquire(timeout=timeout)
     try:
-        if shared:
-            pass_turnstile(str(turnstile), timeout)
-        else:
-            held.append(Lock(turnstile).acquire(timeout=timeout))
-        held.append(Lock(lock_path, shared=shared).acquire(timeout=timeout))
-        yield
-    finally:
-        for lock in reversed(held):
-            if lock.lock_file == str(turnstile):
-                with contextlib.suppress(OSError):
-                    os.unlink(turnstile)  # proofs find no file to wait on (as the erasure gate's)
+        lock = Lock(lock_path, shared=shared).acquire(timeout=timeout)
+        try:
+            yield
+        finally:
             lock.release()
+    finally:
+        if waiting is not None:
+            leave_turnstile(waiting)
 
 
 class Housekeeping:
