@@ -181,6 +181,30 @@ def test_background_housekeeping_takes_the_repo_lock(repo):
     assert proc.wait(timeout=60) == 0
 
 
+def test_closing_a_library_store_waits_for_its_housekeeping_and_a_cli_close_lets_it_run(tmp_path):
+    """A caller who closes the repo and removes its folder must not race a repack still writing
+    into .git ("Directory not empty"): a library close waits for the housekeeping it started.
+    A one-shot CLI call lets it run on (as git's detached gc does)."""
+    import threading
+
+    from mdmem.storage.maintenance import housekeeping_lock
+
+    for leave in (False, True):
+        mem = MemoryRepo.init(tmp_path / f"m{leave}", teams={"payments": ["alice"]}, now=T0, as_user="mdmem")
+        with housekeeping_lock(mem.root, shared=True, timeout=5):  # holds the housekeeping back
+            proc = mem.store.housekeep_in_background()
+            closer = threading.Thread(target=mem.close, kwargs={"leave_housekeeping": leave})
+            closer.start()
+            closer.join(timeout=1.5)
+            assert closer.is_alive() is (not leave)
+            assert proc.poll() is None
+        closer.join(timeout=60)
+        assert not closer.is_alive()
+        if not leave:
+            assert proc.poll() == 0  # it had ended before close returned
+        assert proc.wait(timeout=60) == 0
+
+
 def test_housekeeping_packs_loose_objects_while_another_writer_holds_the_lock(repo):
     """Packing objects takes no ref lock: it must not wait for (or hold) the write lock, or a
     server's writes queue behind it for seconds."""

@@ -217,7 +217,7 @@ class Ctx:
         if self._progress is not None:
             self._progress.stop()
         if self._repo is not None and self._owns_repo:
-            self._repo.close()
+            self._repo.close(leave_housekeeping=True)  # a CLI call returns; git's gc detaches too
         self._repo = None
 
     def _progress_always(self) -> ProgressCallback:

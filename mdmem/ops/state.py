@@ -232,8 +232,13 @@ class RepoState:
         except Exception:  # noqa: BLE001 -- committed already; the verifier catches up from git
             self._trust = None
 
-    def close(self) -> None:
+    def close(self, *, leave_housekeeping: bool = False) -> None:
+        """Write what the caches owe and wait for the housekeeping this process started, so
+        nothing of mdmem's writes under the repository once close returns; a one-shot CLI
+        call says ``leave_housekeeping`` and lets it run on (as git's detached gc does)."""
         self.store.flush_index()  # git's index entries a deferring store still owes
+        if not leave_housekeeping:
+            self.store.wait_for_housekeeping()
         if self._trust is not None:
             self._trust.flush()
         if self._index is not None:
@@ -247,10 +252,13 @@ class RepoState:
         """After a history rewrite every in-process cache describes commits that are gone."""
         self._trust = None  # not kept at close: its state may name commits (and paths) erased
         forget_read_notes()
-        self.close()
+        # Not waited for here: housekeeping takes the repo lock a caller may still hold.
+        self.close(leave_housekeeping=True)
         self._index = self._recall = self._meta_cache = self._root_blobs = None
         delay = self.store.index_delay  # the MCP server's deferral, kept across a forget or sync
+        housekeepers = self.store.housekeepers
         self.store = self._open_store(self.config.identity)
+        self.store.housekeepers = housekeepers
         self.store.signing_key = self.user_config.signing_key
         self.store.index_delay = delay
 

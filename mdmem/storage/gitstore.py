@@ -82,6 +82,7 @@ class GitStore(GitQueries, StoreLocking, HistoryReading, Signing, CommitWriting,
         # This repo's entry in _HOLDERS: the lock folder's real path (a symlink or `..` in the
         # way the repo was reached names the same lock).
         self._lock_key = os.path.realpath(self.lock_dir)
+        self.housekeepers: list[subprocess.Popen] = []  # housekeep_in_background's, still running
         self._write_lock = str(self.lock_dir / WRITE_LOCK)
         self._holder: int | None = None  # the thread holding the lock through this store
         # Trees read by the thread holding the write lock, by id, until it lets go (_tree): a

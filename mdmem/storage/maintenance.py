@@ -56,8 +56,20 @@ class Housekeeping:
             pass
 
     def housekeep_in_background(self) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-I", "-m", "mdmem.storage.housekeeping", str(self.root)],
+        """Start housekeeping in a process of its own; :meth:`wait_for_housekeeping` (a
+        library close) waits for it, a CLI call lets it run on, as git's detached gc does."""
+        self.housekeepers = [p for p in self.housekeepers if p.poll() is None]
+        proc = subprocess.Popen([sys.executable, "-I", "-m", "mdmem.storage.housekeeping", str(self.root)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        self.housekeepers.append(proc)
+        return proc
+
+    def wait_for_housekeeping(self) -> None:
+        """Wait for the housekeeping this store started: once a library caller closes the store,
+        nothing of mdmem's writes under it any more (a folder removed right after a close
+        failed with "Directory not empty" while a repack wrote a pack into .git)."""
+        while self.housekeepers:
+            self.housekeepers.pop().wait()
 
     def housekeep(self, *, force: bool = False) -> None:
         """Pack the loose objects beside writers (:meth:`pack_objects`), then git gc (and with
