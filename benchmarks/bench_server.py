@@ -211,8 +211,8 @@ class RssSampler(threading.Thread):
 # --- the clients (in worker processes, so the client side does not eat the server's CPU in one GIL) ---
 
 async def one_client(url: str, person: str, token: str, idx: int, deadline: float, seed: int,
-                     think: float = 0.0, protocol: str = "auto", keys: int = 0) -> dict:
-    """One agent's calls. ``keys``: 0, each remember a new episode (the notes grow); N, a working
+                     think: float = 0.0, protocol: str = "auto", keys: int = 0, share: float = 0.1) -> dict:
+    """One agent's calls, ``share`` of them remembers. ``keys``: 0, each remember a new episode (the notes grow); N, a working
     note under one of N keys of this client's (a supersession: the notes stay as many)."""
     import httpx2
     from mcp.client import Client
@@ -228,7 +228,7 @@ async def one_client(url: str, person: str, token: str, idx: int, deadline: floa
                     if think:  # an agent between two memory calls (exponential, mean `think` s)
                         await asyncio.sleep(rng.expovariate(1 / think))
                     j += 1
-                    if rng.random() < 0.1:
+                    if rng.random() < share:
                         t0 = time.perf_counter()
                         result = await client.call_tool("remember", {
                             "text": f"{TOPICS[j % len(TOPICS)]} observed by client {idx} step {j}",
@@ -265,7 +265,7 @@ async def one_client(url: str, person: str, token: str, idx: int, deadline: floa
 
 
 def client_proc(url: str, clients: list[tuple[str, str, int]], ready, go, deadline, queue, think: float,
-                protocol: str, nice: int = 0, keys: int = 0) -> None:
+                protocol: str, nice: int = 0, keys: int = 0, share: float = 0.1) -> None:
     if nice:
         os.nice(nice)  # --client-nice: the server has the CPU first, as on a machine of its own
     import httpx2  # noqa: F401 -- imported before the clock starts (seconds on a loaded machine)
@@ -278,7 +278,7 @@ def client_proc(url: str, clients: list[tuple[str, str, int]], ready, go, deadli
 
     async def run():
         return await asyncio.gather(*[one_client(url, p, t, i, deadline.value, i * 7919 + int(deadline.value), think,
-                                                 protocol, keys) for p, t, i in clients])
+                                                 protocol, keys, share) for p, t, i in clients])
     results = asyncio.run(run())
     used = resource.getrusage(resource.RUSAGE_SELF)
     # This process's CPU for its calls (counted once, on its first client's result).
@@ -287,14 +287,15 @@ def client_proc(url: str, clients: list[tuple[str, str, int]], ready, go, deadli
 
 
 def load(url: str, tokens: list[tuple[str, str]], clients: int, procs: int, seconds: float,
-         on_half=None, think: float = 0.0, protocol: str = "auto", nice: int = 0, keys: int = 0) -> tuple[list[dict], float]:
+         on_half=None, think: float = 0.0, protocol: str = "auto", nice: int = 0, keys: int = 0,
+         share: float = 0.1) -> tuple[list[dict], float]:
     """Run the clients for ``seconds`` from the moment every client process is ready; ``on_half``
     is called once they are started (and may wait)."""
     ctx = multiprocessing.get_context("spawn")
     queue, ready, go, deadline = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Value("d", 0.0)
     assigned = [(tokens[i % len(tokens)][0], tokens[i % len(tokens)][1], i) for i in range(clients)]
     workers = [ctx.Process(target=client_proc, args=(url, assigned[k::procs], ready, go, deadline, queue, think,
-                                                     protocol, nice, keys)) for k in range(procs)]
+                                                     protocol, nice, keys, share)) for k in range(procs)]
     for w in workers:
         w.start()
     for _ in workers:
@@ -373,7 +374,7 @@ def measure(server: Server, tokens: list[tuple[str, str]], n: int, embedder: str
     before = os.getloadavg()[0]
     cpu0 = cpu_seconds(server.proc.pid)
     results, wall = load(server.url, tokens, args.clients, args.client_procs, args.seconds, think=think,
-                         protocol=args.protocol, nice=args.client_nice)
+                         protocol=args.protocol, nice=args.client_nice, share=args.remember_share)
     cpu = cpu_seconds(server.proc.pid) - cpu0
     m = summarise(results)
     found = in_git(server.root, m["acked"])
@@ -430,14 +431,14 @@ def rss_run(server: Server, tokens: list[tuple[str, str]], n: int, embedder: str
     """--rss-minutes of think-mode load, the server's RSS every 30 s."""
     seconds = args.rss_minutes * 60
     console.print(f"[{n:,} notes, {embedder}] RSS over {args.rss_minutes:g} min: {args.clients} clients, "
-                  f"think {args.think:g} s")
+                  f"think {args.think:g} s, {args.remember_share:.0%} remembers")
     sampler = RssSampler(server.proc.pid, every=30.0, on_sample=lambda s: console.print(
         f"  {s[0] / 60:4.1f} min: RSS {s[1]:.0f} MB (anonymous {s[2]:.0f}, files {s[3]:.0f}), load {s[4]:.1f}"))
     notes_before = count_notes(server.root)
     sampler.samples.append(sampler.sample())
     sampler.start()
     results, wall = load(server.url, tokens, args.clients, args.client_procs, seconds, think=args.think,
-                         nice=args.client_nice, keys=args.rss_keys)
+                         nice=args.client_nice, keys=args.rss_keys, share=args.remember_share)
     sampler.stop.set()
     sampler.samples.append(sampler.sample())
     m = summarise(results)
@@ -507,6 +508,10 @@ def main() -> None:
                         help="the long run's remembers: working notes under this many keys per client, superseded "
                              "in turn (the notes stay as many: memory that grows then is a leak); 0: a new episode "
                              "each (memory grows with the index, which the server holds in memory)")
+    parser.add_argument("--remember-share", type=float, default=0.1,
+                        help="each client's share of remembers (default 0.1, the issue's mix; 0: recall "
+                             "alone; 0.5 in the long run: five times the writes, to see in minutes "
+                             "whether memory that grows with writes levels off)")
     parser.add_argument("--no-kill", dest="kill", action="store_false",
                         help="skip the SIGKILL-mid-load run (made at the first scale and embedder)")
     parser.add_argument("--keep-data", type=Path, metavar="DIR",

@@ -141,13 +141,14 @@ class Workspace:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def close(self) -> None:
+    def close(self, *, leave_housekeeping: bool = False) -> None:
+        """Each mount's close (ops.state.RepoState.close: ``leave_housekeeping`` as there)."""
         if self._source is not None:
             self._source.close()
             self._source = None
         for repo in self._repos.values():
             with contextlib.suppress(Exception):
-                repo.close()
+                repo.close(leave_housekeeping=leave_housekeeping)
         self._repos.clear()
         self._opened = None
 
