@@ -45,9 +45,12 @@ from .maintenance import Housekeeping
 
 # libgit2 keeps the trees and commits it parses in a process-wide cache, up to 256 MB by default:
 # a long-lived server parses new ones with every write (each diff of a root moving on), and its
-# heap grew with them (memray: the cache's trees 0.6 -> 2.0 MB in 6 minutes, never let go). The
-# trees mdmem reads again are a write's own path (kept per write, GitStore._trees) and small.
-LIBGIT2_CACHE_BYTES = 16 * 1024 * 1024
+# heap grew with them, ~8 KB a write (jemalloc's heap profile: all of the growth was trees and
+# commits parsed by object lookups). The cache counts an object's raw size, less than its parsed
+# form: at 16 MB it was still filling after 10 minutes of writes (the heap +13%); with caching off
+# the growth went (docs/decisions.md, "The server's heap over hours"). The trees mdmem reads
+# again are a write's own path (kept per write, GitStore._trees) and small.
+LIBGIT2_CACHE_BYTES = 2 * 1024 * 1024
 pygit2.settings.cache_max_size(LIBGIT2_CACHE_BYTES)
 
 
