@@ -29,7 +29,6 @@ import pygit2
 
 from ..errors import GitFailed
 from .locks import renew_after_fork
-
 from .queries import GitQueries
 from .gitdir import (cache_dir, erasure_lock_path, erasure_turnstile_path,
                      locks_dir)
