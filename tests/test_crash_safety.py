@@ -205,6 +205,22 @@ def test_closing_a_library_store_waits_for_its_housekeeping_and_a_cli_close_lets
         assert proc.wait(timeout=60) == 0
 
 
+def test_a_close_under_the_erasure_gate_does_not_wait_for_housekeeping_that_waits_for_the_gate(tmp_path):
+    """A forget closes its repo while it holds the gate alone; housekeeping started before
+    it waits for that gate (as writers do), so waiting for it there sat out its 60 s lock
+    timeout (a forget in CI took 60 s). The close returns at once; the housekeeping runs
+    once the gate is let go, and a close after that waits for it."""
+    mem = MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice"]}, now=T0, as_user="mdmem")
+    with mem.store.locked(erasure=True):
+        proc = mem.store.housekeep_in_background()
+        t = time.monotonic()
+        mem.close()
+        assert time.monotonic() - t < 5
+        assert proc.poll() is None  # it waits for the gate this thread holds
+    mem.close()
+    assert proc.poll() == 0  # the close outside the locks waited for it
+
+
 def test_housekeeping_packs_loose_objects_while_another_writer_holds_the_lock(repo):
     """Packing objects takes no ref lock: it must not wait for (or hold) the write lock, or a
     server's writes queue behind it for seconds."""
