@@ -25,7 +25,8 @@ KNOWN_PRIVATE_USE: set[str] = set()
 MAY_NAME_PYGIT2 = {"errors.py"}
 # Not debt: starts the bulk import's index worker (a Python child, search/index_worker.py); no git.
 MAY_START_PROCESSES = {"search/index_worker.py",
-                       "cli/launch.py"}  # starts `mdmem daemon run` (cli/daemon.py); no git
+                       "cli/launch.py",  # starts `mdmem daemon run` (cli/daemon.py); no git
+                       "search/catch_up_aside.py"}  # starts the index catch-up to disk (a Python child); no git
 
 
 def modules() -> dict[str, ast.Module]:

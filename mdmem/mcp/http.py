@@ -458,6 +458,8 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
     # catches the index up itself (HEAD each call, hand edits from inotify), and a watcher
     # handling the events of this server's own writes cost an eighth of its CPU under load.
     ready = threading.Event()
+    if hasattr(repo, "catch_up_aside"):  # a repository (a workspace's mounts keep theirs in process)
+        repo.catch_up_aside()
 
     def start() -> None:
         try:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ..search.recall import Recall
     from ..views.fresh import Views
     from ..views.render import MetaCache, RootEntries
+    from ..search.catch_up_aside import CatchUpAside
 
 
 class RepoState:
@@ -62,6 +63,7 @@ class RepoState:
                 pass
         self._index: NoteIndex | None = None
         self._keep_warm = False  # keep_warm: every index this state opens is kept warm
+        self._catch_up_aside = False  # catch_up_aside: every index this state opens gets one
         self._recall: Recall | None = None
         self._meta_cache: MetaCache | None = None
         self._root_blobs: RootEntries | None = None
@@ -148,7 +150,24 @@ class RepoState:
             self._index = NoteIndex(self)  # type: ignore[no-untyped-call]  # search/ is not strict
             if self._keep_warm:  # one made anew (a forget, a sync, another embedder): warmed when idle
                 self._index.keep_warm(now=False)
+            if self._catch_up_aside:
+                self._index.aside = self._aside_for(self._index)
         return self._index
+
+    def catch_up_aside(self) -> None:
+        """This process will answer many calls while it writes (the HTTP server): its index's
+        catch-up to disk runs in a process of its own (search/catch_up_aside.py), also for the
+        indexes it opens anew later. Not with an embedder behind an HTTP API: the child would
+        need the acting person's secrets."""
+        self._catch_up_aside = True
+        self.index.aside = self._aside_for(self.index)
+
+    def _aside_for(self, index: NoteIndex) -> CatchUpAside | None:
+        from ..search.catch_up_aside import CatchUpAside
+
+        if not getattr(index.embedder, "local", True):
+            return None
+        return CatchUpAside(self.root, index.model_id, self.config.embedder.backend)
 
     def keep_warm(self, *, as_user: str | None = None) -> None:
         """This process will live (the MCP server, the daemon): its search caches are warmed now

@@ -43,6 +43,9 @@ SCHEMA_VERSION = 12  # 10: context; 11: tags; 12: B 0.3, a context's mean vector
 # A write on disk cost ~80 ms at 10k notes (Whoosh writer, commit, merges, every segment
 # reader reopened); into a Whoosh RAM segment ~28 ms; as plain postings ~0.6 ms (load ~14).
 RECENT_MAX = 200
+# Held this many, a server starts the disk catch-up in a process of its own (``aside``): it ends
+# long before the segment is full, and no recall waits for it under the mutex.
+ASIDE_AT = RECENT_MAX // 2
 WRITTEN_MAX = 64  # a larger commit (a bulk batch) is not hashed here: its catch-up reads git
 # A catch-up compares at most this many of the commits' files with HEAD (see _changes): a bulk
 # import's catch-up would read each file twice.
@@ -114,6 +117,11 @@ class NoteIndex:
         self._warmer: Warmer | None = None  # keep_warm: a long-lived process's caches (search/warm.py)
         self.last_used = time.monotonic()  # the last catch-up asked for (a warm waits for quiet)
         self.reader_roots: tuple[str, ...] | None = None  # the roots the last recall could read (warm.py)
+        # A long-lived server's disk catch-up in a process of its own (search/catch_up_aside.py:
+        # start() and wait()), begun at ASIDE_AT notes held in memory. Without it the recall
+        # that found the segment full wrote it to disk under the mutex: 150-220 ms at 10k notes,
+        # with every recall queued behind it.
+        self.aside = None
         renew_after_fork(self)
         # Progress for work the caller did not ask for: the first recall on a fresh clone
         # builds the whole index (11.5 s at 1,980 notes, silent before). The CLI sets it.
@@ -206,6 +214,10 @@ class NoteIndex:
         self._state_seen = state
 
     def close(self) -> None:
+        if self.aside is not None and not self.repo.store.holds_lock():
+            # Nothing this process started goes on writing the index after it; not under the
+            # repo's locks (a forget closes under the erasure gate, which the child waits for).
+            self.aside.wait()
         if self._warmer is not None:
             self._warmer.stop()
             self._warmer = None
@@ -269,14 +281,35 @@ class NoteIndex:
                 self._touched.clear()
                 if seen.get("commit") != head:
                     self.repo.trust.flags(head)  # verify who made the commits caught up with
+                if self.aside is not None and len(self._recent.paths) >= ASIDE_AT:
+                    self.aside.start()
                 return report
         self._drop_recent()
+        report = self._sync_on_disk(scan=scan, progress=progress, prebuilt=prebuilt, may_rebuild=True)
+        assert report is not None
+        return report
+
+    def catch_up_on_disk(self, model_id: str) -> SyncReport | None:
+        """The catch-up of the index on disk to HEAD, as :meth:`sync` makes it once this
+        process's in-memory segment is full, for a process of its own (ops/index_catch_up.py)
+        while the server goes on answering. None, with nothing done, when it would be a rebuild
+        or the index is another model's than ``model_id`` (the server's, which would then
+        rebuild it back)."""
+        if model_id != self.model_id:
+            return None
+        with self.held():
+            return self._sync_on_disk(scan=False, progress=None, prebuilt=None, may_rebuild=False)
+
+    def _sync_on_disk(self, *, scan: bool, progress: ProgressCallback | None, prebuilt: Prebuilt | None,
+                      may_rebuild: bool) -> SyncReport | None:
         with self.lock():
             # Decided again under the lock: another process may have just rebuilt, and a
             # second rebuild would pull the index away from under it.
             self._recover_folders()
             state = self._load_state()
             if self._needs_rebuild(state) or (state.get("commit") and not self.repo.store.has_object(state["commit"])):
+                if not may_rebuild:
+                    return None
                 self._touched.clear()
                 return self._rebuild(progress=progress or self.progress, prebuilt=prebuilt)
             # HEAD again, under the lock: another process may have caught the index up past the

@@ -1,0 +1,29 @@
+"""``python -I -m mdmem.ops.index_catch_up ROOT MODEL_ID BACKEND``: a server's index catch-up
+to disk in a process of its own (search/catch_up_aside.py says why and when it is started)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str]) -> int:
+    """0: caught up; 1: it failed; 2: nothing done (a rebuild, another model, an erasure)."""
+    from ..erasure.journal import pending
+    from .state import RepoState
+
+    root, model_id, backend = Path(argv[0]), argv[1], argv[2]
+    if pending(root):
+        return 2
+    repo = RepoState(root, embedder=backend)
+    try:
+        with repo.store.beside_writers():
+            report = repo.index.catch_up_on_disk(model_id)
+    except Exception:  # noqa: BLE001 -- the server's own catch-up does it then, as before
+        return 1
+    finally:
+        repo.close(leave_housekeeping=True)
+    return 0 if report is not None else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

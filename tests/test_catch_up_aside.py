@@ -1,0 +1,69 @@
+"""A long-lived server's index catch-up to disk in a process of its own (search/catch_up_aside.py,
+ops/index_catch_up.py): started once the in-memory segment is half full, it moves the index on
+disk to HEAD while recalls go on; the server's next recall takes it up and answers as before
+(superseded text never found, every note found). A child for another model, or one that would
+have to rebuild, does nothing."""
+from __future__ import annotations
+
+import json
+
+from conftest import T0, team_fact
+
+from mdmem.ops import index_catch_up
+from mdmem.search import note_index
+
+
+def recorded_commit(repo) -> str | None:
+    return json.loads(repo.index.state_path.read_text(encoding="utf-8")).get("commit")
+
+
+def paths(hits) -> set[str]:
+    return {h.path for h in hits}
+
+
+def test_a_half_full_segment_is_caught_up_on_disk_by_a_child_and_recall_answers_as_before(repo, monkeypatch):
+    monkeypatch.setattr(note_index, "ASIDE_AT", 3)
+    first = team_fact(repo, "The ledger export runs at noon", key="export.time")
+    for _ in range(2):  # a process's first two catch-ups walk the work tree (on disk)
+        repo.recall("ledger", as_user="alice", now=T0)
+    on_disk = recorded_commit(repo)
+    repo.catch_up_aside()
+    aside = repo.index.aside
+    assert aside is not None
+    written = []
+    for i in range(3):
+        written.append(team_fact(repo, f"Kiwi rollout step {i} waits for the canary", key=f"kiwi.step{i}",
+                                  new_key=True))
+        assert paths(repo.recall("kiwi rollout canary", as_user="alice", now=T0, k=10)) == {w.path for w in written}
+    assert aside.started == 1  # at the third note held in memory, not before
+    aside.wait()
+    assert not aside.running()
+    head = repo.store.head()
+    assert recorded_commit(repo) == head != on_disk  # the child moved the index on disk to HEAD
+    # The server takes it up: a supersession after it is answered, the old text never found.
+    team_fact(repo, "The ledger export runs at midnight", key="export.time")
+    hits = repo.recall("ledger export", as_user="alice", now=T0, k=10)
+    assert [h.text for h in hits if h.path == first.path] == ["The ledger export runs at midnight"]
+    assert paths(repo.recall("kiwi rollout canary", as_user="alice", now=T0, k=10)) == {w.path for w in written}
+    assert aside.started == 1  # one note held since: no second child
+    repo.close()
+
+
+def test_the_child_does_nothing_for_another_model_or_a_rebuild(repo):
+    team_fact(repo, "The ledger export runs at noon", key="export.time")
+    repo.reindex()
+    before = recorded_commit(repo)
+    team_fact(repo, "The ledger export runs at midnight", key="export.time")
+    root, backend = str(repo.root), repo.config.embedder.backend
+    model = repo.index.model_id
+    repo.close()
+    assert index_catch_up.main([root, "another-model", backend]) == 2
+    assert recorded_commit(repo) == before
+    state = repo.index.state_path
+    saved = json.loads(state.read_text(encoding="utf-8"))
+    state.write_text(json.dumps({**saved, "schema": -1}), encoding="utf-8")  # a rebuild is due
+    assert index_catch_up.main([root, model, backend]) == 2
+    assert json.loads(state.read_text(encoding="utf-8"))["schema"] == -1
+    state.write_text(json.dumps(saved), encoding="utf-8")
+    assert index_catch_up.main([root, model, backend]) == 0
+    assert recorded_commit(repo) == repo.store.head() != before
