@@ -11,6 +11,7 @@ from conftest import T0, team_fact
 
 from mdmem.ops import index_catch_up
 from mdmem.search import note_index
+from mdmem.search.catch_up_aside import CatchUpAside
 
 
 def recorded_commit(repo) -> str | None:
@@ -67,3 +68,14 @@ def test_the_child_does_nothing_for_another_model_or_a_rebuild(repo):
     state.write_text(json.dumps(saved), encoding="utf-8")
     assert index_catch_up.main([root, model, backend]) == 0
     assert recorded_commit(repo) == repo.store.head() != before
+
+
+def test_a_child_that_failed_is_not_started_again_at_every_recall(repo):
+    """Between half full and full each recall asks for one: after a failure, not for a while."""
+    aside = CatchUpAside(repo.root, "none", "no-such-backend")  # the child cannot open the repository
+    aside.start()
+    aside.wait()
+    assert not aside.running()
+    for _ in range(3):
+        aside.start()
+    assert aside.started == 1

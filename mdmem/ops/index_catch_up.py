@@ -17,6 +17,10 @@ def main(argv: list[str]) -> int:
     repo = RepoState(root, embedder=backend)
     try:
         with repo.store.beside_writers():
+            # An erasure that ended while this waited for the gate: nothing is done for it (the
+            # server restarts), and nothing is read through what was opened before it.
+            if pending(root) or repo.store.follow_erasures():
+                return 2
             report = repo.index.catch_up_on_disk(model_id)
     except Exception:  # noqa: BLE001 -- the server's own catch-up does it then, as before
         return 1

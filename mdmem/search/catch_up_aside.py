@@ -19,12 +19,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 # How long a close waits for a child still catching up (it takes about a second); past that it
 # is left to finish on its own, as a CLI call leaves housekeeping.
 WAIT_SECONDS = 30.0
 CHILD_NICE = 10
+RETRY_SECONDS = 60.0
 
 
 class CatchUpAside:
@@ -35,14 +37,22 @@ class CatchUpAside:
     def __init__(self, root: Path, model_id: str, backend: str) -> None:
         self.argv = [sys.executable, "-I", "-m", "mdmem.ops.index_catch_up", str(root), model_id, backend]
         self._proc: subprocess.Popen | None = None
+        self._started_at = 0.0
         self.started = 0  # children started (measured by tests)
 
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
     def start(self) -> None:
+        """A child, unless one runs, or the last one did nothing or failed less than
+        RETRY_SECONDS ago (then each recall from half full to full would start another; the
+        server's own catch-up at RECENT_MAX goes on as before)."""
         if self.running():
             return
+        if (self._proc is not None and self._proc.returncode != 0
+                and time.monotonic() - self._started_at < RETRY_SECONDS):
+            return
+        self._started_at = time.monotonic()
         self._proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL, start_new_session=True)
         self.started += 1
