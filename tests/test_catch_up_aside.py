@@ -5,10 +5,15 @@ disk to HEAD while recalls go on; the server's next recall takes it up and answe
 have to rebuild, does nothing."""
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
-from conftest import T0, team_fact
+from conftest import PEOPLE, T0, TEAMS, team_fact
+from http_server import data, running, session_calls
 
+from mdmem import MemoryRepo
+from mdmem.auth.static_tokens import TokenFile
 from mdmem.ops import index_catch_up
 from mdmem.search import note_index
 from mdmem.search.catch_up_aside import CatchUpAside
@@ -79,3 +84,35 @@ def test_a_child_that_failed_is_not_started_again_at_every_recall(repo):
     for _ in range(3):
         aside.start()
     assert aside.started == 1
+
+
+def test_the_http_server_catches_its_index_up_on_disk_in_a_child(tmp_path):
+    """Turned on by `mdmem serve --http`: after ASIDE_AT writes (fewer than the server itself
+    would write to disk at), the index on disk is at HEAD, and the server answers from it."""
+    repo = MemoryRepo.init(tmp_path / "mem", teams=TEAMS, now=T0, as_user="mdmem", people=PEOPLE)
+    repo.remember("The ledger export runs at noon", as_user="alice", kind="working", subject="task:ledger",
+                  key="state", source="user")
+    state = repo.index.state_path
+    repo.close()
+    tokens = TokenFile(tmp_path / "tokens.json")
+    token = tokens.add("alice", "alice-bot", frozenset({"read", "write"}))[1]
+    writes = [("remember", {"text": f"Kiwi rollout step {i} waits for the canary", "kind": "episode",
+                            "subject": "task:kiwi", "key": f"step{i}"}) for i in range(note_index.ASIDE_AT)]
+    with running(repo.root, tokens.path, "--rate", "0") as server:  # 100 calls at once
+        # A process's first catch-ups walk the work tree (on disk, in the server): past them first.
+        first = [("recall", {"query": "ledger", "k": 3})] * 3
+        answers = asyncio.run(session_calls(server.url, token, [*first, *writes, ("recall", {"query": "kiwi", "k": 3})]))
+        answers = answers[len(first):]
+        assert all(data(a)["status"] == "committed" for a in answers[:-1]), data(answers[0])
+        head = data(answers[-2])["commit"]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and json.loads(state.read_text(encoding="utf-8")).get("commit") != head:
+            time.sleep(0.1)
+        assert json.loads(state.read_text(encoding="utf-8")).get("commit") == head
+        answers = asyncio.run(session_calls(server.url, token, [
+            ("remember", {"text": "The ledger export runs at midnight", "kind": "working", "subject": "task:ledger",
+                          "key": "state"}),
+            ("recall", {"query": "ledger export", "k": 5})]))
+        assert data(answers[0])["status"] == "committed", data(answers[0])
+        texts = [h["text"] for h in data(answers[1])["hits"]]
+        assert any("midnight" in t for t in texts) and not any("noon" in t for t in texts), texts
