@@ -22,11 +22,11 @@ if TYPE_CHECKING:
     from ..model.kinds import Contracts
     from ..model.note import Note
     from ..policy.verify import Verifier
+    from ..search.catch_up_aside import CatchUpAside
     from ..search.note_index import NoteIndex
     from ..search.recall import Recall
     from ..views.fresh import Views
     from ..views.render import MetaCache, RootEntries
-    from ..search.catch_up_aside import CatchUpAside
 
 
 class RepoState:
