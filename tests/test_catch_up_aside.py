@@ -116,3 +116,40 @@ def test_the_http_server_catches_its_index_up_on_disk_in_a_child(tmp_path):
         assert data(answers[0])["status"] == "committed", data(answers[0])
         texts = [h["text"] for h in data(answers[1])["hits"]]
         assert any("midnight" in t for t in texts) and not any("noon" in t for t in texts), texts
+
+
+def test_hand_edits_held_in_memory_do_not_start_a_child_at_every_write(repo, monkeypatch):
+    """The child catches up to HEAD only: work-tree files the server holds in memory (hand edits
+    its watch saw) never reach disk through it, so counting them started a child at every write
+    that moved nothing (~0.5 s of CPU each)."""
+    monkeypatch.setattr(note_index, "ASIDE_AT", 3)
+    edited = [team_fact(repo, f"Walrus gauge {i} reads low", key=f"walrus{i}", new_key=True) for i in range(3)]
+    for _ in range(2):  # a process's first two catch-ups walk the work tree (on disk)
+        repo.recall("walrus", as_user="alice", now=T0)
+    repo.catch_up_aside()
+    aside = repo.index.aside
+    for e in edited:
+        full = repo.root / e.path
+        full.write_text(full.read_text(encoding="utf-8").replace("reads low", "reads high"), encoding="utf-8")
+    time.sleep(0.2)  # the kernel's events
+    assert len(repo.recall("walrus gauge reads high", as_user="alice", now=T0, k=10)) == 3
+    for i in range(5):
+        team_fact(repo, f"Kiwi rollout step {i} waits for the canary", key=f"kiwi.step{i}", new_key=True)
+        repo.recall("kiwi", as_user="alice", now=T0)
+        aside.wait()
+    assert aside.started == 1  # at the third write, not at the first and after each since
+    repo.close()
+
+
+def test_the_child_leaves_the_servers_deferred_write_journal_alone(repo):
+    """A server defers git's index entries and lists them in its journal; the child repairing
+    them took the write lock and walked HEAD's tree while the server's writes waited."""
+    team_fact(repo, "The ledger export runs at noon", key="export.time")
+    repo.reindex()
+    model, backend = repo.index.model_id, repo.config.embedder.backend
+    journal = repo.store.pending_path
+    journal.write_text(journal.read_text(encoding="utf-8") if journal.exists() else "{}", encoding="utf-8")
+    before = journal.read_bytes()
+    assert index_catch_up.main([str(repo.root), model, backend]) == 0
+    assert journal.exists() and journal.read_bytes() == before
+    repo.close()

@@ -14,7 +14,9 @@ def main(argv: list[str]) -> int:
     root, model_id, backend = Path(argv[0]), argv[1], argv[2]
     if pending(root):
         return 2
-    repo = RepoState(root, embedder=backend)
+    # The server's deferred entries of git's index (its journal) are its own: repairing them
+    # here took the write lock and walked HEAD's tree while the server's writes waited.
+    repo = RepoState(root, embedder=backend, repair=False)
     try:
         with repo.store.beside_writers():
             # An erasure that ended while this waited for the gate: nothing is done for it (the

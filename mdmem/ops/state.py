@@ -40,7 +40,7 @@ class RepoState:
     contracts: Contracts
 
     def __init__(self, path: str | Path, *, embedder: str | None = None, fusion: str | None = None,
-                 user_config: UserConfig | None = None) -> None:
+                 user_config: UserConfig | None = None, repair: bool = True) -> None:
         root = Path(path).absolute()  # subprocesses (forget's rewrite, hooks) run elsewhere
         if not (root / CONFIG_NAME).exists():
             raise BadInput(f"{root / CONFIG_NAME}: missing; is this a memory repo? (mdmem init PATH makes one)")
@@ -53,9 +53,10 @@ class RepoState:
         self.store = self._open_store(Config().identity)
         self._load_config()
         self.store.signing_key = self.user_config.signing_key
-        if self.store.pending_path.exists():
+        if repair and self.store.pending_path.exists():
             # A write was cut short after its commit (a kill, a stale index.lock): bring the
             # work tree and git's index in line now. Busy? The writer holding it repairs.
+            # (``repair=False``: a live process's helper, ops/index_catch_up.py, leaves it.)
             try:
                 with self.store.locked(timeout=0.5):
                     pass
