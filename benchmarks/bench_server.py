@@ -442,16 +442,16 @@ def rss_run(server: Server, tokens: list[tuple[str, str]], n: int, embedder: str
         f"  {s[0] / 60:4.1f} min: RSS {s[1]:.0f} MB (anonymous {s[2]:.0f}, files {s[3]:.0f}), load {s[4]:.1f}"))
     sampler.samples.append(sampler.sample())
     sampler.start()
-    results: list[dict] = []
+    def run(secs: float) -> list[dict]:
+        return load(server.url, tokens, args.clients, args.client_procs, secs, think=args.think,
+                    nice=args.client_nice, keys=args.rss_keys, share=args.remember_share)[0]
+
+    results = run(warmup) if warmup else []
     if warmup:
-        results, _ = load(server.url, tokens, args.clients, args.client_procs, warmup, think=args.think,
-                          nice=args.client_nice, keys=args.rss_keys, share=args.remember_share)
         console.print(f"  warm-up over at {(time.monotonic() - sampler.t0) / 60:.1f} min; judged from here")
-    judged_from = time.monotonic() - sampler.t0
+    judged_from = time.monotonic() - sampler.t0 - 1  # the sample taken as the warm-up ended counts
     notes_before = count_notes(server.root)
-    more, _ = load(server.url, tokens, args.clients, args.client_procs, seconds, think=args.think,
-                   nice=args.client_nice, keys=args.rss_keys, share=args.remember_share)
-    results += more
+    results += run(seconds)
     sampler.stop.set()
     sampler.samples.append(sampler.sample())
     m = summarise(results)
@@ -463,11 +463,11 @@ def rss_run(server: Server, tokens: list[tuple[str, str]], n: int, embedder: str
     # first three samples to the median of its last three (one sample swings +-8 MB with what a
     # call had in hand). RSS as a whole also counts the index's and git's files read through the
     # page cache: reported beside it, not judged.
-    judged = [s for s in samples if s[0] >= judged_from - 1] or samples
+    judged = [s for s in samples if s[0] >= judged_from] or samples
     first, last = statistics.median(s[2] for s in judged[:3]), statistics.median(s[2] for s in judged[-3:])
     growth = (last - first) / first if first else float("nan")
     slope = _slope([(s[0] / 60, s[2]) for s in judged])
-    rows = [[f"{t / 60:.1f}" + ("" if t >= judged_from - 1 else " (warm-up)"), f"{rss:.0f}", f"{anon:.0f}",
+    rows = [[f"{t / 60:.1f}" + ("" if t >= judged_from else " (warm-up)"), f"{rss:.0f}", f"{anon:.0f}",
              f"{files:.0f}", f"{la:.1f}"] for t, rss, anon, files, la in samples]
     verdict = {"notes": n, "embedder": embedder, "minutes": args.rss_minutes, "warmup": args.rss_warmup,
                "ops": m["ops"], "notes_before": notes_before, "notes_after": count_notes(server.root),
@@ -479,13 +479,11 @@ def rss_run(server: Server, tokens: list[tuple[str, str]], n: int, embedder: str
 
 
 def _slope(points: list[tuple[float, float]]) -> float:
-    """Least squares: MB a minute."""
-    if len(points) < 2:
+    """Least squares: MB a minute (nan with fewer than two minutes to fit)."""
+    try:
+        return statistics.linear_regression([x for x, _ in points], [y for _, y in points]).slope
+    except statistics.StatisticsError:
         return float("nan")
-    mx = sum(x for x, _ in points) / len(points)
-    my = sum(y for _, y in points) / len(points)
-    var = sum((x - mx) ** 2 for x, _ in points)
-    return sum((x - mx) * (y - my) for x, y in points) / var if var else float("nan")
 
 
 def goals(verdicts: list[dict], kills: list, rss: dict | None) -> list[list]:

@@ -19,8 +19,13 @@ from mdmem.search import note_index
 from mdmem.search.catch_up_aside import CatchUpAside
 
 
+def recorded(state_path) -> dict:
+    """The index's state.json: what the index on disk reflects."""
+    return json.loads(state_path.read_text(encoding="utf-8"))
+
+
 def recorded_commit(repo) -> str | None:
-    return json.loads(repo.index.state_path.read_text(encoding="utf-8")).get("commit")
+    return recorded(repo.index.state_path).get("commit")
 
 
 def paths(hits) -> set[str]:
@@ -66,10 +71,10 @@ def test_the_child_does_nothing_for_another_model_or_a_rebuild(repo):
     assert index_catch_up.main([root, "another-model", backend]) == 2
     assert recorded_commit(repo) == before
     state = repo.index.state_path
-    saved = json.loads(state.read_text(encoding="utf-8"))
+    saved = recorded(state)
     state.write_text(json.dumps({**saved, "schema": -1}), encoding="utf-8")  # a rebuild is due
     assert index_catch_up.main([root, model, backend]) == 2
-    assert json.loads(state.read_text(encoding="utf-8"))["schema"] == -1
+    assert recorded(state)["schema"] == -1
     state.write_text(json.dumps(saved), encoding="utf-8")
     assert index_catch_up.main([root, model, backend]) == 0
     assert recorded_commit(repo) == repo.store.head() != before
@@ -106,9 +111,9 @@ def test_the_http_server_catches_its_index_up_on_disk_in_a_child(tmp_path):
         assert all(data(a)["status"] == "committed" for a in answers[:-1]), data(answers[0])
         head = data(answers[-2])["commit"]
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and json.loads(state.read_text(encoding="utf-8")).get("commit") != head:
+        while time.monotonic() < deadline and recorded(state).get("commit") != head:
             time.sleep(0.1)
-        assert json.loads(state.read_text(encoding="utf-8")).get("commit") == head
+        assert recorded(state).get("commit") == head
         answers = asyncio.run(session_calls(server.url, token, [
             ("remember", {"text": "The ledger export runs at midnight", "kind": "working", "subject": "task:ledger",
                           "key": "state"}),

@@ -161,7 +161,8 @@ class RepoState:
         indexes it opens anew later. Not with an embedder behind an HTTP API: the child would
         need the acting person's secrets."""
         self._catch_up_aside = True
-        self.index.aside = self._aside_for(self.index)
+        if self._index is not None:  # else the index property gives it one when it is made
+            self._index.aside = self._aside_for(self._index)
 
     def _aside_for(self, index: NoteIndex) -> CatchUpAside | None:
         from ..search.catch_up_aside import CatchUpAside

@@ -283,7 +283,8 @@ class NoteIndex:
                     self.repo.trust.flags(head)  # verify who made the commits caught up with
                 # Counted without the work-tree files held (hand edits): the child sees only
                 # HEAD, so with them counted every write started another child that moved nothing.
-                if self.aside is not None and len(self._recent.paths - dirty.keys()) >= ASIDE_AT:
+                if (self.aside is not None and len(self._recent.paths) >= ASIDE_AT
+                        and len(self._recent.paths - dirty.keys()) >= ASIDE_AT):
                     self.aside.start()
                 return report
         self._drop_recent()
