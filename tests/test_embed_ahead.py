@@ -277,3 +277,94 @@ def test_a_recall_refused_for_bad_input_sends_no_question(repo):
         time.sleep(0.2)
         assert not [r for r in list(server.requests) if "zqxv" in json.dumps(r["payload"])]
         repo.close()
+
+
+def in_thread(fn, *args, **kwargs):
+    """``fn`` started on a thread; returns (the thread, a list that gets its result)."""
+    out: list = []
+    thread = threading.Thread(target=lambda: out.append(fn(*args, **kwargs)), daemon=True)
+    thread.start()
+    return thread, out
+
+
+def test_a_recall_while_a_write_is_embedded_answers_at_once_without_it_and_the_returned_write_is_found(repo):
+    """A write returns once its note is embedded; a recall in the meantime does not wait for
+    that embedding (with every other recall queued behind it) and answers as before the
+    write, which no caller is owed yet. The write, once returned, is found by the next recall."""
+    with EmbedServer() as server:
+        use_server(repo, server)
+        team_fact(repo, "Billing deploys on Tuesdays", key="deploy.window")
+        for _ in range(2):  # this process now embeds; its first two catch-ups walk the work tree
+            repo.recall("when does billing deploy", as_user="bob")
+        server.hold(CODE)
+        head = repo.store.head()
+        writer, written = in_thread(team_fact, repo, f"The ledger codename is {CODE} since March",
+                                    key="ledger.codename", new_key=True)
+        deadline = time.monotonic() + 10
+        while not documents_with(server, CODE) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert repo.store.head() != head and writer.is_alive()  # committed, embedding, not returned
+        # (The question must not hold CODE: the server holds every text with it.)
+        reader, answer = in_thread(repo.recall, "what is the ledger codename", as_user="bob", k=3)
+        reader.join(10)
+        try:
+            assert not reader.is_alive(), "the recall waited for the write's embedding"
+            assert not any(CODE in h.text for h in answer[0])
+            assert writer.is_alive()
+        finally:
+            server.release()
+            writer.join(10)
+        assert written and written[0].status == "committed"
+        hits = repo.recall(f"which note names {CODE}?", as_user="bob", k=3)
+        assert hits and CODE in hits[0].text
+
+
+def test_a_returned_write_is_found_while_a_later_write_is_still_embedded(repo):
+    """Only writes that have not returned are left for a later catch-up: one that returned
+    is applied even while the write after it is still being embedded."""
+    with EmbedServer() as server:
+        use_server(repo, server)
+        team_fact(repo, "Billing deploys on Tuesdays", key="deploy.window")
+        for _ in range(2):  # this process now embeds; its first two catch-ups walk the work tree
+            repo.recall("when does billing deploy", as_user="bob")
+        team_fact(repo, "Billing deploys on Thursdays after the freeze", key="deploy.window")  # returned
+        server.hold(CODE)
+        writer, _ = in_thread(team_fact, repo, f"The ledger codename is {CODE} since March",
+                              key="ledger.codename", new_key=True)
+        deadline = time.monotonic() + 10
+        while not documents_with(server, CODE) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert writer.is_alive()
+        threading.Timer(0.5, server.release).start()  # the recall waits for it: it owes the first write
+        try:
+            hits = repo.recall("when does billing deploy", as_user="bob", k=3)
+        finally:
+            server.release()
+            writer.join(10)
+        assert hits and "Thursdays" in hits[0].text
+
+
+def test_a_hand_edit_made_while_a_write_is_embedded_is_found_by_the_next_recall(repo):
+    """A person's edit saved before the recall is owed to it, a write still being embedded or
+    not: the catch-up takes both (waiting for the embedding) rather than leaving both."""
+    with EmbedServer() as server:
+        use_server(repo, server)
+        placed = team_fact(repo, "Billing deploys on Tuesdays", key="deploy.window")
+        for _ in range(2):  # this process now embeds; its first two catch-ups walk the work tree
+            repo.recall("when does billing deploy", as_user="bob")
+        server.hold(CODE)
+        writer, _ = in_thread(team_fact, repo, f"The ledger codename is {CODE} since March",
+                              key="ledger.codename", new_key=True)
+        deadline = time.monotonic() + 10
+        while not documents_with(server, CODE) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert writer.is_alive()
+        note = repo.root / placed.path
+        note.write_text(note.read_text().replace("Tuesdays", "Fridays"))  # by hand
+        threading.Timer(0.5, server.release).start()
+        try:
+            hits = repo.recall("when does billing deploy", as_user="bob", k=3)
+        finally:
+            server.release()
+            writer.join(10)
+        assert hits and "Fridays" in hits[0].text

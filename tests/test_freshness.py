@@ -108,3 +108,18 @@ def test_a_one_call_process_watches_nothing(repo):
     assert fresh.index.watching is False and fresh.index.tree_walks == 1
     fresh.recall("refunds", as_user="bob", now=T1)
     assert fresh.index.watching is True
+
+
+def test_a_long_lived_process_walks_the_tree_once_from_its_first_catch_up_and_then_follows_edits(repo):
+    """A server's first catch-up starts the watch and walks; its clients' calls never walk
+    (a one-shot process's first two calls do, see watched())."""
+    team_fact(repo, "Refunds are allowed within 30 days", key="refund.window", new_key=True)
+    repo.index.worktree_check_seconds = 3600
+    repo.index.follow_tree()
+    repo.index.sync()
+    assert repo.index.tree_walks == 1 and repo.index.watching
+    note = repo.root / repo.get(as_user="bob", subject="service:billing", kind="fact", key="refund.window").path
+    note.write_text(note.read_text().replace("within 30 days", "within 45 days"))
+    assert "45 days" in repo.recall("refund window", as_user="bob", now=T1)[0].text
+    assert "45 days" in repo.recall("refund window", as_user="bob", now=T1)[0].text
+    assert repo.index.tree_walks == 1

@@ -271,3 +271,31 @@ def test_a_hand_edit_right_after_a_write_is_found_and_the_write_itself_is_not_di
         subprocess.run(["git", "-C", str(repo.root), "checkout", "--", path], check=True)
         repo.recall("anything", as_user="bob", now=T1)
         assert repo.index.dirty_state() == {}
+
+
+@needs_inotify
+def test_versions_held_in_memory_are_not_read_back_when_another_process_moves_the_disk_index_on(repo):
+    """A server's in-memory segment is made anew each time the disk index moves on (its catch-up
+    child, another process): the disk versions it then hides, held in memory before, are not read
+    back from git and analysed again (search/recent.py, Analysed); the ranking stays a full
+    reindex's."""
+    corpus(repo)
+    for _ in range(2):  # the two calls that walk the tree; from here a few changes go to memory
+        repo.recall("billing", as_user="bob", now=T1)
+    keys = [("billing", "deploy.window.0"), ("ledger", "cache.1"), ("payouts", "backup.schedule.2")]
+    for svc, key in keys:
+        team_fact(repo, f"The {svc} {key} moved to Friday; ask dana.", subject=f"service:{svc}", key=key, now=T1)
+    repo.recall("billing", as_user="bob", now=T1)  # held in memory
+    other = MemoryRepo.open(repo.root)
+    other.reindex()  # the disk index takes those versions
+    other.close()
+    for svc, key in keys[:2]:
+        team_fact(repo, f"The {svc} {key} moved to Monday; ask bob.", subject=f"service:{svc}", key=key, now=T1)
+    read_back = []
+    real = repo.index._indexed_doc
+    repo.index._indexed_doc = lambda fields: read_back.append(fields["path"]) or real(fields)
+    answers = {q: ranked(repo, q) for q in QUERIES}
+    assert read_back == []
+    fresh = MemoryRepo.open(repo.root)
+    fresh.reindex(rebuild=True)
+    assert {q: ranked(fresh, q) for q in QUERIES} == answers

@@ -463,7 +463,8 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
 
     def start() -> None:
         try:
-            repo.index.sync(worktree=True)
+            repo.index.follow_tree()
+            repo.index.sync()  # starts the watch and walks the tree: no client call walks it
         except Exception:  # noqa: BLE001 -- recall then catches up (and reports) by itself
             pass
         finally:

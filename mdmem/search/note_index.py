@@ -35,7 +35,7 @@ from .embedders import Embedder, make_embedder
 from .embedding_cache import EmbeddingCache, cache_key
 from ..storage.gitdir import cache_dir, cache_locks_dir, clear_cache_path
 from .index_worker import Prebuilt
-from .recent import RecentNotes
+from .recent import Analysed, RecentNotes
 from .warm import Warmer
 
 SCHEMA_VERSION = 12  # 10: context; 11: tags; 12: B 0.3, a context's mean vector
@@ -46,6 +46,9 @@ RECENT_MAX = 200
 # Held this many, a server starts the disk catch-up in a process of its own (``aside``): it ends
 # long before the segment is full, and no recall waits for it under the mutex.
 ASIDE_AT = RECENT_MAX // 2
+# How long a write waits for its notes' vectors before it returns (committed()): a local model
+# takes milliseconds; an embedding server that hangs must not hold the write lock for long.
+SETTLE_SECONDS = 5.0
 WRITTEN_MAX = 64  # a larger commit (a bulk batch) is not hashed here: its catch-up reads git
 # A catch-up compares at most this many of the commits' files with HEAD (see _changes): a bulk
 # import's catch-up would read each file twice.
@@ -86,6 +89,7 @@ class NoteIndex:
         # Big segments' long posting lists, decoded once into files beside them (postings.py).
         self._long = postings.Attacher(self.base / "fulltext", fulltext.FIELD_BOOSTS, self.lock)
         self._recent: RecentNotes | None = None  # changes since the index on disk, in memory
+        self._analysed = Analysed(2 * RECENT_MAX)  # what the in-memory segments analysed, for the next
         self._combined = None  # the searcher over both
         self._table: DocTable | None = None
         self._state_seen: dict | None = None  # the state.json our searcher reflects
@@ -104,6 +108,14 @@ class NoteIndex:
         # parent commit -> (commit, note paths it changed), told by this process's writes: a
         # catch-up along them needs no tree diff (~3 ms at 10k notes, 11 ms under load).
         self._hints: dict[str, tuple[str, frozenset[str]]] = {}
+        # Commits this process made whose writes have not returned yet: committed() waits for
+        # their notes' vectors before it lets the write return. A catch-up that finds only
+        # these between what it reflects and HEAD leaves them for the next one, instead of
+        # waiting for their embedding under the mutex with every recall queued behind it.
+        self._settling: set[str] = set()
+        # Guards those two, not the mutex: a write tells its commit at once, never waiting
+        # behind a recall (one that waited for this very write's vectors held it up).
+        self._told_lock = threading.Lock()
         # (commit, path -> blob id or None) of this process's last small commit: the files it
         # wrote are the watch's next events, checked against HEAD's version (a tree lookup
         # through the subject's big folder, ~0.5-0.9 ms a path at 10k notes, twice a write).
@@ -132,6 +144,7 @@ class NoteIndex:
         thread is not the child's."""
         self.mutex = threading.RLock()
         self.wanting, self._wanting_lock = 0, threading.Lock()
+        self._told_lock = threading.Lock()
         self._warmer = None
 
     @contextmanager
@@ -161,6 +174,13 @@ class NoteIndex:
             self._warmer.warm_now()
         self._warmer.start()
 
+    def follow_tree(self) -> None:
+        """For a process that lives (a server): its next catch-up starts the watch and walks the
+        work tree once, and no call after it walks again. A one-shot call's first catch-up walks
+        without a watch and only a second one starts it, so a server's first two client calls
+        each walked (75-600 ms at 10k notes under load, every other recall queued behind)."""
+        self._walked = True
+
     @property
     def warm_passes(self) -> int:
         """Whole warming passes made (keep_warm's, then the idle ones); 0 if never asked."""
@@ -174,9 +194,11 @@ class NoteIndex:
     @property
     def embedder(self) -> Embedder | None:
         if self._embedder is False:
-            # Kind and model from the repo; where text goes and with which secret, from the user.
-            self._embedder = make_embedder(self.repo.user_config.embedder(self.repo.config.embedder),
-                                           cache_dir=self.base / "models")
+            with self.mutex:  # made once: a recall asks for it before it holds the index
+                if self._embedder is False:
+                    # Kind and model from the repo; where text goes and with which secret, from the user.
+                    self._embedder = make_embedder(self.repo.user_config.embedder(self.repo.config.embedder),
+                                                   cache_dir=self.base / "models")
         return self._embedder
 
     @property
@@ -272,6 +294,12 @@ class NoteIndex:
             # -- cannot be diffed from: the catch-up below rebuilds.)
             # A few notes changed (a write, a hand edit): into the in-memory segment, no lock,
             # nothing on disk. Many, or a walk: the catch-up below writes to disk.
+            if self._only_settling(seen["commit"], head):
+                # Only writes of this process still being embedded (not yet returned, so no
+                # caller is owed them): answered as before them, without waiting for the
+                # embedding while every other recall waits for the mutex. The files they
+                # wrote stay touched, for the catch-up that takes them.
+                return SyncReport()
             changed, fresh, dirty = self._changes(seen, head, scan=False)
             held = len(self._recent.paths) if self._recent is not None else 0
             if len(changed) + held <= RECENT_MAX:
@@ -471,18 +499,25 @@ class NoteIndex:
     def committed(self, parent: str | None, commit: str, changes: dict[str, bytes | None]) -> None:
         """This process committed ``changes`` on ``parent``, making ``commit``: the next
         catch-up diffs only these paths. Their notes are embedded ahead (those not handed
-        over already by :meth:`writing` or :meth:`committing`: nothing is embedded twice)."""
-        if self._embedder:
-            self._ahead.start(self._embedder, changes)
-        self._written = (commit, {p: None if d is None else blob_hash(d) for p, d in changes.items()}) \
-            if len(changes) <= WRITTEN_MAX else None
-        paths = list(changes)
-        if parent is None:
-            return
-        with self.mutex:
-            if len(self._hints) >= 256:
-                self._hints.pop(next(iter(self._hints)))
-            self._hints[parent] = (commit, frozenset(p for p in paths if is_note_path(p)))
+        over already by :meth:`writing` or :meth:`committing`: nothing is embedded twice),
+        and the write returns once they are (at most SETTLE_SECONDS): the recall after it
+        then finds the vectors made, and a recall meanwhile answers without this commit."""
+        if parent is not None:
+            with self._told_lock:
+                if len(self._hints) >= 256:
+                    self._hints.pop(next(iter(self._hints)))
+                self._hints[parent] = (commit, frozenset(p for p in changes if is_note_path(p)))
+                self._settling.add(commit)
+        try:
+            if self._embedder:
+                self._ahead.start(self._embedder, changes)
+            self._written = (commit, {p: None if d is None else blob_hash(d) for p, d in changes.items()}) \
+                if len(changes) <= WRITTEN_MAX else None
+            if self._embedder:
+                self._ahead.wait(SETTLE_SECONDS)
+        finally:
+            with self._told_lock:
+                self._settling.discard(commit)
 
     def embed_bulk(self, notes: Iterable[Note]) -> None:
         """A bulk import committed ``notes``: embedded on the embed-ahead worker while the
@@ -500,17 +535,35 @@ class NoteIndex:
         """A bulk import ended without its catch-up: what was embedded ahead for it is let go."""
         self._ahead.drop_bulk()
 
+    def _told(self, old: str | None, new: str | None) -> list[tuple[str, frozenset[str]]] | None:
+        """The commits this process made from ``old`` to ``new``, each with the note paths it
+        changed; None if any commit between them was not made here (or is forgotten)."""
+        chain = []
+        at = old
+        with self._told_lock:
+            while at is not None and at != new and at in self._hints:
+                chain.append(self._hints[at])
+                at = chain[-1][0]
+        return chain if old is not None and at == new else None
+
+    def _only_settling(self, old: str | None, new: str | None) -> bool:
+        """Whether every commit from ``old`` to ``new`` is a write of this process that has
+        not returned yet (see :meth:`committed`), and every file the watch saw written is one
+        of theirs (a hand edit made meanwhile is owed to the next call)."""
+        chain = self._told(old, new)
+        with self._told_lock:
+            settling = set(self._settling)
+        return (bool(chain) and all(commit in settling for commit, _ in chain)
+                and self._touched <= set().union(*(paths for _, paths in chain)))
+
     def _committed_changes(self, old: str | None, new: str | None) -> tuple[set[str], set[str]]:
         """Note paths changed between two commits, and those among them that ``old`` lacked
         (only known from a tree diff; the writes told along the way say only what changed)."""
         if new is None:
             return set(), set()
-        told: set[str] = set()
-        at = old
-        while at is not None and at != new and at in self._hints:
-            at, paths = self._hints[at]
-            told |= paths
-        if old is not None and at == new and len(told) <= RECENT_MAX:
+        chain = self._told(old, new)
+        told: set[str] = set().union(*(paths for _, paths in chain)) if chain is not None else set()
+        if chain is not None and len(told) <= RECENT_MAX:
             return told, set()
         # Many paths (a bulk import): the tree diff (~10 ms at 10k) also says which are new,
         # and those are added without a delete-by-path lookup in every segment.
@@ -578,7 +631,7 @@ class NoteIndex:
         upserts = self._read_notes(paths, report, progress=None)
         docs = self._documents(upserts, report, progress=None)
         if self._recent is None:
-            self._recent = RecentNotes(self._ix.schema, self._indexed_doc)
+            self._recent = RecentNotes(self._ix.schema, self._indexed_doc, self._analysed)
         self._recent.apply(paths, docs)
         self._combined = None
         report.indexed = [s.path for s in upserts]

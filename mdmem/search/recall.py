@@ -130,6 +130,21 @@ def _hit(fields: dict, score: float, *, current: bool, bm25, cosine) -> Hit:
                note_id=fields.get("note_id") or None)
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """A recall's arguments, checked."""
+    query: str
+    user: str
+    k: int
+    when: _dt.datetime
+    contracts: list
+    subject: str | None
+    key: str | None
+    at: _dt.datetime | None
+    include_history: bool
+    tags: list[str] | None
+
+
 class Recall:
     def __init__(self, repo, index: NoteIndex):
         self.repo = repo
@@ -140,12 +155,19 @@ class Recall:
     def __call__(self, query: str, *, as_user: str, k: int = 5, kinds=None, subject: str | None = None,
                  key: str | None = None, at=None, include_history: bool = False, now=None,
                  tags: list[str] | None = None) -> list[Hit]:
+        asked = self._check(query, as_user=as_user, k=k, kinds=kinds, subject=subject, key=key, at=at,
+                            include_history=include_history, now=now, tags=tags)
+        # The question is embedded on another thread from here (search/embed_ahead.py) while
+        # this call waits its turn for the index, catches it up and runs the BM25F half:
+        # recalls queued behind a slow one find their vectors made when their turn comes,
+        # instead of each embedding its question in turn with the index held.
+        query_vector = None if key else self.index.embed_query_soon(query)
         with self.index.held():  # a warming pass gives way (search/warm.py)
-            return self._recall(query, as_user=as_user, k=k, kinds=kinds, subject=subject, key=key, at=at,
-                                include_history=include_history, now=now, tags=tags)
+            return self._recall(asked, query_vector)
 
-    def _recall(self, query: str, *, as_user: str, k: int, kinds, subject: str | None, key: str | None, at,
-                include_history: bool, now, tags: list[str] | None = None) -> list[Hit]:
+    def _check(self, query: str, *, as_user: str, k: int, kinds, subject: str | None, key: str | None, at,
+               include_history: bool, now, tags: list[str] | None) -> _Asked:
+        """The arguments checked (bad input is refused before any question is embedded)."""
         user = require_user(as_user)
         if not isinstance(query, str) or not query.strip():
             raise BadInput("query: recall needs a question or some words")
@@ -153,12 +175,6 @@ class Recall:
             raise BadInput("k: must be at least 1")
         when = resolve_now(now)
         contracts = [self.repo.contracts.resolve(x) for x in (kinds or [])]
-        kind_names = sorted({c.name for c in contracts}) or None
-        roots = self.repo.access.readable_roots(user)  # the one visibility rule
-        # BM25F's statistics are kept under the very roots they are counted over (a shared
-        # setting read later could name another reader's); the warm keeps these.
-        seen_by = tuple(sorted(roots))
-        self.index.reader_roots = seen_by
         if tags is not None and (isinstance(tags, str) or not all(isinstance(t, str) for t in tags)):
             raise BadInput("tags: a list of tags (like [\"billing\"])")
         if key:
@@ -169,15 +185,24 @@ class Recall:
             if at is not None or include_history or tags:
                 raise BadInput("key: an exact key lookup is of the current note; for past versions use "
                                "`mdmem history --subject S --kind K --key KEY [--at TIME]`")
-            return self._exact(user, kind_names, subject, key, when)
-        at_time = parse_time(at, field="at") if at is not None else None  # bad input before any embedding
-        # The query is embedded on another thread while this one catches the index up and runs
-        # the BM25F half (search/embed_ahead.py): a note a write just handed over may still be
-        # embedding too, and all of it runs at once instead of one after the other.
-        query_vector = self.index.embed_query_soon(query)
+        at_time = parse_time(at, field="at") if at is not None else None
+        return _Asked(query, user, k, when, contracts, subject, key, at_time, include_history, tags)
+
+    def _recall(self, asked: _Asked, query_vector: Future | None) -> list[Hit]:
+        query, user, k, when, subject, tags = asked.query, asked.user, asked.k, asked.when, asked.subject, asked.tags
+        contracts = asked.contracts
+        kind_names = sorted({c.name for c in contracts}) or None
+        roots = self.repo.access.readable_roots(user)  # the one visibility rule
+        # BM25F's statistics are kept under the very roots they are counted over (a shared
+        # setting read later could name another reader's); the warm keeps these.
+        seen_by = tuple(sorted(roots))
+        self.index.reader_roots = seen_by
+        if query_vector is None:
+            assert asked.key is not None and subject is not None and kind_names is not None
+            return self._exact(user, kind_names, subject, asked.key, when)
         self.index.sync()
-        if at is not None or include_history:
-            return self._search_versions(query, query_vector, roots, kind_names, subject, k, when, at=at_time,
+        if asked.at is not None or asked.include_history:
+            return self._search_versions(query, query_vector, roots, kind_names, subject, k, when, at=asked.at,
                                          tags=tags)
         searcher, table = self.index.searcher(), self.index.table()
         allowed = table.allowed(roots, kinds=kind_names, subject=subject, live_at=fulltext.ts(when))

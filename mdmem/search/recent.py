@@ -22,6 +22,7 @@ changes from the commit state.json names.
 from __future__ import annotations
 
 import copy
+from collections import OrderedDict
 from collections.abc import Callable
 from math import log
 
@@ -63,6 +64,33 @@ class _Indexed:
                 self.stored[name] = value
             if field.column_type:
                 self.columns[name] = field.to_column_value(value)
+
+
+class Analysed:
+    """Notes as the index analyses them, by (path, blob id), kept from one in-memory segment to
+    the next: a server's segment is made anew each time the disk index moves on (every ~100
+    writes, search/catch_up_aside.py), and analysing again the notes it still holds, and the
+    disk versions it hides (read back from git and validated), cost one recall ~50-100 ms of
+    CPU at 10k notes with every other recall queued behind it. A version's analysis depends
+    only on its path and content (and the process's one model, for the vector column)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._items: OrderedDict[tuple[str, str], _Indexed] = OrderedDict()
+
+    def get(self, path: str | None, version: str | None) -> _Indexed | None:
+        found = self._items.get((path or "", version or ""))
+        if found is not None:
+            self._items.move_to_end((path or "", version or ""))
+        return found
+
+    def put(self, indexed: _Indexed, version: str | None) -> None:
+        if not version:
+            return
+        self._items[(indexed.path, version)] = indexed
+        self._items.move_to_end((indexed.path, version))
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
 
 
 def index_terms(schema, doc: dict) -> tuple[set[tuple[str, bytes]], dict[str, int]]:
@@ -248,8 +276,9 @@ class RecentNotes:
     committed blob), or None when that version cannot be read back: its statistics then stay
     in (as after Whoosh's own update_document), only its ranking is hidden."""
 
-    def __init__(self, schema, old_doc: Callable[[dict], dict | None]):
+    def __init__(self, schema, old_doc: Callable[[dict], dict | None], analysed: Analysed | None = None):
         self.schema = copy.deepcopy(schema)
+        self._analysed = analysed if analysed is not None else Analysed(0)
         self.paths: set[str] = set()  # held here; their versions on disk are hidden
         self.state: dict = {}  # what the index on disk plus these notes reflect
         self._docs: dict[str, _Indexed] = {}
@@ -269,7 +298,11 @@ class RecentNotes:
             replaced |= self._docs.pop(path, None) is not None
         for doc in docs:
             replaced |= doc["doc_id"] in self._docs
-            self._docs[doc["doc_id"]] = indexed = _Indexed(self.schema, doc)
+            indexed = self._analysed.get(doc["doc_id"], doc.get("version"))
+            if indexed is None:
+                indexed = _Indexed(self.schema, doc)
+                self._analysed.put(indexed, doc.get("version"))
+            self._docs[doc["doc_id"]] = indexed
             self._added.append(indexed)
         self.paths |= set(paths)
         if replaced:  # a note held here changed: the docnums after it move, made afresh
@@ -317,8 +350,14 @@ class RecentNotes:
 
     def _old_stats(self, disk, docnum: int) -> tuple[set, dict] | None:
         if docnum not in self._old:
-            doc = self._old_doc(disk.stored_fields(docnum))
-            self._old[docnum] = index_terms(self.schema, doc) if doc is not None else None
+            fields = disk.stored_fields(docnum)
+            # A version this process held in memory before the disk index took it: known.
+            known = self._analysed.get(fields.get("path"), fields.get("version"))
+            if known is not None:
+                self._old[docnum] = set(known.terms), known.lengths
+            else:
+                doc = self._old_doc(fields)
+                self._old[docnum] = index_terms(self.schema, doc) if doc is not None else None
         return self._old[docnum]
 
 
