@@ -181,6 +181,19 @@ def test_background_housekeeping_takes_the_repo_lock(repo):
     assert proc.wait(timeout=60) == 0
 
 
+@pytest.mark.skipif(not hasattr(os, "getpriority"), reason="CPU priority is POSIX")
+def test_background_housekeeping_runs_below_the_priority_of_the_process_that_serves_calls(repo):
+    """A repack at a server's priority took both cores from its recalls (storage/background.py)."""
+    from mdmem.storage.background import BACKGROUND_NICE
+
+    store = GitStore(repo.root)
+    with store.locked():  # it waits for this lock: alive while its priority is read
+        proc = store.housekeep_in_background()
+        ours = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, proc.pid) == min(19, ours + BACKGROUND_NICE)
+    assert proc.wait(timeout=60) == 0
+
+
 def test_closing_a_library_store_waits_for_its_housekeeping_and_a_cli_close_lets_it_run(tmp_path):
     """A caller who closes the repo and removes its folder must not race a repack still writing
     into .git ("Directory not empty"): a library close waits for the housekeeping it started.

@@ -16,16 +16,16 @@ The child is ``python -I -m mdmem.ops.index_catch_up ROOT MODEL_ID BACKEND``.
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from ..storage.background import start_in_background
+
 # How long a close waits for a child still catching up (it takes about a second); past that it
 # is left to finish on its own, as a CLI call leaves housekeeping.
 WAIT_SECONDS = 30.0
-CHILD_NICE = 10
 RETRY_SECONDS = 60.0
 
 
@@ -53,15 +53,8 @@ class CatchUpAside:
                 and time.monotonic() - self._started_at < RETRY_SECONDS):
             return
         self._started_at = time.monotonic()
-        self._proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL, start_new_session=True)
+        self._proc = start_in_background(self.argv)
         self.started += 1
-        try:
-            # The server's calls have the CPU first: the child's start (imports) and catch-up,
-            # ~1 s of a core, slowed the recalls around it on 2 cores.
-            os.setpriority(os.PRIO_PROCESS, self._proc.pid, CHILD_NICE)
-        except OSError:
-            pass
 
     def wait(self, timeout: float = WAIT_SECONDS) -> None:
         if self._proc is None:

@@ -8,6 +8,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from .background import start_in_background
 from .gitdir import housekeeping_lock_path
 from .locks import Lock, leave_turnstile, pass_turnstile
 
@@ -59,8 +60,7 @@ class Housekeeping:
         """Start housekeeping in a process of its own; :meth:`wait_for_housekeeping` (a
         library close) waits for it, a CLI call lets it run on, as git's detached gc does."""
         self.housekeepers = [p for p in self.housekeepers if p.poll() is None]
-        proc = subprocess.Popen([sys.executable, "-I", "-m", "mdmem.storage.housekeeping", str(self.root)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        proc = start_in_background([sys.executable, "-I", "-m", "mdmem.storage.housekeeping", str(self.root)])
         self.housekeepers.append(proc)
         return proc
 
