@@ -16,6 +16,7 @@ from ..errors import BadInput, Conflict
 from ..policy.access import Access
 from ..storage.gitstore import GitStore
 from ..storage.gitdir import cache_dir
+from ..storage.locks import renew_after_fork
 from ..storage.worktree import forget_read_notes
 
 if TYPE_CHECKING:
@@ -141,6 +142,7 @@ class RepoState:
         if self._trust is None:
             from ..policy.verify import Verifier
             self._trust = Verifier(self)  # type: ignore[no-untyped-call]  # policy/verify.py is not strict
+            renew_after_fork(self._trust)  # its lock (policy/ does not import storage/)
         return self._trust
 
     @property

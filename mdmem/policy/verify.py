@@ -28,9 +28,13 @@ commits; mdmem's own writes update the cache without git.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 from ..config import CONFIG_NAME, Config
 from ..errors import BadInput, LockTimeout, NoteInvalid
@@ -65,9 +69,25 @@ class Flag:
         return {"path": self.path, "reason": self.reason, "detail": self.detail, "commit": self.commit}
 
 
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _one_at_a_time(method: _Method) -> _Method:
+    """A server's recalls and its writes ask one Verifier from two threads (the index mutex and
+    the write lock are not the same): a recall reading HEAD just before a write told the
+    verifier of the next commit asked for a head behind the cache's, which then judged the whole
+    history again (1.2 s at 10k notes, with every recall waiting behind it)."""
+    @functools.wraps(method)
+    def serialised(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return cast(_Method, serialised)
+
+
 class Verifier:
     def __init__(self, repo):
         self.repo = repo
+        self._lock = threading.RLock()
         self.path = repo.store.cache_dir / "verify.json"
         self._state: dict | None = None
         # Paths of self._state whose frontmatter is not yet checked (fm None); None: unknown,
@@ -84,6 +104,10 @@ class Verifier:
         self._rules_memo: tuple[tuple, tuple[Config, frozenset[str]]] | None = None
         # Commits mdmem made in this process that moved self._state on since it was last saved.
         self._unsaved = 0
+
+    def renew_after_fork(self) -> None:
+        """In a forked child the thread that held the lock is not there (storage.locks)."""
+        self._lock = threading.RLock()
 
     # --- the cache --------------------------------------------------------------------
     def _load(self) -> dict:
@@ -260,6 +284,7 @@ class Verifier:
                     out[path] = found
         return out
 
+    @_one_at_a_time
     def trusted_config(self, current: Config, worktree: bytes | None = None) -> Config:
         """The config every access and gate decision reads: the committed mdmem.toml -- HEAD's
         when its latest change is trusted, else the last trusted version, so a self-granted
@@ -287,12 +312,14 @@ class Verifier:
             return current
         return self._rules(state)[0]
 
+    @_one_at_a_time
     def last_trusted_config(self) -> Config:
         """The last trusted committed mdmem.toml at HEAD: what a new change to it, and the notes
         of a commit being made, are judged by (the pre-commit hook). Empty (closed) if none."""
         head = self.repo.store.head()
         return self._rules(self._current(head))[0] if head is not None else Config()
 
+    @_one_at_a_time
     def judge_rule_change(self, email: str) -> tuple[str | None, bool, frozenset[str]]:
         """(who ``email`` is, whether they may change mdmem.toml or the allowed-signers file now,
         who may): a commit being made is judged by the last trusted rules, as verify will judge
@@ -304,6 +331,7 @@ class Verifier:
         user = rules.committer(email)
         return user, user is not None and user in admins, admins
 
+    @_one_at_a_time
     def config_admins(self) -> frozenset[str]:
         """Who may change mdmem.toml: the trusted config's erasers, or while it names none the
         person who made the repo."""
@@ -470,6 +498,7 @@ class Verifier:
         return (f"{ATTRIBUTION}owner {note.owner}, source {note.source}, but {user} made this version "
                 "(a note names who wrote it; an edit keeps what it said)")
 
+    @_one_at_a_time
     def committed(self, commit: str, parent: str | None, changes: dict[str, bytes | None], email: str) -> None:
         """mdmem itself committed ``changes`` as ``email``: move the cache on without git."""
         state = self._state
@@ -497,6 +526,7 @@ class Verifier:
         self._unsaved += 1
         self._note_moved(parent, commit, {p for p in changes if is_note_path(p)})
 
+    @_one_at_a_time
     def flush(self) -> None:
         """At close: keep what this process's own commits moved, once there are as many as a
         catch-up would save after (SAVE_AFTER_COMMITS; a long-lived writer such as the MCP
@@ -506,6 +536,7 @@ class Verifier:
             self._save(self._state)  # only if it is still HEAD's (an erasure by another process)
 
     # --- the rule ---------------------------------------------------------------------
+    @_one_at_a_time
     def flags(self, head: str | None = None) -> dict[str, Flag]:
         """path -> why the note at ``head`` (default HEAD) is not trusted."""
         head = head if head is not None else self.repo.store.head()
@@ -551,6 +582,7 @@ class Verifier:
         self._flags = (key, head, out)
         return out
 
+    @_one_at_a_time
     def flags_of(self, paths, head: str | None = None) -> dict[str, Flag]:
         """flags() for ``paths`` only: the same rule, judged for these notes alone. Recall marks
         the few hits it returns; a whole pass cost a one-call process (the CLI) ~20-40 ms at 10k
@@ -581,6 +613,7 @@ class Verifier:
                 out[path] = flag
         return out
 
+    @_one_at_a_time
     def signer_of(self, commit: str) -> str | None:
         """The declared person whose key made a good signature on ``commit``, checked against the
         last trusted allowed-signers file; None if unsigned or signed by no one declared (a hold
@@ -611,6 +644,7 @@ class Verifier:
             self._save(state)
         return {c: tuple(v) for c, v in cached.items()}
 
+    @_one_at_a_time
     def report(self) -> dict:
         flags = self.flags()
         return {"head": self.repo.store.head(), "notes": len(self._state["touch"]) if self._state else 0,

@@ -308,7 +308,9 @@ class NoteIndex:
                 self._recent.state = {**seen, "commit": head, "dirty": dirty, "broken": report.broken}
                 self._touched.clear()
                 if seen.get("commit") != head:
-                    self.repo.trust.flags(head)  # verify who made the commits caught up with
+                    # Verify who made the commits caught up with; at HEAD, never behind what a
+                    # write told the verifier (a head behind its cache is judged from scratch).
+                    self.repo.trust.flags()
                 # Counted without the work-tree files held (hand edits): the child sees only
                 # HEAD, so with them counted every write started another child that moved nothing.
                 if (self.aside is not None and len(self._recent.paths) >= ASIDE_AT
@@ -365,7 +367,7 @@ class NoteIndex:
                               "dirty": dirty, "broken": report.broken})
             self._touched.clear()
             if state.get("commit") != head:
-                self.repo.trust.flags(head)  # verify who made the commits caught up with
+                self.repo.trust.flags()  # who made the commits caught up with (at HEAD: see _sync)
             return report
 
     def _changes(self, state: dict, head: str | None, *, scan: bool) -> tuple[set[str], set[str], dict[str, str]]:
