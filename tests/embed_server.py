@@ -24,10 +24,6 @@ class EmbedServer:
         self.models = set(models)
         self.api_key = api_key
         self.requests: list[dict] = []
-        # hold(word): a request with a text containing ``word`` is answered only once released
-        # (an embedding slow for as long as a test needs).
-        self.held_word: str | None = None
-        self.released = threading.Event()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -47,8 +43,6 @@ class EmbedServer:
                 server.requests.append({"path": self.path, "payload": payload, "auth": self.headers.get("Authorization")})
                 inputs = payload.get("input")
                 inputs = [inputs] if isinstance(inputs, str) else inputs
-                if server.held_word and any(server.held_word in t for t in inputs or []):
-                    server.released.wait(30)
                 if payload.get("model") not in server.models:
                     return self._reply(404, {"error": f"model \"{payload.get('model')}\" not found, try pulling it first"})
                 if self.path == "/api/embed":
@@ -63,18 +57,10 @@ class EmbedServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def hold(self, word: str) -> None:
-        self.held_word = word
-        self.released.clear()
-
-    def release(self) -> None:
-        self.released.set()
-
     def __enter__(self):
         self.thread.start()
         return self
 
     def __exit__(self, *exc):
-        self.release()
         self.httpd.shutdown()
         self.httpd.server_close()

@@ -31,7 +31,6 @@ import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_for_futures
 
 import numpy as np
 
@@ -130,14 +129,6 @@ class EmbedAhead:
             bulk, self._bulk = self._bulk, []
         for _, batch in bulk:
             batch.cancel()
-
-    def wait(self, timeout: float) -> None:
-        """Wait (at most ``timeout`` s) for the vectors of the writes handed over so far; a
-        bulk import's batches are not waited for. They stay to be taken."""
-        with self._lock:
-            coming = [batch for _, batch in self._coming]
-        if coming:
-            wait_for_futures(coming, timeout)
 
     def take(self, keys: list[str], progress: ProgressCallback | None = None,
              what: str = "embedding") -> dict[str, np.ndarray]:

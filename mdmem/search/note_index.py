@@ -46,9 +46,6 @@ RECENT_MAX = 200
 # Held this many, a server starts the disk catch-up in a process of its own (``aside``): it ends
 # long before the segment is full, and no recall waits for it under the mutex.
 ASIDE_AT = RECENT_MAX // 2
-# How long a write waits for its notes' vectors before it returns (committed()): a local model
-# takes milliseconds; an embedding server that hangs must not hold the write lock for long.
-SETTLE_SECONDS = 5.0
 WRITTEN_MAX = 64  # a larger commit (a bulk batch) is not hashed here: its catch-up reads git
 # A catch-up compares at most this many of the commits' files with HEAD (see _changes): a bulk
 # import's catch-up would read each file twice.
@@ -108,13 +105,8 @@ class NoteIndex:
         # parent commit -> (commit, note paths it changed), told by this process's writes: a
         # catch-up along them needs no tree diff (~3 ms at 10k notes, 11 ms under load).
         self._hints: dict[str, tuple[str, frozenset[str]]] = {}
-        # Commits this process made whose writes have not returned yet: committed() waits for
-        # their notes' vectors before it lets the write return. A catch-up that finds only
-        # these between what it reflects and HEAD leaves them for the next one, instead of
-        # waiting for their embedding under the mutex with every recall queued behind it.
-        self._settling: set[str] = set()
-        # Guards those two, not the mutex: a write tells its commit at once, never waiting
-        # behind a recall (one that waited for this very write's vectors held it up).
+        # Guards the hints, not the mutex: a write tells its commit at once, never waiting
+        # behind a recall holding the mutex.
         self._told_lock = threading.Lock()
         # (commit, path -> blob id or None) of this process's last small commit: the files it
         # wrote are the watch's next events, checked against HEAD's version (a tree lookup
@@ -294,12 +286,6 @@ class NoteIndex:
             # -- cannot be diffed from: the catch-up below rebuilds.)
             # A few notes changed (a write, a hand edit): into the in-memory segment, no lock,
             # nothing on disk. Many, or a walk: the catch-up below writes to disk.
-            if self._only_settling(seen["commit"], head):
-                # Only writes of this process still being embedded (not yet returned, so no
-                # caller is owed them): answered as before them, without waiting for the
-                # embedding while every other recall waits for the mutex. The files they
-                # wrote stay touched, for the catch-up that takes them.
-                return SyncReport()
             changed, fresh, dirty = self._changes(seen, head, scan=False)
             held = len(self._recent.paths) if self._recent is not None else 0
             if len(changed) + held <= RECENT_MAX:
@@ -501,25 +487,17 @@ class NoteIndex:
     def committed(self, parent: str | None, commit: str, changes: dict[str, bytes | None]) -> None:
         """This process committed ``changes`` on ``parent``, making ``commit``: the next
         catch-up diffs only these paths. Their notes are embedded ahead (those not handed
-        over already by :meth:`writing` or :meth:`committing`: nothing is embedded twice),
-        and the write returns once they are (at most SETTLE_SECONDS): the recall after it
-        then finds the vectors made, and a recall meanwhile answers without this commit."""
-        if parent is not None:
-            with self._told_lock:
-                if len(self._hints) >= 256:
-                    self._hints.pop(next(iter(self._hints)))
-                self._hints[parent] = (commit, frozenset(p for p in changes if is_note_path(p)))
-                self._settling.add(commit)
-        try:
-            if self._embedder:
-                self._ahead.start(self._embedder, changes)
-            self._written = (commit, {p: None if d is None else blob_hash(d) for p, d in changes.items()}) \
-                if len(changes) <= WRITTEN_MAX else None
-            if self._embedder:
-                self._ahead.wait(SETTLE_SECONDS)
-        finally:
-            with self._told_lock:
-                self._settling.discard(commit)
+        over already by :meth:`writing` or :meth:`committing`: nothing is embedded twice)."""
+        if self._embedder:
+            self._ahead.start(self._embedder, changes)
+        self._written = (commit, {p: None if d is None else blob_hash(d) for p, d in changes.items()}) \
+            if len(changes) <= WRITTEN_MAX else None
+        if parent is None:
+            return
+        with self._told_lock:
+            if len(self._hints) >= 256:
+                self._hints.pop(next(iter(self._hints)))
+            self._hints[parent] = (commit, frozenset(p for p in changes if is_note_path(p)))
 
     def embed_bulk(self, notes: Iterable[Note]) -> None:
         """A bulk import committed ``notes``: embedded on the embed-ahead worker while the
@@ -547,16 +525,6 @@ class NoteIndex:
                 chain.append(self._hints[at])
                 at = chain[-1][0]
         return chain if old is not None and at == new else None
-
-    def _only_settling(self, old: str | None, new: str | None) -> bool:
-        """Whether every commit from ``old`` to ``new`` is a write of this process that has
-        not returned yet (see :meth:`committed`), and every file the watch saw written is one
-        of theirs (a hand edit made meanwhile is owed to the next call)."""
-        chain = self._told(old, new)
-        with self._told_lock:
-            settling = set(self._settling)
-        return (bool(chain) and all(commit in settling for commit, _ in chain)
-                and self._touched <= set().union(*(paths for _, paths in chain)))
 
     def _committed_changes(self, old: str | None, new: str | None) -> tuple[set[str], set[str]]:
         """Note paths changed between two commits, and those among them that ``old`` lacked
