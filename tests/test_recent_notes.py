@@ -299,3 +299,17 @@ def test_versions_held_in_memory_are_not_read_back_when_another_process_moves_th
     fresh = MemoryRepo.open(repo.root)
     fresh.reindex(rebuild=True)
     assert {q: ranked(fresh, q) for q in QUERIES} == answers
+
+
+@needs_inotify
+def test_an_index_let_go_of_keeps_no_note_it_analysed_in_memory(repo):
+    """What the in-memory segments analysed holds the notes' text: reopening the index (as a
+    server does after an erasure) lets go of it with the segment."""
+    corpus(repo)
+    for _ in range(2):
+        repo.recall("billing", as_user="bob", now=T1)
+    team_fact(repo, "The ledger cache is off.", subject="service:ledger", key="cache.1", now=T1)
+    repo.recall("ledger cache", as_user="bob", now=T1)
+    assert len(repo.index._analysed) > 0
+    repo.index.reopen()
+    assert len(repo.index._analysed) == 0

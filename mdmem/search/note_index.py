@@ -243,6 +243,7 @@ class NoteIndex:
 
     def _close_index(self) -> None:
         self._drop_recent()
+        self._analysed.clear()
         if self._searcher is not None:
             self._searcher.close()
         self._searcher = None

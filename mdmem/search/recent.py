@@ -78,6 +78,13 @@ class Analysed:
         self.size = size
         self._items: OrderedDict[tuple[str, str], _Indexed] = OrderedDict()
 
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def clear(self) -> None:
+        """Let go of every note (they hold its text: an index let go of after an erasure)."""
+        self._items.clear()
+
     def get(self, path: str | None, version: str | None) -> _Indexed | None:
         found = self._items.get((path or "", version or ""))
         if found is not None:
