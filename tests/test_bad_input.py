@@ -80,3 +80,16 @@ def test_a_reserved_key_is_named_as_the_problem(repo):
                 "--scope", "team", "--team", "payments", "--new-key", "--as", "bob", "--repo", str(repo.root))
     assert r.returncode == 2
     assert "key" in r.stderr.split(":")[1] or "reserved" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("k", [0, "3", None, 2.5, True])
+def test_a_bad_number_of_hits_is_refused_and_the_index_stays(billing_team, k):
+    """A k that is not a whole number raised TypeError inside recall, which read as a damaged
+    index: it was moved aside and rebuilt."""
+    from mdmem.storage.gitdir import cache_dir
+
+    billing_team.recall("deploy", as_user="bob", now=T0)
+    before = sorted(p.name for p in cache_dir(billing_team.root).iterdir())
+    with pytest.raises(BadInput, match="^k: "):
+        billing_team.recall("deploy", as_user="bob", now=T0, k=k)
+    assert sorted(p.name for p in cache_dir(billing_team.root).iterdir()) == before

@@ -123,3 +123,37 @@ def test_a_long_lived_process_walks_the_tree_once_from_its_first_catch_up_and_th
     assert "45 days" in repo.recall("refund window", as_user="bob", now=T1)[0].text
     assert "45 days" in repo.recall("refund window", as_user="bob", now=T1)[0].text
     assert repo.index.tree_walks == 1
+
+
+def test_an_edit_made_before_a_server_started_is_found_after_its_first_catch_up_failed(repo):
+    """The server's first catch-up walks the tree and starts the watch; when it fails (here the
+    embedding service is not up yet), the next one walks instead: an edit made while no process
+    ran has no event, and was never found (until the file was written again)."""
+    from embed_server import EmbedServer
+
+    from mdmem.config import EmbedderConfig, UserConfig
+    from mdmem.errors import MdmemError
+
+    def use(r, url):
+        r.config.embedder = EmbedderConfig(backend="ollama", model="nomic-embed-text")
+        r.user_config = UserConfig(embedder_url=url)
+        r.reset_caches()
+
+    with EmbedServer() as server:
+        use(repo, server.url)
+        for i in range(3):
+            team_fact(repo, f"filler note number {i} about billing", key=f"k.{i}", new_key=True)
+        repo.recall("billing", as_user="bob", now=T1)
+        note = repo.root / repo.get(as_user="bob", subject="service:billing", kind="fact", key="k.2").path
+        repo.close()
+        note.write_text(note.read_text().replace("filler note number 2 about billing", "the aardvark pager rotation"))
+        server_side = MemoryRepo.open(repo.root)
+        use(server_side, server.url)
+        server.models = set()  # the embedding service is not ready yet
+        server_side.index.follow_tree()
+        with pytest.raises(MdmemError):
+            server_side.index.sync()
+        server.models = {"nomic-embed-text"}
+        hits = server_side.recall("aardvark pager rotation", as_user="bob", now=T1)
+        assert hits and hits[0].path == str(note.relative_to(repo.root))
+        server_side.close()

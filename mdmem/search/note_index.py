@@ -101,6 +101,10 @@ class NoteIndex:
         self._watch: TreeWatch | None = None
         self._watch_tried = False
         self._walked = False  # the first call's walk, made without a watch
+        # A catch-up that was to walk the tree failed (an embedding service not up yet, the
+        # index lock held): the next one walks instead, or an edit made before the watch
+        # started (it has no event) would stay unseen until the file is written again.
+        self._walk_owed = False
         self._touched: set[str] = set()  # note files the watch saw written, not yet applied
         # parent commit -> (commit, note paths it changed), told by this process's writes: a
         # catch-up along them needs no tree diff (~3 ms at 10k notes, 11 ms under load).
@@ -243,7 +247,10 @@ class NoteIndex:
 
     def _close_index(self) -> None:
         self._drop_recent()
+        # Both hold notes' text: what the segments analysed, and the table made over the
+        # searcher of the last segment (its reader keeps every note it held).
         self._analysed.clear()
+        self._table = None
         if self._searcher is not None:
             self._searcher.close()
         self._searcher = None
@@ -277,6 +284,7 @@ class NoteIndex:
         seen = self._recent.state if self._recent is not None else state
         head = self.repo.store.head()
         scan, touched = self._tree_check(worktree)
+        scan = scan or (worktree is None and self._walk_owed)
         if (not scan and not touched and seen.get("commit") == head
                 and not self._needs_rebuild(state, cheap=True)):
             return SyncReport()
@@ -305,8 +313,11 @@ class NoteIndex:
                     self.aside.start()
                 return report
         self._drop_recent()
+        self._walk_owed = self._walk_owed or scan
         report = self._sync_on_disk(scan=scan, progress=progress, prebuilt=prebuilt, may_rebuild=True)
         assert report is not None
+        if scan:
+            self._walk_owed = False
         return report
 
     def catch_up_on_disk(self, model_id: str) -> SyncReport | None:

@@ -171,8 +171,9 @@ class Recall:
         user = require_user(as_user)
         if not isinstance(query, str) or not query.strip():
             raise BadInput("query: recall needs a question or some words")
-        if k < 1:
-            raise BadInput("k: must be at least 1")
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            # (A TypeError from comparing read as a damaged index, which was moved aside.)
+            raise BadInput(f"k: how many hits, a whole number of at least 1, not {k!r}")
         when = resolve_now(now)
         contracts = [self.repo.contracts.resolve(x) for x in (kinds or [])]
         if tags is not None and (isinstance(tags, str) or not all(isinstance(t, str) for t in tags)):
