@@ -74,9 +74,8 @@ _Method = TypeVar("_Method", bound=Callable[..., Any])
 
 def _one_at_a_time(method: _Method) -> _Method:
     """A server's recalls and its writes ask one Verifier from two threads (the index mutex and
-    the write lock are not the same): a recall reading HEAD just before a write told the
-    verifier of the next commit asked for a head behind the cache's, which then judged the whole
-    history again (1.2 s at 10k notes, with every recall waiting behind it)."""
+    the write lock are not the same): one thread at a time reads or moves its cache, so a
+    recall never walks the state while a write's ``committed`` changes it."""
     @functools.wraps(method)
     def serialised(self, *args, **kwargs):
         with self._lock:

@@ -527,25 +527,18 @@ class NoteIndex:
         """A bulk import ended without its catch-up: what was embedded ahead for it is let go."""
         self._ahead.drop_bulk()
 
-    def _told(self, old: str | None, new: str | None) -> list[tuple[str, frozenset[str]]] | None:
-        """The commits this process made from ``old`` to ``new``, each with the note paths it
-        changed; None if any commit between them was not made here (or is forgotten)."""
-        chain = []
-        at = old
-        with self._told_lock:
-            while at is not None and at != new and at in self._hints:
-                chain.append(self._hints[at])
-                at = chain[-1][0]
-        return chain if old is not None and at == new else None
-
     def _committed_changes(self, old: str | None, new: str | None) -> tuple[set[str], set[str]]:
         """Note paths changed between two commits, and those among them that ``old`` lacked
         (only known from a tree diff; the writes told along the way say only what changed)."""
         if new is None:
             return set(), set()
-        chain = self._told(old, new)
-        told: set[str] = set().union(*(paths for _, paths in chain)) if chain is not None else set()
-        if chain is not None and len(told) <= RECENT_MAX:
+        told: set[str] = set()
+        at = old
+        with self._told_lock:
+            while at is not None and at != new and at in self._hints:
+                at, paths = self._hints[at]
+                told |= paths
+        if old is not None and at == new and len(told) <= RECENT_MAX:
             return told, set()
         # Many paths (a bulk import): the tree diff (~10 ms at 10k) also says which are new,
         # and those are added without a delete-by-path lookup in every segment.

@@ -65,6 +65,10 @@ class _Indexed:
             if field.column_type:
                 self.columns[name] = field.to_column_value(value)
 
+    def stats(self) -> tuple[set[tuple[str, bytes]], dict[str, int]]:
+        """The (field, term) pairs and scorable field lengths (what BM25F counts)."""
+        return set(self.terms), self.lengths
+
 
 class Analysed:
     """Notes as the index analyses them, by (path, blob id), kept from one in-memory segment to
@@ -86,9 +90,11 @@ class Analysed:
         self._items.clear()
 
     def get(self, path: str | None, version: str | None) -> _Indexed | None:
-        found = self._items.get((path or "", version or ""))
+        if not path or not version:
+            return None
+        found = self._items.get((path, version))
         if found is not None:
-            self._items.move_to_end((path or "", version or ""))
+            self._items.move_to_end((path, version))
         return found
 
     def put(self, indexed: _Indexed, version: str | None) -> None:
@@ -102,8 +108,7 @@ class Analysed:
 
 def index_terms(schema, doc: dict) -> tuple[set[tuple[str, bytes]], dict[str, int]]:
     """The (field, term) pairs and scorable field lengths Whoosh's writer makes of ``doc``."""
-    indexed = _Indexed(schema, doc)
-    return set(indexed.terms), indexed.lengths
+    return _Indexed(schema, doc).stats()
 
 
 class MemoryReader(IndexReader):
@@ -361,7 +366,7 @@ class RecentNotes:
             # A version this process held in memory before the disk index took it: known.
             known = self._analysed.get(fields.get("path"), fields.get("version"))
             if known is not None:
-                self._old[docnum] = set(known.terms), known.lengths
+                self._old[docnum] = known.stats()
             else:
                 doc = self._old_doc(fields)
                 self._old[docnum] = index_terms(self.schema, doc) if doc is not None else None
