@@ -277,3 +277,41 @@ def test_a_recall_refused_for_bad_input_sends_no_question(repo):
         time.sleep(0.2)
         assert not [r for r in list(server.requests) if "zqxv" in json.dumps(r["payload"])]
         repo.close()
+
+
+class _HeldEmbedder:
+    """A local embedder whose texts containing "held" wait for ``release``; ``made``: a text
+    without it was embedded."""
+    local, ready, model_id = True, True, "held-test"
+
+    def __init__(self):
+        self.release, self.made = threading.Event(), threading.Event()
+
+    def embed_documents(self, texts):
+        if any("held" in t for t in texts):
+            assert self.release.wait(10)
+        else:
+            self.made.set()
+        return np.ones((len(texts), 4), dtype=np.float32)
+
+
+def test_a_catch_up_waits_only_for_the_writes_whose_vectors_it_takes():
+    """A recall after one write takes that write's vectors without waiting for another write
+    still being embedded (it waited, with the index held, for every write under way)."""
+    from mdmem.search.embed_ahead import EmbedAhead
+
+    ahead, embedder = EmbedAhead(), _HeldEmbedder()
+    try:
+        ahead.start_texts(embedder, {"k-done": "a note already written"})
+        assert embedder.made.wait(10)
+        ahead.start_texts(embedder, {"k-held": "a held note still being embedded"})
+        taken: list = []
+        taker = threading.Thread(target=lambda: taken.append(ahead.take(["k-done"])))
+        taker.start()
+        taker.join(5)
+        assert taken and list(taken[0]) == ["k-done"]  # not behind the held write
+        embedder.release.set()
+        assert list(ahead.take(["k-held"])) == ["k-held"]  # and that one is still there to take
+    finally:
+        embedder.release.set()
+        ahead.close()
