@@ -155,12 +155,18 @@ def start_server(root: Path, tokens: Path, embedder: str) -> tuple[subprocess.Po
         raise SystemExit("the server did not start")
     import httpx2
     base = url[0].rsplit("/mcp", 1)[0]
-    for _ in range(600):
+    # Load starts once the server says it is ready (index caught up, caches and model warm), as
+    # a supervisor's readiness probe would hold traffic back; before that its first calls load
+    # the model and build the caches, which is start-up, not serving under load.
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
         try:
-            if httpx2.get(base + "/healthz", timeout=2).status_code == 200:
+            health = httpx2.get(base + "/healthz", timeout=2)
+            if health.status_code == 200 and health.json().get("ready"):
                 break
         except httpx2.HTTPError:
-            time.sleep(0.1)
+            pass
+        time.sleep(0.1)
     return proc, url[0]
 
 

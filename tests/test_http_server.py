@@ -132,7 +132,13 @@ def test_requests_without_a_good_token_get_401_with_the_resource_metadata(world)
 def test_the_health_endpoint_needs_no_token_and_says_nothing_about_memory(world):
     response = httpx2.get(world["server"].base + "/healthz")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok"}
+    assert set(response.json()) == {"status", "ready"} and response.json()["status"] == "ok"
+    # ready: the index caught up and its caches warm (a readiness probe holds traffic till then)
+    deadline = time.monotonic() + 60
+    while not response.json()["ready"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+        response = httpx2.get(world["server"].base + "/healthz")
+    assert response.json() == {"status": "ok", "ready": True}
 
 
 def test_jwt_access_tokens_verified_against_the_jwks(world):

@@ -396,3 +396,20 @@ def test_a_recall_stops_an_idle_warming_pass_instead_of_waiting_it_out(tmp_path,
         assert mutex.taken_by_pass > 0  # the passes ran beside the recalls
     finally:
         repo.close()
+
+
+def test_a_long_lived_process_loads_its_model_before_the_first_question(repo, monkeypatch):
+    """keep_warm loads the local model and runs it once: the first recall loaded it (~190 ms of
+    MiniLM with every recall behind it waiting), and no write was embedded ahead before that."""
+    from mdmem.search import embedders
+
+    monkeypatch.setattr(embedders, "_MINILM", None)  # a process that has not loaded it
+    team_fact(repo, "Billing deploys on Tuesdays", key="deploy.window")
+    repo.close()
+    fresh = MemoryRepo.open(repo.root)
+    try:
+        assert fresh.index.embedder is not None and not fresh.index.embedder.ready
+        fresh.keep_warm()
+        assert fresh.index.embedder.ready
+    finally:
+        fresh.close()

@@ -322,12 +322,16 @@ class CapabilityGate:
 
 def build_app(repo: MemoryRepo, verifier: TokenVerifier, *, public_url: str, issuer: str, host: str,
               limits: HttpLimits = HttpLimits(), index_ready: threading.Event | None = None,
-              restart: RestartOnErasure | None = None) -> Starlette:
+              warmed: threading.Event | None = None, restart: RestartOnErasure | None = None) -> Starlette:
     """The ASGI app: /mcp (bearer token required), the protected resource metadata, /healthz.
+    ``index_ready``: set once the index has caught up (recall answers from the views until
+    then); ``warmed``: once its caches and the model are warm too (/healthz says "ready").
     ``restart``: looked at before each tool call (serve_http: an erasure ends the server)."""
     ready = index_ready or threading.Event()
     if index_ready is None:
         ready.set()
+    if warmed is None:
+        warmed = ready
     ctx = RequestIdentity(repo, ready)
     params: dict[str, frozenset[str]] = {}
     auth = AuthSettings(issuer_url=issuer, resource_server_url=public_url,  # type: ignore[arg-type]
@@ -346,8 +350,9 @@ def build_app(repo: MemoryRepo, verifier: TokenVerifier, *, public_url: str, iss
 
     @server.custom_route(HEALTH_PATH, methods=["GET"])
     async def health(request: Request) -> Response:
-        # For a supervisor: the process answers. Nothing about the memory (no counts, no names).
-        return JSONResponse({"status": "ok"})
+        # For a supervisor: the process answers, and whether its first calls will be as quick as
+        # the rest (a readiness probe). Nothing about the memory (no counts, no names).
+        return JSONResponse({"status": "ok", "ready": warmed.is_set()})
 
     path = urlsplit(public_url).path or MCP_PATH
     app = server.streamable_http_app(streamable_http_path=path, json_response=True, stateless_http=True,
@@ -457,7 +462,7 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
     # from the views until it is in. No file watcher after it, unlike stdio: every recall
     # catches the index up itself (HEAD each call, hand edits from inotify), and a watcher
     # handling the events of this server's own writes cost an eighth of its CPU under load.
-    ready = threading.Event()
+    ready, warmed = threading.Event(), threading.Event()
     if hasattr(repo, "catch_up_aside"):  # a repository (a workspace's mounts keep theirs in process)
         repo.catch_up_aside()
 
@@ -474,6 +479,7 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
         except Exception:  # noqa: BLE001 -- a cache: recall reads the lists itself
             pass
         heap.settle()
+        warmed.set()
 
     kept: list[int] = []  # the listening socket's descriptor for the fresh process
 
@@ -495,7 +501,7 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
         pass
     stop = threading.Event()
     app = build_app(repo, verifier, public_url=public_url, issuer=issuer, host=host, limits=limits,
-                    index_ready=ready, restart=restart)
+                    index_ready=ready, warmed=warmed, restart=restart)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                             http=header_deadline_protocol(limits.body_seconds),
                             timeout_graceful_shutdown=int(graceful_seconds), limit_concurrency=512,

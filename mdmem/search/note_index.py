@@ -812,6 +812,14 @@ class NoteIndex:
     def embed_query(self, text: str) -> np.ndarray | None:
         return self.embedder.embed_query(text) if self.embedder is not None else None
 
+    def warm_embedder(self) -> None:
+        """A local model loaded and run once, on the thread that embeds recalls' questions: the
+        first recall loaded it (~190 ms of MiniLM, every recall behind it waiting), and until
+        then no write was embedded ahead. A model behind a server is left to the first call."""
+        embedder = self.embedder
+        if embedder is not None and getattr(embedder, "local", False):
+            self._ahead.query(embedder, "what is true now?").result()
+
     def embed_query_soon(self, text: str) -> Future:
         """:meth:`embed_query` started on another thread: a future of the vector (None
         without an embedder; its result raises what embedding raised)."""
