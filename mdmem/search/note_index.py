@@ -274,7 +274,7 @@ class NoteIndex:
     def _sync(self, *, worktree: bool | None, progress: ProgressCallback | None,
               prebuilt: Prebuilt | None = None) -> SyncReport:
         state = self._load_state()
-        if state != self._state_seen:
+        if state != self._state_seen and not _marked_pending(state, self._state_seen):
             # Another process moved the index on (its writes, its catch-up): a searcher opened
             # before that still shows the old notes.
             self._refresh()
@@ -840,6 +840,16 @@ class NoteIndex:
 
     def broken(self) -> dict[str, str]:
         return self._reflected().get("broken", {})
+
+
+def _marked_pending(state: dict, seen: dict | None) -> bool:
+    """``state`` is ``seen`` with only a catch-up's "pending" mark added: another process is
+    catching the index on disk up and has not saved where it got to. What this process searches
+    (its searcher, its notes in memory) still reflects ``seen``'s commit, and stays; taken for a
+    move, it threw its in-memory notes away and read them all again against the old commit
+    (~100 notes: 40-90 ms, index held), then again once the catch-up saved."""
+    return (seen is not None and bool(state.get("pending"))
+            and {k: v for k, v in state.items() if k != "pending"} == {k: v for k, v in seen.items() if k != "pending"})
 
 
 def index_lock(root: Path) -> Lock:
