@@ -274,11 +274,9 @@ def test_a_hand_edit_right_after_a_write_is_found_and_the_write_itself_is_not_di
 
 
 @needs_inotify
-def test_versions_held_in_memory_are_not_read_back_when_another_process_moves_the_disk_index_on(repo):
-    """A server's in-memory segment is made anew each time the disk index moves on (its catch-up
-    child, another process): the disk versions it then hides, held in memory before, are not read
-    back from git and analysed again (search/recent.py, Analysed); the ranking stays a full
-    reindex's."""
+def three_held_in_memory(repo) -> list[tuple[str, str]]:
+    """The corpus, then three notes superseded and held in the in-memory segment: their
+    (service, key)s."""
     corpus(repo)
     for _ in range(2):  # the two calls that walk the tree; from here a few changes go to memory
         repo.recall("billing", as_user="bob", now=T1)
@@ -286,6 +284,15 @@ def test_versions_held_in_memory_are_not_read_back_when_another_process_moves_th
     for svc, key in keys:
         team_fact(repo, f"The {svc} {key} moved to Friday; ask dana.", subject=f"service:{svc}", key=key, now=T1)
     repo.recall("billing", as_user="bob", now=T1)  # held in memory
+    return keys
+
+
+def test_versions_held_in_memory_are_not_read_back_when_another_process_moves_the_disk_index_on(repo):
+    """A server's in-memory segment is made anew each time the disk index moves on (its catch-up
+    child, another process): the disk versions it then hides, held in memory before, are not read
+    back from git and analysed again (search/recent.py, Analysed); the ranking stays a full
+    reindex's."""
+    keys = three_held_in_memory(repo)
     other = MemoryRepo.open(repo.root)
     other.reindex()  # the disk index takes those versions
     other.close()
@@ -335,13 +342,7 @@ def test_another_process_marking_its_catch_up_pending_leaves_the_notes_held_in_m
 
     from mdmem import cache as cachefiles
 
-    corpus(repo)
-    for _ in range(2):  # the two calls that walk the tree; from here a few changes go to memory
-        repo.recall("billing", as_user="bob", now=T1)
-    keys = [("billing", "deploy.window.0"), ("ledger", "cache.1"), ("payouts", "backup.schedule.2")]
-    for svc, key in keys:
-        team_fact(repo, f"The {svc} {key} moved to Friday; ask dana.", subject=f"service:{svc}", key=key, now=T1)
-    repo.recall("billing", as_user="bob", now=T1)  # held in memory
+    three_held_in_memory(repo)
     state = json.loads(repo.index.state_path.read_text())
     cachefiles.write_state(repo.index.state_path, {**state, "pending": repo.store.head()})
     assert repo.index.sync().indexed == []  # nothing read again
