@@ -154,8 +154,10 @@ class EmbedAhead:
             # Only the writes that make a wanted text, and those already made: a write still
             # being embedded that this catch-up does not need is not waited for (a recall
             # after one write waited 12-28 ms, index held, for the next write's vectors).
-            coming = [(ks, f) for ks, f in self._coming if ks & wanted or f.done()]
-            self._coming = [(ks, f) for ks, f in self._coming if not (ks & wanted or f.done())]
+            coming, left = [], []
+            for write in self._coming:
+                (coming if write[0] & wanted or write[1].done() else left).append(write)
+            self._coming = left
         for _, batch in coming:
             try:
                 vectors = batch.result()
