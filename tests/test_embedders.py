@@ -8,7 +8,7 @@ from embed_server import EmbedServer
 
 from mdmem.config import EmbedderConfig, UserConfig
 from mdmem.errors import EmbedderError
-from mdmem.search.embedders import MiniLMEmbedder, OllamaEmbedder, OpenAIEmbedder
+from mdmem.search.embedders import MiniLMEmbedder, OllamaEmbedder, OpenAIEmbedder, is_local
 from mdmem.storage.gitdir import cache_dir
 
 
@@ -129,3 +129,16 @@ def test_minilm_refuses_weights_that_fail_the_checksum(tmp_path):
     with pytest.raises(EmbedderError, match="does not match the published"):
         e.embed_query("anything")  # the graph is built (and the weights checked) when first needed
     assert not (tmp_path / "models").exists()
+
+
+def test_only_an_embedder_in_this_process_counts_as_local():
+    """What decides whether a write's texts are embedded before its commit, and whether the
+    index's disk catch-up may run in a child: a server's embedder never, no embedder is not one."""
+    assert is_local(MiniLMEmbedder())
+    assert not is_local(OllamaEmbedder("http://127.0.0.1:9", timeout=1, batch_size=8))
+    assert not is_local(OpenAIEmbedder("http://127.0.0.1:9", "m", timeout=1, batch_size=8))
+    assert not is_local(None)
+
+    class Bare:  # an embedder that does not say: texts may leave the machine
+        model_id = "x"
+    assert not is_local(Bare())

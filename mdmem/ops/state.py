@@ -168,8 +168,9 @@ class RepoState:
 
     def _aside_for(self, index: NoteIndex) -> CatchUpAside | None:
         from ..search.catch_up_aside import CatchUpAside
+        from ..search.embedders import is_local
 
-        if not getattr(index.embedder, "local", True):
+        if index.embedder is not None and not is_local(index.embedder):
             return None
         return CatchUpAside(self.root, index.model_id, self.config.embedder.backend)
 

@@ -34,6 +34,12 @@ class Embedder(Protocol):
     def embed_query(self, text: str) -> np.ndarray: ...
 
 
+def is_local(embedder: Embedder | None) -> bool:
+    """``embedder`` runs in this process and texts never leave the machine (see Embedder's
+    ``local``); False for none at all."""
+    return embedder is not None and bool(getattr(embedder, "local", False))
+
+
 def _normalise(vectors: np.ndarray) -> np.ndarray:
     vectors = np.asarray(vectors, dtype=np.float32)
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)

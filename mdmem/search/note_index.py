@@ -31,7 +31,7 @@ from . import bm25, fulltext, postings
 from .doctable import VECTOR_FIELD, DocTable, prepare_vectors
 from .bulkwriter import BulkWriter
 from .embed_ahead import EmbedAhead, note_texts
-from .embedders import Embedder, make_embedder
+from .embedders import Embedder, is_local, make_embedder
 from .embedding_cache import EmbeddingCache, cache_key
 from ..storage.gitdir import cache_dir, cache_locks_dir, clear_cache_path
 from .index_worker import Prebuilt
@@ -484,7 +484,7 @@ class NoteIndex:
     def writing(self, notes: Iterable[Note]) -> None:
         """A write of ``notes`` has begun (checked, not yet committed): their texts are
         embedded from now, as in :meth:`committing`, a few milliseconds earlier."""
-        if self._embedder and getattr(self._embedder, "local", False):
+        if self._embedder and is_local(self._embedder):
             self._ahead.start_texts(self._embedder, note_texts(self.model_id, notes))
 
     def committing(self, changes: dict[str, bytes | None]) -> None:
@@ -493,7 +493,7 @@ class NoteIndex:
         made here); the next recall's catch-up takes the vectors (search/embed_ahead.py). A
         commit that does not happen leaves only a guess no catch-up asks for. A server's
         embedder gets them only once committed (:meth:`committed`)."""
-        if self._embedder and getattr(self._embedder, "local", False):
+        if self._embedder and is_local(self._embedder):
             self._ahead.start(self._embedder, changes)
 
     def committed(self, parent: str | None, commit: str, changes: dict[str, bytes | None]) -> None:
@@ -817,7 +817,7 @@ class NoteIndex:
         first recall loaded it (~190 ms of MiniLM, every recall behind it waiting), and until
         then no write was embedded ahead. A model behind a server is left to the first call."""
         embedder = self.embedder
-        if embedder is not None and getattr(embedder, "local", False):
+        if is_local(embedder):
             self._ahead.query(embedder, "what is true now?").result()
 
     def embed_query_soon(self, text: str) -> Future:
