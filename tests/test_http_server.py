@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import re
 import os
 import signal
 import socket
@@ -322,6 +323,14 @@ def raw_request(port: int, head: str, body_chunks=(), *, read=True, timeout=30.0
             if not got:
                 break
             answer += got
+        head_part, _, body = answer.partition(b"\r\n\r\n")
+        length = re.search(rb"(?i)content-length: *(\d+)", head_part)
+        while length and len(body) < int(length.group(1)):  # the answer's body too, as declared
+            got = sock.recv(65536)
+            if not got:
+                break
+            body += got
+            answer += got
         return answer
     finally:
         sock.close()
@@ -362,6 +371,10 @@ def test_a_huge_body_and_a_stalled_client_do_not_block_the_others(world, tmp_pat
             th.join(60)
         assert answers["declared"].startswith(b"HTTP/1.1 413"), answers["declared"][:200]
         assert answers["streamed"].startswith(b"HTTP/1.1 413"), answers["streamed"][:200]
+        # A chunked body declares no size: the answer says it went over the cap, and what that is.
+        assert b"request body over " in answers["streamed"] and b"at most" in answers["streamed"], \
+            answers["streamed"][-300:]
+        assert b"request body of 100000000 bytes" in answers["declared"], answers["declared"][-300:]
         stalled.settimeout(10)
         late = stalled.recv(65536)
         stalled.close()

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from mdmem.auth.principal import TokenRejected
-from mdmem.auth.static_tokens import TokenFile
+from mdmem.auth.static_tokens import TokenFile, memory_of
 from mdmem.errors import BadInput, NotFound
 from mdmem.mcp.http_guard import RateLimiter
 
@@ -55,6 +55,24 @@ def test_expired_static_tokens_are_refused(tmp_path):
         tokens.verify(secret, now=dt.datetime(2025, 7, 1, tzinfo=dt.timezone.utc))
     with pytest.raises(BadInput, match="--expires"):
         tokens.add("bob", "b", frozenset({"read"}), expires="2020-01-01T00:00:00Z")
+
+
+def test_a_token_made_for_one_memory_is_refused_over_another(tmp_path):
+    """One account's token file serves every memory it serves: a token names its own, and the
+    server over another (which may declare a person of the same name) refuses it. A token that
+    names none (made before tokens named theirs) is still taken by each."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "a")
+    maker = TokenFile(tmp_path / "tokens.json")
+    _, for_a = maker.add("bob", "ci-bot", frozenset({"read"}), memory=memory_of(tmp_path / "link"))
+    _, older = maker.add("bob", "old-bot", frozenset({"read"}))
+    over_a = TokenFile(tmp_path / "tokens.json", memory=memory_of(tmp_path / "a"))
+    over_b = TokenFile(tmp_path / "tokens.json", memory=memory_of(tmp_path / "b"))
+    assert over_a.verify(for_a).person == "bob"  # the same folder through a link names the same memory
+    with pytest.raises(TokenRejected, match=r"made for the memory at .*/a, not this one \(.*/b\)"):
+        over_b.verify(for_a)
+    assert over_a.verify(older).agent == over_b.verify(older).agent == "old-bot"
 
 
 def test_bad_token_file_arguments_are_named(tmp_path):

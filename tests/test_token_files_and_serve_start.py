@@ -12,6 +12,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import httpx2
@@ -21,6 +22,7 @@ from http_server import running
 
 from mdmem import MemoryRepo
 from mdmem.auth.static_tokens import TokenFile
+from mdmem.model.clock import parse_time
 
 ENV = {**os.environ, "MDMEM_EMBEDDER": "none", "MDMEM_NO_DAEMON": "1"}
 for name in ("MDMEM_CONFIG", "XDG_CONFIG_HOME", "MDMEM_USER"):
@@ -174,3 +176,92 @@ def test_every_405_on_the_mcp_endpoint_allows_only_post(memory, tmp_path):
             assert r.status_code == 405, (method, r.status_code)
             allowed[method] = r.headers.get("allow")
     assert allowed == dict.fromkeys(allowed, "POST"), allowed
+
+
+# --- a token names its memory --------------------------------------------------------------
+def test_a_token_added_for_one_memory_is_refused_by_the_server_of_another(memory, tmp_path):
+    """One account, one token file (the default one, beside the config), two memories that both
+    declare bob: the token `mdmem token add --repo` made for the first is refused (401) by a
+    server over the second, which says at its start that it has no token yet; the first's server
+    takes it. `token list` names each token's memory."""
+    home = tmp_path / "home"
+    env = {"HOME": str(home)}
+    other = MemoryRepo.init(tmp_path / "other", teams={"ops": ["bob", "erin"]}, now=T0, as_user="mdmem",
+                            people=["bob", "erin"])
+    other.close()
+    added = token_add(memory, env=env)
+    assert added.returncode == 0, added.stderr
+    secret = added.stdout.strip()
+    assert f"the memory at {os.path.realpath(memory)}" in added.stderr
+    tokens = home / ".config" / "mdmem" / "server-tokens.json"
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {"Authorization": f"Bearer {secret}", "Accept": "application/json, text/event-stream",
+               "Content-Type": "application/json"}
+    with running(other.root, tokens, env=env) as server:
+        refused = httpx2.post(server.url, headers=headers, content=json.dumps(body), timeout=30)
+        assert refused.status_code == 401, refused.text
+        assert "no token for this memory" in server.log()
+    with running(memory, tokens, env=env) as server:
+        taken = httpx2.post(server.url, headers=headers, content=json.dumps(body), timeout=30)
+        assert taken.status_code == 200, taken.text
+        assert "recall" in taken.text
+    shown = mdmem("token", "list", "--tokens", str(tokens), env=env)
+    assert shown.returncode == 0 and os.path.realpath(memory) in shown.stdout, shown
+
+
+def test_token_list_says_a_token_has_expired_and_add_names_the_person_flag(memory, tmp_path):
+    """An expiry passed is listed as "expired", not "expires"; an undeclared --person is refused
+    naming --person (not --as, which `token add` has not got)."""
+    tokens = tmp_path / "tokens.json"
+    past = "2025-01-01T00:00:00Z"
+    TokenFile(tokens).add("bob", "gone", frozenset({"read"}), expires="2025-06-01T00:00:00Z",
+                          now=parse_time(past, field="now"))
+    TokenFile(tokens).add("bob", "live", frozenset({"read"}), expires="2099-01-01T00:00:00Z")
+    shown = mdmem("token", "list", "--tokens", str(tokens))
+    lines = {line.split()[2]: line for line in shown.stdout.splitlines()}
+    assert "expired 2025-06-01" in lines["agent:gone"] and "expires 2099-01-01" in lines["agent:live"], shown.stdout
+    assert "any memory" in lines["agent:gone"]  # made without one (older tokens)
+    refused = mdmem("token", "add", "--person", "mallory", "--agent", "x", "--repo", str(memory),
+                    "--tokens", str(tokens))
+    assert refused.returncode != 0 and "check --person" in refused.stderr and "--as" not in refused.stderr, \
+        refused.stderr
+
+
+def test_the_python_example_in_the_server_docs_runs_as_written(tmp_path):
+    """docs/server.md, "Point an agent at it": the Python example, run as a script with the URL
+    swapped for a real server's and the token in MDMEM_TOKEN, prints the hit it finds."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "server.md").read_text()
+    section = doc.split("## Point an agent at it", 1)[1].split("\n## ", 1)[0]
+    example = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert "https://memory.example.com/mcp" in example
+    repo = MemoryRepo.init(tmp_path / "mem", teams=TEAMS, now=T0, as_user="mdmem", people=PEOPLE)
+    repo.remember("Billing deploys any weekday before 3pm", as_user="bob", kind="fact", subject="service:web",
+                  key="deploy.window")
+    repo.close()
+    tokens = TokenFile(tmp_path / "tokens.json")
+    secret = tokens.add("bob", "docs-example", frozenset({"read"}))[1]
+    with running(repo.root, tokens.path) as server:
+        script = tmp_path / "example.py"
+        script.write_text(example.replace("https://memory.example.com/mcp", server.url))
+        ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                             env={**ENV, "MDMEM_TOKEN": secret})
+    assert ran.returncode == 0, ran.stderr
+    assert "Billing deploys any weekday before 3pm" in ran.stdout, ran.stdout
+
+
+def test_the_server_logs_a_refused_token_once(memory, tmp_path):
+    """The SDK gives the root logger a handler of its own: each of mdmem's warnings came out
+    twice on the server's stderr (its own line, then the SDK's)."""
+    tokens = TokenFile(tmp_path / "tokens.json")
+    tokens.add("bob", "ci-bot", frozenset({"read"}))
+    with running(memory, tokens.path) as server:
+        r = httpx2.post(server.url, headers={"Authorization": "Bearer mdmem_feedfeedfeed_nothing",
+                                             "Accept": "application/json, text/event-stream",
+                                             "Content-Type": "application/json"}, content=b"{}", timeout=30)
+        assert r.status_code == 401
+        deadline = time.monotonic() + 10
+        while "feedfeedfeed" not in server.log() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # a second copy, if any, is read by then
+        log = server.log()
+    assert log.count("feedfeedfeed") == 1, log

@@ -6,6 +6,11 @@ secret is 32 random bytes. Because the secret is random (not a password a person
 slow key-derivation function would add no strength against guessing, only CPU on every
 request: the hash is HMAC-SHA256 keyed by the entry's own salt, compared in constant time.
 
+Each token made by ``mdmem token add`` names the memory it was made for (the real path of the
+repository or workspace): one account's token file serves every memory that account serves, and
+a token for bob in one memory was taken by a server over another that also declares a bob.
+A token from before that (no memory named) is taken by any of them, as it was.
+
 The file is read again whenever it changes (inode, size, mtime), so a revocation written by
 ``mdmem token revoke`` -- another process -- stops the token at the server's next request
 without a restart. Writes replace the file atomically (a temporary file renamed over it) with
@@ -47,12 +52,23 @@ class TokenEntry:
     hash: str
     expires: str | None = None
     revoked: str | None = None
+    memory: str | None = None  # the memory it was made for (memory_of); None: any (an older token)
 
     def public(self) -> dict[str, Any]:
         """What `mdmem token list` shows: everything but the salt and hash."""
         return {"id": self.id, "person": self.person, "agent": self.agent,
                 "capabilities": list(self.capabilities), "created": self.created,
-                "expires": self.expires, "revoked": self.revoked}
+                "expires": self.expires, "revoked": self.revoked, "memory": self.memory}
+
+    def serves(self, memory: str | None) -> bool:
+        """Whether a server over ``memory`` (None: not said) takes this token."""
+        return self.memory is None or memory is None or self.memory == memory
+
+
+def memory_of(root: str | os.PathLike) -> str:
+    """How a token names the memory at ``root`` (a repository's or a workspace's folder): its
+    real path, the same whether reached through a link or a relative path."""
+    return os.path.realpath(root)
 
 
 def _digest(salt: str, secret: str) -> str:
@@ -71,10 +87,12 @@ def split_token(token: str) -> tuple[str, str] | None:
 
 
 class TokenFile:
-    """The token file at ``path`` (it may not exist yet: then no token verifies)."""
+    """The token file at ``path`` (it may not exist yet: then no token verifies). ``memory``
+    (memory_of): the memory this process serves; a token made for another is refused."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, *, memory: str | None = None):
         self.path = Path(path)
+        self.memory = memory
         self._stamp: tuple[int, int, int] | None = None
         self._entries: dict[str, TokenEntry] = {}
         self._mutex = threading.Lock()
@@ -119,7 +137,7 @@ class TokenFile:
                 entry = TokenEntry(**{**raw, "capabilities": tuple(raw["capabilities"])})
             except (TypeError, KeyError) as exc:
                 raise BadInput(f"{self.path}: tokens[{i}]: {exc}; each entry has id, person, agent, capabilities, "
-                               "created, salt, hash (and expires, revoked)") from None
+                               "created, salt, hash (and expires, revoked, memory)") from None
             out[entry.id] = entry
         return out
 
@@ -136,6 +154,9 @@ class TokenFile:
             raise TokenRejected(f"token {token_id}: wrong secret")
         if entry.revoked:
             raise TokenRejected(f"token {token_id}: revoked at {entry.revoked}")
+        if not entry.serves(self.memory):
+            raise TokenRejected(f"token {token_id}: made for the memory at {entry.memory}, not this one "
+                                f"({self.memory})")
         when = resolve_now(now)
         expires_at = None
         if entry.expires:
@@ -189,8 +210,9 @@ class TokenFile:
             lock.release()
 
     def add(self, person: str, agent: str, capabilities: frozenset[str], *, expires: str | None = None,
-            now: _dt.datetime | None = None) -> tuple[TokenEntry, str]:
-        """A new token: its entry and its secret (shown once; the file keeps only the hash)."""
+            memory: str | None = None, now: _dt.datetime | None = None) -> tuple[TokenEntry, str]:
+        """A new token: its entry and its secret (shown once; the file keeps only the hash).
+        ``memory`` (memory_of): the one memory whose server takes it; None: any."""
         check_name(person, "--person")
         check_name(agent, "--agent")
         unknown = set(capabilities) - set(CAPABILITIES)
@@ -212,7 +234,7 @@ class TokenFile:
             entry = TokenEntry(id=token_id, person=person, agent=agent,
                                capabilities=tuple(c for c in CAPABILITIES if c in capabilities),
                                created=format_time(when) or "", salt=salt, hash=_digest(salt, secret),
-                               expires=expires)
+                               expires=expires, memory=memory)
             entries[token_id] = entry
             self._write(real, entries)
         return entry, secret

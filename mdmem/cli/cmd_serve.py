@@ -47,6 +47,13 @@ def run(ctx) -> int:
     from ..mcp.reexec import started_ns, taken_over
     from ..storage.gitindex import INDEX_DELAY_SECONDS
 
+    import logging
+
+    # The MCP SDK gives the root logger a handler of its own (rich): the "mdmem" logger's
+    # warnings, shown by the CLI's handler already, came out twice through it.
+    mdmem_log = logging.getLogger("mdmem")
+    if mdmem_log.handlers:
+        mdmem_log.propagate = False
     # Set when this process replaced a server that saw an erasure (mcp/reexec.py): the
     # client's session, or the listening socket, it goes on with.
     handover = taken_over()
@@ -104,7 +111,7 @@ def run_http(ctx, handover: dict) -> int:
     import sys
 
     from ..auth.jwt_tokens import JwtSettings, JwtVerifier
-    from ..auth.static_tokens import TokenFile
+    from ..auth.static_tokens import TokenFile, memory_of
     from ..errors import BadInput
     from ..mcp.heap import tune_malloc
     from ..mcp.http import MCP_PATH, HttpLimits, TokenVerifier, listen, listening_socket, serve_http
@@ -135,8 +142,10 @@ def run_http(ctx, handover: dict) -> int:
     shown = f"[{host}]" if ":" in host else host
     bound_url = f"http://{shown}:{sock.getsockname()[1]}{MCP_PATH}"
     public_url = args.public_url or bound_url
-    tokens = TokenFile(token_file_path(ctx))
-    active = [e for e in tokens.entries().values() if not e.revoked]  # an unreadable file is named now
+    tokens = TokenFile(token_file_path(ctx), memory=memory_of(repo.root))
+    # Tokens this server takes (an unreadable file is named now): not revoked, made for this memory.
+    active = [e for e in tokens.entries().values() if not e.revoked and e.serves(tokens.memory)]
+    unbound = sum(1 for e in active if e.memory is None)
     jwt = None
     if args.jwt_jwks or args.jwt_issuer:
         if not (args.jwt_jwks and args.jwt_issuer):
@@ -156,8 +165,12 @@ def run_http(ctx, handover: dict) -> int:
     print(f"mdmem: serving {public_url} ({where}tokens: {tokens.path}"
           + (f"; JWTs from {args.jwt_issuer}" if jwt else "") + ")", file=sys.stderr, flush=True)
     if not active and jwt is None:
-        print(f"mdmem: no token in {tokens.path} yet: every request is refused until you add one "
+        print(f"mdmem: no token for this memory in {tokens.path} yet: every request is refused until you add one "
               "(mdmem token add --person NAME --agent LABEL --allow read,write)", file=sys.stderr, flush=True)
+    if unbound:
+        print(f"mdmem: {unbound} token(s) in {tokens.path} name no memory (made before tokens named theirs): "
+              "any memory this account serves takes them; revoke and add them again to bind each to one",
+              file=sys.stderr, flush=True)
     # The metadata names who issues tokens: the IdP, else this server (its static tokens).
     issuer = args.jwt_issuer or public_url
     if not serve_http(repo, verifier, sock, public_url=public_url, issuer=issuer, host=host, limits=limits,

@@ -28,24 +28,28 @@ def register(sub) -> None:
 
 def run(ctx) -> int:
     from ..auth.principal import parse_capabilities
-    from ..auth.static_tokens import TokenFile
+    from ..auth.static_tokens import TokenFile, memory_of
+    from ..model.clock import parse_time, resolve_now
     from .cmd_serve import token_file_path
 
     args = ctx.args
     tokens = TokenFile(token_file_path(ctx))
     if args.token_op == "add":
         caps = parse_capabilities(args.allow)
-        # The person must be one the memory declares (the server checks again on every request).
-        ctx.repo().check_user(args.person)
-        entry, secret = tokens.add(args.person, args.agent, caps, expires=args.expires, now=ctx.now)
+        # The person must be one the memory declares (the server checks again on every request),
+        # and the token is for this memory's server only (one token file serves them all).
+        repo = ctx.repo()
+        repo.check_user(args.person, given_by="--person")
+        entry, secret = tokens.add(args.person, args.agent, caps, expires=args.expires, memory=memory_of(repo.root),
+                                   now=ctx.now)
         if ctx.json:
             print(json.dumps({**entry.public(), "token": secret, "file": str(tokens.path)}, indent=2))
         else:
             print(secret)
             import sys
             print(f"mdmem: token {entry.id} for {entry.person} (agent {entry.agent}; "
-                  f"{', '.join(entry.capabilities)}) added to {tokens.path}; this is the only time it is shown",
-                  file=sys.stderr)
+                  f"{', '.join(entry.capabilities)}; the memory at {entry.memory}) added to {tokens.path}; "
+                  "this is the only time it is shown", file=sys.stderr)
         return 0
     if args.token_op == "list":
         rows = [e.public() for e in tokens.entries().values()]
@@ -56,10 +60,18 @@ def run(ctx) -> int:
                 import sys
                 print(f"mdmem: no tokens in {tokens.path} (mdmem token add --person NAME --agent LABEL "
                       "--allow read,write)", file=sys.stderr)
+            now = resolve_now(ctx.now)
             for r in rows:
-                state = f"revoked {r['revoked']}" if r["revoked"] else (f"expires {r['expires']}" if r["expires"]
-                                                                          else "active")
-                print(f"{r['id']}  {r['person']}  agent:{r['agent']}  {','.join(r['capabilities'])}  {state}")
+                if r["revoked"]:
+                    state = f"revoked {r['revoked']}"
+                elif r["expires"]:
+                    state = f"{'expired' if parse_time(r['expires'], field='expires') <= now else 'expires'} " \
+                            f"{r['expires']}"
+                else:
+                    state = "active"
+                memory = r["memory"] or "any memory (made before tokens named theirs)"
+                print(f"{r['id']}  {r['person']}  agent:{r['agent']}  {','.join(r['capabilities'])}  {state}  "
+                      f"{memory}")
         return 0
     entry = tokens.revoke(args.id, now=ctx.now)
     if ctx.json:

@@ -151,9 +151,10 @@ class RequestGuard:
         await self.app(scope, replay, send)
 
     async def _too_large(self, send: Send, declared: int | None) -> None:
-        size = f"{declared} bytes" if declared is not None else "more than that"
+        # A chunked body's size is not declared: it is over the cap once the bytes read are.
+        size = f"of {declared} bytes" if declared is not None else f"over {self.max_body_bytes} bytes"
         await send_json(send, 413, {"error": "too_large",
-                                    "message": f"request body of {size}; this server takes at most "
+                                    "message": f"request body {size}; this server takes at most "
                                                f"{self.max_body_bytes} bytes a request"})
 
 

@@ -112,10 +112,11 @@ class RepoState:
             committed = "unreadable"
         return committed, on_disk
 
-    def check_user(self, user: str | None) -> str:
-        """``user`` as declared in mdmem.toml as it is now (follow_config first), else refused."""
+    def check_user(self, user: str | None, *, given_by: str = "--as / MDMEM_USER") -> str:
+        """``user`` as declared in mdmem.toml as it is now (follow_config first), else refused
+        (naming ``given_by``, where the name came from)."""
         self.follow_config()
-        return self.access.check_user(user)
+        return self.access.check_user(user, given_by=given_by)
 
     def follow_config(self) -> None:
         """Take up a change of mdmem.toml made since it was read -- an admin's commit removing

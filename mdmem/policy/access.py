@@ -44,18 +44,18 @@ class Access:
         """Everyone mdmem.toml declares: team members, erasers and [people] names."""
         return self.people | self.erasers | frozenset().union(*self.teams.values())
 
-    def check_user(self, user: str | None) -> str:
+    def check_user(self, user: str | None, *, given_by: str = "--as / MDMEM_USER") -> str:
         """The acting user, who must be declared in mdmem.toml: an undeclared name (a typo,
         ``--as mallory``) would otherwise act with a private root of its own and make every
         refusal look like "nothing here". A repo that declares nobody (a fresh single-user
-        repo) takes any name."""
+        repo) takes any name. ``given_by``: where the name came from, for the message."""
         user = require_user(user)
         known = self.users
         if known and user not in known:
             shown = ", ".join(sorted(known)[:12]) + (", ..." if len(known) > 12 else "")
             raise BadInput(f"identity: {user} is not a user of this repo (known: {shown}); users are declared "
                            f"in mdmem.toml as [teams] members, [roles] erasers or a [people.{user}] table; "
-                           "check --as / MDMEM_USER")
+                           f"check {given_by}")
         return user
 
     def teams_of(self, user: str) -> list[str]:

@@ -156,12 +156,12 @@ class Workspace:
     def user(self) -> str:
         return self.file.user
 
-    def check_user(self, user: str | None) -> str:
+    def check_user(self, user: str | None, *, given_by: str = "--as / MDMEM_USER") -> str:
         """The acting person must be the workspace's: its clones are what the host let them read."""
         user = require_user(user)
         if user != self.file.user:
             raise BadInput(f"identity: this workspace ({self.root}) acts for {self.file.user}, not {user}; "
-                           f"check --as / MDMEM_USER, or use {user}'s own workspace")
+                           f"check {given_by}, or use {user}'s own workspace")
         return user
 
     def follow_config(self) -> None:
