@@ -9,9 +9,10 @@ import os
 import pytest
 
 from mdmem.auth.principal import TokenRejected
-from mdmem.auth.static_tokens import TokenFile, memory_of
+from mdmem.auth.static_tokens import TokenFile
 from mdmem.errors import BadInput, NotFound
 from mdmem.mcp.http_guard import RateLimiter
+from mdmem.storage.memory_id import read_or_make
 
 
 def test_the_token_file_keeps_only_salted_hashes_and_verifies_the_secret(tmp_path):
@@ -58,21 +59,34 @@ def test_expired_static_tokens_are_refused(tmp_path):
 
 
 def test_a_token_made_for_one_memory_is_refused_over_another(tmp_path):
-    """One account's token file serves every memory it serves: a token names its own, and the
-    server over another (which may declare a person of the same name) refuses it. A token that
-    names none (made before tokens named theirs) is still taken by each."""
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    (tmp_path / "link").symlink_to(tmp_path / "a")
+    """One account's token file serves every memory it serves: a token names its own by id, and
+    the server over another (which may declare a person of the same name) refuses it, saying
+    which it was made for only in the log. A token that names none (made before tokens named
+    theirs) is still taken by each."""
     maker = TokenFile(tmp_path / "tokens.json")
-    _, for_a = maker.add("bob", "ci-bot", frozenset({"read"}), memory=memory_of(tmp_path / "link"))
+    _, for_a = maker.add("bob", "ci-bot", frozenset({"read"}), memory_id="a" * 32, memory="/srv/a")
     _, older = maker.add("bob", "old-bot", frozenset({"read"}))
-    over_a = TokenFile(tmp_path / "tokens.json", memory=memory_of(tmp_path / "a"))
-    over_b = TokenFile(tmp_path / "tokens.json", memory=memory_of(tmp_path / "b"))
-    assert over_a.verify(for_a).person == "bob"  # the same folder through a link names the same memory
-    with pytest.raises(TokenRejected, match=r"made for the memory at .*/a, not this one \(.*/b\)"):
-        over_b.verify(for_a)
+    over_a = TokenFile(tmp_path / "tokens.json", memory_id="a" * 32, memory="/mnt/elsewhere")
+    over_b = TokenFile(tmp_path / "tokens.json", memory_id="b" * 32, memory="/srv/a")
+    assert over_a.verify(for_a).person == "bob"  # the same memory, wherever it is now
+    with pytest.raises(TokenRejected, match=r"made for the memory a{32} \(then at /srv/a\), not this one \(b{32}"):
+        over_b.verify(for_a)  # another memory, even at the first one's old place
     assert over_a.verify(older).agent == over_b.verify(older).agent == "old-bot"
+
+
+def test_a_memory_id_is_made_once_and_agreed_on_by_every_process(tmp_path):
+    """storage/memory_id.py: the first to ask makes it, whole; everyone after (and any number
+    racing) reads the same; a damaged file is named, not replaced."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = tmp_path / "id"
+    with ThreadPoolExecutor(8) as pool:
+        ids = set(pool.map(lambda _: read_or_make(path), range(32)))
+    assert len(ids) == 1 and len(ids.pop()) == 32
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["id"]  # no temporary left behind
+    path.write_text("garbage\n")
+    with pytest.raises(BadInput, match=f"{path}: not a memory id"):
+        read_or_make(path)
 
 
 def test_bad_token_file_arguments_are_named(tmp_path):

@@ -209,6 +209,29 @@ def test_a_token_added_for_one_memory_is_refused_by_the_server_of_another(memory
     assert shown.returncode == 0 and os.path.realpath(memory) in shown.stdout, shown
 
 
+def test_a_token_follows_its_memory_when_moved_and_a_new_memory_in_its_place_refuses_it(tmp_path):
+    """A memory's tokens name it, not the folder it is in: moved (`mv`), it still takes them;
+    a new memory made where it was (declaring the same person) refuses them."""
+    env = {"HOME": str(tmp_path / "home")}
+    first = MemoryRepo.init(tmp_path / "mem", teams={"eng": ["bob"]}, now=T0, as_user="mdmem")
+    first.close()
+    added = token_add(first.root, env=env)
+    assert added.returncode == 0, added.stderr
+    secret = added.stdout.strip()
+    tokens = tmp_path / "home" / ".config" / "mdmem" / "server-tokens.json"
+    (tmp_path / "mem").rename(tmp_path / "moved")
+    again = MemoryRepo.init(tmp_path / "mem", teams={"ops": ["bob", "zed"]}, now=T0, as_user="mdmem")
+    again.close()
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
+    headers = {"Authorization": f"Bearer {secret}", "Accept": "application/json, text/event-stream",
+               "Content-Type": "application/json"}
+    with running(tmp_path / "mem", tokens, env=env) as server:
+        assert httpx2.post(server.url, headers=headers, content=body, timeout=30).status_code == 401
+        assert "made for the memory" in server.log()
+    with running(tmp_path / "moved", tokens, env=env) as server:
+        assert httpx2.post(server.url, headers=headers, content=body, timeout=30).status_code == 200
+
+
 def test_token_list_says_a_token_has_expired_and_add_names_the_person_flag(memory, tmp_path):
     """An expiry passed is listed as "expired", not "expires"; an undeclared --person is refused
     naming --person (not --as, which `token add` has not got)."""

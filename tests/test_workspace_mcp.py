@@ -81,3 +81,58 @@ def test_mcp_over_a_workspace_spans_mounts_and_routes_writes(tmp_path):
     assert "secret rota" not in every and "2am" not in every
     assert theirs.is_error or "no such note" in json.dumps(theirs.model_dump(mode="json"))
     assert "team/infra is not mounted" in json.dumps(unmounted.model_dump(mode="json"))
+
+
+def test_a_workspace_served_over_http_answers_its_persons_tokens_across_mounts(tmp_path):
+    """`mdmem serve --http --repo WORKSPACE` (docs/server.md: "a workspace or a single
+    repository"): alice's token (added with `mdmem token add` in her workspace) remembers into her
+    private clone and recalls across her mounts, never the clone her host should not have given her;
+    bob's token is refused (a workspace acts for one person); SIGTERM leaves every clone's index
+    written and its tree clean."""
+    import signal
+    import subprocess
+
+    import httpx2
+    from http_server import running, session_calls
+
+    from mdmem.auth.static_tokens import TokenFile
+
+    remotes = team_of_three(tmp_path)
+    bob = workspace(tmp_path, "bob", remotes, ["team/search", "private/bob"])
+    bob.remember("Search reindexes nightly at 2am; bob's secret rota", as_user="bob", kind="fact",
+                 subject="service:search", key="reindex", scope="team", team="search", now=T0)
+    assert all(m.ok for m in bob.sync(as_user="bob", push=True).mounts)
+    bob.close()
+    alice = workspace(tmp_path, "alice", remotes, ["team/payments", "private/alice"])
+    alice.remember("I am interviewing at Acme", as_user="alice", kind="fact", subject="user:alice", key="job",
+                   now=T0)
+    alice.add("team/search", str(remotes["team/search"]), as_user="alice")  # not hers to read
+    alice.close()
+    tokens = tmp_path / "tokens.json"
+    env = {**os.environ, "MDMEM_EMBEDDER": "none", "MDMEM_NO_DAEMON": "1"}
+    env.pop("MDMEM_USER", None)
+    added = subprocess.run([sys.executable, "-m", "mdmem.cli.main", "token", "add", "--person", "alice", "--agent",
+                            "helper", "--allow", "read,write", "--repo", str(alice.root), "--tokens", str(tokens)],
+                           capture_output=True, text=True, env=env)
+    assert added.returncode == 0, added.stderr
+    secret = added.stdout.strip()
+    bobs = TokenFile(tokens).add("bob", "helper", frozenset({"read"}))[1]
+    with running(alice.root, tokens) as server:
+        wrote, recalled = asyncio.run(session_calls(server.url, secret, [
+            ("remember", {"text": "Watched billing deploys on Tuesday", "kind": "episode",
+                          "subject": "service:billing"}),
+            ("recall", {"query": "billing deploys interviewing reindexes nightly"})]))
+        assert not wrote.is_error and not recalled.is_error, (wrote.content, recalled.content)
+        refused = httpx2.post(server.url, headers={"Authorization": f"Bearer {bobs}", "Content-Type": "application/json",
+                                                   "Accept": "application/json, text/event-stream"},
+                              content=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}),
+                              timeout=30)
+        assert refused.status_code == 401, refused.text
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(60) == 0, server.log()
+    assert data(wrote)["status"] == "committed" and data(wrote)["path"].startswith("private/alice/"), data(wrote)
+    answer = json.dumps(data(recalled))
+    assert data(wrote)["path"] in answer and "Acme" in answer
+    assert "secret rota" not in answer and "2am" not in answer
+    clone = alice.clone_path("private/alice")
+    assert git(clone, "status", "--porcelain").strip() == "", git(clone, "status", "--porcelain")

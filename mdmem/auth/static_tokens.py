@@ -6,10 +6,10 @@ secret is 32 random bytes. Because the secret is random (not a password a person
 slow key-derivation function would add no strength against guessing, only CPU on every
 request: the hash is HMAC-SHA256 keyed by the entry's own salt, compared in constant time.
 
-Each token made by ``mdmem token add`` names the memory it was made for (the real path of the
-repository or workspace): one account's token file serves every memory that account serves, and
-a token for bob in one memory was taken by a server over another that also declares a bob.
-A token from before that (no memory named) is taken by any of them, as it was.
+Each token made by ``mdmem token add`` names the memory it was made for (its id,
+storage/memory_id.py, and for people its path): one account's token file serves every memory that
+account serves, and a token for bob in one memory was taken by a server over another that also
+declares a bob. A token from before that (no memory named) is taken by any of them, as it was.
 
 The file is read again whenever it changes (inode, size, mtime), so a revocation written by
 ``mdmem token revoke`` -- another process -- stops the token at the server's next request
@@ -52,21 +52,23 @@ class TokenEntry:
     hash: str
     expires: str | None = None
     revoked: str | None = None
-    memory: str | None = None  # the memory it was made for (memory_of); None: any (an older token)
+    memory: str | None = None  # where the memory it was made for was then (for people to read)
+    memory_id: str | None = None  # that memory's id (what is checked); None: any (an older token)
 
     def public(self) -> dict[str, Any]:
         """What `mdmem token list` shows: everything but the salt and hash."""
         return {"id": self.id, "person": self.person, "agent": self.agent,
                 "capabilities": list(self.capabilities), "created": self.created,
-                "expires": self.expires, "revoked": self.revoked, "memory": self.memory}
+                "expires": self.expires, "revoked": self.revoked, "memory": self.memory,
+                "memory_id": self.memory_id}
 
-    def serves(self, memory: str | None) -> bool:
-        """Whether a server over ``memory`` (None: not said) takes this token."""
-        return self.memory is None or memory is None or self.memory == memory
+    def serves(self, memory_id: str | None) -> bool:
+        """Whether a server over the memory ``memory_id`` (None: not said) takes this token."""
+        return self.memory_id is None or memory_id is None or self.memory_id == memory_id
 
 
-def memory_of(root: str | os.PathLike) -> str:
-    """How a token names the memory at ``root`` (a repository's or a workspace's folder): its
+def memory_path(root: str | os.PathLike) -> str:
+    """Where a token says its memory was (``root``, a repository's or a workspace's folder): its
     real path, the same whether reached through a link or a relative path."""
     return os.path.realpath(root)
 
@@ -87,12 +89,13 @@ def split_token(token: str) -> tuple[str, str] | None:
 
 
 class TokenFile:
-    """The token file at ``path`` (it may not exist yet: then no token verifies). ``memory``
-    (memory_of): the memory this process serves; a token made for another is refused."""
+    """The token file at ``path`` (it may not exist yet: then no token verifies). ``memory_id``:
+    the memory this process serves; a token made for another is refused."""
 
-    def __init__(self, path: Path, *, memory: str | None = None):
+    def __init__(self, path: Path, *, memory_id: str | None = None, memory: str | None = None):
         self.path = Path(path)
-        self.memory = memory
+        self.memory_id = memory_id
+        self.memory = memory  # where it is (memory_path), for the log
         self._stamp: tuple[int, int, int] | None = None
         self._entries: dict[str, TokenEntry] = {}
         self._mutex = threading.Lock()
@@ -137,7 +140,7 @@ class TokenFile:
                 entry = TokenEntry(**{**raw, "capabilities": tuple(raw["capabilities"])})
             except (TypeError, KeyError) as exc:
                 raise BadInput(f"{self.path}: tokens[{i}]: {exc}; each entry has id, person, agent, capabilities, "
-                               "created, salt, hash (and expires, revoked, memory)") from None
+                               "created, salt, hash (and expires, revoked, memory, memory_id)") from None
             out[entry.id] = entry
         return out
 
@@ -154,9 +157,9 @@ class TokenFile:
             raise TokenRejected(f"token {token_id}: wrong secret")
         if entry.revoked:
             raise TokenRejected(f"token {token_id}: revoked at {entry.revoked}")
-        if not entry.serves(self.memory):
-            raise TokenRejected(f"token {token_id}: made for the memory at {entry.memory}, not this one "
-                                f"({self.memory})")
+        if not entry.serves(self.memory_id):
+            raise TokenRejected(f"token {token_id}: made for the memory {entry.memory_id} (then at {entry.memory}), "
+                                f"not this one ({self.memory_id} at {self.memory})")
         when = resolve_now(now)
         expires_at = None
         if entry.expires:
@@ -210,9 +213,10 @@ class TokenFile:
             lock.release()
 
     def add(self, person: str, agent: str, capabilities: frozenset[str], *, expires: str | None = None,
-            memory: str | None = None, now: _dt.datetime | None = None) -> tuple[TokenEntry, str]:
+            memory_id: str | None = None, memory: str | None = None,
+            now: _dt.datetime | None = None) -> tuple[TokenEntry, str]:
         """A new token: its entry and its secret (shown once; the file keeps only the hash).
-        ``memory`` (memory_of): the one memory whose server takes it; None: any."""
+        ``memory_id``: the one memory whose server takes it (None: any); ``memory``: its path."""
         check_name(person, "--person")
         check_name(agent, "--agent")
         unknown = set(capabilities) - set(CAPABILITIES)
@@ -234,7 +238,7 @@ class TokenFile:
             entry = TokenEntry(id=token_id, person=person, agent=agent,
                                capabilities=tuple(c for c in CAPABILITIES if c in capabilities),
                                created=format_time(when) or "", salt=salt, hash=_digest(salt, secret),
-                               expires=expires, memory=memory)
+                               expires=expires, memory=memory, memory_id=memory_id)
             entries[token_id] = entry
             self._write(real, entries)
         return entry, secret

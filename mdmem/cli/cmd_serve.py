@@ -44,10 +44,9 @@ def register(sub) -> None:
 
 
 def run(ctx) -> int:
-    from ..mcp.reexec import started_ns, taken_over
-    from ..storage.gitindex import INDEX_DELAY_SECONDS
-
     import logging
+
+    from ..mcp.reexec import started_ns, taken_over
 
     # The MCP SDK gives the root logger a handler of its own (rich): the "mdmem" logger's
     # warnings, shown by the CLI's handler already, came out twice through it.
@@ -65,14 +64,20 @@ def run(ctx) -> int:
 
     allowed = parse_capabilities(ctx.args.allow)
     repo = ctx.repo()
-    # A long-lived server: git's index written once after a burst of writes, not per write
-    # (a whole rewrite each time, 60-300 ms at 100k notes).
-    for each in repo.mounted_repos(ctx.user) if is_workspace(repo) else [repo]:
-        each.store.index_delay = INDEX_DELAY_SECONDS
+    defer_index_writes(repo)
     label = ctx.args.agent if ctx.args.agent is not None else repo.user_config.agent_label
     if not serve(repo, ctx.user, allowed, label=label, handover=handover, since_ns=handover["since_ns"]):
         end_now()
     return 0
+
+
+def defer_index_writes(repo) -> None:
+    """A long-lived server: git's index written once after a burst of writes, not per write (a
+    whole rewrite each time, 60-300 ms at 100k notes); a workspace's in each of its clones."""
+    from ..storage.gitindex import INDEX_DELAY_SECONDS
+
+    for each in repo.mounted_repos(repo.user) if is_workspace(repo) else [repo]:
+        each.store.index_delay = INDEX_DELAY_SECONDS
 
 
 def end_now() -> None:
@@ -111,11 +116,10 @@ def run_http(ctx, handover: dict) -> int:
     import sys
 
     from ..auth.jwt_tokens import JwtSettings, JwtVerifier
-    from ..auth.static_tokens import TokenFile, memory_of
+    from ..auth.static_tokens import TokenFile, memory_path
     from ..errors import BadInput
     from ..mcp.heap import tune_malloc
     from ..mcp.http import MCP_PATH, HttpLimits, TokenVerifier, listen, listening_socket, serve_http
-    from ..storage.gitindex import INDEX_DELAY_SECONDS
 
     args = ctx.args
     if args.as_user is not None or args.agent is not None or args.allow != "read,write":
@@ -136,16 +140,16 @@ def run_http(ctx, handover: dict) -> int:
                            "like https://memory.example.com/mcp")
     tune_malloc(ctx.env)  # before any thread: a process that lives for days (mcp/heap.py)
     repo = ctx.repo()
-    repo.store.index_delay = INDEX_DELAY_SECONDS
+    defer_index_writes(repo)
     # The socket the replaced process listened on: connections waiting in it are answered.
     sock = listening_socket(handover.get("socket_fd")) or listen(host, port)
     shown = f"[{host}]" if ":" in host else host
     bound_url = f"http://{shown}:{sock.getsockname()[1]}{MCP_PATH}"
     public_url = args.public_url or bound_url
-    tokens = TokenFile(token_file_path(ctx), memory=memory_of(repo.root))
+    tokens = TokenFile(token_file_path(ctx), memory_id=repo.memory_id(), memory=memory_path(repo.root))
     # Tokens this server takes (an unreadable file is named now): not revoked, made for this memory.
-    active = [e for e in tokens.entries().values() if not e.revoked and e.serves(tokens.memory)]
-    unbound = sum(1 for e in active if e.memory is None)
+    active = [e for e in tokens.entries().values() if not e.revoked and e.serves(tokens.memory_id)]
+    unbound = sum(1 for e in active if e.memory_id is None)
     jwt = None
     if args.jwt_jwks or args.jwt_issuer:
         if not (args.jwt_jwks and args.jwt_issuer):

@@ -28,7 +28,7 @@ def register(sub) -> None:
 
 def run(ctx) -> int:
     from ..auth.principal import parse_capabilities
-    from ..auth.static_tokens import TokenFile, memory_of
+    from ..auth.static_tokens import TokenFile, memory_path
     from ..model.clock import parse_time, resolve_now
     from .cmd_serve import token_file_path
 
@@ -40,8 +40,8 @@ def run(ctx) -> int:
         # and the token is for this memory's server only (one token file serves them all).
         repo = ctx.repo()
         repo.check_user(args.person, given_by="--person")
-        entry, secret = tokens.add(args.person, args.agent, caps, expires=args.expires, memory=memory_of(repo.root),
-                                   now=ctx.now)
+        entry, secret = tokens.add(args.person, args.agent, caps, expires=args.expires, memory_id=repo.memory_id(),
+                                   memory=memory_path(repo.root), now=ctx.now)
         if ctx.json:
             print(json.dumps({**entry.public(), "token": secret, "file": str(tokens.path)}, indent=2))
         else:
@@ -69,7 +69,8 @@ def run(ctx) -> int:
                             f"{r['expires']}"
                 else:
                     state = "active"
-                memory = r["memory"] or "any memory (made before tokens named theirs)"
+                memory = f"memory {r['memory_id']} (at {r['memory']})" if r["memory_id"] \
+                    else "any memory (made before tokens named theirs)"
                 print(f"{r['id']}  {r['person']}  agent:{r['agent']}  {','.join(r['capabilities'])}  {state}  "
                       f"{memory}")
         return 0

@@ -463,7 +463,11 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
     # catches the index up itself (HEAD each call, hand edits from inotify), and a watcher
     # handling the events of this server's own writes cost an eighth of its CPU under load.
     ready, warmed = threading.Event(), threading.Event()
-    if hasattr(repo, "catch_up_aside"):  # a repository (a workspace's mounts keep theirs in process)
+    # A workspace (mdmem/workspace/) acts for its one person: its mounts' clones are the
+    # repositories written, flushed and followed for erasures; its one index spans them.
+    workspace = getattr(repo, "is_workspace", False)
+    repos = repo.mounted_repos(repo.user) if workspace else [repo]
+    if not workspace:  # a workspace's index catches up in process
         repo.catch_up_aside()
 
     def start() -> None:
@@ -486,17 +490,21 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
     def erasure_ended() -> None:
         kept.append(os.dup(sock.fileno()))  # before uvicorn closes its own
         # Calls still arriving until the server stops are answered from caches read again.
-        repo.reload()
+        for each in repos:
+            each.reload()
+        if workspace:
+            repo.index.reopen()  # the workspace's one index: read again from disk
         server.should_exit = True
 
     # Following erasures starts before the builder reads a note: one ending after that is seen.
-    restart = RestartOnErasure([repo.root], on_due=erasure_ended, since_ns=since_ns)
+    restart = RestartOnErasure([r.root for r in repos], on_due=erasure_ended, since_ns=since_ns)
     builder = threading.Thread(target=start, name="mdmem-index-build", daemon=True)
     builder.start()
     try:
         # Before serving: nothing else of this process touches trust or the views yet, and the
         # first writes do not wait for a whole-memory pass holding the write lock.
-        repo.warm_writes()
+        for each in repos:
+            each.warm_writes()
     except Exception:  # noqa: BLE001 -- a cache: the first write builds what it needs
         pass
     stop = threading.Event()
@@ -519,7 +527,8 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
         stop.set()
         signal.signal(signal.SIGTERM, previous)
         app.state.writes.wait_idle(graceful_seconds)  # a write uvicorn stopped waiting for still ends first
-        repo.store.flush_index()
+        for each in repos:
+            each.store.flush_index()
     if kept and not stopped:
         log.warning("an erasure ended: restarting in place so no copy of the erased text stays in memory")
         reexec({"socket_fd": kept[0]}, kept)

@@ -112,6 +112,14 @@ class RepoState:
             committed = "unreadable"
         return committed, on_disk
 
+    def memory_id(self) -> str:
+        """This memory's id (storage/memory_id.py), kept in its git directory: what a token
+        added for it names."""
+        from ..storage.gitdir import common_git_dir
+        from ..storage.memory_id import REPO_ID_FILE, read_or_make
+
+        return read_or_make(common_git_dir(self.root) / REPO_ID_FILE)
+
     def check_user(self, user: str | None, *, given_by: str = "--as / MDMEM_USER") -> str:
         """``user`` as declared in mdmem.toml as it is now (follow_config first), else refused
         (naming ``given_by``, where the name came from)."""

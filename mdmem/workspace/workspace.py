@@ -156,6 +156,13 @@ class Workspace:
     def user(self) -> str:
         return self.file.user
 
+    def memory_id(self) -> str:
+        """This workspace's id (storage/memory_id.py), kept in its folder: what a token added
+        for it names."""
+        from ..storage.memory_id import WORKSPACE_ID_FILE, read_or_make
+
+        return read_or_make(self.root / WORKSPACE_ID_FILE)
+
     def check_user(self, user: str | None, *, given_by: str = "--as / MDMEM_USER") -> str:
         """The acting person must be the workspace's: its clones are what the host let them read."""
         user = require_user(user)

@@ -1,0 +1,49 @@
+"""Which memory a folder holds, as a name no other memory has: a random id in a file the memory
+never commits (a repository's git directory, a workspace's folder).
+
+A static token names the memory it was added for (auth/static_tokens.py). By path, a memory made
+anew where another had been took the old one's tokens, and the same folder reached by another
+path (a bind mount, a container's) refused its own. The id moves with the folder (``mv``), is
+the same through any path to it, and a new memory (``mdmem init``, a fresh clone, a new
+workspace) makes its own."""
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from ..errors import BadInput
+
+REPO_ID_FILE = "mdmem-memory-id"  # in the repository's common git directory
+WORKSPACE_ID_FILE = ".mdmem-memory-id"  # beside the workspace's .mdmem-workspace.toml
+
+
+def read_or_make(path: Path) -> str:
+    """The id kept at ``path``, made (and kept) if there is none. Made whole in a temporary file
+    and linked into place: two processes making one at once agree on the first, and nobody
+    reads half of one."""
+    try:
+        return _read(path)
+    except FileNotFoundError:
+        pass
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        tmp.write_text(secrets.token_hex(16) + "\n", encoding="ascii")
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process made it first: theirs is the id
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot keep this memory's id there ({exc.strerror}); the account serving "
+                       "the memory must be able to write its folder") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return _read(path)
+
+
+def _read(path: Path) -> str:
+    text = path.read_text(encoding="ascii", errors="replace").strip()
+    if len(text) != 32 or any(c not in "0123456789abcdef" for c in text):
+        raise BadInput(f"{path}: not a memory id (32 hex digits, written by mdmem); remove it and add this "
+                       "memory's tokens again")
+    return text
