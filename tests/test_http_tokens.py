@@ -89,6 +89,20 @@ def test_a_memory_id_is_made_once_and_agreed_on_by_every_process(tmp_path):
         read_or_make(path)
 
 
+def test_a_memory_id_is_read_only_from_a_plain_file(tmp_path):
+    """A link (to another memory's id, which would take its tokens), a pipe (which blocked), a
+    device that never ends or a folder in the id's place is named, not read."""
+    other = tmp_path / "other-id"
+    read_or_make(other)
+    cases = {"link": lambda p: p.symlink_to(other), "pipe": lambda p: os.mkfifo(p),
+             "device": lambda p: p.symlink_to("/dev/zero"), "folder": lambda p: p.mkdir()}
+    for name, make in cases.items():
+        path = tmp_path / name
+        make(path)
+        with pytest.raises(BadInput, match=f"{path}: (cannot read this memory's id|not a plain file)"):
+            read_or_make(path)
+
+
 def test_bad_token_file_arguments_are_named(tmp_path):
     tokens = TokenFile(tmp_path / "tokens.json")
     with pytest.raises(BadInput, match="--allow"):

@@ -288,3 +288,27 @@ def test_the_server_logs_a_refused_token_once(memory, tmp_path):
         time.sleep(0.5)  # a second copy, if any, is read by then
         log = server.log()
     assert log.count("feedfeedfeed") == 1, log
+
+
+def test_a_server_that_cannot_tell_its_memory_refuses_tokens_for_one_and_says_why(tmp_path):
+    """The memory's id cannot be read (here a folder in its place; a read-only .git does the
+    same): the server starts, says so after its first line, refuses a token added for a memory
+    and takes one that names none, rather than refusing to serve (JWTs, read-only accounts)."""
+    repo = MemoryRepo.init(tmp_path / "mem", teams={"eng": ["bob"]}, now=T0, as_user="mdmem")
+    repo.close()
+    tokens = TokenFile(tmp_path / "tokens.json")
+    bound = tokens.add("bob", "bound", frozenset({"read"}), memory_id="c" * 32, memory=str(repo.root))[1]
+    unbound = tokens.add("bob", "older", frozenset({"read"}))[1]
+    (repo.root / ".git" / "mdmem-memory-id").mkdir()
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
+
+    def status(secret):
+        return httpx2.post(server.url, headers={"Authorization": f"Bearer {secret}", "Content-Type": "application/json",
+                                                "Accept": "application/json, text/event-stream"},
+                           content=body, timeout=30).status_code
+
+    with running(repo.root, tokens.path) as server:
+        assert status(bound) == 401 and status(unbound) == 200
+        log = server.log()
+    assert log.startswith("mdmem: serving"), log
+    assert "mdmem-memory-id: not a plain file" in log and "tokens added for a memory are refused here" in log, log

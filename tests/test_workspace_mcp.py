@@ -136,3 +136,44 @@ def test_a_workspace_served_over_http_answers_its_persons_tokens_across_mounts(t
     assert "secret rota" not in answer and "2am" not in answer
     clone = alice.clone_path("private/alice")
     assert git(clone, "status", "--porcelain").strip() == "", git(clone, "status", "--porcelain")
+
+
+def test_a_workspace_server_restarts_after_an_erasure_in_a_mount_its_person_could_not_read(tmp_path):
+    """A long-lived server over a workspace follows erasures in every clone, not only those its
+    person could read when it started: a mount's mdmem.toml may make it readable later, and the
+    server then serves it from memory. An erasure there restarts the server in place (same
+    process), as one in any of the person's own mounts does."""
+    import time
+
+    from http_server import running
+    from workspace_helpers import scope_remote
+
+    from mdmem import MemoryRepo
+    from mdmem.auth.static_tokens import TokenFile
+
+    remotes = {"team/search": scope_remote(tmp_path, "team/search", members=["bob"], erasers=["bob"], founder="bob"),
+               "private/alice": scope_remote(tmp_path, "private/alice")}
+    bob = workspace(tmp_path, "bob", remotes, ["team/search"])
+    bob.remember("Search reindexes nightly at 2am", as_user="bob", kind="fact", subject="service:search",
+                 key="reindex", scope="team", team="search", now=T0, source="user")
+    assert all(m.ok for m in bob.sync(as_user="bob", push=True).mounts)
+    bob.close()
+    alice = workspace(tmp_path, "alice", remotes, ["private/alice"])
+    alice.add("team/search", str(remotes["team/search"]), as_user="alice")  # not hers to read (yet)
+    alice.close()
+    tokens = TokenFile(tmp_path / "tokens.json")
+    tokens.add("alice", "helper", frozenset({"read"}))
+    with running(alice.root, tokens.path) as server:
+        pid = server.proc.pid
+        # bob's erasure in that clone (its own mdmem.toml names him an eraser), as a replay of
+        # one made upstream would end there (`--repo` inside a workspace names the workspace).
+        clone = MemoryRepo.open(alice.clone_path("team/search"), embedder="none")
+        try:
+            clone.forget(as_user="bob", paths=["team/search/service/search/fact/reindex.md"], force=True)
+        finally:
+            clone.close()
+        deadline = time.monotonic() + 30
+        while "restarting in place" not in server.log() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "restarting in place" in server.log(), server.log()
+        assert server.proc.poll() is None and server.proc.pid == pid

@@ -63,7 +63,8 @@ class TokenEntry:
                 "memory_id": self.memory_id}
 
     def serves(self, memory_id: str | None) -> bool:
-        """Whether a server over the memory ``memory_id`` (None: not said) takes this token."""
+        """Whether a server over the memory ``memory_id`` takes this token (None: not said, any
+        does; "": a server that cannot tell, which takes only tokens that name no memory)."""
         return self.memory_id is None or memory_id is None or self.memory_id == memory_id
 
 

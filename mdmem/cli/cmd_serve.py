@@ -146,7 +146,18 @@ def run_http(ctx, handover: dict) -> int:
     shown = f"[{host}]" if ":" in host else host
     bound_url = f"http://{shown}:{sock.getsockname()[1]}{MCP_PATH}"
     public_url = args.public_url or bound_url
-    tokens = TokenFile(token_file_path(ctx), memory_id=repo.memory_id(), memory=memory_path(repo.root))
+    try:
+        memory_id = repo.memory_id()
+    except BadInput as exc:
+        # A folder this account may not write (a read-only server), a damaged id: JWTs and older
+        # tokens that name no memory still work; a token added for a memory is refused (an id
+        # nothing names), not taken by a server that cannot tell which memory it serves.
+        unknown_id = f"mdmem: {exc}; until then tokens added for a memory are refused here (restart the server " \
+                     "after mending it)"
+        memory_id = ""
+    else:
+        unknown_id = ""
+    tokens = TokenFile(token_file_path(ctx), memory_id=memory_id, memory=memory_path(repo.root))
     # Tokens this server takes (an unreadable file is named now): not revoked, made for this memory.
     active = [e for e in tokens.entries().values() if not e.revoked and e.serves(tokens.memory_id)]
     unbound = sum(1 for e in active if e.memory_id is None)
@@ -171,6 +182,8 @@ def run_http(ctx, handover: dict) -> int:
     if not active and jwt is None:
         print(f"mdmem: no token for this memory in {tokens.path} yet: every request is refused until you add one "
               "(mdmem token add --person NAME --agent LABEL --allow read,write)", file=sys.stderr, flush=True)
+    if unknown_id:
+        print(unknown_id, file=sys.stderr, flush=True)
     if unbound:
         print(f"mdmem: {unbound} token(s) in {tokens.path} name no memory (made before tokens named theirs): "
               "any memory this account serves takes them; revoke and add them again to bind each to one",

@@ -49,7 +49,7 @@ from ..repo import MemoryRepo
 from . import heap
 from .http_guard import RateLimiter, RequestGuard, header_deadline_protocol
 from .reexec import RestartOnErasure, reexec
-from .server import ANNOTATIONS, INSTRUCTIONS, TOOLS, tool_errors, unknown_arguments
+from .server import ANNOTATIONS, INSTRUCTIONS, TOOLS, followed_roots, opened_repos, tool_errors, unknown_arguments
 
 log = logging.getLogger("mdmem.server")
 MCP_PATH = "/mcp"
@@ -466,7 +466,6 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
     # A workspace (mdmem/workspace/) acts for its one person: its mounts' clones are the
     # repositories written, flushed and followed for erasures; its one index spans them.
     workspace = getattr(repo, "is_workspace", False)
-    repos = repo.mounted_repos(repo.user) if workspace else [repo]
     if not workspace:  # a workspace's index catches up in process
         repo.catch_up_aside()
 
@@ -490,20 +489,20 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
     def erasure_ended() -> None:
         kept.append(os.dup(sock.fileno()))  # before uvicorn closes its own
         # Calls still arriving until the server stops are answered from caches read again.
-        for each in repos:
+        for each in opened_repos(repo):
             each.reload()
         if workspace:
             repo.index.reopen()  # the workspace's one index: read again from disk
         server.should_exit = True
 
     # Following erasures starts before the builder reads a note: one ending after that is seen.
-    restart = RestartOnErasure([r.root for r in repos], on_due=erasure_ended, since_ns=since_ns)
+    restart = RestartOnErasure(followed_roots(repo), on_due=erasure_ended, since_ns=since_ns)
     builder = threading.Thread(target=start, name="mdmem-index-build", daemon=True)
     builder.start()
     try:
         # Before serving: nothing else of this process touches trust or the views yet, and the
         # first writes do not wait for a whole-memory pass holding the write lock.
-        for each in repos:
+        for each in opened_repos(repo):
             each.warm_writes()
     except Exception:  # noqa: BLE001 -- a cache: the first write builds what it needs
         pass
@@ -527,7 +526,7 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
         stop.set()
         signal.signal(signal.SIGTERM, previous)
         app.state.writes.wait_idle(graceful_seconds)  # a write uvicorn stopped waiting for still ends first
-        for each in repos:
+        for each in opened_repos(repo):
             each.store.flush_index()
     if kept and not stopped:
         log.warning("an erasure ended: restarting in place so no copy of the erased text stays in memory")

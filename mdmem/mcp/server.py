@@ -9,6 +9,7 @@ import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
@@ -167,6 +168,18 @@ def build_server(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label:
     return server
 
 
+def followed_roots(repo) -> list[Path]:
+    """The repositories whose erasures restart a server over ``repo``: itself, or every clone
+    of a workspace (not only those its person could read when the server started)."""
+    return repo.clone_roots() if getattr(repo, "is_workspace", False) else [repo.root]
+
+
+def opened_repos(repo) -> list[MemoryRepo]:
+    """The repositories a server over ``repo`` has open now: to read again after an erasure and
+    to flush git's index at the end (a workspace's mounts opened since it started included)."""
+    return list(repo.opened().values()) if getattr(repo, "is_workspace", False) else [repo]
+
+
 def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | None = None,
           drain_seconds: float = 10.0, handover: dict[str, Any] | None = None, since_ns: int | None = None) -> bool:
     """Serve on stdio until the client leaves. Once an erasure ends in the repository (or a
@@ -182,7 +195,6 @@ def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | 
     # A workspace (mdmem/workspace/) has one index over every mount, which follows the clones'
     # hand edits itself (inotify, at each recall): its first catch-up is all there is to start.
     workspace = getattr(repo, "is_workspace", False)
-    repos = repo.mounted_repos(user) if workspace else [repo]
     watchers = [] if workspace else [Watcher(repo, lambda event: None)]
     ready = threading.Event()
     stop = threading.Event()
@@ -208,18 +220,18 @@ def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | 
         stop.set()
         for watcher in watchers:
             watcher.stop()
-        for each in repos:
+        for each in opened_repos(repo):
             each.store.flush_index()
 
     def erasure_ended() -> None:
         # Calls already passed on are answered before the exec: from caches read again.
-        for each in repos:
+        for each in opened_repos(repo):
             each.reload()
         if workspace:
             repo.index.reopen()  # the workspace's one index: read again from disk (rebuilt if rewritten)
         relay.wake()
 
-    restart = RestartOnErasure([r.root for r in repos], on_due=erasure_ended, since_ns=since_ns)
+    restart = RestartOnErasure(followed_roots(repo), on_due=erasure_ended, since_ns=since_ns)
     relay = StdioRelay(restart.look, before_exec, handover or {})
     server = build_server(repo, user, allowed, label=label, index_ready=ready, restart=restart)
     builder = threading.Thread(target=start, name="mdmem-index-build", daemon=True)

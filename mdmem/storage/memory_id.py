@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import stat
 from pathlib import Path
 
 from ..errors import BadInput
@@ -42,7 +43,23 @@ def read_or_make(path: Path) -> str:
 
 
 def _read(path: Path) -> str:
-    text = path.read_text(encoding="ascii", errors="replace").strip()
+    """The id in the plain file at ``path`` (FileNotFoundError if there is none): never through a
+    link (one to another memory's id would take its tokens), never a pipe that blocks or a
+    device that never ends."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read this memory's id ({exc.strerror}); it is a plain file written by "
+                       "mdmem: remove it and add this memory's tokens again") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BadInput(f"{path}: not a plain file; this memory's id is one written by mdmem: remove it and add "
+                           "this memory's tokens again")
+        text = os.read(fd, 64).decode("ascii", errors="replace").strip()
+    finally:
+        os.close(fd)
     if len(text) != 32 or any(c not in "0123456789abcdef" for c in text):
         raise BadInput(f"{path}: not a memory id (32 hex digits, written by mdmem); remove it and add this "
                        "memory's tokens again")

@@ -354,6 +354,12 @@ class Workspace:
                 continue
             yield root, repo
 
+    def clone_roots(self) -> list[Path]:
+        """Every mount's clone, readable by the person or not: a long-lived server follows
+        erasures in each (a mount made readable later by its mdmem.toml is served from then on,
+        and one erased there must restart it all the same)."""
+        return [self.clone_path(root) for root in sorted(self.file.mounts)]
+
     def mounted_repos(self, user: str) -> list[MemoryRepo]:
         """The open repository of every mount the person may read (what a long-lived server watches)."""
         return [repo for _, repo in self.readable(user)]
