@@ -72,6 +72,15 @@ def test_a_token_made_for_one_memory_is_refused_over_another(tmp_path):
     with pytest.raises(TokenRejected, match=r"made for the memory a{32} \(then at /srv/a\), not this one \(b{32}"):
         over_b.verify(for_a)  # another memory, even at the first one's old place
     assert over_a.verify(older).agent == over_b.verify(older).agent == "old-bot"
+    # A server that cannot tell its memory ("") takes only tokens that name none, not one whose
+    # id was edited to nothing.
+    _, emptied = maker.add("bob", "edited", frozenset({"read"}), memory_id="", memory="/srv/a")
+    unsure = TokenFile(tmp_path / "tokens.json", memory_id="")
+    with pytest.raises(TokenRejected, match="made for the memory"):
+        unsure.verify(emptied)
+    with pytest.raises(TokenRejected, match="made for the memory"):
+        unsure.verify(for_a)
+    assert unsure.verify(older).agent == "old-bot"
 
 
 def test_a_memory_id_is_made_once_and_agreed_on_by_every_process(tmp_path):

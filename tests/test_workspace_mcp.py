@@ -39,7 +39,9 @@ async def calls(ws_root, user, steps):
     return out
 
 
-def test_mcp_over_a_workspace_spans_mounts_and_routes_writes(tmp_path):
+def alice_beside_bobs_secret(tmp_path):
+    """team_of_three's remotes with bob's team/search note pushed, and alice's workspace (payments,
+    her private root) holding a note of hers and, open: the caller mounts or writes more."""
     remotes = team_of_three(tmp_path)
     bob = workspace(tmp_path, "bob", remotes, ["team/search", "private/bob"])
     bob.remember("Search reindexes nightly at 2am; bob's secret rota", as_user="bob", kind="fact",
@@ -49,6 +51,11 @@ def test_mcp_over_a_workspace_spans_mounts_and_routes_writes(tmp_path):
     alice = workspace(tmp_path, "alice", remotes, ["team/payments", "private/alice"])
     alice.remember("I am interviewing at Acme", as_user="alice", kind="fact", subject="user:alice", key="job",
                    now=T0)
+    return remotes, alice
+
+
+def test_mcp_over_a_workspace_spans_mounts_and_routes_writes(tmp_path):
+    remotes, alice = alice_beside_bobs_secret(tmp_path)
     # a clone alice's host should not have given her: its mdmem.toml does not declare her
     alice.add("team/search", str(remotes["team/search"]), as_user="alice")
     alice.close()
@@ -97,15 +104,7 @@ def test_a_workspace_served_over_http_answers_its_persons_tokens_across_mounts(t
 
     from mdmem.auth.static_tokens import TokenFile
 
-    remotes = team_of_three(tmp_path)
-    bob = workspace(tmp_path, "bob", remotes, ["team/search", "private/bob"])
-    bob.remember("Search reindexes nightly at 2am; bob's secret rota", as_user="bob", kind="fact",
-                 subject="service:search", key="reindex", scope="team", team="search", now=T0)
-    assert all(m.ok for m in bob.sync(as_user="bob", push=True).mounts)
-    bob.close()
-    alice = workspace(tmp_path, "alice", remotes, ["team/payments", "private/alice"])
-    alice.remember("I am interviewing at Acme", as_user="alice", kind="fact", subject="user:alice", key="job",
-                   now=T0)
+    remotes, alice = alice_beside_bobs_secret(tmp_path)
     alice.add("team/search", str(remotes["team/search"]), as_user="alice")  # not hers to read
     alice.close()
     tokens = tmp_path / "tokens.json"

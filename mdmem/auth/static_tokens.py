@@ -65,6 +65,8 @@ class TokenEntry:
     def serves(self, memory_id: str | None) -> bool:
         """Whether a server over the memory ``memory_id`` takes this token (None: not said, any
         does; "": a server that cannot tell, which takes only tokens that name no memory)."""
+        if memory_id == "":
+            return self.memory_id is None
         return self.memory_id is None or memory_id is None or self.memory_id == memory_id
 
 

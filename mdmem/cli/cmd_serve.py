@@ -179,11 +179,11 @@ def run_http(ctx, handover: dict) -> int:
     where = f"listening on {bound_url}; " if public_url != bound_url else ""
     print(f"mdmem: serving {public_url} ({where}tokens: {tokens.path}"
           + (f"; JWTs from {args.jwt_issuer}" if jwt else "") + ")", file=sys.stderr, flush=True)
-    if not active and jwt is None:
+    if unknown_id:  # said first: until it is mended, a token added now is refused too
+        print(unknown_id, file=sys.stderr, flush=True)
+    elif not active and jwt is None:
         print(f"mdmem: no token for this memory in {tokens.path} yet: every request is refused until you add one "
               "(mdmem token add --person NAME --agent LABEL --allow read,write)", file=sys.stderr, flush=True)
-    if unknown_id:
-        print(unknown_id, file=sys.stderr, flush=True)
     if unbound:
         print(f"mdmem: {unbound} token(s) in {tokens.path} name no memory (made before tokens named theirs): "
               "any memory this account serves takes them; revoke and add them again to bind each to one",

@@ -50,6 +50,9 @@ def _read(path: Path) -> str:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         raise
+    except PermissionError as exc:
+        raise BadInput(f"{path}: cannot read this memory's id ({exc.strerror}); let this account read it "
+                       "(the tokens added for this memory name it)") from None
     except OSError as exc:
         raise BadInput(f"{path}: cannot read this memory's id ({exc.strerror}); it is a plain file written by "
                        "mdmem: remove it and add this memory's tokens again") from None
