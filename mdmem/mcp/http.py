@@ -49,7 +49,8 @@ from ..repo import MemoryRepo
 from . import heap
 from .http_guard import RateLimiter, RequestGuard, header_deadline_protocol
 from .reexec import RestartOnErasure, reexec
-from .server import ANNOTATIONS, INSTRUCTIONS, TOOLS, followed_roots, opened_repos, tool_errors, unknown_arguments
+from .server import (ANNOTATIONS, INSTRUCTIONS, TOOLS, flush_git_indexes, followed_roots, opened_repos,
+                     read_again_after_erasure, tool_errors, unknown_arguments)
 
 log = logging.getLogger("mdmem.server")
 MCP_PATH = "/mcp"
@@ -488,11 +489,7 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
 
     def erasure_ended() -> None:
         kept.append(os.dup(sock.fileno()))  # before uvicorn closes its own
-        # Calls still arriving until the server stops are answered from caches read again.
-        for each in opened_repos(repo):
-            each.reload()
-        if workspace:
-            repo.index.reopen()  # the workspace's one index: read again from disk
+        read_again_after_erasure(repo)  # calls still arriving until the server stops
         server.should_exit = True
 
     # Following erasures starts before the builder reads a note: one ending after that is seen.
@@ -526,8 +523,7 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
         stop.set()
         signal.signal(signal.SIGTERM, previous)
         app.state.writes.wait_idle(graceful_seconds)  # a write uvicorn stopped waiting for still ends first
-        for each in opened_repos(repo):
-            each.store.flush_index()
+        flush_git_indexes(repo)
     if kept and not stopped:
         log.warning("an erasure ended: restarting in place so no copy of the erased text stays in memory")
         reexec({"socket_fd": kept[0]}, kept)

@@ -175,9 +175,25 @@ def followed_roots(repo) -> list[Path]:
 
 
 def opened_repos(repo) -> list[MemoryRepo]:
-    """The repositories a server over ``repo`` has open now: to read again after an erasure and
-    to flush git's index at the end (a workspace's mounts opened since it started included)."""
+    """The repositories a server over ``repo`` has open now (a workspace's mounts opened since it
+    started included)."""
     return list(repo.opened().values()) if getattr(repo, "is_workspace", False) else [repo]
+
+
+def read_again_after_erasure(repo) -> None:
+    """An erasure ended: what a server over ``repo`` answers until it re-executes comes from
+    caches read again (a workspace's one index too: rebuilt if rewritten)."""
+    for each in opened_repos(repo):
+        each.reload()
+    if getattr(repo, "is_workspace", False):
+        repo.index.reopen()
+
+
+def flush_git_indexes(repo) -> None:
+    """git's index gets the entries a server over ``repo`` deferred (storage/gitindex.py), in each
+    repository it has open."""
+    for each in opened_repos(repo):
+        each.store.flush_index()
 
 
 def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | None = None,
@@ -220,15 +236,10 @@ def serve(repo: MemoryRepo, user: str, allowed: frozenset[str], *, label: str | 
         stop.set()
         for watcher in watchers:
             watcher.stop()
-        for each in opened_repos(repo):
-            each.store.flush_index()
+        flush_git_indexes(repo)
 
     def erasure_ended() -> None:
-        # Calls already passed on are answered before the exec: from caches read again.
-        for each in opened_repos(repo):
-            each.reload()
-        if workspace:
-            repo.index.reopen()  # the workspace's one index: read again from disk (rebuilt if rewritten)
+        read_again_after_erasure(repo)  # calls already passed on are answered before the exec
         relay.wake()
 
     restart = RestartOnErasure(followed_roots(repo), on_due=erasure_ended, since_ns=since_ns)

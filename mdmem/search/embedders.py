@@ -34,10 +34,10 @@ class Embedder(Protocol):
     def embed_query(self, text: str) -> np.ndarray: ...
 
 
-def is_local(embedder: Embedder | None) -> bool:
+def is_local(embedder: object) -> bool:
     """``embedder`` runs in this process and texts never leave the machine (see Embedder's
-    ``local``); False for none at all."""
-    return embedder is not None and bool(getattr(embedder, "local", False))
+    ``local``); False for none at all (None, or NoteIndex's False for one not made yet)."""
+    return bool(embedder) and bool(getattr(embedder, "local", False))
 
 
 def _normalise(vectors: np.ndarray) -> np.ndarray:

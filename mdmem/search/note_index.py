@@ -484,7 +484,7 @@ class NoteIndex:
     def writing(self, notes: Iterable[Note]) -> None:
         """A write of ``notes`` has begun (checked, not yet committed): their texts are
         embedded from now, as in :meth:`committing`, a few milliseconds earlier."""
-        if self._embedder and is_local(self._embedder):
+        if is_local(self._embedder):
             self._ahead.start_texts(self._embedder, note_texts(self.model_id, notes))
 
     def committing(self, changes: dict[str, bytes | None]) -> None:
@@ -493,7 +493,7 @@ class NoteIndex:
         made here); the next recall's catch-up takes the vectors (search/embed_ahead.py). A
         commit that does not happen leaves only a guess no catch-up asks for. A server's
         embedder gets them only once committed (:meth:`committed`)."""
-        if self._embedder and is_local(self._embedder):
+        if is_local(self._embedder):
             self._ahead.start(self._embedder, changes)
 
     def committed(self, parent: str | None, commit: str, changes: dict[str, bytes | None]) -> None:

@@ -54,16 +54,19 @@ def _read(path: Path) -> str:
         raise BadInput(f"{path}: cannot read this memory's id ({exc.strerror}); let this account read it "
                        "(the tokens added for this memory name it)") from None
     except OSError as exc:
-        raise BadInput(f"{path}: cannot read this memory's id ({exc.strerror}); it is a plain file written by "
-                       "mdmem: remove it and add this memory's tokens again") from None
+        raise _unusable(path, f"cannot read this memory's id ({exc.strerror}); it is a plain file written by mdmem") \
+            from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise BadInput(f"{path}: not a plain file; this memory's id is one written by mdmem: remove it and add "
-                           "this memory's tokens again")
+            raise _unusable(path, "not a plain file; this memory's id is one written by mdmem")
         text = os.read(fd, 64).decode("ascii", errors="replace").strip()
     finally:
         os.close(fd)
     if len(text) != 32 or any(c not in "0123456789abcdef" for c in text):
-        raise BadInput(f"{path}: not a memory id (32 hex digits, written by mdmem); remove it and add this "
-                       "memory's tokens again")
+        raise _unusable(path, "not a memory id (32 hex digits, written by mdmem)")
     return text
+
+
+def _unusable(path: Path, why: str) -> BadInput:
+    """An id file that cannot be mended in place: the way out is a new id, and new tokens."""
+    return BadInput(f"{path}: {why}: remove it and add this memory's tokens again")
