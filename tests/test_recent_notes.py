@@ -354,3 +354,110 @@ def test_another_process_marking_its_catch_up_pending_leaves_the_notes_held_in_m
     assert {q: ranked(repo, q) for q in QUERIES} == answers
     assert repo.index.dirty_state() == {} and json.loads(repo.index.state_path.read_text())["commit"] == \
         repo.store.head()
+
+
+@needs_inotify
+def test_a_note_this_process_wrote_is_checked_and_analysed_before_the_recall_that_indexes_it(repo, monkeypatch):
+    """The recall after a write catches the index up holding its mutex, every other recall
+    waiting: the note it indexes was already checked by the write (storage/worktree.validated)
+    and analysed on the writer's thread (NoteIndex._analyse_ahead), so the catch-up does
+    neither again; what it holds equals an analysis made from scratch, vector included."""
+    import numpy as np
+
+    from mdmem.search import fulltext, recent
+    from mdmem.storage import worktree
+
+    with EmbedServer() as server:
+        repo.config.embedder = EmbedderConfig(backend="ollama", model="nomic-embed-text")
+        repo.user_config = UserConfig(embedder_url=server.url)
+        repo.reset_caches()
+        corpus(repo, n=12)
+        for _ in range(2):
+            repo.recall("billing", as_user="bob", now=T1)
+        stored = team_fact(repo, "Gateway webhook retries every minute.", subject="service:gateway",
+                           key="webhook.retry", new_key=True, now=T1)
+        path = stored.path
+        checked, analysed = [], []
+        real_validate, real_init = worktree.validate_note, recent._Indexed.__init__
+        monkeypatch.setattr(worktree, "validate_note", lambda p, *a, **kw: checked.append(p) or real_validate(p, *a, **kw))
+
+        def counting_init(self, schema, doc):
+            analysed.append(doc["doc_id"])
+            real_init(self, schema, doc)
+        monkeypatch.setattr(recent._Indexed, "__init__", counting_init)
+        hits = repo.recall("gateway webhook retries", as_user="bob", now=T1)
+        assert hits and hits[0].path == path
+        assert path not in checked and path not in analysed
+        monkeypatch.undo()
+        held = repo.index._recent._docs[path]
+        doc = fulltext.note_doc(worktree.read_note(repo.root, path, repo.contracts))
+        repo.index.embed_docs([doc])
+        recent.prepare_vectors(recent._SchemaWriter(repo.index._recent.schema), [doc])
+        fresh = recent._Indexed(repo.index._recent.schema, doc)
+        assert (held.terms, held.lengths, held.stored) == (fresh.terms, fresh.lengths, fresh.stored)
+        assert held.columns.keys() == fresh.columns.keys() and recent.VECTOR_FIELD in held.columns
+        assert all(np.array_equal(np.frombuffer(held.columns[k], np.uint8), np.frombuffer(fresh.columns[k], np.uint8))
+                   if isinstance(held.columns[k], bytes) else held.columns[k] == fresh.columns[k]
+                   for k in held.columns)
+
+
+def test_the_columns_a_reader_in_memory_keeps_equal_those_read_from_it_whole():
+    """DocTable reads a reader in memory's columns as arrays it keeps and extends from the
+    reader before it (search/recent.py, MemoryReader.column_array): after any sequence of
+    writes they equal the columns read value by value, vectors (and notes without one) too."""
+    import random
+
+    import numpy as np
+
+    from mdmem.search import doctable, fulltext, recent
+
+    rng = random.Random(11)
+    held = recent.RecentNotes(fulltext.make_schema(), old_doc=lambda fields: None)
+
+    def doc(path, step):
+        out = dict(doc_id=path, path=path, root="team/payments", body=rng.choice(["billing", "ledger cache"]),
+                   kind="fact", subject="service:x", root_code=doctable.code(f"team/p{rng.randint(0, 2)}"),
+                   valid_from=step * 1000 + rng.randint(0, 999), expires_at=rng.randint(1, 10**12))
+        if rng.random() < 0.8:
+            out[doctable.VECTOR_FIELD] = np.asarray([rng.random() for _ in range(4)], dtype=np.float32)
+        return out
+
+    for step in range(60):
+        paths = rng.sample([f"team/payments/n{i}.md" for i in range(25)], rng.randint(1, 3))
+        held.apply(paths, [doc(p, step) for p in paths if rng.random() > 0.1])
+        if rng.random() < 0.7:
+            reader = held.reader()
+            count = reader.doc_count_all()
+            for name in doctable.CODE_COLUMNS + doctable.TIME_COLUMNS:
+                whole = doctable.read_column(reader.column_reader(name, translate=False), count, ">i8").astype(np.int64)
+                assert np.array_equal(doctable._column(reader, name, count), whole), (step, name)
+            if reader.has_column(doctable.VECTOR_FIELD):
+                whole = doctable.read_column(reader.column_reader(doctable.VECTOR_FIELD, translate=False), count, "<f4", 4)
+                assert np.array_equal(doctable._vector_column(reader, count), whole), step
+
+
+@needs_inotify
+def test_a_disk_catch_up_landing_checks_again_only_the_files_held_as_edited(repo):
+    """When the disk index moves on (a server's catch-up child lands, another process), the
+    notes held in memory are dropped; of their files only those held in a version other than
+    HEAD's are read again (each of the others equalled HEAD, so a change since has an event
+    of its own): checking all of them was 12-14 ms a landing under the mutex. A hand edit held
+    that way is still found; a later hand edit of a file that was not re-read is too."""
+    keys = three_held_in_memory(repo)
+    edited = f"team/payments/service/ledger/fact/{keys[1][1]}.md"
+    full = repo.root / edited
+    full.write_text(full.read_text().replace("moved to Friday", "moved to Sunday (hand edit)"))
+    assert any(h.path == edited for h in repo.recall("Sunday hand edit", as_user="bob", now=T1))
+    assert list(repo.index.dirty_state()) == [edited]
+    other = MemoryRepo.open(repo.root)
+    other.reindex()  # the disk index moves on to HEAD
+    other.close()
+    looked = []
+    real = repo.index._tree_state
+    repo.index._tree_state = lambda p: looked.append(p) or real(p)
+    hits = repo.recall("Sunday hand edit", as_user="bob", now=T1)
+    assert looked == [edited]
+    assert hits and hits[0].path == edited and "Sunday" in hits[0].text
+    later = f"team/payments/service/billing/fact/{keys[0][1]}.md"
+    (repo.root / later).write_text((repo.root / later).read_text().replace("moved to Friday", "moved to Saturday"))
+    assert any(h.path == later and "Saturday" in h.text for h in repo.recall("Saturday", as_user="bob", now=T1))

@@ -16,15 +16,13 @@ from ..model.clock import SpanLike, TimeLike, add_span, parse_duration, parse_ti
 from ..model.kinds import SUMMARY_KEY, Contract
 from ..model.note import FIELDS as NOTE_FIELDS, Note, check_source, new_id
 from ..model.validate import check_unicode
-from ..model.validate import validate_note
 from ..policy import gate
 from ..policy.access import require_user
 from ..policy.gate import AGENT, HUMAN, Provenance, check_key_reuse, judge_source
 from ..results import BatchResult, ProgressCallback, WriteResult
 from ..search.index_worker import IndexWorker, spare_core
 from ..storage.trailers import Trailers
-from ..storage.queries import blob_hash
-from ..storage.worktree import StoredNote, live_in_dir
+from ..storage.worktree import StoredNote, live_in_dir, validated
 from . import holds, read, render
 from .conversation import Turns
 from .state import RepoState
@@ -394,9 +392,9 @@ def commit_pending(repo: RepoState, user: str, when: _dt.datetime, prepare_now: 
             message = commit_message(pending, user, op or pending.op, evidence)
             data = pending.note.dumps().encode()
             # What mdmem commits must pass the checks its readers apply, or it could not
-            # read (and so never undo) its own write.
-            validate_note(pending.path, data, repo.contracts, max_bytes=repo.config.note_max_bytes)
-            version = blob_hash(data)
+            # read (and so never undo) its own write. Kept as checked: the index's catch-up
+            # reads this very file next.
+            version = validated(pending.path, data, repo.contracts, max_bytes=repo.config.note_max_bytes).version
             if pending.superseded == version and pending.moved_from is None:
                 # The same note again (an agent repeating itself within a second): no empty
                 # commit; the answer names the commit that holds this version.

@@ -234,6 +234,9 @@ def _vector_column(reader, count: int) -> np.ndarray | None:
     if VECTOR_FIELD not in reader.schema or not reader.has_column(VECTOR_FIELD):
         return None
     width = reader.schema[VECTOR_FIELD].column_type._fixedlen // 4
+    kept = getattr(reader, "column_array", None)  # a reader in memory keeps its arrays (search/recent.py)
+    if kept is not None:
+        return kept(VECTOR_FIELD, "<f4", width)
     return read_column(reader.column_reader(VECTOR_FIELD, translate=False), count, "<f4", width)
 
 
@@ -241,6 +244,9 @@ def _column(reader, name: str, count: int) -> np.ndarray:
     """A whole int64 column of one segment (zeros where the segment has none)."""
     if not reader.has_column(name):
         return np.zeros(count, dtype=np.int64)
+    kept = getattr(reader, "column_array", None)
+    if kept is not None:
+        return kept(name, np.int64)
     return read_column(reader.column_reader(name, translate=False), count, ">i8").astype(np.int64)
 
 
