@@ -34,6 +34,17 @@ def corpus(repo, n=40):
     assert not result.refused and not result.held
 
 
+def embedded_corpus(repo, server):
+    """A small corpus embedded by ``server``, past the two calls that walk the tree: from here
+    a few changes go to memory."""
+    repo.config.embedder = EmbedderConfig(backend="ollama", model="nomic-embed-text")
+    repo.user_config = UserConfig(embedder_url=server.url)
+    repo.reset_caches()
+    corpus(repo, n=12)
+    for _ in range(2):
+        repo.recall("billing", as_user="bob", now=T1)
+
+
 def on_disk(repo) -> bytes:
     return (cache_dir(repo.root) / "state.json").read_bytes()
 
@@ -95,12 +106,7 @@ def test_a_hand_edit_held_in_memory_answers_the_tag_filter(repo):
 def test_memory_with_vectors_ranks_as_a_full_reindex(repo):
     """The same with an embedder: vectors of notes in memory join the disk's in one table."""
     with EmbedServer() as server:
-        repo.config.embedder = EmbedderConfig(backend="ollama", model="nomic-embed-text")
-        repo.user_config = UserConfig(embedder_url=server.url)
-        repo.reset_caches()
-        corpus(repo, n=12)
-        for _ in range(2):
-            repo.recall("billing", as_user="bob", now=T1)
+        embedded_corpus(repo, server)
         disk = on_disk(repo)
         team_fact(repo, "The billing deploy window is Friday.", subject="service:billing", key="deploy.window.0",
                   now=T1)
@@ -368,12 +374,7 @@ def test_a_note_this_process_wrote_is_checked_and_analysed_before_the_recall_tha
     from mdmem.storage import worktree
 
     with EmbedServer() as server:
-        repo.config.embedder = EmbedderConfig(backend="ollama", model="nomic-embed-text")
-        repo.user_config = UserConfig(embedder_url=server.url)
-        repo.reset_caches()
-        corpus(repo, n=12)
-        for _ in range(2):
-            repo.recall("billing", as_user="bob", now=T1)
+        embedded_corpus(repo, server)
         stored = team_fact(repo, "Gateway webhook retries every minute.", subject="service:gateway",
                            key="webhook.retry", new_key=True, now=T1)
         path = stored.path
