@@ -30,7 +30,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import numpy as np
 
@@ -129,6 +129,14 @@ class EmbedAhead:
             bulk, self._bulk = self._bulk, []
         for _, batch in bulk:
             batch.cancel()
+
+    def settle(self, keys: set[str], timeout: float) -> None:
+        """Wait, up to ``timeout`` seconds, for the writes still embedding any of ``keys``
+        (taking nothing: :meth:`take` does)."""
+        with self._lock:
+            making = [future for made, future in self._coming if made & keys and not future.done()]
+        if making:
+            wait(making, timeout=timeout)
 
     def take(self, keys: list[str], progress: ProgressCallback | None = None,
              what: str = "embedding") -> dict[str, np.ndarray]:

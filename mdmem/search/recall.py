@@ -162,6 +162,8 @@ class Recall:
         # recalls queued behind a slow one find their vectors made when their turn comes,
         # instead of each embedding its question in turn with the index held.
         query_vector = None if key else self.index.embed_query_soon(query)
+        if query_vector is not None:
+            self.index.settle_vectors()  # this process's writes' vectors, waited for without the index
         with self.index.held():  # a warming pass gives way (search/warm.py)
             return self._recall(asked, query_vector)
 
