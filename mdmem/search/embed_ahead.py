@@ -130,13 +130,14 @@ class EmbedAhead:
         for _, batch in bulk:
             batch.cancel()
 
-    def settle(self, keys: set[str], timeout: float) -> None:
+    def settle(self, keys: set[str], timeout: float) -> set[str]:
         """Wait, up to ``timeout`` seconds, for the writes still embedding any of ``keys``
-        (taking nothing: :meth:`take` does)."""
+        (taking nothing: :meth:`take` does); the keys no write is still embedding."""
         with self._lock:
-            making = [future for made, future in self._coming if made & keys and not future.done()]
+            making = [(made, future) for made, future in self._coming if made & keys and not future.done()]
         if making:
-            wait(making, timeout=timeout)
+            wait([future for _, future in making], timeout=timeout)
+        return keys.difference(*(made for made, future in making if not future.done()))
 
     def take(self, keys: list[str], progress: ProgressCallback | None = None,
              what: str = "embedding") -> dict[str, np.ndarray]:

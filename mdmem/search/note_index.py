@@ -544,9 +544,13 @@ class NoteIndex:
         of the 10 longest holds of a 120 s server run). At most ``timeout`` seconds; past that
         the catch-up waits as before."""
         with self._told_lock:
-            keys, self._awaited = self._awaited, set()
+            keys = set(self._awaited)
         if keys:
-            self._ahead.settle(keys, timeout)
+            # Every recall that comes meanwhile waits here too (not the first only); the keys
+            # made go once made (taken or not, they are not waited for again).
+            made = self._ahead.settle(keys, timeout)
+            with self._told_lock:
+                self._awaited -= made
 
     def embed_bulk(self, notes: Iterable[Note]) -> None:
         """A bulk import committed ``notes``: embedded on the embed-ahead worker while the
