@@ -28,6 +28,16 @@ class ServerProcess:
     def log(self) -> str:
         return "".join(self.lines)
 
+    def says(self, text: str, seconds: float = 10) -> bool:
+        """Whether ``text`` reaches the server's log within ``seconds`` (a thread drains its
+        stderr: a line written as a request is answered may be read a moment after)."""
+        deadline = time.monotonic() + seconds
+        while text not in self.log():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
 
 def start_server(repo_root, tokens, *extra: str, env: dict | None = None, timeout: float = 60) -> ServerProcess:
     full_env = {**os.environ, "MDMEM_EMBEDDER": "none", "MDMEM_NO_DAEMON": "1", **(env or {})}

@@ -232,6 +232,15 @@ class RepoState:
             self._root_blobs = RootEntries(self.store, self._meta_cache)
         return Views(self.store, self._root_blobs, self.config, flags=lambda rev: set(self.trust.flags(rev)))
 
+    def give_way(self) -> None:
+        """A write is about to spend its CPU: recalls holding the search index in this process
+        go first (search/note_index.NoteIndex.give_way, a few ms at most); never raises."""
+        if self._index is not None:
+            try:
+                self._index.give_way()
+            except Exception:  # noqa: BLE001 -- only an order of turns
+                pass
+
     def writing(self, notes: list[Note]) -> None:
         """A write of ``notes`` has passed its checks: the search index starts
         embedding them for the recall that follows; never raises."""

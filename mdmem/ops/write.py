@@ -67,6 +67,7 @@ def remember(repo: RepoState, text: str, *, as_user: str, kind: str, subject: st
     which passes ``source="agent:<name>"`` and the source the agent claimed, if any)."""
     user = require_user(as_user)
     when = resolve_write_time(now)
+    repo.give_way()
     path, note, contract, provenance = draft(
         repo, user, text, kind=kind, subject=subject, key=key, scope=scope, team=team, owner=owner, source=source,
         ttl=ttl, valid_from=valid_from, derived_from=derived_from, channel=channel,
@@ -436,9 +437,11 @@ def commit_changes(repo: RepoState, changes: dict[str, bytes | None], message: s
     and a commit on a newer tip carried views without its notes, and told every cache (the
     views' kept state, the index's hints) a parent it did not have."""
     repo.committing(changes)  # their embedding, if any, runs beside the commit
+    repo.give_way()
     parent = repo.store.head()
     altered = render.views_for(repo, changes, when, head=parent)
     email = (author or repo.config.identity(actor))[1]
+    repo.give_way()
     commit = repo.store.commit({**changes, **altered}, message, actor=actor, when=when, author=author,
                                expect_tip=parent)
     repo.committed(commit, parent, changes, email)
