@@ -126,7 +126,7 @@ class NoteIndex:
         self.mutex = threading.RLock()
         self.wanting = 0  # calls waiting for the mutex (held()): a warming pass gives way to them
         self._wanting_lock = threading.Lock()
-        self._holders: dict[int, int] = {}  # thread id -> depth, of the calls holding the mutex (give_way)
+        self._holder: int | None = None  # the thread holding the mutex through held() (give_way)
         self._quiet = threading.Condition()
         self._warmer: Warmer | None = None  # keep_warm: a long-lived process's caches (search/warm.py)
         self.last_used = time.monotonic()  # the last catch-up asked for (a warm waits for quiet)
@@ -146,7 +146,7 @@ class NoteIndex:
         thread is not the child's."""
         self.mutex = threading.RLock()
         self.wanting, self._wanting_lock = 0, threading.Lock()
-        self._holders, self._quiet = {}, threading.Condition()
+        self._holder, self._quiet = None, threading.Condition()
         self._told_lock = threading.Lock()
         self._warmer = None
 
@@ -163,17 +163,17 @@ class NoteIndex:
             with self._wanting_lock:
                 self.wanting -= 1
         me = threading.get_ident()
+        outermost = self._holder != me  # the mutex is ours: only this thread sets it to us
         try:
-            with self._quiet:
-                self._holders[me] = self._holders.get(me, 0) + 1
+            if outermost:
+                with self._quiet:
+                    self._holder = me
             yield
         finally:
-            with self._quiet:
-                if self._holders.get(me, 0) <= 1:
-                    self._holders.pop(me, None)
+            if outermost:
+                with self._quiet:
+                    self._holder = None
                     self._quiet.notify_all()
-                else:
-                    self._holders[me] -= 1
             self.mutex.release()
 
     def give_way(self, at_most: float = GIVE_WAY_SECONDS) -> None:
@@ -183,11 +183,11 @@ class NoteIndex:
         keeps it through libgit2's file calls, and in the holds of 40 ms and more the writes
         used 16-47 ms of CPU against the recall's 5-14. Recalls first, writes a few ms later:
         the write goal (remember p99 <= 150 ms) has the room, the recall goal (50) had none."""
-        if not self._holders:
+        if self._holder is None:
             return
         me, deadline = threading.get_ident(), time.monotonic() + at_most
         with self._quiet:
-            while self._holders.keys() - {me}:
+            while self._holder not in (None, me):
                 left = deadline - time.monotonic()
                 if left <= 0 or not self._quiet.wait(left):
                     return
@@ -559,10 +559,8 @@ class NoteIndex:
                 doc = fulltext.note_doc(stored)
                 self._analysed.put_text(ix.schema, doc)
                 if self._embedder:
-                    model = self._embedder.model_id
                     with self._told_lock:
-                        self._awaited.update(cache_key(model, t) for t in
-                                             fulltext.embedding_texts(doc["key"], doc["body"], doc.get("context_text")))
+                        self._awaited.update(note_texts(self._embedder.model_id, [stored.note]))
             except Exception:  # noqa: BLE001 -- only a head start; the catch-up analyses itself
                 continue
 
