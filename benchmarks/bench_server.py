@@ -9,7 +9,8 @@ Two ways of loading it, each its own table:
   default 1 s): the latency an agent sees when 32 of them share the server.
 
 Per scale, embedder and mode: throughput, the server's CPU per call (user+system: the number the
-machine's load does not inflate), the clients' CPU per call (they share the 2 cores), p50/p99 per
+machine's load does not inflate; "the server" is its process with the ones it started, its write
+process among them, throughout), the clients' CPU per call (they share the 2 cores), p50/p99 per
 tool, the server's peak RSS, the acknowledged writes found in git afterwards, cross-person hits (a
 recall returning another person's private note: must be 0), and the load average before and after.
 Then: one run where the server is killed with SIGKILL mid-load and started again (every write it
@@ -170,25 +171,46 @@ def start_server(root: Path, tokens: Path, embedder: str) -> tuple[subprocess.Po
     return proc, url[0]
 
 
+def process_tree(pid: int) -> list[int]:
+    """The server and the processes it started (its write process, an index catch-up), live now."""
+    out, todo = [], [pid]
+    while todo:
+        each = todo.pop()
+        out.append(each)
+        try:
+            for task in Path(f"/proc/{each}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU the process has used (the machine is shared: CPU per op is the number
-    that load does not inflate)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except OSError:
-        return float("nan")
+    """User + system CPU the server has used, its child processes' included (the ones it has
+    waited for and the live ones: its writes run in one); the machine is shared: CPU per op is
+    the number that load does not inflate."""
+    total = 0.0
+    for each in process_tree(pid):
+        try:
+            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return total if total else float("nan")
 
 
 def rss_mb(pid: int, field: str = "VmHWM") -> float:
-    """The process's peak (VmHWM) or current (VmRSS) resident memory."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return float("nan")
+    """The resident memory of the server and its live child processes, summed: each one's peak
+    (VmHWM) or current (VmRSS, or another field of /proc/PID/status)."""
+    total = 0.0
+    for each in process_tree(pid):
+        try:
+            for line in Path(f"/proc/{each}/status").read_text().splitlines():
+                if line.startswith(field + ":"):
+                    total += int(line.split()[1]) / 1024
+        except OSError:
+            pass
+    return total if total else float("nan")
 
 
 class RssSampler(threading.Thread):
