@@ -27,9 +27,11 @@ import sys
 import threading
 from multiprocessing.connection import Connection, Pipe
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import MdmemError, as_mdmem_error, from_dict
+from ..model.note import Note
 from ..repo import MemoryRepo
 from ..results import WriteResult
 
@@ -83,6 +85,9 @@ class WriteProcess:
             try:
                 conn.send(("remember", text, kwargs))
                 reply = conn.recv()
+                while reply[0] == "writing":  # its notes checked: embedded here while it commits
+                    self.repo.writing(reply[1])
+                    reply = conn.recv()
             except (EOFError, OSError):
                 code = self._ended()
                 raise MdmemError(f"the server's write process ended during this write (exit code {code}); it may "
@@ -155,11 +160,18 @@ class WriteProcess:
 
 class _Writing(MemoryRepo):
     """The repository as the write process holds it: each commit's notice to the caches is
-    kept, for the server's own caches to be given the same."""
+    kept, for the server's own caches to be given the same; a write's notes, once checked, are
+    told to the server at once (its index embeds them while the commit is made here)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.told: list[tuple[str, str | None, dict[str, bytes | None], str]] = []
+        self.tell: Callable[[Any], None] | None = None
         super().__init__(*args, **kwargs)
+
+    def writing(self, notes: list[Note]) -> None:
+        super().writing(notes)
+        if self.tell is not None:
+            self.tell(("writing", list(notes)))
 
     def committed(self, commit: str, parent: str | None, changes: dict[str, bytes | None], email: str) -> None:
         super().committed(commit, parent, changes, email)
@@ -179,6 +191,7 @@ def _serve(conn: Connection) -> None:
         conn.send(("error", as_mdmem_error(exc).to_dict()))
         return
     conn.send(("ready",))
+    repo.tell = conn.send
     try:
         while True:
             try:
