@@ -34,6 +34,7 @@ from ..errors import MdmemError, as_mdmem_error, from_dict
 from ..model.note import Note
 from ..repo import MemoryRepo
 from ..results import WriteResult
+from ..search.embedders import is_local
 
 log = logging.getLogger("mdmem.mcp")
 
@@ -94,7 +95,9 @@ class WriteProcess:
                                  "or may not be in git: look for it (recall, get) before writing it again") from None
             if reply[0] == "error":
                 raise from_dict(reply[1])
-            _, result, told = reply
+            _, result, told, vectors = reply
+            if vectors:
+                self.repo.index.made_elsewhere(vectors)  # taken by the catch-up: not embedded again here
             for commit, parent, changes, email in told:
                 self.repo.committed(commit, parent, changes, email)
             return result
@@ -126,7 +129,8 @@ class WriteProcess:
         self._proc, self._conn = proc, ours
         config = dataclasses.replace(self.repo.user_config, secret=no_secret)
         try:
-            ours.send(("open", str(self.repo.root), config, self.repo.store.index_delay))
+            ours.send(("open", str(self.repo.root), config, self.repo.store.index_delay,
+                       self.repo.config.embedder.backend))
             if not ours.poll(OPEN_SECONDS):
                 raise MdmemError(f"the server's write process did not open {self.repo.root} in "
                                  f"{OPEN_SECONDS:g} s")
@@ -160,33 +164,55 @@ class WriteProcess:
 
 class _Writing(MemoryRepo):
     """The repository as the write process holds it: each commit's notice to the caches is
-    kept, for the server's own caches to be given the same; a write's notes, once checked, are
-    told to the server at once (its index embeds them while the commit is made here)."""
+    kept, for the server's own caches to be given the same. A write's notes, once checked, are
+    embedded here beside the commit when the embedder is local (MiniLM), their vectors handed
+    over with the answer; else they are told to the server at once, whose index embeds them
+    while the commit is made here (a remote embedder's secret is not given to this process)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.told: list[tuple[str, str | None, dict[str, bytes | None], str]] = []
+        self.written: list[Note] = []
         self.tell: Callable[[Any], None] | None = None
+        self.embeds = False
         super().__init__(*args, **kwargs)
 
     def writing(self, notes: list[Note]) -> None:
-        super().writing(notes)
-        if self.tell is not None:
+        super().writing(notes)  # with a local embedder, embedded from now on its own thread
+        self.written += notes
+        if self.tell is not None and not self.embeds:
             self.tell(("writing", list(notes)))
 
     def committed(self, commit: str, parent: str | None, changes: dict[str, bytes | None], email: str) -> None:
         super().committed(commit, parent, changes, email)
         self.told.append((commit, parent, changes, email))
 
+    def made(self) -> dict[str, Any]:
+        """The vectors of the notes this call committed (none if it committed nothing: a
+        refused note's text is not embedded for anyone)."""
+        if not (self.embeds and self.told and self.written):
+            return {}
+        try:
+            return self.index.vectors_of(self.written)
+        except Exception:  # noqa: BLE001 -- only a head start: the server's catch-up embeds itself
+            return {}
+
 
 def _serve(conn: Connection) -> None:
     try:
-        _, root, user_config, index_delay = conn.recv()
-        repo = _Writing.open(Path(root), user_config=user_config)
+        _, root, user_config, index_delay, backend = conn.recv()
+        repo = _Writing.open(Path(root), user_config=user_config, embedder=backend)
         repo.store.index_delay = index_delay
         try:
             repo.warm_writes()
         except Exception:  # noqa: BLE001 -- a cache: the first write builds what it needs
             pass
+        try:
+            embedder = repo.index.embedder
+            if is_local(embedder):
+                embedder.embed_documents(["mdmem"])  # the model loaded now, not in the first write
+                repo.embeds = True
+        except Exception:  # noqa: BLE001 -- the server's index then embeds the notes itself
+            repo.embeds = False
     except Exception as exc:  # noqa: BLE001 -- told to the server, which says it
         conn.send(("error", as_mdmem_error(exc).to_dict()))
         return
@@ -199,11 +225,12 @@ def _serve(conn: Connection) -> None:
             except EOFError:
                 return  # the server closed its end, or is gone
             op, text, kwargs = call
-            repo.told = []
+            repo.told, repo.written = [], []
             try:
                 if op != "remember":
                     raise MdmemError(f"the write process makes remembers, not {op!r}")
-                result: Any = ("ok", repo.remember(text, **kwargs), repo.told)
+                answer = repo.remember(text, **kwargs)
+                result: Any = ("ok", answer, repo.told, repo.made())
             except Exception as exc:  # noqa: BLE001 -- every error is the caller's answer
                 result = ("error", as_mdmem_error(exc).to_dict())
             try:

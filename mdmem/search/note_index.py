@@ -527,6 +527,25 @@ class NoteIndex:
             with self._told_lock:
                 self._awaited.update(texts)
 
+    def vectors_of(self, notes: Iterable[Note]) -> dict[str, np.ndarray]:
+        """The vectors of ``notes``' texts by cache key: those embedded ahead (waited for), the
+        rest made now; none without an embedder. A server's write process hands them over with
+        its commit (mcp/write_process.py, :meth:`made_elsewhere`)."""
+        embedder = self.embedder
+        if embedder is None:
+            return {}
+        texts = note_texts(self.model_id, notes)
+        out = self._ahead.take(sorted(texts))
+        missing = sorted(k for k in texts if k not in out)
+        if missing:
+            out.update(zip(missing, embedder.embed_documents([texts[k] for k in missing])))
+        return out
+
+    def made_elsewhere(self, vectors: dict[str, np.ndarray]) -> None:
+        """Vectors another process made of notes it is committing (:meth:`vectors_of`): the
+        catch-up that indexes them takes them, nothing is embedded again here."""
+        self._ahead.add_made(vectors)
+
     def committing(self, changes: dict[str, bytes | None]) -> None:
         """This process is about to commit ``changes``: their notes are embedded on another
         thread while the commit is made, if this process has a local embedder ready (never
