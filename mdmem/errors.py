@@ -19,9 +19,6 @@ import that wrote some items and held or refused others, each listed (``PARTIAL_
 
 The library raises only these. The two boundaries, the CLI (``cli/main.py``) and the MCP
 server (``mcp/server.py``), map whatever reaches them through :func:`as_mdmem_error`, once.
-An error made in another process of mdmem's own (an HTTP server's write process,
-``mcp/write_process.py``) crosses as its ``to_dict()`` and is raised again as the same class
-by :func:`from_dict`.
 """
 from __future__ import annotations
 
@@ -161,26 +158,3 @@ def as_mdmem_error(exc: BaseException) -> MdmemError:
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         return MdmemError(f"{where}{exc.strerror or exc}")
     return Internal(f"{type(exc).__name__}: {exc} (a bug in mdmem; please report it)")
-
-
-def _kinds(cls: type[MdmemError] = MdmemError) -> dict[str, type[MdmemError]]:
-    """Each kind of the tree above and its class (a subclass made elsewhere, of the same kind,
-    is raised as the class it specialises)."""
-    out = {cls.kind: cls}
-    for sub in cls.__subclasses__():
-        if sub.__module__ == __name__:
-            out.update(_kinds(sub))
-    return out
-
-
-def from_dict(data: dict[str, Any]) -> MdmemError:
-    """The error whose ``to_dict()`` is ``data``, as its own class with its own fields (a kind
-    this tree does not have: an MdmemError with the message)."""
-    cls = _kinds().get(data.get("error", ""), MdmemError)
-    message = str(data.get("message", ""))
-    if issubclass(cls, NoteInvalid):
-        problems = [(p["field"], p["reason"]) for p in data.get("problems", [])]
-        return cls(data["path"], data["field"], data["reason"], problems=problems)
-    if issubclass(cls, Refused):
-        return cls(data["reason"], data.get("existing_keys"))
-    return cls(message)

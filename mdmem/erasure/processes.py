@@ -10,9 +10,6 @@ import os
 from pathlib import Path
 
 LONG_LIVED = ("serve", "daemon", "watch")
-# An HTTP server's remembers are made by a child of its own, run as this module (with the
-# repository as its working folder): it holds notes' text in memory as long as the server.
-WRITE_PROCESS = "mdmem.mcp.write_process"
 HANDOVER_ENV = b"MDMEM_SERVE_HANDOVER="  # mcp/reexec.py: what a re-executed server was handed
 
 
@@ -33,8 +30,7 @@ def running(root: Path) -> list[tuple[int, str]]:
             cwd = Path(os.readlink(entry / "cwd"))
         except OSError:
             continue
-        what = next((a for a in argv if a in LONG_LIVED), "serve's write process" if WRITE_PROCESS in argv else None)
-        if what is None or not any("mdmem" in a for a in argv):
+        if not any("mdmem" in a for a in argv) or not any(a in LONG_LIVED for a in argv):
             continue
         # A relative argument means what it means in that process's folder, never in ours (else
         # every word on its command line, "serve" included, would land inside the prover's repo).
@@ -44,6 +40,7 @@ def running(root: Path) -> list[tuple[int, str]]:
         given += _repo_in_environment(entry)
         named = any(_inside(str(cwd / a), root) for a in given)
         if named or _inside(str(cwd), root):
+            what = next(a for a in argv if a in LONG_LIVED)
             out.append((int(entry.name), f"mdmem {what}"))
     return sorted(out)
 

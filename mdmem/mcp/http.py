@@ -49,7 +49,6 @@ from ..repo import MemoryRepo
 from . import heap
 from .http_guard import RateLimiter, RequestGuard, header_deadline_protocol
 from .reexec import RestartOnErasure, reexec
-from .write_process import WriteProcess
 from .server import (ANNOTATIONS, INSTRUCTIONS, TOOLS, flush_git_indexes, followed_roots, opened_repos,
                      read_again_after_erasure, tool_errors, unknown_arguments)
 
@@ -192,12 +191,9 @@ class RequestIdentity:
     """What the tool modules read as ``ctx`` (as ServerContext over stdio), with the person and
     agent of the request being served instead of the server's one identity."""
 
-    def __init__(self, repo: MemoryRepo, index_ready: threading.Event, writer: WriteProcess | None = None):
+    def __init__(self, repo: MemoryRepo, index_ready: threading.Event):
         self.repo = repo
         self.index_ready = index_ready
-        # What remember writes through: the server's write process (mcp/write_process.py), or
-        # the repository itself (a workspace: its mounts' writes stay in this process).
-        self.writer: Any = writer or repo
 
     @property
     def user(self) -> str:
@@ -327,19 +323,17 @@ class CapabilityGate:
 
 def build_app(repo: MemoryRepo, verifier: TokenVerifier, *, public_url: str, issuer: str, host: str,
               limits: HttpLimits = HttpLimits(), index_ready: threading.Event | None = None,
-              warmed: threading.Event | None = None, restart: RestartOnErasure | None = None,
-              writer: WriteProcess | None = None) -> Starlette:
+              warmed: threading.Event | None = None, restart: RestartOnErasure | None = None) -> Starlette:
     """The ASGI app: /mcp (bearer token required), the protected resource metadata, /healthz.
     ``index_ready``: set once the index has caught up (recall answers from the views until
     then); ``warmed``: once its caches and the model are warm too (/healthz says "ready").
-    ``restart``: looked at before each tool call (serve_http: an erasure ends the server).
-    ``writer``: the process remember writes through (mcp/write_process.py; else this one)."""
+    ``restart``: looked at before each tool call (serve_http: an erasure ends the server)."""
     ready = index_ready or threading.Event()
     if index_ready is None:
         ready.set()
     if warmed is None:
         warmed = ready
-    ctx = RequestIdentity(repo, ready, writer)
+    ctx = RequestIdentity(repo, ready)
     params: dict[str, frozenset[str]] = {}
     auth = AuthSettings(issuer_url=issuer, resource_server_url=public_url,  # type: ignore[arg-type]
                         required_scopes=None, validate_token_resource=True)
@@ -492,17 +486,10 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
         warmed.set()
 
     kept: list[int] = []  # the listening socket's descriptor for the fresh process
-    # Remembers are made by a process of their own (mcp/write_process.py), beside the recalls
-    # of this one; a workspace's mounts are written in this process.
-    writer = None if workspace else WriteProcess(repo)
-    if writer is not None:
-        writer.start()
 
     def erasure_ended() -> None:
         kept.append(os.dup(sock.fileno()))  # before uvicorn closes its own
         read_again_after_erasure(repo)  # calls still arriving until the server stops
-        if writer is not None:
-            writer.stop()  # its caches may hold the erased text too; the next remember starts another
         server.should_exit = True
 
     # Following erasures starts before the builder reads a note: one ending after that is seen.
@@ -518,7 +505,7 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
         pass
     stop = threading.Event()
     app = build_app(repo, verifier, public_url=public_url, issuer=issuer, host=host, limits=limits,
-                    index_ready=ready, warmed=warmed, restart=restart, writer=writer)
+                    index_ready=ready, warmed=warmed, restart=restart)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                             http=header_deadline_protocol(limits.body_seconds),
                             timeout_graceful_shutdown=int(graceful_seconds), limit_concurrency=512,
@@ -536,8 +523,6 @@ def serve_http(repo: MemoryRepo, verifier: TokenVerifier, sock: socket.socket, *
         stop.set()
         signal.signal(signal.SIGTERM, previous)
         app.state.writes.wait_idle(graceful_seconds)  # a write uvicorn stopped waiting for still ends first
-        if writer is not None:
-            writer.stop(graceful_seconds)  # it writes git's index for its own writes as it ends
         flush_git_indexes(repo)
     if kept and not stopped:
         log.warning("an erasure ended: restarting in place so no copy of the erased text stays in memory")

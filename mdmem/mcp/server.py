@@ -73,11 +73,6 @@ class ServerContext:
     index_ready: threading.Event = field(default_factory=_ready_event)
 
     @property
-    def writer(self) -> MemoryRepo:
-        """What remember writes through: over stdio, the repository itself (one client)."""
-        return self.repo
-
-    @property
     def agent(self) -> str:
         """The name every write is recorded under (as agent:<name>), never from tool arguments."""
         name = self.label or self.client

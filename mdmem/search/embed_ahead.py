@@ -180,14 +180,6 @@ class EmbedAhead:
             out.update({k: self._ready.pop(k) for k in keys if k in self._ready})
         return out
 
-    def add_made(self, vectors: dict[str, np.ndarray]) -> None:
-        """Vectors another process made for this one's catch-up (cache key -> vector; a
-        server's write process, mcp/write_process.py): taken as if made here."""
-        with self._lock:
-            self._ready.update(vectors)
-            while len(self._ready) > MAX_KEYS:
-                self._ready.popitem(last=False)
-
     def close(self) -> None:
         """Wait for the worker (a vector half made at interpreter exit is not left running)."""
         with self._lock:

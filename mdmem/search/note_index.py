@@ -515,36 +515,9 @@ class NoteIndex:
 
     def writing(self, notes: Iterable[Note]) -> None:
         """A write of ``notes`` has begun (checked, not yet committed): their texts are
-        embedded from now, as in :meth:`committing`, a few milliseconds earlier, and a recall
-        waits for them before it takes the mutex (:meth:`settle_vectors`): the catch-up that
-        finds them committed then takes them made. A server's writes are committed by another
-        process (mcp/write_process.py), and a recall that found one committed before its vector
-        was made waited for it holding the mutex (22-41 ms, in 46 of the 51 holds over 25 ms of
-        a 90 s run)."""
+        embedded from now, as in :meth:`committing`, a few milliseconds earlier."""
         if is_local(self._embedder):
-            texts = note_texts(self.model_id, notes)
-            self._ahead.start_texts(self._embedder, texts)
-            with self._told_lock:
-                self._awaited.update(texts)
-
-    def vectors_of(self, notes: Iterable[Note]) -> dict[str, np.ndarray]:
-        """The vectors of ``notes``' texts by cache key: those embedded ahead (waited for), the
-        rest made now; none without an embedder. A server's write process hands them over with
-        its commit (mcp/write_process.py, :meth:`made_elsewhere`)."""
-        embedder = self.embedder
-        if embedder is None:
-            return {}
-        texts = note_texts(self.model_id, notes)
-        out = self._ahead.take(sorted(texts))
-        missing = sorted(k for k in texts if k not in out)
-        if missing:
-            out.update(zip(missing, embedder.embed_documents([texts[k] for k in missing])))
-        return out
-
-    def made_elsewhere(self, vectors: dict[str, np.ndarray]) -> None:
-        """Vectors another process made of notes it is committing (:meth:`vectors_of`): the
-        catch-up that indexes them takes them, nothing is embedded again here."""
-        self._ahead.add_made(vectors)
+            self._ahead.start_texts(self._embedder, note_texts(self.model_id, notes))
 
     def committing(self, changes: dict[str, bytes | None]) -> None:
         """This process is about to commit ``changes``: their notes are embedded on another
@@ -593,7 +566,7 @@ class NoteIndex:
 
     def settle_vectors(self, timeout: float = SETTLE_SECONDS) -> None:
         """Wait, before taking the index mutex, for the vectors still being made of the notes
-        this process is writing or committed (embedded ahead): the catch-up that takes them then finds them
+        this process committed (embedded ahead): the catch-up that takes them then finds them
         made. It waited for one holding the mutex, every recall queued behind (20-28 ms, in 4
         of the 10 longest holds of a 120 s server run). At most ``timeout`` seconds; past that
         the catch-up waits as before."""

@@ -23,7 +23,7 @@ def make(ctx):
                  new_key: bool = False, expect_version: str | None = None, context: str | None = None) -> dict:
         try:
             # The channel decides provenance: the server's identity and agent name, never an argument.
-            result = ctx.writer.remember(text, as_user=ctx.user, kind=kind, subject=subject, key=key, scope=scope,
+            result = ctx.repo.remember(text, as_user=ctx.user, kind=kind, subject=subject, key=key, scope=scope,
                                        team=team, source=f"agent:{ctx.agent}", ttl=ttl, new_key=new_key,
                                        expect_version=expect_version, channel=AGENT, claimed_source=source,
                                        context=context)
