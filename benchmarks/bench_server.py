@@ -9,8 +9,8 @@ Two ways of loading it, each its own table:
   default 1 s): the latency an agent sees when 32 of them share the server.
 
 Per scale, embedder and mode: throughput, the server's CPU per call (user+system: the number the
-machine's load does not inflate; "the server" is its process with the ones it started, its write
-process among them, throughout), the clients' CPU per call (they share the 2 cores), p50/p99 per
+machine's load does not inflate; "the server" is its process with the ones it started, its index
+catch-up child among them, throughout), the clients' CPU per call (they share the 2 cores), p50/p99 per
 tool, the server's peak RSS, the acknowledged writes found in git afterwards, cross-person hits (a
 recall returning another person's private note: must be 0), and the load average before and after.
 Then: one run where the server is killed with SIGKILL mid-load and started again (every write it
@@ -134,7 +134,10 @@ def prepare(tmp: Path, n: int, embedder: str, keep: Path | None = None) -> tuple
 def start_server(root: Path, tokens: Path, embedder: str) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "MDMEM_EMBEDDER": embedder, "MDMEM_NO_DAEMON": "1"}
     env.pop("MDMEM_USER", None)
-    proc = subprocess.Popen([sys.executable, "-m", "mdmem.cli.main", "serve", "--http", "127.0.0.1:0",
+    # -P: mdmem is the one this script imports (PYTHONPATH, else the installed one), not a
+    # checkout that happens to be the working folder: `python -m` puts that first, and an A/B of
+    # two worktrees run from a checkout measured that checkout's code twice.
+    proc = subprocess.Popen([sys.executable, "-P", "-m", "mdmem.cli.main", "serve", "--http", "127.0.0.1:0",
                              "--repo", str(root), "--tokens", str(tokens), "--rate", "0"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     url: list[str] = []
@@ -172,7 +175,7 @@ def start_server(root: Path, tokens: Path, embedder: str) -> tuple[subprocess.Po
 
 
 def process_tree(pid: int) -> list[int]:
-    """The server and the processes it started (its write process, an index catch-up), live now."""
+    """The server and the processes it started (an index catch-up), live now."""
     out, todo = [], [pid]
     while todo:
         each = todo.pop()
@@ -187,8 +190,8 @@ def process_tree(pid: int) -> list[int]:
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU the server has used, its child processes' included (the ones it has
-    waited for and the live ones: its writes run in one); the machine is shared: CPU per op is
-    the number that load does not inflate."""
+    waited for and the live ones: the index's catch-up to disk runs in one); the machine is
+    shared: CPU per op is the number that load does not inflate."""
     total = 0.0
     for each in process_tree(pid):
         try:
