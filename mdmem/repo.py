@@ -210,6 +210,12 @@ class MemoryRepo(RepoState):
         """The held writes the user may see."""
         return review.review_list(self, as_user=as_user)
 
+    def sync_conflicts(self, *, as_user: str) -> list[dict[str, str]]:
+        """Pairs sync resolved by validity that nobody has looked at since (roots the user reads)."""
+        from .remote import open_conflicts
+
+        return open_conflicts(self, as_user=as_user)
+
     def approvers(self, review_id: str, *, as_user: str) -> list[str]:
         """Who may approve the held write ``review_id``: a second person (``[review] self_approve`` aside)."""
         return review.approvers(self, review_id, as_user=as_user)

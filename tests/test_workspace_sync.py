@@ -66,4 +66,4 @@ def test_a_workspace_sync_push_publishing_an_erasure_exits_11_while_a_remote_sti
     r = subprocess.run([sys.executable, "-m", "mdmem.cli.main", "sync", "--push", "--as", "bob"], cwd=bob.root,
                        env=env, capture_output=True, text=True)
     assert r.returncode == Incomplete.exit_code, (r.stdout, r.stderr)
-    assert "private/bob: published erasure" in r.stdout and "the erasure there: NOT erased" in r.stdout, r.stdout
+    assert "private/bob: published erasure" in r.stdout and "the erasure on origin: NOT erased" in r.stdout, r.stdout

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..erasure.receipt import remotes_not_erased
-from ..errors import BadInput, Incomplete, NotFound
+from ..errors import BadInput, Incomplete, NotFound, Refused
 from ..model.text import escape_controls
 from ..repo import MemoryRepo
 from .context import add_common, is_workspace, open_repo
@@ -84,6 +84,19 @@ def _forget_in_workspace(ctx, ws, paths) -> int:
             print(f"== {root}: nothing to erase")
         for root, why in data["skipped"].items():
             print(f"== {root}: NOT ERASED: {why}")
+    return _workspace_exit(out, dry_run=a.dry_run)
+
+
+def _workspace_exit(out, *, dry_run: bool) -> int:
+    """As one repository's forget: refused (3) when no repository it concerns was erased and
+    some refused; incomplete (11) when some were and others were not, or a remote still serves
+    the erased objects; not found (6) when nothing matched anywhere."""
+    if out.skipped:
+        return Refused.exit_code if not out.receipts else Incomplete.exit_code
+    if not out.receipts:
+        return NotFound.exit_code
+    if not dry_run and any(remotes_not_erased(r.remotes) for r in out.receipts.values()):
+        return Incomplete.exit_code
     return 0
 
 

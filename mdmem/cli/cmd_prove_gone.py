@@ -23,13 +23,13 @@ def run(ctx) -> int:
                                       allow_paths=a.allow_paths)
         lines = []
         for root, one in proof.proofs.items():
-            lines.append(f"{root}: {'PASS' if one.passed else 'FAIL'}")
+            lines.append(f"{root}: {one.verdict}")
             lines += [f"  needle {i + 1}: FAIL in {name}" for i, item in enumerate(one.to_dict()["needles"])
                       for name, check in item["checks"].items() if not check["passed"]]
         lines += [f"{root}: NOT READ: {why}" for root, why in proof.unread.items()]
         lines.append(f"verdict: {proof.verdict}")
         ctx.emit(proof.to_dict(), "\n".join(lines))
-        return 0 if proof.passed else ProofFailed.exit_code
+        return _exit_code(proof.verdict)
     report = ctx.repo().prove_gone(a.needles, as_user=ctx.user, subject=a.subject, owner=a.owner,
                                    allow_paths=a.allow_paths).to_dict()
     lines = []
@@ -58,4 +58,9 @@ def run(ctx) -> int:
     else:
         lines.append(report["verdict"])
     ctx.emit(report, "\n".join(lines))
-    return {"PASS": 0, "FAIL": ProofFailed.exit_code}.get(report["verdict"], Incomplete.exit_code)
+    return _exit_code(report["verdict"])
+
+
+def _exit_code(verdict: str) -> int:
+    """PASS 0; FAIL 7 (a needle found); INCOMPLETE 11 (not everywhere read: no verdict either way)."""
+    return {"PASS": 0, "FAIL": ProofFailed.exit_code}.get(verdict, Incomplete.exit_code)

@@ -19,10 +19,8 @@ def run(ctx) -> int:
     a = ctx.args
     repo = ctx.repo()
     if a.action == "list":
-        from ..remote import open_conflicts
-
         items = repo.review_list(as_user=ctx.user)
-        conflicts = open_conflicts(repo, as_user=ctx.user)
+        conflicts = repo.sync_conflicts(as_user=ctx.user)
         # The whole held text, indented: a reviewer approves what they read (a first line alone
         # hid an agent's payload in the lines after it).
         text = "\n".join(f"{i.review_id}  {i.path}  by {i.actor}:\n"

@@ -18,26 +18,24 @@ def register(sub) -> None:
 
 
 def run_workspace(ctx, ws) -> int:
-    """Every mount synced in parallel: each line names its root and remote; exit 5 if any failed."""
+    """Every mount synced in parallel: each mount's report under its root, as one repository's
+    (what a replay left out, what still holds erased history); the exit code is the gravest."""
     result = ws.sync(as_user=ctx.user, remote=ctx.args.remote, push=ctx.args.push, replay=ctx.args.replay,
                      now=ctx.now)
     lines = []
+    codes = []
     for m in result.mounts:
         if m.ok:
-            push = m.report.get("push")
-            lines.append(f"{m.root}: {m.report['status']}: {m.report['detail']}" + (f"; {push}" if push else "")
-                         + (f"; the erasure there: {m.report['erasure']}" if m.report.get("erasure") else ""))
+            lines.append(f"{m.root}: " + _report_text(m.report, ctx.args.remote).replace("\n", "\n  "))
+            codes.append(_exit_code(m.report))
         else:
             lines.append(f"{m.root}: FAILED: {m.error}")
-    failed = result.failed or [m for m in result.mounts if m.ok and m.report.get("push", "pushed") != "pushed"]
+            codes.append(BranchMoved.exit_code)
     if result.failed:
         lines.append(f"{len(result.failed)} of {len(result.mounts)} mount(s) failed: "
                      + ", ".join(m.root for m in result.failed))
     ctx.emit(result.to_dict(), "\n".join(lines) or "no mounts")
-    if failed:
-        return BranchMoved.exit_code
-    not_erased = [m for m in result.mounts if m.ok and m.report.get("erasure", "").startswith("NOT erased")]
-    return Incomplete.exit_code if not_erased else 0
+    return min(codes, key=_GRAVITY.index) if codes else 0
 
 
 def run(ctx) -> int:
@@ -47,8 +45,14 @@ def run(ctx) -> int:
         return run_workspace(ctx, ctx.repo())
     out = sync(ctx.repo(), as_user=ctx.user, remote=ctx.args.remote, push=ctx.args.push, replay=ctx.args.replay,
                now=ctx.now)
+    ctx.emit(out, _report_text(out, ctx.args.remote))
+    return _exit_code(out)
+
+
+def _report_text(out: dict, remote: str) -> str:
+    """One repository's sync report, a line for each thing a person should know."""
     text = f"{out['status']}: {out['detail']}"
-    for c in out["conflicts"]:
+    for c in out.get("conflicts", []):
         text += (f"\n  conflict {c['path']}: {c['live_side']} version live ({c['rule']}); "
                  f"the other ({c['superseded'][:10]}) stays in history — `mdmem review list` shows it")
     for c in out.get("replayed", []):
@@ -79,12 +83,19 @@ def run(ctx) -> int:
     if out.get("push"):
         text += f"\n  {out['push']}"
     if out.get("erasure"):
-        text += f"\n  the erasure on {ctx.args.remote}: {out['erasure']}"
-    ctx.emit(out, text)
+        text += f"\n  the erasure on {remote}: {out['erasure']}"
+    return text
+
+
+# Exit codes of a sync, gravest first: a workspace's is its mounts' gravest.
+_GRAVITY = (BranchMoved.exit_code, Incomplete.exit_code, PARTIAL_EXIT_CODE, 0)
+
+
+def _exit_code(out: dict) -> int:
+    holds = out.get("holds", {})
     # Integrated here but not published: the branch moved on the remote meanwhile (exit 5, like
     # BranchMoved), so a cron job or script notices and syncs again.
-    failed = out.get("push", "pushed") != "pushed" or holds.get("push_failed") or holds.get("error")
-    if failed:
+    if out.get("push", "pushed") != "pushed" or holds.get("push_failed") or holds.get("error"):
         return BranchMoved.exit_code
     # An erasure published to a remote that still serves the erased objects is not done there
     # (exit 11, as forget --push).

@@ -145,7 +145,9 @@ def same_identity_key(name: str) -> str:
     return name.lower() if "@" in name else name
 
 
-def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, texts=None, scrub: bool = True) -> Plan:
+def check_targets(*, subject=None, owner=None, paths=None, texts=None) -> list[str]:
+    """What to erase, checked before anything is read or journaled (a refused needle must leave
+    nothing behind); the texts to scrub, blank ones left out."""
     if not (subject or owner or paths or texts):
         raise BadInput("forget: name what to erase: --subject, --owner, --path or --text")
     if subject:
@@ -159,6 +161,11 @@ def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, text
     for t in texts:
         if not nd.is_distinctive(t):
             raise BadInput(f"--text: {len(t)} character(s) given; {nd.why_not(t)}")
+    return texts
+
+
+def build_plan(repo, *, as_user: str, subject=None, owner=None, paths=None, texts=None, scrub: bool = True) -> Plan:
+    texts = check_targets(subject=subject, owner=owner, paths=paths, texts=texts)
     access = repo.access
     eraser = as_user in access.erasers
     if owner and owner != as_user and not eraser:

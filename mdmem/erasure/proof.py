@@ -62,17 +62,18 @@ def _explained(data: str, needle: str, texts: list[str], links: list[str]) -> bo
 
 
 def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=None, allow_paths=None) -> ProofReport:
-    """An eraser's proof covers everything; anyone else's covers the roots they may read (and
+    """An eraser's proof covers everything, and so does the proof of someone who may read every
+    root the history holds; anyone else's covers the roots they may read (and
     the repository's own files), says how much it did not check and is INCOMPLETE (never PASS),
     naming the erasers who can complete it, so it is no oracle for other people's data."""
     if not needles:
         raise BadInput("prove-gone: give at least one --needle")
     if subject or owner:
         repo.access.check_prove(as_user, subject=subject, owner=owner)
-    eraser = as_user in repo.access.erasers
+    whole = as_user in repo.access.erasers  # the proof covers every place (else the roots the asker reads)
 
     def readable(root: str) -> bool:
-        return eraser or root == REPO_FILES or repo.access.may_read_root(as_user, root)
+        return whole or root == REPO_FILES or repo.access.may_read_root(as_user, root)
 
     allow_paths = list(allow_paths or [])
     root = repo.root
@@ -81,10 +82,14 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
     with housekeeping_lock(root, shared=True, timeout=LOCK_TIMEOUT_SECONDS):
         git_dir = ops.git_dir(root)
         scan = HistoryScan.read(root)
+        # Someone who may read every root this history holds (the owner of a private scope
+        # repository, which names no eraser) may be shown all of it: their proof is no oracle
+        # for anyone else's notes, so it covers what an eraser's covers, and may say PASS.
+        whole = whole or all(readable(r) for r in _all_roots(scan))
         allowed_blobs, allowed_texts, links = _allowed(scan, allow_paths)
         checkable = None
         not_checked = 0
-        if not eraser:
+        if not whole:
             checkable = {b for p, bs in scan.path_blobs.items() if readable(root_of(p)) for b in bs}
             checkable |= {c for c, roots in scan.commit_roots.items() if all(readable(r) for r in roots)}
         objects = []
@@ -97,7 +102,7 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
         live = [s for s in live_all if readable(s.root)]
         trees = ops.linked_worktrees(root)
         caches = cache_folders(root)
-        files, linked_files, seen = _read_files(root, git_dir, trees, caches, readable, eraser)
+        files, linked_files, seen = _read_files(root, git_dir, trees, caches, readable, whole)
         # A locked worktree whose folder is not here (an unmounted disk) may come back holding the
         # text, and nothing here can read it: it fails. An unlocked one whose folder is
         # gone is named in cannot_reach (git prunes it).
@@ -133,7 +138,7 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
                                                          links)] + away)
         checks["fulltext_index"] = _index_check(caches, root, seen.index_files, needle, allowed_texts,
                                                 allow_paths, readable, seen.stray_index)
-        if eraser:
+        if whole:
             checks.update(_cache_checks(seen, caches, root, needle, allowed_texts, allow_paths))
         checks["memory_views"] = _check([rel for rel, data in files if rel.endswith("MEMORY.md") and occurs(data, nb)
                                          and not _explained(data.decode("utf-8", "replace"), needle,
@@ -145,14 +150,14 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
     report["scope"]["no_erasure_in_progress"] = _check(
         [".git/mdmem-erasure (an erasure was interrupted: run mdmem forget --resume)"]
         if Journal(root).folder.exists() else [])
-    report["scope"]["caches_hold_only_history"] = _caches_hold_only_history(repo, scan, readable, eraser)
+    report["scope"]["caches_hold_only_history"] = _caches_hold_only_history(repo, scan, readable, whole)
     report["not_checked"] = {"git_objects": not_checked,
-                             "git_metadata": "checked" if eraser else "not checked (needs the eraser role)",
+                             "git_metadata": "checked" if whole else "not checked (needs the eraser role)",
                              # These caches hold every root's text in one file: a byte scan by
                              # someone who may not read every root would be an oracle.
                              "caches": "not checked (they hold every root; needs the eraser role)",
                              "roots": sorted(r for r in _all_roots(scan) if not readable(r))} \
-        if not eraser else {}
+        if not whole else {}
     processes = unvouched_processes(root)
     report["cannot_reach"] = cannot_reach(repo, processes)
     found = not (all(n["passed"] for n in report["needles"]) and all(c["passed"] for c in report["scope"].values()))
@@ -161,7 +166,7 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
     # it could not read (a PASS there would be an oracle for other people's data).
     # A running process that read the text before it was erased may keep it in freed memory,
     # where no proof can look: not complete until it is restarted (named in cannot_reach).
-    complete = eraser and not any(holds for *_, holds in processes)
+    complete = whole and not any(holds for *_, holds in processes)
     for item in report["needles"]:  # ``passed``: every check made passed; ``verdict`` says if that is all
         item["verdict"] = "FAIL" if not item["passed"] else ("PASS" if complete else "INCOMPLETE")
     report["verdict"] = "FAIL" if found else ("PASS" if complete else "INCOMPLETE")

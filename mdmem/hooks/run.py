@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..config import CONFIG_NAME, Config
 from ..errors import BadInput
-from ..model.layout import is_note_path
+from ..model.layout import is_note_path, root_of
 from ..storage import hook_git
 from ..storage.gitdir import cache_dir
 from .install import ATTRIBUTES, converting_attributes
@@ -89,6 +89,7 @@ def pre_commit(root: Path, *, env: dict | None = None) -> HookReport:
 
     ``env`` is the hook's environment (git passes the index being committed in it)."""
     from ..model.validate import note_problems
+    from ..policy.access import Access
     from ..storage.gitstore import GitStore
     from ..views.fresh import changed, read_in, touched_roots
 
@@ -120,12 +121,18 @@ def pre_commit(root: Path, *, env: dict | None = None) -> HookReport:
                             "flag it; ask an admin to commit it" for name in rule_files]
         return report
     config = rules.config
+    access = Access.of(config)
     for path in sorted(touched):
         if not is_note_path(path):
             continue
         data = read_in(store, tree, path)
         if data is None:
             continue  # deleted
+        if not access.holds(root_of(path)):
+            # A scope repository is cloned by its root's readers: another root's note here
+            # would reach all of them (the host enforces repositories, not folders).
+            report.problems.append(f"{path}: path: {access.not_held(root_of(path))}")
+            continue
         if store.is_link_in(tree, path):  # its blob is the target's name, not a note
             report.problems.append(f"{path}: is a symbolic link; a note is a regular file")
             continue

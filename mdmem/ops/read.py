@@ -194,10 +194,8 @@ def check(repo: RepoState) -> tuple[list[StoredNote], list[NoteInvalid]]:
             for s in orphaned]
     # A scope repository holds one root: another root's notes here would be read and synced by
     # everyone who may clone this one (the host enforces repositories, not folders).
-    only = repo.config.scope_root
-    strays = [s for s in good if s.root != only] if only else []
-    bad += [NoteInvalid(s.path, "path", f"this repository holds only {only} ([scope] root in {CONFIG_NAME}); "
-                        "move the note to its own root's repository") for s in strays]
+    strays = [s for s in good if not repo.access.holds(s.root)]
+    bad += [NoteInvalid(s.path, "path", f"{repo.access.not_held(s.root)}; move the note there") for s in strays]
     return [s for s in good if s not in orphaned and s not in strays], bad
 
 

@@ -62,9 +62,21 @@ class Access:
         return sorted(t for t, members in self.teams.items() if user in members)
 
     def readable_roots(self, user: str) -> list[str]:
-        """The scope roots whose notes ``user`` may see. Index filters are built from this."""
+        """The scope roots whose notes ``user`` may see. Index filters are built from this. In a
+        scope repository only its one root: another root's folder there (a note committed past
+        the hook and the guard, under someone's address) is read by no one."""
         self.check_user(user)
-        return [f"private/{user}"] + [f"team/{t}" for t in self.teams_of(user)]
+        return [r for r in [f"private/{user}"] + [f"team/{t}" for t in self.teams_of(user)] if self.holds(r)]
+
+    def holds(self, root: str) -> bool:
+        """Whether this repository may hold notes of ``root``: any root, or in a scope repository
+        ([scope] root in mdmem.toml) its one root."""
+        return self.scope_root is None or root == self.scope_root
+
+    def not_held(self, root: str) -> str:
+        """Why a note of ``root`` does not belong here (for a root :meth:`holds` refuses)."""
+        return (f"this repository holds only {self.scope_root} ([scope] root in mdmem.toml); {root} lives in its "
+                "own repository (mount it in a workspace and write there)")
 
     def may_read_root(self, user: str, root: str) -> bool:
         return root in self.readable_roots(user)
@@ -111,9 +123,8 @@ class Access:
     def check_write(self, user: str, root: str) -> None:
         """Writers: the owner of a private root, members of a team; in a scope repository, only its root."""
         self.check_user(user)
-        if self.scope_root is not None and root != self.scope_root:
-            raise Refused(f"scope: this repository holds only {self.scope_root} ([scope] root in mdmem.toml); "
-                          f"{root} lives in its own repository (mount it in a workspace and write there)")
+        if not self.holds(root):
+            raise Refused(f"scope: {self.not_held(root)}")
         scope, _, name = root.partition("/")
         if scope == "private" and name != user:
             raise Refused(f"scope: {user} may not write to {root}; only {name} writes there")

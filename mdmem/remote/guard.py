@@ -103,6 +103,7 @@ def check_push(bare: str, refs_text: str) -> list[str]:
     main = run_git_at(bare, "symbolic-ref", "-q", "HEAD", check=False).strip() or "refs/heads/main"
     tips = {parts[2]: parts[1] for parts in map(str.split, refs_text.splitlines())
             if len(parts) == 3 and set(parts[1]) != {"0"}}
+    current_main = run_git_at(bare, "rev-parse", "-q", "--verify", main, check=False).strip() or None
     for line in refs_text.splitlines():
         parts = line.split()
         if len(parts) != 3 or set(parts[1]) == {"0"}:
@@ -131,6 +132,10 @@ def check_push(bare: str, refs_text: str) -> list[str]:
             problems.append(f"{ref} contains {len(found)} erased commit(s) (first {found[0][:10]}); "
                             "re-clone instead of pushing an old clone")
             continue
+        strays = _stray_roots(bare, new, current_main)
+        if strays:
+            problems += [f"{ref}: {why}" for why in strays]
+            continue
         if ref == main:
             forged = _forged_views(bare, None if set(old) == {"0"} else old, new)
         else:
@@ -157,6 +162,28 @@ def check_push(bare: str, refs_text: str) -> list[str]:
                 f.write("".join(oid + "\n" for oid in sorted(removed - erased)))
             (Path(bare) / GUARD_PENDING).write_text("erasure arrived\n")
     return problems
+
+
+def _stray_roots(bare: str | Path, commit: str, current_main: str | None) -> list[str]:
+    """In a scope repository, the folders of other roots than its own at ``commit``: such a note
+    (pushed past the hooks with --no-verify, under any address) would reach every reader of
+    this repository. The scope root is the one the repository declares now (main's mdmem.toml;
+    the pushed one's on a first push), not one a push may change along with its notes."""
+    from ..config import CONFIG_NAME, Config
+    from ..errors import MdmemError
+    from ..policy.access import Access
+    from ..views.fresh import SCOPES
+
+    text = run_git_at(bare, "show", f"{current_main or commit}:{CONFIG_NAME}", check=False)
+    try:
+        access = Access.of(Config.parse(text.encode(), where=CONFIG_NAME)) if text else None
+    except MdmemError:
+        return []  # an unreadable mdmem.toml is refused by the view check (_forged_views)
+    if access is None or access.scope_root is None:
+        return []
+    roots = sorted(f"{scope}/{name}" for scope in SCOPES for name in folders_at(bare, commit, scope))
+    return [f"{root}/: {access.not_held(root)}; move its files there and push again"
+            for root in roots if not access.holds(root)]
 
 
 def _forged_views(bare: str | Path, old: str | None, commit: str, *, views_only: bool = False) -> list[str]:

@@ -548,6 +548,9 @@ class Workspace:
     def review_list(self, *, as_user: str) -> list[ReviewItem]:
         return [item for _, repo in self.readable(as_user) for item in repo.review_list(as_user=as_user)]
 
+    def sync_conflicts(self, *, as_user: str) -> list[dict]:
+        return [c for _, repo in self.readable(as_user) for c in repo.sync_conflicts(as_user=as_user)]
+
     def _holder_of(self, review_id: str, user: str) -> MemoryRepo:
         for _, repo in self.readable(user):
             if any(item.review_id == review_id for item in repo.review_list(as_user=user)):
@@ -865,7 +868,12 @@ class Workspace:
         subject, owner or text in every mount (the owner's private repository whole, notes about
         them and quotes of them in team repositories). Journaled: a crash is finished by the next
         command, repository by repository; each repository keeps its own receipt."""
+        from ..erasure.plan import check_targets
+
         user = self.check_user(as_user)
+        # Checked before the journal is written: a refused needle journaled was replayed by every
+        # later command, each refused the same way (the workspace unusable).
+        texts = check_targets(subject=subject, owner=owner, paths=paths, texts=texts) or None
         args = {"subject": subject, "owner": owner, "paths": paths, "texts": texts, "push": push,
                 "scrub": scrub, "force": force, "now": resolve_now(now).isoformat()}
         targets = self._erasure_roots(user, owner=owner, paths=paths)
@@ -931,7 +939,8 @@ class Workspace:
                 out.receipts[root] = self._forget_one(root, pending.user, pending.args, dry_run=False)
             except NotFound:
                 out.nothing.append(root)
-            except Refused as exc:
+            except (Refused, BadInput) as exc:
+                # Refused input is refused again on every try: named, never left to be replayed.
                 out.skipped[root] = str(exc)
             mark_done(self.root, pending, root)
         # The workspace's index holds every mount's notes: rebuilt from them, and its embeddings

@@ -1,0 +1,161 @@
+"""The workspace's commands at their edges, as one repository's behave: a refused needle leaves
+nothing journaled; forget, sync --replay and prove-gone exit as they do in one repository and
+name what a person must know; review list spans the mounts; a scope repository keeps out
+another root's notes (hook, guard, reading), and its owner can prove an erasure PASS."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from conftest import run_cli
+from workspace_helpers import T0, git, scope_remote, team_of_three, workspace
+
+from mdmem import MemoryRepo
+from mdmem.errors import PARTIAL_EXIT_CODE, BadInput, Incomplete, NotFound, Refused
+
+ENV = {**os.environ, "MDMEM_EMBEDDER": "none", "MDMEM_NO_DAEMON": "1"}
+ENV.pop("MDMEM_REPO", None)
+STRAY = "private/alice/user/alice/fact/diary.md"
+
+
+def mdmem(cwd, *args):
+    return subprocess.run([sys.executable, "-m", "mdmem.cli.main", *args], cwd=cwd, env=ENV,
+                          capture_output=True, text=True)
+
+
+def test_a_refused_needle_leaves_nothing_journaled_and_the_workspace_usable(tmp_path):
+    remotes = team_of_three(tmp_path)
+    alice = workspace(tmp_path, "alice", remotes, ["team/payments", "private/alice"])
+    alice.remember("Billing deploys on Tuesdays", as_user="alice", kind="fact", subject="service:billing",
+                   key="deploy", scope="team", team="payments", now=T0)
+    alice.close()
+    for extra in ([], ["--dry-run"]):
+        r = mdmem(alice.root, "forget", "--text", "SHORT-ID-1234", "--push", "--as", "alice", *extra)
+        assert r.returncode == BadInput.exit_code, (r.stdout, r.stderr)
+        assert "--text" in r.stderr
+    journal = alice.root / ".mdmem-journal"
+    assert not journal.exists() or not [p for p in journal.iterdir() if p.suffix == ".json"]
+    for args in (["ls"], ["recall", "billing"], ["workspace", "list"], ["forget", "--resume"]):
+        r = mdmem(alice.root, *args, "--as", "alice")
+        assert r.returncode == 0, (args, r.stdout, r.stderr)
+
+
+def test_workspace_forget_exits_as_one_repository_does(tmp_path):
+    remotes = team_of_three(tmp_path)
+    alice = workspace(tmp_path, "alice", remotes, ["team/payments", "private/alice"])
+    alice.remember("The vendor portal code is QUINCE-FIG-31337", as_user="alice", kind="fact",
+                   subject="service:vendor", key="portal", now=T0)
+    assert all(m.ok for m in alice.sync(as_user="alice", push=True).mounts)
+    alice.close()
+    bob = workspace(tmp_path, "bob", remotes, ["team/payments", "private/bob"])
+    bob.close()
+    # bob is no eraser: refused in every repository it concerns, nothing erased (3, not 0)
+    r = mdmem(bob.root, "forget", "--subject", "user:alice", "--as", "bob")
+    assert r.returncode == Refused.exit_code, (r.stdout, r.stderr)
+    assert "NOT ERASED" in r.stdout
+    # nothing matched anywhere (6)
+    r = mdmem(alice.root, "forget", "--text", "NOTHING-LIKE-THIS-ANYWHERE-42", "--as", "alice")
+    assert r.returncode == NotFound.exit_code, (r.stdout, r.stderr)
+    # erased here, but the unguarded remote still serves the erased objects by id (11)
+    r = mdmem(alice.root, "forget", "--path", "private/alice/service/vendor/fact/portal.md", "--push", "--as", "alice")
+    assert r.returncode == Incomplete.exit_code, (r.stdout, r.stderr)
+    assert "NOT erased" in r.stdout
+
+
+def test_workspace_sync_replay_names_what_it_left_out(tmp_path):
+    remotes = {"team/payments": scope_remote(tmp_path, "team/payments", members=["alice", "bob"],
+                                             erasers=["alice"]),
+               "private/bob": scope_remote(tmp_path, "private/bob")}
+    alice = workspace(tmp_path, "alice", remotes, ["team/payments"])
+    alice.remember("Vendor code QUINCE-FIG-31337 for staging", as_user="alice", kind="fact",
+                   subject="service:vendor", key="portal", scope="team", team="payments", now=T0)
+    assert all(m.ok for m in alice.sync(as_user="alice", push=True).mounts)
+    bob = workspace(tmp_path, "bob", remotes, ["team/payments", "private/bob"])
+    bob.remember("Vendor code QUINCE-FIG-31337 for staging, rotated by Bob", as_user="bob", kind="fact",
+                 subject="service:vendor", key="portal", scope="team", team="payments", now=T0)
+    bob.remember("Invoices batch at midnight", as_user="bob", kind="fact", subject="service:invoices",
+                 key="batch", scope="team", team="payments", now=T0)
+    bob.close()
+    alice.forget(as_user="alice", paths=["team/payments/service/vendor/fact/portal.md"], push=True)
+    alice.close()
+    r = mdmem(bob.root, "sync", "--replay", "--as", "bob")
+    assert r.returncode == PARTIAL_EXIT_CODE, (r.stdout, r.stderr)
+    assert "team/payments: " in r.stdout and "left out" in r.stdout and "replayed" in r.stdout, r.stdout
+    r = mdmem(bob.root, "get", "team/payments/service/invoices/fact/batch.md", "--as", "bob")
+    assert r.returncode == 0 and "midnight" in r.stdout, (r.stdout, r.stderr)
+
+
+def test_review_list_spans_a_workspace(tmp_path):
+    remotes = team_of_three(tmp_path)
+    bob = workspace(tmp_path, "bob", remotes, ["team/payments", "private/bob"])
+    bob.close()
+    r = mdmem(bob.root, "review", "list", "--as", "bob")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    r = mdmem(bob.root, "review", "list", "--as", "bob", "--json")
+    assert r.returncode == 0 and '"sync_conflicts"' in r.stdout, (r.stdout, r.stderr)
+
+
+def test_the_owner_of_a_private_scope_repository_proves_an_erasure_pass(tmp_path):
+    """A private scope repository names no eraser: its owner, who reads every root its history
+    holds, proves it as an eraser would (it was INCOMPLETE for ever); each mount's line says its
+    own verdict, and the exit code is the verdict's."""
+    remotes = {"private/alice": scope_remote(tmp_path, "private/alice"),
+               "team/payments": scope_remote(tmp_path, "team/payments", members=["alice", "bob"],
+                                             erasers=["alice"])}
+    alice = workspace(tmp_path, "alice", remotes, ["team/payments", "private/alice"])
+    alice.remember("Alice is interviewing at Acme Corp next week", as_user="alice", kind="fact",
+                   subject="user:alice", key="job", now=T0)
+    alice.forget(as_user="alice", texts=["interviewing at Acme Corp next week"])
+    proof = alice.prove_gone(["interviewing at Acme Corp next week"], as_user="alice")
+    assert proof.verdict == "PASS", proof.to_dict()
+    alice.close()
+    r = mdmem(alice.root, "prove-gone", "--needle", "interviewing at Acme Corp next week", "--as", "alice")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert "private/alice: PASS" in r.stdout and "team/payments: PASS" in r.stdout
+    # bob, who reads only the team repository, mounts it alone: nothing to hide from him there
+    repo = MemoryRepo(alice.clone_path("private/alice"))
+    try:
+        # a non-eraser who may not read every root the history holds stays INCOMPLETE
+        with MemoryRepo.init(tmp_path / "shared", teams={"payments": ["alice", "bob"]}, as_user="alice",
+                             now=T0, embedder="none") as shared:
+            shared.remember("Alice's own note", as_user="alice", kind="fact", subject="user:alice", key="x", now=T0)
+            assert shared.prove_gone(["QUINCE-FIG-31337"], as_user="bob").verdict == "INCOMPLETE"
+    finally:
+        repo.close()
+
+
+def _stray_commit(clone):
+    """bob, a team member, commits a note of alice's private root into the team's repository under
+    alice's address."""
+    note = clone / STRAY
+    note.parent.mkdir(parents=True, exist_ok=True)
+    note.write_text("---\nid: 01M9673ARH4ERQJN746YN1D4FW\nkind: fact\nsubject: user:alice\nkey: diary\n"
+                    "scope: private\nowner: alice\nsource: user\nvalid_from: '2026-10-01T09:00:00Z'\n"
+                    "valid_until: null\nexpires_at: null\nderived_from: []\n---\n\nDear diary\n")
+    git(clone, "add", "-A")
+    return subprocess.run(["git", "-C", str(clone), "-c", "user.name=alice", "-c", "user.email=alice@mdmem.invalid",
+                           "commit", "-qm", "diary"], capture_output=True, text=True)
+
+
+def test_a_scope_repository_keeps_out_another_roots_notes(tmp_path):
+    remotes = team_of_three(tmp_path)
+    bob = workspace(tmp_path, "bob", remotes, ["team/payments"])
+    clone = bob.clone_path("team/payments")
+    bob.close()
+    # the hook refuses it
+    made = _stray_commit(clone)
+    assert made.returncode != 0 and "holds only team/payments" in (made.stdout + made.stderr), made
+    # past the hook, the guard refuses it
+    assert run_cli("guard", str(remotes["team/payments"])).returncode == 0
+    git(clone, "-c", "user.name=alice", "-c", "user.email=alice@mdmem.invalid", "commit", "-qm", "diary",
+        "--no-verify")
+    push = subprocess.run(["git", "-C", str(clone), "push", "origin", "HEAD:main"], capture_output=True, text=True)
+    assert push.returncode != 0 and "holds only team/payments" in push.stderr, push.stderr
+    # in a clone that holds it anyway, nobody reads it, and check names it
+    with MemoryRepo(clone, embedder="none") as repo:
+        assert STRAY not in {s.path for s in repo.listing(as_user="alice")}
+        assert STRAY not in {s.path for s in repo.notes(as_user="alice")}
+        assert repo.access.readable_roots("alice") == ["team/payments"]
+        good, bad = repo.check()
+        assert any(b.path == STRAY and "holds only team/payments" in b.reason for b in bad), bad
