@@ -159,3 +159,22 @@ def test_a_scope_repository_keeps_out_another_roots_notes(tmp_path):
         assert repo.access.readable_roots("alice") == ["team/payments"]
         good, bad = repo.check()
         assert any(b.path == STRAY and "holds only team/payments" in b.reason for b in bad), bad
+
+
+def test_a_mount_whose_clone_is_gone_leaves_the_others_usable(tmp_path):
+    remotes = team_of_three(tmp_path)
+    bob = workspace(tmp_path, "bob", remotes, ["team/payments", "private/bob"])
+    bob.remember("Billing deploys on Tuesdays", as_user="bob", kind="fact", subject="service:billing",
+                 key="deploy", scope="team", team="payments", now=T0)
+    bob.close()
+    bob.clone_path("private/bob").rename(tmp_path / "moved-away")
+    r = mdmem(bob.root, "ls", "--as", "bob")
+    assert r.returncode == 0 and "Tuesdays" in r.stdout, (r.stdout, r.stderr)
+    assert "private/bob" in r.stderr and "missing" in r.stderr
+    assert mdmem(bob.root, "recall", "billing", "--as", "bob").returncode == 0
+    r = mdmem(bob.root, "workspace", "list", "--as", "bob")
+    assert r.returncode == 0 and "missing" in r.stdout, (r.stdout, r.stderr)
+    r = mdmem(bob.root, "sync", "--as", "bob")
+    assert r.returncode == 5 and "private/bob: FAILED" in r.stdout, (r.stdout, r.stderr)
+    r = mdmem(bob.root, "prove-gone", "--needle", "QUINCE-FIG-31337-XX", "--as", "bob")
+    assert r.returncode == Incomplete.exit_code and "private/bob: NOT READ" in r.stdout, (r.stdout, r.stderr)

@@ -188,6 +188,11 @@ class Ctx:
                 else:
                     mounts = [(None, repo.root)]
                 for root, folder in mounts:
+                    if root is not None and not (folder / ".git").exists():
+                        # A mount whose clone is gone: the others still answer, and the person is told.
+                        print(f"mdmem: warning: {root}: its clone {folder} is missing; this command leaves it "
+                              "out (`mdmem workspace list` shows the mounts)", file=sys.stderr)
+                        continue
                     notice = ensure(folder, sys.executable)
                     if notice:
                         print(notice, file=sys.stderr)
