@@ -15,7 +15,8 @@ from scope_memory import ALICE_NEW, ALICE_OLD, BOB_PRIVATE, PAYMENTS, ROOTS, SEA
 
 from mdmem import MemoryRepo
 from mdmem.errors import Refused
-from mdmem.host.split import reduce_config, split
+from mdmem.erasure.receipt import receipt_ids
+from mdmem.host.split import reduce_config, reduce_receipts, split
 
 
 
@@ -83,7 +84,31 @@ def test_holds_and_receipts_are_kept_where_they_belong(split_out):
         assert "scanner" in item.to_dict()["note"]["text"]
     receipt = (source / "audit/erasures.jsonl").read_bytes()
     for root in ROOTS:
-        assert (scopes / root / "audit/erasures.jsonl").read_bytes() == receipt
+        assert (scopes / root / "audit/erasures.jsonl").read_bytes() == reduce_receipts(receipt, root)
+        assert receipt_ids(reduce_receipts(receipt, root).decode()) == receipt_ids(receipt.decode())
+
+
+def test_each_scope_repository_names_only_its_own_notes_for_review_in_the_receipts(tmp_path):
+    """An erasure of a person names, in its receipt, the notes still mentioning them: paths, which
+    say a subject and a key. Split, each repository keeps every receipt but only its own paths."""
+    source = tmp_path / "old"
+    with MemoryRepo.init(source, teams={"payments": ["alice", "bob"], "search": ["carol"]}, erasers=["dana"],
+                         as_user="dana", now="2026-10-01T09:00:00Z", embedder="none") as repo:
+        repo.remember("Escalations go to alice after hours", as_user="bob", kind="fact", subject="service:billing",
+                      key="escalation.owner", scope="team", team="payments", now="2026-10-01T09:00:00Z")
+        repo.remember("Alice is moving to Lisbon in spring", as_user="alice", kind="fact", subject="user:alice",
+                      key="move", now="2026-10-01T09:00:00Z")
+        repo.remember("Reindex nightly", as_user="carol", kind="fact", subject="service:search", key="reindex",
+                      scope="team", team="search", now="2026-10-01T09:00:00Z")
+        receipt = repo.forget(as_user="dana", owner="alice", now="2026-10-02T09:00:00Z")
+        assert "team/payments/service/billing/fact/escalation.owner.md" in receipt.mentions_for_review
+    r = cli("split", "--to", str(tmp_path / "scopes"), "--as", "dana", cwd=source)
+    assert r.returncode == 0, r.stderr
+    search = (tmp_path / "scopes/team/search/audit/erasures.jsonl").read_text()
+    assert receipt.id in search and "team/payments/" not in search and "escalation.owner" not in every_byte(
+        tmp_path / "scopes/team/search").decode("utf-8", "replace")
+    payments = (tmp_path / "scopes/team/payments/audit/erasures.jsonl").read_text()
+    assert "team/payments/service/billing/fact/escalation.owner.md" in payments
 
 
 def test_each_scope_repository_declares_only_what_governs_it_and_stays_trusted(split_out):

@@ -235,18 +235,41 @@ class _Filter:
         self.scope_root = root
         self.keep = {name.encode() for name in (*KEEP_TOP, signers)}
         self.audit = ERASURE_LOG.rsplit("/", 1)[0].encode() + b"/"
-        self.cache: dict[bytes, bytes] = {}
+        self.cache: dict[tuple[bytes, bytes], bytes] = {}
 
     def file_info(self, filename: bytes, mode: bytes, blob_id: bytes, value: Any) -> tuple:
         if filename.startswith((self.root, self.audit)) or filename in self.keep:
-            if filename == CONFIG_NAME.encode():
-                if blob_id not in self.cache:
+            reduce = {CONFIG_NAME.encode(): reduce_config, ERASURE_LOG.encode(): reduce_receipts}.get(filename)
+            if reduce is not None:
+                if (filename, blob_id) not in self.cache:
                     data = value.get_contents_by_identifier(blob_id)
-                    new = reduce_config(data, self.scope_root)
-                    self.cache[blob_id] = blob_id if new == data else value.insert_file_with_contents(new)
-                return (filename, mode, self.cache[blob_id])
+                    new = reduce(data, self.scope_root)
+                    self.cache[filename, blob_id] = blob_id if new == data else value.insert_file_with_contents(new)
+                return (filename, mode, self.cache[filename, blob_id])
             return (filename, mode, blob_id)
         return (None, mode, blob_id)
+
+
+def reduce_receipts(data: bytes, root: str) -> bytes:
+    """The audit log for ``root``'s repository: every receipt (its guard refuses any erased
+    history), each naming only this root's notes to review. A receipt names the notes still
+    mentioning an erased person by path, and a path says a subject and a key: kept whole, every
+    repository's readers learned the names of other teams' notes. A line that does not parse is
+    kept as it was."""
+    out: list[bytes] = []
+    for line in data.splitlines(keepends=True):
+        try:
+            receipt = json.loads(line)
+            mentions = receipt["mentions_for_review"]
+        except (ValueError, KeyError, TypeError):
+            out.append(line)
+            continue
+        if not isinstance(mentions, list) or all(str(p).startswith(root + "/") for p in mentions):
+            out.append(line)
+            continue
+        receipt["mentions_for_review"] = [p for p in mentions if str(p).startswith(root + "/")]
+        out.append(json.dumps(receipt, sort_keys=True).encode() + b"\n")
+    return b"".join(out)
 
 
 def main(argv: list[str]) -> int:
