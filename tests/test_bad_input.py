@@ -3,6 +3,8 @@ second, NUL characters, a retirement before validity, a huge recall query, a res
 arguments a command would ignore."""
 from __future__ import annotations
 
+import time
+
 import pytest
 from conftest import DEPLOY, ENV, T0, git, run_cli
 
@@ -93,3 +95,26 @@ def test_a_bad_number_of_hits_is_refused_and_the_index_stays(billing_team, k):
     with pytest.raises(BadInput, match="^k: "):
         billing_team.recall("deploy", as_user="bob", now=T0, k=k)
     assert sorted(p.name for p in cache_dir(billing_team.root).iterdir()) == before
+
+
+def test_a_recall_with_too_many_or_too_long_tags_is_refused_at_once(billing_team):
+    """Each tag is a term looked up under the lock every recall shares: 80,000 in one call held
+    the other recalls ~4 s each."""
+    started = time.monotonic()
+    with pytest.raises(BadInput, match="tags: 80,000 given; a recall filters by at most 32"):
+        billing_team.recall("deploy", as_user="bob", tags=[f"t{i}" for i in range(80_000)])
+    with pytest.raises(BadInput, match="tags: a tag of 5,000 characters"):
+        billing_team.recall("deploy", as_user="bob", tags=["x" * 5000])
+    assert time.monotonic() - started < 1.0
+    billing_team.recall("deploy", as_user="bob", tags=[f"t{i}" for i in range(32)])  # at the bound: asked
+
+
+def test_an_erasure_of_too_many_texts_is_refused_before_the_write_lock(billing_team):
+    """Each text is searched for in every version of every file under the write lock: 2,500 in
+    one call (a dry run too) held every writer for 30 s."""
+    texts = [f"distinctive-token-number-{i:06d}" for i in range(2_500)]
+    head = git(billing_team.root, "rev-parse", "HEAD").stdout
+    for dry_run in (True, False):
+        with pytest.raises(BadInput, match="--text: 2,500 given; one erasure scrubs at most 100"):
+            billing_team.forget(as_user="dana", texts=texts, dry_run=dry_run)
+    assert git(billing_team.root, "rev-parse", "HEAD").stdout == head

@@ -54,8 +54,10 @@ class JwksSource:
         self._timeout = fetch_timeout
         self._keys: dict[str, Any] = {}
         self._stamp: Any = None
-        self._fetched_at: float | None = None
-        self._mutex = threading.Lock()
+        self._fetched_at: float | None = None  # the last fetch that gave a key set
+        self._tried_at: float | None = None  # the last fetch begun, whatever came of it
+        self._mutex = threading.Lock()  # guards the fields above; never held through a fetch
+        self._fetching = threading.Lock()  # one fetch at a time
         parts = urlsplit(where)
         self.is_url = parts.scheme in ("http", "https")
         if self.is_url and parts.scheme == "http" and parts.hostname not in LOOPBACK:
@@ -63,30 +65,60 @@ class JwksSource:
         if not self.is_url and not Path(where).is_file():
             raise BadInput(f"--jwt-jwks: {where}: no such file; give the JWKS file or its https URL")
 
-    def key(self, kid: str | None) -> Any:
+    def key(self, kid: str | None) -> tuple[Any, str | None]:
+        """The key named ``kid`` (the only one, when none is named) and the algorithm it
+        declares, if it does."""
+        keys = self._url_keys(kid) if self.is_url else self._file_keys()
+        if kid is None and len(keys) == 1:
+            return next(iter(keys.values()))
+        if kid not in keys:
+            raise TokenRejected(f"no key {kid!r} in the JWKS {self.where}")
+        return keys[kid]
+
+    def _file_keys(self) -> dict[str, Any]:
         with self._mutex:
-            if self.is_url:
-                now = self._clock()
-                stale = self._fetched_at is None or now - self._fetched_at > JWKS_TTL_SECONDS
-                missing = kid not in self._keys and (
-                    self._fetched_at is None or now - self._fetched_at > JWKS_REFETCH_SECONDS)
-                if stale or missing:
-                    self._keys = self._parse(self._fetch())
-                    self._fetched_at = now
-            else:
-                try:
-                    st = Path(self.where).stat()
-                    stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
-                    if stamp != self._stamp:
-                        self._keys = self._parse(Path(self.where).read_bytes())
-                        self._stamp = stamp
-                except OSError as exc:
-                    raise TokenRejected(f"JWKS {self.where}: {exc}") from None
-            if kid is None and len(self._keys) == 1:
-                return next(iter(self._keys.values()))
-            if kid not in self._keys:
-                raise TokenRejected(f"no key {kid!r} in the JWKS {self.where}")
-            return self._keys[kid]
+            try:
+                st = Path(self.where).stat()
+                stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+                if stamp != self._stamp:
+                    self._keys = self._parse(Path(self.where).read_bytes())
+                    self._stamp = stamp
+            except OSError as exc:
+                raise TokenRejected(f"JWKS {self.where}: {exc}") from None
+            return self._keys
+
+    def _url_keys(self, kid: str | None) -> dict[str, Any]:
+        """The key set, fetched again when older than JWKS_TTL_SECONDS or lacking ``kid`` (the
+        provider rotated its keys), but tried at most every JWKS_REFETCH_SECONDS, failed or not:
+        forged tokens naming made-up kids against a failing provider fetched it on every request.
+        A token whose key is here never waits for a fetch another request is making (one
+        hanging fetch held every JWT user, 5 s each in turn), and keys go on serving while
+        the provider fails (its outage refused every valid token once the set was 5 minutes old)."""
+        now = self._clock()
+        with self._mutex:
+            keys, fetched, tried = self._keys, self._fetched_at, self._tried_at
+        have = kid in keys or (kid is None and len(keys) == 1)
+        due = fetched is None or now - fetched > JWKS_TTL_SECONDS or not have
+        if not due or (tried is not None and now - tried <= JWKS_REFETCH_SECONDS):
+            return keys
+        if not self._fetching.acquire(blocking=not have):
+            return keys  # another request is fetching: this token's key is here meanwhile
+        try:
+            with self._mutex:
+                if self._tried_at != tried:  # fetched (or tried) while this one waited its turn
+                    return self._keys
+                self._tried_at = self._clock()
+            try:
+                fresh = self._parse(self._fetch())
+            except TokenRejected:
+                if have:
+                    return keys
+                raise
+            with self._mutex:
+                self._keys, self._fetched_at = fresh, self._clock()
+            return fresh
+        finally:
+            self._fetching.release()
 
     def _fetch(self) -> bytes:
         try:
@@ -103,7 +135,10 @@ class JwksSource:
             keys = jwt.PyJWKSet.from_dict(json.loads(raw)).keys
         except (ValueError, jwt.PyJWTError) as exc:
             raise TokenRejected(f"JWKS {self.where}: not a usable key set ({exc})") from None
-        return {k.key_id: k for k in keys if k.public_key_use in (None, "sig")}
+        # The algorithm a key declares ("alg"), else None: PyJWK takes RS256 for an RSA key
+        # that declares none, and PS256 or RS384 tokens signed with it were refused.
+        declared = {k.get("kid"): k.get("alg") for k in json.loads(raw).get("keys", []) if isinstance(k, dict)}
+        return {k.key_id: (k, declared.get(k.key_id)) for k in keys if k.public_key_use in (None, "sig")}
 
 
 class JwtVerifier:
@@ -123,9 +158,9 @@ class JwtVerifier:
         alg = header.get("alg")
         if alg not in ALGORITHMS:
             raise TokenRejected(f"JWT algorithm {alg!r} not accepted (only {', '.join(ALGORITHMS)})")
-        key = self.source.key(header.get("kid"))
-        if key.algorithm_name and key.algorithm_name != alg:
-            raise TokenRejected(f"JWT algorithm {alg} does not match key {key.key_id}'s {key.algorithm_name}")
+        key, declared = self.source.key(header.get("kid"))
+        if declared and declared != alg:
+            raise TokenRejected(f"JWT algorithm {alg} does not match key {key.key_id}'s {declared}")
         try:
             claims = jwt.decode(token, key.key, algorithms=[alg], audience=s.audience, issuer=s.issuer,
                                 leeway=s.leeway_seconds,

@@ -145,6 +145,9 @@ def same_identity_key(name: str) -> str:
     return name.lower() if "@" in name else name
 
 
+MAX_TEXTS = 100
+
+
 def check_targets(*, subject=None, owner=None, paths=None, texts=None) -> list[str]:
     """What to erase, checked before anything is read or journaled (a refused needle must leave
     nothing behind); the texts to scrub, blank ones left out."""
@@ -158,6 +161,11 @@ def check_targets(*, subject=None, owner=None, paths=None, texts=None) -> list[s
         if not layout.is_note_path(p):
             raise BadInput(f"--path: {p!r} is not a note path (team/<team>/... or private/<owner>/...)")
     texts = [t for t in (texts or []) if t and t.strip()]
+    if len(texts) > MAX_TEXTS:
+        # Each is searched for in every version of every file, under the write lock: 2,500 in
+        # one call (a dry run too) held every writer of the repository for 30 s.
+        raise BadInput(f"--text: {len(texts):,} given; one erasure scrubs at most {MAX_TEXTS} texts (split the "
+                       "list into several erasures)")
     for t in texts:
         if not nd.is_distinctive(t):
             raise BadInput(f"--text: {len(t)} character(s) given; {nd.why_not(t)}")

@@ -34,6 +34,10 @@ def broken(repo: RepoState, *, as_user: str) -> dict[str, str]:
 
 
 MAX_QUERY_CHARS = 4000
+# A recall's tags are a filter, each a term the full-text index looks up under the lock every
+# recall shares: 80,000 tags in one call (0.8 MB, under the body limit) held it ~4 s.
+MAX_TAGS = 32
+MAX_TAG_CHARS = 100
 
 
 def recall(repo: RepoState, query: str, *, as_user: str, k: int = 5, kinds: list[str] | None = None,
@@ -48,6 +52,12 @@ def recall(repo: RepoState, query: str, *, as_user: str, k: int = 5, kinds: list
             # a 200,000-word query (one MCP call) stalled the server for minutes.
             raise BadInput(f"query: {len(query):,} characters; a recall query is at most {MAX_QUERY_CHARS:,} "
                            "(the embedder reads its first ~256 tokens anyway): ask with the gist")
+    if isinstance(tags, list):
+        if len(tags) > MAX_TAGS:
+            raise BadInput(f"tags: {len(tags):,} given; a recall filters by at most {MAX_TAGS} tags")
+        long = next((t for t in tags if isinstance(t, str) and len(t) > MAX_TAG_CHARS), None)
+        if long is not None:
+            raise BadInput(f"tags: a tag of {len(long):,} characters; a tag is at most {MAX_TAG_CHARS}")
     args: dict[str, Any] = dict(as_user=as_user, k=k, kinds=kinds, subject=subject, key=key, at=at,
                                 include_history=include_history, now=now, tags=tags)
     try:
