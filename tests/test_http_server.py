@@ -417,9 +417,27 @@ def test_a_token_over_its_rate_gets_429_with_retry_after(world):
         assert codes == [200, 200, 429]
         limited = post(server.url, t["bob_rw"])
         assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1
-        assert limited.json()["error"] == "rate_limited"
+        assert limited.json()["error"]["data"]["kind"] == "rate_limited"
         # Another token has its own allowance.
         assert post(server.url, t["alice_rw"]).status_code == 200
+
+
+def test_a_refusal_reaches_the_sdk_client_with_its_reason(world):
+    """The guard's refusals are JSON-RPC errors: the SDK's client raises them with their text
+    (any other body at a 429 it reported as "Server returned an error response")."""
+    from mcp.shared.exceptions import MCPError
+
+    repo, t = world["repo"], world["t"]
+    with running(repo.root, world["tokens"].path, "--rate", "0.2", "--burst", "1") as server:
+        with pytest.raises(BaseException) as raised:  # the client's task group wraps it
+            asyncio.run(session_calls(server.url, t["bob_rw"], [("recall", {"query": "deploy"})] * 3))
+        errors, found = [raised.value], []
+        while errors:
+            e = errors.pop()
+            errors += list(getattr(e, "exceptions", []))
+            found += [str(e)] if isinstance(e, MCPError) else []
+        assert any(f.startswith("rate_limited: this token sent more than 0.2 requests a second") for f in found), \
+            raised.value
 
 
 def test_a_revoked_token_stops_working_without_a_restart(world, tmp_path):
@@ -580,3 +598,31 @@ def test_the_malloc_tuning_leaves_glibc_tunables_the_operator_set():
     overrode the operator's arena_max=8 with 2 and the threshold with 128 KiB."""
     assert malloc_tuned_in_a_fresh_process(
         GLIBC_TUNABLES="glibc.malloc.arena_max=8:glibc.malloc.mmap_threshold=1048576") == {}
+
+
+def test_the_address_said_at_start_serves_the_public_urls_path(world):
+    """Behind a proxy at https://memory.example.com/team/mcp the endpoint is /team/mcp; the
+    address the first line says it listens on must be that one (a proxy set up from /mcp got 404)."""
+    repo, t = world["repo"], world["t"]
+    env = {**os.environ, "MDMEM_EMBEDDER": "none", "MDMEM_NO_DAEMON": "1"}
+    env.pop("MDMEM_USER", None)
+    proc = subprocess.Popen([sys.executable, "-m", "mdmem.cli.main", "serve", "--http", "127.0.0.1:0", "--repo",
+                             str(repo.root), "--tokens", str(world["tokens"].path), "--public-url",
+                             "https://memory.example.com/team/mcp"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        first = proc.stderr.readline()
+        bound = first.split("listening on ", 1)[1].split(";", 1)[0]
+        assert bound.startswith("http://127.0.0.1:") and bound.endswith("/team/mcp"), first
+        deadline = time.monotonic() + 60
+        answer = None
+        while time.monotonic() < deadline:
+            try:
+                answer = post(bound, t["bob_rw"])
+                break
+            except httpx2.HTTPError:
+                time.sleep(0.1)
+        assert answer is not None and answer.status_code == 200, answer
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -167,7 +167,7 @@ def test_one_tokens_requests_in_flight_are_capped_and_the_others_served(world):
                 held.append(s)
             time.sleep(1)  # the four are being read
             refused = httpx2.post(server.url, headers=headers(t["bob_ro"]), content=json.dumps(LIST), timeout=10)
-            assert refused.status_code == 429 and refused.json()["error"] == "too_many_in_flight", refused.text
+            assert refused.status_code == 429 and refused.json()["error"]["data"]["kind"] == "too_many_in_flight", refused.text
             assert "recall" in call(server.url, t["alice_rw"], [], list_tools=True)[0]
         finally:
             for s in held:

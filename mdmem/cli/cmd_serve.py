@@ -131,9 +131,9 @@ def run_http(ctx, handover: dict) -> int:
                              ("--body-timeout", args.body_timeout, 0.001)):
         if not value >= low:
             raise BadInput(f"{name}: {value}; give a number of at least {low:g}")
-    if args.public_url is not None:
-        from urllib.parse import urlsplit
+    from urllib.parse import urlsplit
 
+    if args.public_url is not None:
         parts = urlsplit(args.public_url)
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
             raise BadInput(f"--public-url: {args.public_url!r}; give the URL agents use for the MCP endpoint, "
@@ -144,7 +144,9 @@ def run_http(ctx, handover: dict) -> int:
     # The socket the replaced process listened on: connections waiting in it are answered.
     sock = listening_socket(handover.get("socket_fd")) or listen(host, port)
     shown = f"[{host}]" if ":" in host else host
-    bound_url = f"http://{shown}:{sock.getsockname()[1]}{MCP_PATH}"
+    # The endpoint is served at the public URL's path: the address bound says the same path.
+    path = urlsplit(args.public_url).path if args.public_url else ""
+    bound_url = f"http://{shown}:{sock.getsockname()[1]}{path or MCP_PATH}"
     public_url = args.public_url or bound_url
     try:
         memory_id = repo.memory_id()

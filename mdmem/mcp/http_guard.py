@@ -51,6 +51,21 @@ class RateLimiter:
             return (1.0 - tokens) / self.rate
 
 
+# JSON-RPC's range for a server's own errors: the refusals below are answered as JSON-RPC errors
+# (the request's id is not read yet: null), which the SDK's client surfaces with their message;
+# any other body at a non-2xx status it reported as "Server returned an error response".
+REFUSED_CODE = -32000
+
+
+async def refuse(send: Send, status: int, kind: str, message: str,
+                 headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    """Answer ``status`` with a JSON-RPC error whose message starts with ``kind`` (its ``data``
+    says it again, for a program)."""
+    await send_json(send, status, {"jsonrpc": "2.0", "id": None,
+                                   "error": {"code": REFUSED_CODE, "message": f"{kind}: {message}",
+                                             "data": {"kind": kind}}}, headers)
+
+
 async def send_json(send: Send, status: int, body: dict, headers: list[tuple[bytes, bytes]] | None = None) -> None:
     data = json.dumps(body).encode()
     await send({"type": "http.response.start", "status": status,
@@ -83,11 +98,10 @@ class RequestGuard:
         token_id = getattr(user.access_token, "token_id", user.access_token.client_id)
         wait = self.limiter.take(token_id)
         if wait > 0:
-            await send_json(send, 429, {
-                "error": "rate_limited",
-                "message": f"this token sent more than {self.limiter.rate:g} requests a second "
-                           f"(bursts of {self.limiter.burst}); retry after {wait:.2f} s"},
-                [(b"retry-after", str(max(1, math.ceil(wait))).encode())])
+            await refuse(send, 429, "rate_limited",
+                         f"this token sent more than {self.limiter.rate:g} requests a second "
+                         f"(bursts of {self.limiter.burst}); retry after {wait:.2f} s",
+                         [(b"retry-after", str(max(1, math.ceil(wait))).encode())])
             return
         if scope["method"] != "POST":
             # GET is a stream for messages the server starts: this stateless server sends none.
@@ -96,18 +110,14 @@ class RequestGuard:
             # even after a revocation; the transport spec's answer for "no stream here" is 405.
             # DELETE ends a session, which a stateless server has none of. The SDK's own 405s
             # for the other methods named GET and DELETE as allowed.
-            await send_json(send, 405, {"error": "method_not_allowed",
-                                        "message": f"{scope['method']}: this server answers POST only, "
-                                                   "one call a request (no event stream, no session)"},
-                            [(b"allow", b"POST")])
+            await refuse(send, 405, "method_not_allowed", f"{scope['method']}: this server answers POST only, "
+                         "one call a request (no event stream, no session)", [(b"allow", b"POST")])
             return
         if self._in_flight[token_id] >= self.max_in_flight:
             # Each request holds a connection while its body arrives (up to the body clock) and
             # its answer is read: one token's share of the server's connections is bounded.
-            await send_json(send, 429, {
-                "error": "too_many_in_flight",
-                "message": f"this token has {self.max_in_flight} requests being answered already; "
-                           "wait for their answers"}, [(b"retry-after", b"1")])
+            await refuse(send, 429, "too_many_in_flight", f"this token has {self.max_in_flight} requests being "
+                         "answered already; wait for their answers", [(b"retry-after", b"1")])
             return
         self._in_flight[token_id] += 1
         try:
@@ -136,8 +146,8 @@ class RequestGuard:
                     if not message.get("more_body", False):
                         break
         except TimeoutError:
-            await send_json(send, 408, {"error": "request_timeout",
-                                        "message": f"the request body did not arrive within {self.body_seconds:g} s"})
+            await refuse(send, 408, "request_timeout",
+                         f"the request body did not arrive within {self.body_seconds:g} s")
             return
         replayed = False
 
@@ -153,9 +163,8 @@ class RequestGuard:
     async def _too_large(self, send: Send, declared: int | None) -> None:
         # A chunked body's size is not declared: it is over the cap once the bytes read are.
         size = f"of {declared} bytes" if declared is not None else f"over {self.max_body_bytes} bytes"
-        await send_json(send, 413, {"error": "too_large",
-                                    "message": f"request body {size}; this server takes at most "
-                                               f"{self.max_body_bytes} bytes a request"})
+        await refuse(send, 413, "too_large", f"request body {size}; this server takes at most "
+                     f"{self.max_body_bytes} bytes a request")
 
 
 def header_deadline_protocol(seconds: float) -> type:
