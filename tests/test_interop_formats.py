@@ -144,6 +144,19 @@ def test_a_vault_file_with_a_byte_order_mark_keeps_its_frontmatter_out_of_the_te
     assert stored.note.extra["title"] == "Saved on Windows" and stored.note.extra["tags"] == ["ops"]
 
 
+def test_a_crlf_vault_file_imported_again_is_unchanged(repo, tmp_path):
+    """The note is stored with LF; the rerun compares the file's text as it would be stored."""
+    folder = tmp_path / "vault"
+    folder.mkdir()
+    (folder / "keys.md").write_bytes(b"---\r\ntags: [ops]\r\n---\r\nRotate the keys monthly.\r\nBy hand.\r\n")
+    for run in range(2):
+        out = json.loads(cli("import", str(folder), "--from", "obsidian", "--as", "alice", "--json",
+                             cwd=repo.root).stdout)
+        assert len(out["committed"]) == (1 if run == 0 else 0) and len(out["unchanged"]) == run, out
+    [stored] = [s for s in repo.listing(as_user="alice", root="private/alice") if s.note.key == "keys"]
+    assert stored.note.text == "Rotate the keys monthly.\nBy hand."
+
+
 def test_a_hostile_vault_is_refused_item_by_item_and_nothing_outside_is_read(repo, tmp_path):
     src = make_vault(tmp_path / "vault")
     secret = tmp_path / "secret"

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import MdmemError
 from ..model import layout
 from ..model.clock import parse_time
+from ..model.note import lf_lines
 from ..results import BatchResult, ProgressCallback
 
 if TYPE_CHECKING:
@@ -67,9 +68,15 @@ def target_path(repo: MemoryRepo, user: str, item: dict[str, Any]) -> str | None
     return None
 
 
+def _text_of(item: dict[str, Any]) -> str:
+    """The text a write of ``item`` would store (LF line endings, as draft writes it): a CRLF
+    file compared raw was never the same as its note, and each rerun wrote it again."""
+    return lf_lines(str(item.get("text", ""))).strip()
+
+
 def _same(note: Any, item: dict[str, Any], kind: str) -> bool:
     extra = item.get("extra") or {}
-    return (note.text == str(item.get("text", "")).strip() and note.kind == kind and note.valid_until is None
+    return (note.text == _text_of(item) and note.kind == kind and note.valid_until is None
             and all(note.extra.get(k) == v for k, v in extra.items()))
 
 
@@ -108,7 +115,7 @@ def run_import(repo: MemoryRepo, source: Source, *, as_user: str, now: Any = Non
     for n, (item, path) in enumerate(zip(source.items, paths)):
         if path is not None and n <= last_same.get(path, -1):
             unchanged.append({"line": item.get("line"), "path": path, "reason": "already there, unchanged"})
-        elif path is not None and (path, str(item.get("text", "")).strip()) in held:
+        elif path is not None and (path, _text_of(item)) in held:
             unchanged.append({"line": item.get("line"), "path": path, "reason": "already held for review"})
         else:
             kept.append(item)
