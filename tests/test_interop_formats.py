@@ -344,6 +344,23 @@ def test_a_mem0_export_comes_in_held_as_a_tools_output(repo, tmp_path):
     assert item.note.source == "tool:mem0" and item.note.tags == ["travel"] and item.note.subject == "user:alice"
 
 
+# The second key of a subject was refused ("already has live keys ... --new-key", exit 10) when
+# an export was imported, even into a fresh repository.
+def test_jsonl_out_with_several_keys_of_a_subject_imports_whole_into_a_fresh_repository(repo, tmp_path):
+    for text, key in (("Deploys on Monday", "deploy"), ("Deploys on Tuesday", "deploy"),
+                      ("Refunds in 30 days", "refunds"), ("Invoices on the 1st", "invoices")):
+        repo.remember(text, as_user="bob", kind="fact", subject="service:billing", key=key, scope="team",
+                      team="payments", new_key=True, now=T0)
+    out = tmp_path / "all.jsonl"
+    assert cli("export", str(out), "--to", "jsonl", "--history", "--as", "bob", cwd=repo.root).returncode == 0
+    other = fresh(tmp_path, "other")
+    r = cli("import", str(out), "--as", "bob", "--json", cwd=other.root)
+    assert r.returncode == 0 and json.loads(r.stdout)["refused"] == [], r.stdout + r.stderr
+    assert sorted(s.note.text for s in other.notes(as_user="bob")) == sorted(
+        s.note.text for s in repo.notes(as_user="bob"))
+    other.close()
+
+
 def test_jsonl_out_with_history_reads_back_as_the_same_notes_and_versions(repo, tmp_path):
     repo.remember("Deploys on Tuesdays", as_user="bob", kind="fact", subject="service:billing", key="deploy",
                   scope="team", team="payments", now=T0)
