@@ -250,6 +250,31 @@ def test_claude_code_auto_memory_is_held_as_the_agents_and_a_rerun_holds_nothing
     assert not again.result.held and [u["reason"] for u in again.unchanged] == ["already held for review"] * 2
 
 
+# Auto memory's MEMORY.md is an index of the topic files with no heading: its text took the
+# reserved key MEMORY, and every import refused it (exit 10).
+def test_auto_memorys_index_is_skipped_with_a_notice_and_its_own_notes_come_in(repo, tmp_path):
+    mem = tmp_path / "memory"
+    mem.mkdir()
+    (mem / "user_role.md").write_text("---\nname: role\ndescription: role\ntype: user\n---\n"
+                                      "Bob is a payments engineer.\n")
+    (mem / "MEMORY.md").write_text("- [User role](user_role.md) — bob is a payments engineer\n")
+    r = cli("import", str(mem), "--from", "claude-memory", "--as", "bob", "--json", cwd=repo.root)
+    out = json.loads(r.stdout)
+    assert r.returncode == 4 and out["refused"] == [] and len(out["held"]) == 1, r.stdout + r.stderr
+    assert [s["line"] for s in out["skipped"]] == ["MEMORY.md"] and "index" in out["skipped"][0]["reason"]
+    r = cli("import", str(mem), "--from", "claude-memory", "--as", "bob", cwd=repo.root)
+    assert "skipped MEMORY.md: the index of the topic files" in r.stdout, r.stdout + r.stderr
+    # Notes written straight into MEMORY.md come in; its index lines do not.
+    (mem / "MEMORY.md").write_text("Staging needs VPN.\n- [User role](user_role.md) — bob is a payments engineer\n"
+                                   "## Build\n- `npm run build:staging` loads staging env\n")
+    src = agent_files.read_memory_folder(mem, subject="project:web", source_name="user")
+    assert not src.refused and not src.skipped
+    texts = {i["key"]: i["text"] for i in src.items}
+    assert texts["MEMORY.index"] == "Staging needs VPN." and "npm run" in texts["MEMORY.build"]
+    result = run_import(repo, src, as_user="bob", now=NOW).result
+    assert not result.refused and len(result.committed) == 3, result
+
+
 def test_a_scope_view_goes_into_claude_md_and_agents_md_as_a_bounded_section(repo, tmp_path):
     repo.remember_many([dict(text=f"Rule {i}: " + "always check the runbook before paging " * 5, kind="procedure",
                              subject=f"service:s{i}", key="paging", scope="team", team="payments", new_key=True)

@@ -27,9 +27,14 @@ class Source:
 
     items: list[dict[str, Any]] = field(default_factory=list)
     refused: list[dict[str, Any]] = field(default_factory=list)
+    # What it left out on purpose, not a fault of the source (an index of files it read).
+    skipped: list[dict[str, Any]] = field(default_factory=list)
 
     def refuse(self, where: str, reason: str, exit_code: int = 2) -> None:
         self.refused.append({"line": where, "reason": reason, "exit_code": exit_code})
+
+    def skip(self, where: str, reason: str) -> None:
+        self.skipped.append({"line": where, "reason": reason})
 
     def placed(self, scope: str | None, team: str | None) -> Source:
         """Every item in ``scope``/``team`` (the command line's), where given."""
@@ -43,9 +48,10 @@ class Source:
 class ImportOutcome:
     result: BatchResult
     unchanged: list[dict[str, Any]]
+    skipped: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.result.to_dict(), "unchanged": self.unchanged}
+        return {**self.result.to_dict(), "unchanged": self.unchanged, "skipped": self.skipped}
 
 
 def name_part(text: str, fallback: str = "x", max_len: int = 60) -> str:
@@ -122,4 +128,4 @@ def run_import(repo: MemoryRepo, source: Source, *, as_user: str, now: Any = Non
     result = repo.remember_many(kept, as_user=as_user, now=now, new_key=new_key, batch_size=batch_size,
                                 progress=progress)
     result.refused = sorted(source.refused + result.refused, key=lambda r: (isinstance(r["line"], str), r["line"]))
-    return ImportOutcome(result, unchanged)
+    return ImportOutcome(result, unchanged, source.skipped)
