@@ -37,6 +37,12 @@ class MdmemError(Exception):
     def to_dict(self) -> dict[str, Any]:
         return {"error": self.kind, "message": str(self)}
 
+    def lines(self) -> list[str]:
+        """The message as the lines a terminal shows it in: one, unless the error is a list (a
+        note's several problems). The CLI escapes line breaks within a line, so a name or a
+        value in a message cannot start a line of its own."""
+        return [str(self)]
+
 
 class BadInput(MdmemError):
     """An argument, file or field is wrong; says which and what would be right."""
@@ -58,7 +64,11 @@ class NoteInvalid(BadInput):
         # so a name cannot write terminal escapes or fake a line of its own.
         from .model.text import escape_controls
         shown = escape_controls(path, newlines=False)
-        super().__init__("\n".join(f"{shown}: {f}: {r}" for f, r in self.problems))
+        self._lines = [f"{shown}: {f}: {r}" for f, r in self.problems]
+        super().__init__("\n".join(self._lines))
+
+    def lines(self) -> list[str]:
+        return list(self._lines)
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "path": self.path, "field": self.field, "reason": self.reason,

@@ -99,6 +99,17 @@ def test_check_lists_every_problem_of_a_note_at_once(repo):
     assert len(invalid["problems"]) >= 5
 
 
+# `show` of a note with several bad fields printed them on one line joined by a literal "\n".
+def test_an_error_about_several_bad_fields_prints_one_problem_a_line(repo):
+    team_fact(repo, "Refunds within 30 days", key="refund.window")
+    note = repo.root / PATH
+    note.write_text(note.read_text().replace("owner: bob", "owner: 42").replace("scope: team", "scope: 7"))
+    out = run_cli("show", PATH, "--as", "bob", "--repo", str(repo.root))
+    assert out.returncode == 2 and "\\n" not in out.stderr, out.stderr
+    assert out.stderr.splitlines() == [f"mdmem: {PATH}: scope: must be a string, got int",
+                                       f"mdmem: {PATH}: owner: must be a string, got int"]
+
+
 def test_broken_yaml_names_line_and_column(repo):
     text = OBSIDIAN.replace("tags: [billing, SLO]", "tags: [billing, SLO")
     problems = note_problems(PATH, text, Contracts())

@@ -97,6 +97,14 @@ def test_config_and_audit_log_are_never_scrubbed(tmp_path):
     assert commit_ids(repo.root)  # the earlier erasure's rewritten commits, kept in this clone only
 
 
+# "KIWI-MANGO-99123" is 16 characters but three tokens; the refusal asked for "one token of 16+
+# characters" without saying that a hyphen splits one.
+def test_a_refused_text_is_told_what_a_token_is_and_its_longest_token(repo):
+    r = run_cli("forget", "--text", "KIWI-MANGO-99123", "--as", "bob", "--repo", str(repo.root))
+    assert r.returncode == 2, r.stderr
+    assert "a hyphen" in r.stderr and "3 token(s) given, the longest 'MANGO' (5 characters)" in r.stderr, r.stderr
+
+
 # 4. Erasure as an oracle.
 @pytest.mark.parametrize("exists", [True, False])
 def test_refusals_plans_and_proofs_are_no_oracle(tmp_path, exists):

@@ -144,6 +144,19 @@ def test_a_vault_file_with_a_byte_order_mark_keeps_its_frontmatter_out_of_the_te
     assert stored.note.extra["title"] == "Saved on Windows" and stored.note.extra["tags"] == ["ops"]
 
 
+def test_a_crlf_vault_file_imported_again_is_unchanged(repo, tmp_path):
+    """The note is stored with LF; the rerun compares the file's text as it would be stored."""
+    folder = tmp_path / "vault"
+    folder.mkdir()
+    (folder / "keys.md").write_bytes(b"---\r\ntags: [ops]\r\n---\r\nRotate the keys monthly.\r\nBy hand.\r\n")
+    for run in range(2):
+        out = json.loads(cli("import", str(folder), "--from", "obsidian", "--as", "alice", "--json",
+                             cwd=repo.root).stdout)
+        assert len(out["committed"]) == (1 if run == 0 else 0) and len(out["unchanged"]) == run, out
+    [stored] = [s for s in repo.listing(as_user="alice", root="private/alice") if s.note.key == "keys"]
+    assert stored.note.text == "Rotate the keys monthly.\nBy hand."
+
+
 def test_a_hostile_vault_is_refused_item_by_item_and_nothing_outside_is_read(repo, tmp_path):
     src = make_vault(tmp_path / "vault")
     secret = tmp_path / "secret"
@@ -235,6 +248,31 @@ def test_claude_code_auto_memory_is_held_as_the_agents_and_a_rerun_holds_nothing
     again = run_import(repo, agent_files.read_memory_folder(mem, subject="project:web",
                                                             source_name="agent:claude-code"), as_user="bob", now=NOW)
     assert not again.result.held and [u["reason"] for u in again.unchanged] == ["already held for review"] * 2
+
+
+# Auto memory's MEMORY.md is an index of the topic files with no heading: its text took the
+# reserved key MEMORY, and every import refused it (exit 10).
+def test_auto_memorys_index_is_skipped_with_a_notice_and_its_own_notes_come_in(repo, tmp_path):
+    mem = tmp_path / "memory"
+    mem.mkdir()
+    (mem / "user_role.md").write_text("---\nname: role\ndescription: role\ntype: user\n---\n"
+                                      "Bob is a payments engineer.\n")
+    (mem / "MEMORY.md").write_text("- [User role](user_role.md) — bob is a payments engineer\n")
+    r = cli("import", str(mem), "--from", "claude-memory", "--as", "bob", "--json", cwd=repo.root)
+    out = json.loads(r.stdout)
+    assert r.returncode == 4 and out["refused"] == [] and len(out["held"]) == 1, r.stdout + r.stderr
+    assert [s["line"] for s in out["skipped"]] == ["MEMORY.md"] and "index" in out["skipped"][0]["reason"]
+    r = cli("import", str(mem), "--from", "claude-memory", "--as", "bob", cwd=repo.root)
+    assert "skipped MEMORY.md: the index of the topic files" in r.stdout, r.stdout + r.stderr
+    # Notes written straight into MEMORY.md come in; its index lines do not.
+    (mem / "MEMORY.md").write_text("Staging needs VPN.\n- [User role](user_role.md) — bob is a payments engineer\n"
+                                   "## Build\n- `npm run build:staging` loads staging env\n")
+    src = agent_files.read_memory_folder(mem, subject="project:web", source_name="user")
+    assert not src.refused and not src.skipped
+    texts = {i["key"]: i["text"] for i in src.items}
+    assert texts["MEMORY.index"] == "Staging needs VPN." and "npm run" in texts["MEMORY.build"]
+    result = run_import(repo, src, as_user="bob", now=NOW).result
+    assert not result.refused and len(result.committed) == 3, result
 
 
 def test_a_scope_view_goes_into_claude_md_and_agents_md_as_a_bounded_section(repo, tmp_path):
@@ -329,6 +367,23 @@ def test_a_mem0_export_comes_in_held_as_a_tools_output(repo, tmp_path):
     assert r.returncode == 10 and len(out["held"]) == 2 and out["refused"][0]["line"] == "memory 3"
     item = next(i for i in repo.review_list(as_user="alice") if "window" in i.note.text)
     assert item.note.source == "tool:mem0" and item.note.tags == ["travel"] and item.note.subject == "user:alice"
+
+
+# The second key of a subject was refused ("already has live keys ... --new-key", exit 10) when
+# an export was imported, even into a fresh repository.
+def test_jsonl_out_with_several_keys_of_a_subject_imports_whole_into_a_fresh_repository(repo, tmp_path):
+    for text, key in (("Deploys on Monday", "deploy"), ("Deploys on Tuesday", "deploy"),
+                      ("Refunds in 30 days", "refunds"), ("Invoices on the 1st", "invoices")):
+        repo.remember(text, as_user="bob", kind="fact", subject="service:billing", key=key, scope="team",
+                      team="payments", new_key=True, now=T0)
+    out = tmp_path / "all.jsonl"
+    assert cli("export", str(out), "--to", "jsonl", "--history", "--as", "bob", cwd=repo.root).returncode == 0
+    other = fresh(tmp_path, "other")
+    r = cli("import", str(out), "--as", "bob", "--json", cwd=other.root)
+    assert r.returncode == 0 and json.loads(r.stdout)["refused"] == [], r.stdout + r.stderr
+    assert sorted(s.note.text for s in other.notes(as_user="bob")) == sorted(
+        s.note.text for s in repo.notes(as_user="bob"))
+    other.close()
 
 
 def test_jsonl_out_with_history_reads_back_as_the_same_notes_and_versions(repo, tmp_path):

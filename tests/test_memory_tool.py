@@ -96,6 +96,17 @@ def test_str_replace_errors_are_the_tools_and_nothing_is_written(tool):
     assert git(tool.repo.root, "rev-parse", "HEAD").stdout == head
 
 
+# A file the model created with CRLF was stored with its CRs, and its first str_replace was
+# refused as an uncommitted edit (exit 5's Conflict) though git status was clean.
+def test_a_file_created_with_crlf_is_edited_with_crlf_or_lf(tool):
+    tool.execute(create("/memories/deploy.md", "Deploys on Tuesday.\r\nNever on Fridays.\r\n"))
+    tool.execute(replace("/memories/deploy.md", "Tuesday.\r\nNever", "Monday.\r\nNever"))
+    tool.execute(replace("/memories/deploy.md", "Monday.\nNever on Fridays.", "Monday.\nNever on Sundays."))
+    assert tool.execute(view("/memories/deploy.md")).splitlines()[1:] == [
+        "     1\tDeploys on Monday.", "     2\tNever on Sundays."]
+    assert git(tool.repo.root, "status", "--porcelain").stdout == ""
+
+
 def test_delete_retires_and_rename_moves_keeping_history(tool):
     tool.execute(create("/memories/todo.md", "Ship the importer"))
     tool.execute(create("/memories/old/name.md", "Billing deploys on Tuesdays"))

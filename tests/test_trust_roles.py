@@ -144,6 +144,38 @@ def test_line_ending_conversion_is_not_a_hand_edit(billing_team, tmp_path, how):
     assert r.returncode == 0, (r.stdout, r.stderr)
 
 
+# A note given with CRLF (pasted from Windows, piped from a CRLF file, a memory-tool file)
+# was stored with its CRs, and from then on every update of it was refused as an uncommitted
+# edit though `git status` was clean.
+def test_a_note_given_with_crlf_is_stored_with_lf_and_can_be_updated(billing_team):
+    args = ("--kind", "fact", "--subject", "service:cr", "--key", "k", "--scope", "team", "--team", "payments",
+            "--as", "bob")
+    path = "team/payments/service/cr/fact/k.md"
+    r = run_cli("remember", "-", *args, "--new-key", env=ENV, cwd=billing_team.root,
+                input="line one\r\nline two\r\n")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert b"\r" not in git(billing_team.root, "show", f"HEAD:{path}").stdout.encode()
+    assert b"line one\nline two\n" in (billing_team.root / path).read_bytes()
+    r = run_cli("remember", "replacement", *args, env=ENV, cwd=billing_team.root)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+
+
+def test_a_note_stored_with_crs_in_its_text_is_not_a_hand_edit(billing_team):
+    """A repository that holds such a note already: its file is the blob committed, CRs and all
+    (the frontmatter's bare LFs show no checkout converted it), so it is unchanged: its version
+    is that blob's, and it can be updated."""
+    note = billing_team.root / DEPLOY
+    data = note.read_bytes().replace(b"Billing deploys any weekday", b"Billing deploys\r\nany weekday\r")
+    note.write_bytes(data)
+    hand_commit_as(billing_team.root, "bob", "a note as mdmem once stored CRLF text")
+    assert git(billing_team.root, "status", "--porcelain").stdout == ""
+    head_blob = git(billing_team.root, "rev-parse", f"HEAD:{DEPLOY}").stdout.strip()
+    with MemoryRepo(billing_team.root, embedder="none") as repo:
+        assert repo.get(as_user="bob", path=DEPLOY).version == head_blob
+        team_fact(repo, "Billing deploys on Mondays", expect_version=head_blob)
+    assert b"\r" not in note.read_bytes()
+
+
 def hand_commit_as(root, user, message="hand edit"):
     """A person commits with plain git under the identity mdmem itself uses for them."""
     git(root, "add", "-A")

@@ -186,6 +186,24 @@ def test_the_workspace_view_is_generated_for_its_person_and_never_committed(alic
                           capture_output=True).returncode != 0  # the workspace itself is no repository
 
 
+# The workspace view told agents to run `mdmem get --path X`, which the CLI rejects (the path
+# is positional).
+def test_every_command_in_the_generated_guides_parses_as_written(alice):
+    import re
+    import shlex
+
+    from mdmem.cli.main import build_parser
+
+    parser = build_parser()
+    for guide in (alice.root / "MEMORY.md", alice.clone_path("team/payments") / "MEMORY.md"):
+        text = guide.read_text().replace("<you>", "alice").replace("<team>", "payments")
+        commands = re.findall(r"`(mdmem [^`]+)`", text)
+        assert commands, guide
+        for command in commands:
+            parser.parse_args(shlex.split(command)[1:])  # SystemExit (argparse's error) fails the test
+    assert "`mdmem get <path> --as alice`" in (alice.root / "MEMORY.md").read_text()
+
+
 def test_remove_refuses_to_drop_unpushed_commits(alice):
     alice.remember("only here", as_user="alice", kind="fact", subject="user:alice", key="x", now=T0)
     with pytest.raises(Exception, match="1 commit\\(s\\) not pushed"):

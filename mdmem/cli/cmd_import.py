@@ -101,6 +101,7 @@ def run(ctx) -> int:
              f"{len(d['held'])} held for review, {len(d['refused'])} refused, {len(d['unchanged'])} unchanged"]
     lines += [f"  held    {h['line']}: {h['path']} ({h['reason']}) review id {h['review_id']}" for h in d["held"]]
     lines += [f"  refused {r['line']}: {r['reason']}" for r in d["refused"]]
+    lines += [f"  skipped {s['line']}: {s['reason']}" for s in d["skipped"]]
     ctx.emit(d, "\n".join(lines))
     if not (d["held"] or d["refused"]):
         return 0

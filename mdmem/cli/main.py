@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
         if ctx is not None and ctx.json:
             json.dump(exc.to_dict(), sys.stdout, indent=2)
             sys.stdout.write("\n")
-        print(f"mdmem: {escape_controls(str(exc), newlines=False)}", file=sys.stderr)
+        for line in exc.lines():
+            print(f"mdmem: {escape_controls(line, newlines=False)}", file=sys.stderr)
         return exc.exit_code
     finally:
         sys.stdout = real_stdout

@@ -47,8 +47,16 @@ def is_distinctive(text: str) -> bool:
 
 
 def why_not(text: str) -> str:
+    # What a token is, said with the tokens given: "KIWI-MANGO-99123" has 16 characters, but a
+    # hyphen ends a token, and a person counting characters could not tell why it was refused.
+    tokens = _WORD.findall(text)
+    longest = max(tokens, key=len, default="")
+    given = (f"{len(tokens)} token(s) given, the longest {longest!r} ({len(longest)} characters)" if tokens
+             else "no token given")
     return (f"it is not distinctive enough to replace everywhere: give at least {MIN_CHARS} characters and "
-            f"{MIN_WORDS} words, a phone number or e-mail address, or one token of {MIN_TOKEN}+ characters")
+            f"{MIN_WORDS} words, a phone number or e-mail address, or a single token of {MIN_TOKEN}+ characters "
+            f"(a token is a run of letters, digits and _; a hyphen, space or other punctuation ends it): "
+            f"{given}")
 
 
 def from_note_text(text: str) -> list[str]:

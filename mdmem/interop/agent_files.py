@@ -15,6 +15,7 @@ out and how to read it.
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -78,6 +79,10 @@ def _items_of(src: Source, rel: str, text: str, *, subject: str, kind: str, sour
     for heading, body in sections(text):
         key = name_part(stem, "file", 60) if heading is None else \
             f"{name_part(stem, 'file', 50)}.{name_part(heading.lower(), 'section', 60)}"
+        if key == "MEMORY":
+            # The text atop a MEMORY.md (auto memory's index) would take the key MEMORY, which
+            # the note's file would share with the views' name; its sections are MEMORY.<heading>.
+            key = "MEMORY.index"
         if key in keys:
             key = f"{key}-{len(keys)}"
         keys.add(key)
@@ -151,17 +156,45 @@ def read_memory_folder(folder: str | Path, *, subject: str, source_name: str, de
     file's sections as notes; a topic file's frontmatter ``type`` gives the kind."""
     folder = Path(folder)
     src = Source()
-    for full, rel in walk(folder, src):
+    files = walk(folder, src)
+    rels = {rel for _, rel in files}
+    for full, rel in files:
         try:
             meta, text = read_frontmatter_file(full, rel)
         except BadInput as exc:
             src.refuse(rel, str(exc))
             continue
+        if Path(rel).name == "MEMORY.md":
+            text, entries = without_index_entries(text, rel, rels)
+            if entries and not sections(text):
+                src.skip(rel, f"the index of the topic files ({entries} entr{'y' if entries == 1 else 'ies'}); "
+                              "the files it points to come in themselves")
+                continue
         kind = TOPIC_KINDS.get(str(meta.get("type", "")).lower(), default_kind)
         extra = {k: str(meta[k]) for k in ("name", "description") if isinstance(meta.get(k), (str, int, float))}
         _items_of(src, rel, text, subject=subject, kind=kind, source_name=source_name,
                   stem=Path(rel).with_suffix("").as_posix().replace("/", "."), extra=extra)
     return src.placed(scope, team)
+
+
+# A list item that is only a link, and what follows it: `- [Title](file.md) — one line`.
+INDEX_ENTRY = re.compile(r"^\s*[-*+]\s+\[[^\]]*\]\(<?([^)>\s]+)>?\)")
+
+
+def without_index_entries(text: str, rel: str, rels: set[str]) -> tuple[str, int]:
+    """``text`` (a MEMORY.md) without the lines that index another file this import reads, and
+    how many there were. Auto memory's MEMORY.md is an index of its topic files, a line each:
+    as notes they would repeat the topic notes' description and link to files mdmem does not
+    hold. What else it says (notes written into it directly) stays."""
+    kept, entries = [], 0
+    for line in text.split("\n"):
+        m = INDEX_ENTRY.match(line)
+        target = m.group(1).split("#", 1)[0] if m else ""
+        if target and posixpath.normpath(posixpath.join(posixpath.dirname(rel), target)) in rels:
+            entries += 1
+            continue
+        kept.append(line)
+    return "\n".join(kept), entries
 
 
 def view_section(repo: MemoryRepo, *, as_user: str, root: str, budget: int, now: Any = None) -> str:

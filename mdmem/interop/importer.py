@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import MdmemError
 from ..model import layout
 from ..model.clock import parse_time
+from ..model.note import lf_lines
 from ..results import BatchResult, ProgressCallback
 
 if TYPE_CHECKING:
@@ -26,9 +27,14 @@ class Source:
 
     items: list[dict[str, Any]] = field(default_factory=list)
     refused: list[dict[str, Any]] = field(default_factory=list)
+    # What it left out on purpose, not a fault of the source (an index of files it read).
+    skipped: list[dict[str, Any]] = field(default_factory=list)
 
     def refuse(self, where: str, reason: str, exit_code: int = 2) -> None:
         self.refused.append({"line": where, "reason": reason, "exit_code": exit_code})
+
+    def skip(self, where: str, reason: str) -> None:
+        self.skipped.append({"line": where, "reason": reason})
 
     def placed(self, scope: str | None, team: str | None) -> Source:
         """Every item in ``scope``/``team`` (the command line's), where given."""
@@ -42,9 +48,10 @@ class Source:
 class ImportOutcome:
     result: BatchResult
     unchanged: list[dict[str, Any]]
+    skipped: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.result.to_dict(), "unchanged": self.unchanged}
+        return {**self.result.to_dict(), "unchanged": self.unchanged, "skipped": self.skipped}
 
 
 def name_part(text: str, fallback: str = "x", max_len: int = 60) -> str:
@@ -67,9 +74,15 @@ def target_path(repo: MemoryRepo, user: str, item: dict[str, Any]) -> str | None
     return None
 
 
+def _text_of(item: dict[str, Any]) -> str:
+    """The text a write of ``item`` would store (LF line endings, as draft writes it): a CRLF
+    file compared raw was never the same as its note, and each rerun wrote it again."""
+    return lf_lines(str(item.get("text", ""))).strip()
+
+
 def _same(note: Any, item: dict[str, Any], kind: str) -> bool:
     extra = item.get("extra") or {}
-    return (note.text == str(item.get("text", "")).strip() and note.kind == kind and note.valid_until is None
+    return (note.text == _text_of(item) and note.kind == kind and note.valid_until is None
             and all(note.extra.get(k) == v for k, v in extra.items()))
 
 
@@ -108,11 +121,11 @@ def run_import(repo: MemoryRepo, source: Source, *, as_user: str, now: Any = Non
     for n, (item, path) in enumerate(zip(source.items, paths)):
         if path is not None and n <= last_same.get(path, -1):
             unchanged.append({"line": item.get("line"), "path": path, "reason": "already there, unchanged"})
-        elif path is not None and (path, str(item.get("text", "")).strip()) in held:
+        elif path is not None and (path, _text_of(item)) in held:
             unchanged.append({"line": item.get("line"), "path": path, "reason": "already held for review"})
         else:
             kept.append(item)
     result = repo.remember_many(kept, as_user=as_user, now=now, new_key=new_key, batch_size=batch_size,
                                 progress=progress)
     result.refused = sorted(source.refused + result.refused, key=lambda r: (isinstance(r["line"], str), r["line"]))
-    return ImportOutcome(result, unchanged)
+    return ImportOutcome(result, unchanged, source.skipped)

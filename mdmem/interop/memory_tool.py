@@ -31,7 +31,7 @@ from anthropic.types.beta import (BetaCacheControlEphemeralParam, BetaMemoryTool
 from ..errors import BadInput, MdmemError, NotFound
 from ..model import layout
 from ..model.clock import TimeLike, format_time
-from ..model.note import check_source
+from ..model.note import check_source, lf_lines
 from ..model.text import escape_controls
 from ..policy.gate import AGENT
 from ..results import WriteResult
@@ -112,20 +112,22 @@ class MdmemMemoryTool(BetaAbstractMemoryTool):
 
     def str_replace(self, command: BetaMemoryTool20250818StrReplaceCommand) -> str:
         stored = self._file(command.path)
-        text = stored.note.text
-        count = text.count(command.old_str) if command.old_str else 0
+        # A note's text is written with LF (a file created with CRLF is stored so): the model
+        # sends back the CRLF it wrote, or a note stored with CRs before meets an LF old_str.
+        text, old_str, new_str = lf_lines(stored.note.text), lf_lines(command.old_str), lf_lines(command.new_str)
+        count = text.count(old_str) if old_str else 0
         if count == 0:
             raise ToolError(f"No replacement was performed, old_str `{command.old_str}` did not appear verbatim "
                             f"in {command.path}.")
         if count > 1:
             lines, start = [], 0
-            while (pos := text.find(command.old_str, start)) != -1:
+            while (pos := text.find(old_str, start)) != -1:
                 lines.append(text[:pos].count("\n") + 1)
                 start = pos + 1
             raise ToolError(f"No replacement was performed. Multiple occurrences of old_str `{command.old_str}` in "
                             f"lines: {', '.join(map(str, lines))}. Please ensure it is unique")
-        changed = text[:text.find(command.old_str)].count("\n")
-        new_text = text.replace(command.old_str, command.new_str)
+        changed = text[:text.find(old_str)].count("\n")
+        new_text = text.replace(old_str, new_str)
         result = self._write(command.path, new_text, stored, None)
         shown = new_text.split("\n")
         snippet = "\n".join(f"{n + 1:>{LINE_WIDTH}}\t{shown[n]}"

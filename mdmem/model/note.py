@@ -334,6 +334,13 @@ def _literal(dumper, value):
 
 
 
+def lf_lines(text: str) -> str:
+    """``text`` with every line ending LF: a note is written with LF only. Text pasted from
+    Windows or read from a CRLF file kept its CRs in the note, shown as ``\\x0d`` on every line
+    and in every diff; a lone CR (old Mac) is a line break too."""
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+
+
 def clean_context(value) -> str | None:
     """One line of printable text, bounded: whitespace runs become one space."""
     if value is None:

@@ -14,7 +14,7 @@ from ..errors import BadInput, BranchMoved, Conflict, MdmemError, NoteInvalid
 from ..model import layout
 from ..model.clock import SpanLike, TimeLike, add_span, parse_duration, parse_time, resolve_write_time
 from ..model.kinds import SUMMARY_KEY, Contract
-from ..model.note import FIELDS as NOTE_FIELDS, Note, check_source, new_id
+from ..model.note import FIELDS as NOTE_FIELDS, Note, check_source, lf_lines, new_id
 from ..model.validate import check_unicode
 from ..policy import gate
 from ..policy.access import require_user
@@ -112,6 +112,7 @@ def draft(repo: RepoState, user: str, text: str, *, kind: str, subject: str, key
     if not isinstance(text, str) or not text.strip():
         raise BadInput("text: a note needs text")
     check_unicode(text, "text")
+    text = lf_lines(text)
     if isinstance(context, str):
         check_unicode(context, "context")
     if contract.keyed and not key and contract.name != "summary":

@@ -30,9 +30,14 @@ def blob_hash(data: bytes) -> str:
 
 def worktree_version(data: bytes) -> str:
     """The version of a work-tree file: the blob git would store for it. Line endings that
-    git converts on checkout (core.autocrlf, ``eol=crlf``) are not edits, so CRLF counts as
-    LF; mdmem itself only ever writes LF."""
-    return blob_hash(data.replace(b"\r\n", b"\n") if b"\r\n" in data else data)
+    git converts on checkout (core.autocrlf, ``eol=crlf``) are not edits: a file whose every
+    line ends in CRLF counts as its LF blob. A file with a bare LF was not converted (git
+    converts every line, and leaves a blob that holds CRs as it is), so its bytes are its
+    version: a note whose text was stored with CRs below mdmem's LF frontmatter (as mdmem
+    wrote them before it made text LF) is unchanged, not a hand edit."""
+    if b"\r\n" in data and data.count(b"\n") == data.count(b"\r\n"):
+        return blob_hash(data.replace(b"\r\n", b"\n"))
+    return blob_hash(data)
 
 
 def git_user_email(cwd: str | Path, env: dict[str, str]) -> str | None:
