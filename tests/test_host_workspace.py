@@ -235,16 +235,16 @@ def test_an_erasure_of_a_person_across_three_repositories_is_proved_gone_everywh
             synced = ws.sync(as_user=person, replay=True, now=T4)
             assert all(m.ok for m in synced.mounts), [m.error for m in synced.mounts if not m.ok]
             if person == "bob":
-                # the person erased may prove it themselves: in each team repository nothing is
-                # found in what he may check (git's objects and the caches only an eraser may
-                # read: INCOMPLETE, naming dana, never PASS); his own private repository (which the
-                # eraser cannot read) still holds his notes and fails, naming them
+                # the person erased may prove it themselves: a team's scope repository holds only
+                # the team's root, which he reads, so his proof there covers everything (git's
+                # objects, its metadata, the caches) and passes; his own private repository
+                # (which the eraser cannot read) still holds his notes and fails, naming them
                 proof = ws.prove_gone(needles, as_user="bob", subject="user:bob")
                 verdicts = {r: p.to_dict()["verdict"] for r, p in proof.proofs.items()}
-                assert verdicts == {"private/bob": "FAIL", "team/ops": "INCOMPLETE", "team/payments": "INCOMPLETE"}
+                assert verdicts == {"private/bob": "FAIL", "team/ops": "PASS", "team/payments": "PASS"}
                 for root in ("team/ops", "team/payments"):
                     report = proof.proofs[root].to_dict()
-                    assert report["complete_by"] == ["dana"]
+                    assert report["complete_by"] == [] and report["not_checked"] == {}
                     assert all(check["where"] == [] for n in report["needles"] for check in n["checks"].values())
                 assert proof.proofs["private/bob"].to_dict()["scope"]["no_note_for_subject"]["where"] == [
                     "private/bob/user/bob/profile/bike.md"]

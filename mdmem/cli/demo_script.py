@@ -16,9 +16,10 @@ def walk(path: Path) -> list[dict]:
     def step(title: str, output: str) -> None:
         steps.append({"title": title, "output": output})
 
-    repo = MemoryRepo.init(path, teams={"payments": ["alice", "bob", "dana"]}, erasers=["dana"], now=T0,
-                           as_user="alice")
-    step("init", f"memory repo at {path} with team payments = alice, bob, dana; dana may erase")
+    repo = MemoryRepo.init(path, teams={"payments": ["alice", "bob", "dana"], "search": ["carol"]}, erasers=["dana"],
+                           now=T0, as_user="alice")
+    step("init", f"memory repo at {path} with team payments = alice, bob, dana and team search = carol; "
+         "dana may erase")
     r = repo.remember("Billing deploys only on Tuesdays and Thursdays", as_user="bob", kind="fact",
                       subject="service:billing", key="deploy.window", scope="team", team="payments", now=T0)
     step("remember (bob, team fact)", f"{r.status}: {r.path}")
@@ -43,6 +44,8 @@ def walk(path: Path) -> list[dict]:
                         scope="team", team="payments")
     step("history from git (bob)", "\n".join(
         f"{v.commit[:10]} {v.time:%Y-%m-%d} {v.op:<9} {v.actor}: {v.note.text}" for v in hist))
+    repo.remember("Search reindexes nightly at 2am", as_user="carol", kind="fact", subject="service:search",
+                  key="reindex", scope="team", team="search", now=T1)
     repo.remember("Alice's phone is 555-0142", as_user="alice", kind="profile", subject="user:alice",
                   key="phone", now=T1)
     repo.remember("Refunds are allowed within 30 days", as_user="dana", kind="fact", subject="service:billing",
@@ -58,7 +61,7 @@ def walk(path: Path) -> list[dict]:
          f"rewrote {receipt.counts['commits_rewritten']} commit(s); receipt {receipt.id} in audit/erasures.jsonl")
     own = repo.prove_gone(["555-0142"], as_user="alice", subject="user:alice")
     proof = repo.prove_gone(["555-0142"], as_user="dana", subject="user:alice")
-    step("prove-gone", f"alice: {own.verdict} (she cannot read every root; {', '.join(own.complete_by)} can)\n"
+    step("prove-gone", f"alice: {own.verdict} (she cannot read team/search; {', '.join(own.complete_by)} can)\n"
          f"dana: {proof.verdict}: git objects, reflogs, work tree, index, vectors, cache and views hold no copy\n"
          "cannot vouch for: " + "; ".join(proof.cannot_reach[:2]))
     repo.close()
