@@ -180,12 +180,17 @@ class Watcher:
             author = git_identity(self.repo.store)
             user = git_user(self.repo.store, self.repo.config)
             # The same write permission as remember: an edit of a root this person may not write
-            # (another's private notes, another team's) stays uncommitted and is named.
-            refused = sorted(p for p in dirty if not user or user not in self.repo.access.writers_of_root(root_of(p)))
-            for path in refused:
-                self.on_event(WatchEvent(path, "not committed", f"{user or 'this git identity'} may not write "
-                                                                f"{root_of(path)}"))
-                del dirty[path]
+            # (another's private notes, another team's), or of a root a scope repository does not
+            # hold, stays uncommitted and is named.
+            access = self.repo.access
+            for path in sorted(dirty):
+                root = root_of(path)
+                why = (access.not_held(root) if not access.holds(root)
+                       else None if user and user in access.writers_of_root(root)
+                       else f"{user or 'this git identity'} may not write {root}")
+                if why is not None:
+                    self.on_event(WatchEvent(path, "not committed", why))
+                    del dirty[path]
             if not dirty:
                 return
             op = "edit" if all(d is not None for d in dirty.values()) else "delete"

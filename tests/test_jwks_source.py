@@ -47,12 +47,12 @@ class Provider:
                 provider.fetches += 1
                 if provider.mode == "hang":
                     provider.release.wait(10)
-                if provider.mode == "down":
-                    self.send_response(503)
+                if provider.mode in ("down", "gone"):
+                    self.send_response(503 if provider.mode == "down" else 404)
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                body = json.dumps({"keys": provider.keys}).encode()
+                body = json.dumps({"keys": [] if provider.mode == "empty" else provider.keys}).encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -143,3 +143,18 @@ def test_an_rsa_key_declaring_no_algorithm_verifies_every_rsa_algorithm(alg, tmp
     if alg != "RS256":  # a key that declares its algorithm takes no other
         with pytest.raises(TokenRejected, match="does not match"):
             verifier.verify(token(declared_key, "pinned", alg))
+
+
+@pytest.mark.parametrize("answer", ["empty", "gone"])
+def test_a_provider_that_withdraws_every_key_is_believed(world, answer):
+    """An empty key set (or a key set URL answering 404) is the provider saying no key is good:
+    not an outage, whose cached keys would have been accepted for ever."""
+    key, provider, now, verifier = world
+    verifier.verify(token(key, "k1"))
+    provider.mode = answer
+    now[0] += JWKS_TTL_SECONDS + 1
+    with pytest.raises(TokenRejected, match="no key 'k1'"):
+        verifier.verify(token(key, "k1"))
+    now[0] += 7 * 24 * 3600
+    with pytest.raises(TokenRejected):
+        verifier.verify(token(key, "k1"))

@@ -57,3 +57,23 @@ def test_an_erasers_proof_of_a_text_nowhere_passes(repo):
     repo.close()
     code, report = prove(root, "dana")
     assert code == 0 and report["verdict"] == "PASS" and report["passed"] and report["complete_by"] == []
+
+
+def test_a_full_readers_proof_is_no_oracle_for_objects_history_does_not_reach(tmp_path):
+    """alice reads every root her clone's history holds, so her proof is complete, unless the
+    clone also holds objects no history reaches (a rejected hold of carol's private note): whose
+    they are nobody can say, so her proof is INCOMPLETE whatever she guesses, never FAIL or PASS."""
+    import subprocess
+
+    with MemoryRepo.init(tmp_path / "mem", teams={"payments": ["alice", "carol"]}, erasers=["dana"], now=T0,
+                         as_user="dana") as repo:
+        repo.remember("Billing deploys on Tuesdays", as_user="alice", kind="fact", subject="service:billing",
+                      key="deploy", scope="team", team="payments", now=T0)
+        guess = "Dana gets a full proof of alice"  # alice and dana's roots hold nothing else
+        assert repo.prove_gone([guess], as_user="alice").verdict == "PASS"
+        secret = b"Carol is seeing a therapist on Thursdays"
+        subprocess.run(["git", "-C", str(repo.root), "hash-object", "-w", "--stdin"], input=secret, check=True,
+                       capture_output=True)
+        for needle in ("seeing a therapist on Thursdays", "seeing a dentist on Thursdays"):
+            assert repo.prove_gone([needle], as_user="alice").verdict == "INCOMPLETE"
+        assert repo.prove_gone(["seeing a therapist on Thursdays"], as_user="dana").verdict == "FAIL"

@@ -140,3 +140,27 @@ def test_reads_are_not_changes_and_an_edit_is_one_reindex(repo):
         assert time.process_time() - started < 0.1  # idle: (almost) no CPU in this process
     finally:
         watcher.stop()
+
+
+def test_commit_mode_keeps_another_root_out_of_a_scope_repository(tmp_path):
+    """In the team's scope repository a file saved under private/alice/ (alice's own address in
+    git's config) is a root the repository does not hold: named, never committed."""
+    with MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice", "bob"]}, as_user="alice",
+                         scope_root="team/payments", embedder="none") as repo:
+        mine = team_fact(repo, "Refunds are allowed within 30 days", key="refund.window", user="alice")
+        subprocess.run(["git", "-C", str(repo.root), "config", "user.email", "alice@mdmem.invalid"], check=True)
+        subprocess.run(["git", "-C", str(repo.root), "config", "user.name", "alice"], check=True)
+        stray = repo.root / "private/alice/user/alice/fact/diary.md"
+        events = []
+        watcher = Watcher(repo, events.append, commit=True).start()
+        try:
+            stray.parent.mkdir(parents=True)
+            stray.write_text((repo.root / mine.path).read_text().replace("scope: team", "scope: private")
+                             .replace("team: payments\n", "").replace("subject: service:billing", "subject: user:alice")
+                             .replace("key: refund.window", "key: diary"))
+            assert wait_for(lambda: any(e.status == "not committed" for e in events), timeout=5), events
+        finally:
+            watcher.stop()
+        refused = [e for e in events if e.status == "not committed"]
+        assert refused and "holds only team/payments" in refused[0].detail, refused
+        assert "private/alice" not in repo.store.git("log", "--all", "--name-only", "--format=")

@@ -159,6 +159,8 @@ def test_a_scope_repository_keeps_out_another_roots_notes(tmp_path):
         assert repo.access.readable_roots("alice") == ["team/payments"]
         good, bad = repo.check()
         assert any(b.path == STRAY and "holds only team/payments" in b.reason for b in bad), bad
+        # no view is rendered for it (sync and render committed one, under the person's name)
+        assert "private/alice/MEMORY.md" not in (repo.fresh_view_changes() or {})
 
 
 def test_a_mount_whose_clone_is_gone_leaves_the_others_usable(tmp_path):
@@ -178,3 +180,122 @@ def test_a_mount_whose_clone_is_gone_leaves_the_others_usable(tmp_path):
     assert r.returncode == 5 and "private/bob: FAILED" in r.stdout, (r.stdout, r.stderr)
     r = mdmem(bob.root, "prove-gone", "--needle", "QUINCE-FIG-31337-XX", "--as", "bob")
     assert r.returncode == Incomplete.exit_code and "private/bob: NOT READ" in r.stdout, (r.stdout, r.stderr)
+
+
+def test_a_mount_that_cannot_be_erased_now_is_named_and_the_workspace_stays_usable(tmp_path):
+    """One mount's remote unreachable during `forget --push`: that mount is named NOT ERASED, the
+    command exits 11, and nothing is left journaled for every later command to replay and fail."""
+    remotes = {"team/payments": scope_remote(tmp_path, "team/payments", members=["alice", "bob"], erasers=["alice"]),
+               "private/alice": scope_remote(tmp_path, "private/alice")}
+    alice = workspace(tmp_path, "alice", remotes, ["team/payments", "private/alice"])
+    alice.remember("The vendor code QUINCE-FIG-31337 for staging", as_user="alice", kind="fact",
+                   subject="service:vendor", key="code", scope="team", team="payments", now=T0)
+    assert all(m.ok for m in alice.sync(as_user="alice", push=True).mounts)
+    alice.close()
+    remotes["team/payments"].rename(tmp_path / "unreachable.git")
+    r = mdmem(alice.root, "forget", "--text", "code QUINCE-FIG-31337 for staging", "--push", "--as", "alice")
+    assert r.returncode == Incomplete.exit_code, (r.stdout, r.stderr)
+    assert "team/payments: NOT ERASED" in r.stdout and "cannot be reached" in r.stdout, r.stdout
+    journal = alice.root / ".mdmem-journal"
+    assert not [p for p in journal.glob("*.json")], list(journal.iterdir())
+    for args in (["ls"], ["recall", "vendor"], ["workspace", "list"], ["forget", "--resume"]):
+        assert mdmem(alice.root, *args, "--as", "alice").returncode == 0, args
+
+
+def test_an_interrupted_erasure_is_finished_in_a_mount_another_process_wrote_to(tmp_path):
+    """The journal says which mounts an erasure has done; a tip another process moved meanwhile
+    (a server's write) is no erasure: finishing asks that mount again, and the text goes."""
+    from mdmem.workspace.journal import start_op
+
+    remotes = {"team/payments": scope_remote(tmp_path, "team/payments", members=["alice", "bob"], erasers=["alice"]),
+               "private/alice": scope_remote(tmp_path, "private/alice")}
+    alice = workspace(tmp_path, "alice", remotes, ["team/payments", "private/alice"])
+    alice.remember("Team vendor code QUINCE-FIG-31337 for staging", as_user="alice", kind="fact", subject="service:vendor",
+                   key="code", scope="team", team="payments", now=T0)
+    before = {root: alice.repo_for(root).store.head() for root in ("private/alice", "team/payments")}
+    args = {"subject": None, "owner": None, "paths": None, "texts": ["vendor code QUINCE-FIG-31337 for staging"], "push": False,
+            "scrub": True, "force": False, "now": T0}
+    start_op(alice.root, "forget", "alice", args, before)  # as a forget killed before its first mount
+    alice.remember("Billing deploys on Tuesdays", as_user="alice", kind="fact", subject="service:billing",
+                   key="deploy", scope="team", team="payments", now=T0)  # the tip moves
+    assert alice.finish_pending()
+    assert alice.prove_gone(["QUINCE-FIG-31337 for staging"], as_user="alice").verdict in ("PASS", "INCOMPLETE")
+    assert not alice.recall("vendor code", as_user="alice") or all(
+        "QUINCE" not in h.text for h in alice.recall("vendor code", as_user="alice"))
+    assert b"QUINCE-FIG-31337" not in subprocess.run(
+        ["git", "-C", str(alice.clone_path("team/payments")), "log", "--all", "-p"], capture_output=True).stdout
+    alice.close()
+
+
+def test_a_workspace_sync_whose_push_was_refused_says_failed_in_json_too(tmp_path):
+    remotes = team_of_three(tmp_path)
+    alice = workspace(tmp_path, "alice", remotes, ["team/payments", "private/alice"])
+    alice.remember("Billing deploys on Tuesdays", as_user="alice", kind="fact", subject="service:billing",
+                   key="deploy", scope="team", team="payments", now=T0)
+    alice.close()
+    hook = remotes["team/payments"] / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho 'host policy: no pushes today'\nexit 1\n")
+    hook.chmod(0o755)
+    r = mdmem(alice.root, "sync", "--push", "--as", "alice", "--json")
+    assert r.returncode == 5, (r.stdout, r.stderr)
+    import json
+
+    out = json.loads(r.stdout)
+    assert out["ok"] is False and out["failed"] == ["team/payments"], out
+
+
+def test_the_guard_refuses_another_root_anywhere_in_a_push_and_whatever_head_names(tmp_path):
+    """Added then deleted within one push, another root's note would stay in every clone's
+    history; and a bare repository whose HEAD names `master` still judges by the branch there,
+    not by an mdmem.toml the push brings without its `[scope]`."""
+    import re
+
+    src = tmp_path / "src"
+    MemoryRepo.init(src, teams={"payments": ["alice", "bob"]}, as_user="alice", scope_root="team/payments",
+                    embedder="none").close()
+    bare = tmp_path / "r.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "master", str(bare)], check=True)
+    git(src, "push", "-q", str(bare), "main")
+    assert run_cli("guard", str(bare)).returncode == 0
+    clone = tmp_path / "bob"
+    subprocess.run(["git", "clone", "-q", "-b", "main", str(bare), str(clone)], check=True)
+    assert _stray_commit_no_verify(clone)
+    git(clone, "rm", "-rq", "private")
+    git(clone, "-c", "user.name=bob", "-c", "user.email=bob@mdmem.invalid", "commit", "-qm", "tidy", "--no-verify")
+    push = subprocess.run(["git", "-C", str(clone), "push", "origin", "main"], capture_output=True, text=True)
+    assert push.returncode != 0 and "holds only team/payments" in push.stderr, push.stderr
+    git(clone, "reset", "-q", "--hard", "origin/main")
+    assert _stray_commit_no_verify(clone)
+    toml = clone / "mdmem.toml"
+    toml.write_text(re.sub(r"\[scope\][^\[]*", "", toml.read_text()))
+    git(clone, "-c", "user.name=bob", "-c", "user.email=bob@mdmem.invalid", "commit", "-qam", "unscope",
+        "--no-verify")
+    push = subprocess.run(["git", "-C", str(clone), "push", "origin", "main"], capture_output=True, text=True)
+    assert push.returncode != 0 and "holds only team/payments" in push.stderr, push.stderr
+
+
+def _stray_commit_no_verify(clone) -> bool:
+    note = clone / STRAY
+    note.parent.mkdir(parents=True, exist_ok=True)
+    note.write_text("---\nid: 01M9673ARH4ERQJN746YN1D4FW\nkind: fact\nsubject: user:alice\nkey: diary\n"
+                    "scope: private\nowner: alice\nsource: user\nvalid_from: '2026-10-01T09:00:00Z'\n"
+                    "valid_until: null\nexpires_at: null\nderived_from: []\n---\n\nDear diary\n")
+    git(clone, "add", "-A")
+    return subprocess.run(["git", "-C", str(clone), "-c", "user.name=alice", "-c", "user.email=alice@mdmem.invalid",
+                           "commit", "-qm", "diary", "--no-verify"]).returncode == 0
+
+
+def test_a_note_committed_with_crlf_on_every_line_can_be_updated(tmp_path):
+    """An editor saved the note with CRLF and it was committed so (no autocrlf): the work tree is
+    its blob byte for byte, no edit of anyone's, and the next remember supersedes it."""
+    with MemoryRepo.init(tmp_path / "m", teams={"payments": ["alice"]}, as_user="alice", embedder="none") as repo:
+        made = repo.remember("Billing deploys on Tuesdays", as_user="alice", kind="fact", subject="service:billing",
+                             key="deploy", scope="team", team="payments", now=T0)
+        note = repo.root / made.path
+        note.write_bytes(note.read_bytes().replace(b"\n", b"\r\n"))
+        git(repo.root, "-c", "core.autocrlf=false", "-c", "user.name=alice", "-c", "user.email=alice@mdmem.invalid",
+            "commit", "-qam", "crlf", "--no-verify")
+        assert git(repo.root, "status", "--porcelain") == ""
+        again = repo.remember("Billing deploys on Wednesdays", as_user="alice", kind="fact",
+                              subject="service:billing", key="deploy", scope="team", team="payments", now=T0)
+        assert again.status == "committed"

@@ -44,6 +44,10 @@ class JwtSettings:
     leeway_seconds: int = 30
 
 
+class _Outage(TokenRejected):
+    """The key set could not be had (the provider unreachable or failing): not what it says."""
+
+
 class JwksSource:
     """The key set, by kid, from a file (read again when it changes) or a URL (cached)."""
 
@@ -110,9 +114,9 @@ class JwksSource:
                 self._tried_at = self._clock()
             try:
                 fresh = self._parse(self._fetch())
-            except TokenRejected:
+            except _Outage:
                 if have:
-                    return keys
+                    return keys  # the provider is down: what it said last still holds
                 raise
             with self._mutex:
                 self._keys, self._fetched_at = fresh, self._clock()
@@ -121,18 +125,28 @@ class JwksSource:
             self._fetching.release()
 
     def _fetch(self) -> bytes:
+        """The key set's bytes. Not reaching the provider, or its 5xx, is an outage (the keys
+        it gave last stay); any other answer is what it says now: a 404 or 410 withdraws every
+        key, as an empty set does (withdrawn keys were kept for ever as if it were down)."""
         try:
             with httpx.Client(timeout=self._timeout, follow_redirects=False) as client:
                 response = client.get(self.where)
         except httpx.HTTPError as exc:
-            raise TokenRejected(f"JWKS {self.where}: {type(exc).__name__}: {exc}") from None
+            raise _Outage(f"JWKS {self.where}: {type(exc).__name__}: {exc}") from None
+        if response.status_code >= 500:
+            raise _Outage(f"JWKS {self.where}: HTTP {response.status_code}")
+        if response.status_code in (404, 410):
+            return b'{"keys": []}'
         if response.status_code != 200 or len(response.content) > JWKS_MAX_BYTES:
-            raise TokenRejected(f"JWKS {self.where}: HTTP {response.status_code}, {len(response.content)} bytes")
+            raise _Outage(f"JWKS {self.where}: HTTP {response.status_code}, {len(response.content)} bytes")
         return response.content
 
     def _parse(self, raw: bytes) -> dict[str, Any]:
         try:
-            keys = jwt.PyJWKSet.from_dict(json.loads(raw)).keys
+            data = json.loads(raw)
+            if isinstance(data, dict) and data.get("keys") == []:
+                return {}  # every key withdrawn (PyJWKSet refuses an empty set)
+            keys = jwt.PyJWKSet.from_dict(data).keys
         except (ValueError, jwt.PyJWTError) as exc:
             raise TokenRejected(f"JWKS {self.where}: not a usable key set ({exc})") from None
         # The algorithm a key declares ("alg"), else None: PyJWK takes RS256 for an RSA key

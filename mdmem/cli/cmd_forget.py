@@ -88,11 +88,12 @@ def _forget_in_workspace(ctx, ws, paths) -> int:
 
 
 def _workspace_exit(out, *, dry_run: bool) -> int:
-    """As one repository's forget: refused (3) when no repository it concerns was erased and
-    some refused; incomplete (11) when some were and others were not, or a remote still serves
-    the erased objects; not found (6) when nothing matched anywhere."""
+    """As one repository's forget: refused (3) when every repository it concerns refused;
+    incomplete (11) when one was not erased (refused, unreadable, failing) and it is not that, or
+    a remote still serves the erased objects; not found (6) when nothing matched anywhere."""
     if out.skipped:
-        return Refused.exit_code if not out.receipts else Incomplete.exit_code
+        everywhere_refused = not out.receipts and not out.nothing and set(out.skipped) == set(out.refused)
+        return Refused.exit_code if everywhere_refused else Incomplete.exit_code
     if not out.receipts:
         return NotFound.exit_code
     if not dry_run and any(remotes_not_erased(r.remotes) for r in out.receipts.values()):

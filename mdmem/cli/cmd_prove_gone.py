@@ -24,9 +24,13 @@ def run(ctx) -> int:
         lines = []
         for root, one in proof.proofs.items():
             lines.append(f"{root}: {one.verdict}")
-            lines += [f"  needle {i + 1}: FAIL in {name}" for i, item in enumerate(one.to_dict()["needles"])
+            report = one.to_dict()
+            lines += [f"  needle {i + 1}: FAIL in {name}" for i, item in enumerate(report["needles"])
                       for name, check in item["checks"].items() if not check["passed"]]
+            lines += [f"  FAIL {name}: {', '.join(check['where'][:5])}" for name, check in report["scope"].items()
+                      if not check["passed"]]
         lines += [f"{root}: NOT READ: {why}" for root, why in proof.unread.items()]
+        lines += [f"workspace: FAIL: {where}" for where in proof.workspace_files]
         lines.append(f"verdict: {proof.verdict}")
         ctx.emit(proof.to_dict(), "\n".join(lines))
         return _exit_code(proof.verdict)

@@ -31,10 +31,11 @@ def run_workspace(ctx, ws) -> int:
         else:
             lines.append(f"{m.root}: FAILED: {m.error}")
             codes.append(BranchMoved.exit_code)
-    if result.failed:
-        lines.append(f"{len(result.failed)} of {len(result.mounts)} mount(s) failed: "
-                     + ", ".join(m.root for m in result.failed))
-    ctx.emit(result.to_dict(), "\n".join(lines) or "no mounts")
+    # Failed: not synced, or synced here and not published (as one repository's exit 5 says).
+    failed = [m.root for m, code in zip(result.mounts, codes) if code == BranchMoved.exit_code]
+    if failed:
+        lines.append(f"{len(failed)} of {len(result.mounts)} mount(s) failed: " + ", ".join(failed))
+    ctx.emit({**result.to_dict(), "failed": failed, "ok": not failed}, "\n".join(lines) or "no mounts")
     return min(codes, key=_GRAVITY.index) if codes else 0
 
 

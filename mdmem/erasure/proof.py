@@ -84,8 +84,12 @@ def prove_gone(repo, needles: list[str], *, as_user: str, subject=None, owner=No
         scan = HistoryScan.read(root)
         # Someone who may read every root this history holds (the owner of a private scope
         # repository, which names no eraser) may be shown all of it: their proof is no oracle
-        # for anyone else's notes, so it covers what an eraser's covers, and may say PASS.
-        whole = whole or all(readable(r) for r in _all_roots(scan))
+        # for anyone else's notes, so it covers what an eraser's covers, and may say PASS. Not
+        # while the repository holds objects history does not reach (a rejected hold of
+        # another person's private note, fetched then dropped): whose they are nobody can
+        # say, and a proof reading them answered whether a guessed text was in one.
+        whole = whole or (all(readable(r) for r in _all_roots(scan))
+                          and not ops.all_object_ids(root) - ops.reachable_objects(root))
         allowed_blobs, allowed_texts, links = _allowed(scan, allow_paths)
         checkable = None
         not_checked = 0

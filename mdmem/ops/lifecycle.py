@@ -86,7 +86,8 @@ def move(repo: RepoState, *, as_user: str, path: str, key: str, expect_version: 
         stored = read.visible_stored(repo, user, path)
         repo.access.check_write(user, stored.root)
         gate.check_expected_version(path, expect_version, stored.version)
-        gate.check_clean(path, stored.version, repo.store.blob_id(path))  # a person's edit is not moved unseen
+        head = repo.store.blob_id(path)  # a person's edit is not moved unseen
+        gate.check_clean(path, repo.store.worktree_blob_id(path, expect=head), head)
         contract = repo.contracts.resolve(stored.note.kind)
         if not contract.keyed or contract.name == "summary":
             raise BadInput(f"{path}: a {contract.name} note is not moved to another key (only keyed notes are)")

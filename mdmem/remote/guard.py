@@ -103,7 +103,11 @@ def check_push(bare: str, refs_text: str) -> list[str]:
     main = run_git_at(bare, "symbolic-ref", "-q", "HEAD", check=False).strip() or "refs/heads/main"
     tips = {parts[2]: parts[1] for parts in map(str.split, refs_text.splitlines())
             if len(parts) == 3 and set(parts[1]) != {"0"}}
-    current_main = run_git_at(bare, "rev-parse", "-q", "--verify", main, check=False).strip() or None
+    # The branch whose mdmem.toml says what this repository holds: HEAD's, else main, else any.
+    current_main = next((tip for ref in (main, "refs/heads/main")
+                         if (tip := run_git_at(bare, "rev-parse", "-q", "--verify", ref, check=False).strip())),
+                        None) or run_git_at(bare, "for-each-ref", "--count=1", "--format=%(objectname)",
+                                            "refs/heads/", check=False).strip() or None
     for line in refs_text.splitlines():
         parts = line.split()
         if len(parts) != 3 or set(parts[1]) == {"0"}:
@@ -181,9 +185,15 @@ def _stray_roots(bare: str | Path, commit: str, current_main: str | None) -> lis
         return []  # an unreadable mdmem.toml is refused by the view check (_forged_views)
     if access is None or access.scope_root is None:
         return []
-    roots = sorted(f"{scope}/{name}" for scope in SCOPES for name in folders_at(bare, commit, scope))
+    roots = {f"{scope}/{name}" for scope in SCOPES for name in folders_at(bare, commit, scope)}
+    # And every commit the push brings: a note added then deleted within one push stayed in the
+    # history every clone fetches.
+    added = run_git_at(bare, "log", "--format=", "--name-only", "--no-renames", commit, "--not", "--all",
+                       check=False)
+    roots |= {"/".join(path.split("/")[:2]) for path in added.splitlines() if path.startswith(SCOPES)
+              and path.count("/") >= 2}
     return [f"{root}/: {access.not_held(root)}; move its files there and push again"
-            for root in roots if not access.holds(root)]
+            for root in sorted(roots) if not access.holds(root)]
 
 
 def _forged_views(bare: str | Path, old: str | None, commit: str, *, views_only: bool = False) -> list[str]:

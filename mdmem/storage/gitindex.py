@@ -115,7 +115,7 @@ class IndexKeeping:
                     if entry is None:
                         if path in index:
                             index.remove(path)
-                    elif self.worktree_blob_id(path) == str(entry.id):
+                    elif self.worktree_blob_id(path, expect=str(entry.id)) == str(entry.id):
                         stage(index, path)  # with the file's stat data: git status need not hash it
                     else:  # a person changed the file since (or a link): the index follows HEAD
                         stage(index, pygit2.IndexEntry(path, entry.id, entry.filemode))
@@ -147,7 +147,7 @@ class IndexKeeping:
         want = str(entry.id) if entry is not None else None
         if staged == want or staged == before.get(path, staged):
             return False
-        return self.worktree_blob_id(path) != want
+        return self.worktree_blob_id(path, expect=want) != want
 
     def _git_index(self) -> pygit2.Index:
         # One Index object per store; re-read only when the file changed on disk

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pygit2
 
 from ..errors import Conflict
-from .queries import worktree_version
+from .queries import blob_hash, worktree_version
 from .objects import REF_READ_TRIES, tree_blob_ids, tree_entry, with_mode
 from .trailers import parse_trailers
 
@@ -114,9 +114,11 @@ class HistoryReading:
         oid = self.blob_id(path, rev)
         return None if oid is None else self.read_blob(oid)
 
-    def worktree_blob_id(self, path: str) -> str | None:
+    def worktree_blob_id(self, path: str, expect: str | None = None) -> str | None:
         """The blob id of the regular file at ``path``; None if there is none; a marker that
-        matches no blob for a symlink, folder or device (never followed or read)."""
+        matches no blob for a symlink, folder or device (never followed or read). ``expect``:
+        the blob it is compared with; a file whose very bytes are that blob is it (a note
+        committed with CRLF on every line counted as its LF version, an edit nobody made)."""
         full = self.root / path
         try:
             mode = full.lstat().st_mode
@@ -124,7 +126,10 @@ class HistoryReading:
             return None
         if not stat.S_ISREG(mode):
             return "not-a-file"
-        return worktree_version(full.read_bytes())
+        data = full.read_bytes()
+        if expect is not None and blob_hash(data) == expect:
+            return expect
+        return worktree_version(data)
 
     def last_change(self, rev: str, path: str) -> tuple[str, str] | None:
         """(commit, author e-mail) of the newest commit in ``rev``'s history that changed ``path``

@@ -158,6 +158,18 @@ def all_objects(root: Path):
                             "the repository is damaged and nothing can be proved about it (`git fsck` lists what)")
 
 
+def reachable_objects(root: Path) -> set[str]:
+    """Every object the history's refs reach (commits, trees, blobs; as commit_changes reads them)."""
+    out = run_git(root, "rev-list", "--objects", *HISTORY_REFS)
+    return {line.split(" ", 1)[0] for line in out.splitlines() if line}
+
+
+def all_object_ids(root: Path) -> set[str]:
+    """Every object in the repository, reachable or not (their ids only)."""
+    out = run_git(root, "cat-file", "--batch-all-objects", "--batch-check=%(objectname)")
+    return set(out.split())
+
+
 def reachable_commits(root: Path) -> set[str]:
     return set(run_git(root, "rev-list", "--all", check=False).split())
 

@@ -87,7 +87,7 @@ class RepairJournal:
             want = str(entry.id) if entry is not None else None
             full = self.root / path
             full.with_name(f".{full.name}.mdmem-tmp").unlink(missing_ok=True)
-            have = self.worktree_blob_id(path)
+            have = self.worktree_blob_id(path, expect=want)
             if have != want and have == before:
                 self._write_file(path, None if entry is None else with_mode(self.repo[entry.id].data, entry.filemode))
                 fixed.append(path)

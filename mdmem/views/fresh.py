@@ -78,6 +78,12 @@ class Views:
                             max_bytes=max_bytes or self.config.view_max_bytes)
 
     def keeps_view(self, root: str, rev: str | None, overlay: dict[str, bytes | None] | None = None) -> bool:
+        from ..policy.access import Access
+
+        # A scope repository renders its one root: another root's note that got in (from an
+        # unguarded remote) got a view, committed by sync under the person's name.
+        if not Access.of(self.config).holds(root):
+            return False
         return keeps_view(root, self.config.teams, lambda: self.entries.has_notes(root, rev, overlay or {}))
 
     def for_roots(self, roots: Iterable[str], rev: str | None,

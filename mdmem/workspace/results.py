@@ -59,6 +59,7 @@ class WorkspaceErasure(Result):
     receipts: dict[str, ErasureReceipt | ErasurePlan] = field(default_factory=dict)
     nothing: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    refused: list[str] = field(default_factory=list)  # those of ``skipped`` the person may not erase
 
 
 PASS, FAIL, INCOMPLETE = "PASS", "FAIL", "INCOMPLETE"

@@ -849,9 +849,13 @@ class Workspace:
         # The view is a function of the mounts' tips (and of the time, for what expired): when no
         # tip moved it stands as the last write left it, and a cold process need not render
         # every mount's view to write the same file again.
-        if any(repo.store.head() != before[root] for root, repo in repos.items()) \
-                or not (self.root / VIEW_NAME).exists():
+        moved = any(repo.store.head() != before[root] for root, repo in repos.items())
+        if moved or not (self.root / VIEW_NAME).exists():
             self.write_view(now=now)
+        if replay and moved:
+            # An erasure taken in by the replay: the workspace's index drops what no mount's history
+            # holds now, as forget purges it (a proof right after found the erased text there).
+            self.index_source().purge(self._history_texts)
         return WorkspaceSync(mounts=[results[r] for r in chosen])
 
     def _failed(self, root: str, exc: BaseException) -> MountSync:
@@ -889,6 +893,9 @@ class Workspace:
                     out.receipts[root] = self._forget_one(root, user, args, dry_run=True)
                 except NotFound:
                     out.nothing.append(root)
+                except (Refused, BadInput) as exc:
+                    out.skipped[root] = str(exc)
+                    out.refused.append(root)
                 except MdmemError as exc:
                     out.skipped[root] = str(exc)
             return out
@@ -932,15 +939,22 @@ class Workspace:
             if root in pending.done:
                 continue
             try:
-                repo = self.repo_for(root)  # opening finishes this repository's own interrupted erasure
-                if repo.store.head() != pending.before[root] and pending.before[root] is not None:
-                    mark_done(self.root, pending, root)  # rewritten before the crash
-                    continue
+                # Opening finishes this repository's own interrupted erasure. Asked again even if
+                # its tip moved since the journal began: an erasure made before a crash finds
+                # nothing now (NotFound), and a tip moved by another process's write (a server
+                # of this workspace) is no erasure, which skipping took it for.
+                self.repo_for(root)
                 out.receipts[root] = self._forget_one(root, pending.user, pending.args, dry_run=False)
             except NotFound:
                 out.nothing.append(root)
             except (Refused, BadInput) as exc:
                 # Refused input is refused again on every try: named, never left to be replayed.
+                out.skipped[root] = str(exc)
+                out.refused.append(root)
+            except MdmemError as exc:
+                # This repository could not be erased now (its remote unreachable, commits to sync
+                # first): named, and the operation ends; left journaled, every later command
+                # replayed it and failed the same way, the other mounts' erasure included.
                 out.skipped[root] = str(exc)
             mark_done(self.root, pending, root)
         # The workspace's index holds every mount's notes: rebuilt from them, and its embeddings
