@@ -102,11 +102,22 @@ def test_each_scope_repository_names_only_its_own_notes_for_review_in_the_receip
                       scope="team", team="search", now="2026-10-01T09:00:00Z")
         receipt = repo.forget(as_user="dana", owner="alice", now="2026-10-02T09:00:00Z")
         assert "team/payments/service/billing/fact/escalation.owner.md" in receipt.mentions_for_review
+        repo.remember("Skunkworks acquisition closes in May", as_user="carol", kind="fact",
+                      subject="project:skunkworks", key="close", scope="team", team="search",
+                      now="2026-10-02T09:00:00Z")
+        repo.forget(as_user="dana", subject="project:skunkworks", now="2026-10-03T09:00:00Z")
+        repo.remember("Search shards rebalance weekly", as_user="carol", kind="fact", subject="service:search",
+                      key="shards", scope="team", team="search", new_key=True, now="2026-10-03T09:00:00Z")
+    subprocess.run(["git", "-C", str(source), "tag", "-a", "skunkworks-signed", "-m",
+                    "release notes for team/search/service/search/fact/shards.md"], check=True)
     r = cli("split", "--to", str(tmp_path / "scopes"), "--as", "dana", cwd=source)
     assert r.returncode == 0, r.stderr
     search = (tmp_path / "scopes/team/search/audit/erasures.jsonl").read_text()
     assert receipt.id in search and "team/payments/" not in search and "escalation.owner" not in every_byte(
         tmp_path / "scopes/team/search").decode("utf-8", "replace")
+    for root in ("team/payments", "private/alice"):  # another root's subject and tag reach no other repository
+        data = every_byte(tmp_path / "scopes" / root).decode("utf-8", "replace")
+        assert "skunkworks" not in data, root
     payments = (tmp_path / "scopes/team/payments/audit/erasures.jsonl").read_text()
     assert "team/payments/service/billing/fact/escalation.owner.md" in payments
 

@@ -5,10 +5,11 @@ Each scope repository is an ordinary mdmem repository holding one root, its note
 they have today (``team/payments/...``). Its history is the source's, rewritten by git-filter-repo
 to the root's own files plus what governs it: ``mdmem.toml`` reduced in every version to that
 root (``[scope] root``; its team and members, or its owner; the roles and every other section as
-they were, so each version stays trusted by the same admins), the erasure receipts (ids and counts, never content;
-every repository keeps them all so its guard refuses erased history) and the repository's own
-files. The top-level ``MEMORY.md`` (it lists every root) is dropped from history and rendered
-afresh. Commits that touched only other roots vanish; the holds (``review/<id>``) of the root are
+they were, so each version stays trusted by the same admins), the erasure receipts (ids and
+counts, never content; every repository keeps them all so its guard refuses erased history;
+``reduce_receipts``) and the repository's own files. Tags are not carried: a tag names a point
+of the whole memory. The top-level ``MEMORY.md`` (it lists every root) is dropped from history
+and rendered afresh. Commits that touched only other roots vanish; the holds (``review/<id>``) of the root are
 kept, every other hold dropped. The repository is fetched out of the rewritten scratch copy, so it
 holds only objects its own history reaches.
 """
@@ -185,7 +186,11 @@ def split_one(source: Path, dest: Path, root: str, *, as_user: str, config: Conf
         ops.filter_repo_in_own_process(scratch, "mdmem.host.split")
         kept = []
         for ref in refs:
-            if ref.startswith(HOLD_PREFIX):
+            if ref.startswith("refs/tags/"):
+                # A tag names a point of the whole memory (its name and message may say another
+                # root's notes); moved onto this root's commits it reached every repository.
+                ops.delete_ref(scratch, ref)
+            elif ref.startswith(HOLD_PREFIX):
                 if holds.get(ref) == root:
                     kept.append(ref[len("refs/heads/"):])
                 else:
@@ -250,24 +255,34 @@ class _Filter:
         return (None, mode, blob_id)
 
 
+NOT_CARRIED = "not carried into scope repositories (the source repository's receipt has it)"
+
+
 def reduce_receipts(data: bytes, root: str) -> bytes:
     """The audit log for ``root``'s repository: every receipt (its guard refuses any erased
-    history), each naming only this root's notes to review. A receipt names the notes still
-    mentioning an erased person by path, and a path says a subject and a key: kept whole, every
-    repository's readers learned the names of other teams' notes. A line that does not parse is
-    kept as it was."""
+    history; it needs their ids), naming only this root's notes to review and neither the
+    subject nor the person erased. A receipt names the notes still mentioning an erased person
+    by path (a path says a subject and a key), and its targets a subject or a person that may
+    be another root's: kept whole, every repository's readers learned them. A line that does
+    not parse is kept as it was."""
     out: list[bytes] = []
     for line in data.splitlines(keepends=True):
         try:
             receipt = json.loads(line)
-            mentions = receipt["mentions_for_review"]
-        except (ValueError, KeyError, TypeError):
+            mentions = receipt.get("mentions_for_review", [])
+            targets = receipt.get("targets", {})
+            if not isinstance(mentions, list) or not isinstance(targets, dict):
+                raise TypeError
+        except (ValueError, AttributeError, TypeError):
             out.append(line)
             continue
-        if not isinstance(mentions, list) or all(str(p).startswith(root + "/") for p in mentions):
+        kept = [p for p in mentions if str(p).startswith(root + "/")]
+        named = {k: NOT_CARRIED for k in ("subject", "owner") if k in targets}
+        if kept == mentions and not named:
             out.append(line)
             continue
-        receipt["mentions_for_review"] = [p for p in mentions if str(p).startswith(root + "/")]
+        receipt["mentions_for_review"] = kept
+        receipt["targets"] = {**targets, **named}
         out.append(json.dumps(receipt, sort_keys=True).encode() + b"\n")
     return b"".join(out)
 
