@@ -24,12 +24,18 @@ def mdmem(cwd, *args):
                           capture_output=True, text=True)
 
 
+def _closed_with_a_team_note(tmp_path, user: str, roots: list[str], remotes=None):
+    """``user``'s workspace over ``roots`` holding one team note, closed (the CLI opens it next)."""
+    remotes = remotes or team_of_three(tmp_path)
+    ws = workspace(tmp_path, user, remotes, roots)
+    ws.remember("Billing deploys on Tuesdays", as_user=user, kind="fact", subject="service:billing",
+                key="deploy", scope="team", team="payments", now=T0)
+    ws.close()
+    return ws, remotes
+
+
 def test_a_refused_needle_leaves_nothing_journaled_and_the_workspace_usable(tmp_path):
-    remotes = team_of_three(tmp_path)
-    alice = workspace(tmp_path, "alice", remotes, ["team/payments", "private/alice"])
-    alice.remember("Billing deploys on Tuesdays", as_user="alice", kind="fact", subject="service:billing",
-                   key="deploy", scope="team", team="payments", now=T0)
-    alice.close()
+    alice, remotes = _closed_with_a_team_note(tmp_path, "alice", ["team/payments", "private/alice"])
     for extra in ([], ["--dry-run"]):
         r = mdmem(alice.root, "forget", "--text", "SHORT-ID-1234", "--push", "--as", "alice", *extra)
         assert r.returncode == BadInput.exit_code, (r.stdout, r.stderr)
@@ -125,9 +131,9 @@ def test_the_owner_of_a_private_scope_repository_proves_an_erasure_pass(tmp_path
         repo.close()
 
 
-def _stray_commit(clone):
+def _stray_commit(clone, *extra: str):
     """bob, a team member, commits a note of alice's private root into the team's repository under
-    alice's address."""
+    alice's address (``extra``: more arguments for git commit, like --no-verify)."""
     note = clone / STRAY
     note.parent.mkdir(parents=True, exist_ok=True)
     note.write_text("---\nid: 01M9673ARH4ERQJN746YN1D4FW\nkind: fact\nsubject: user:alice\nkey: diary\n"
@@ -135,7 +141,7 @@ def _stray_commit(clone):
                     "valid_until: null\nexpires_at: null\nderived_from: []\n---\n\nDear diary\n")
     git(clone, "add", "-A")
     return subprocess.run(["git", "-C", str(clone), "-c", "user.name=alice", "-c", "user.email=alice@mdmem.invalid",
-                           "commit", "-qm", "diary"], capture_output=True, text=True)
+                           "commit", "-qm", "diary", *extra], capture_output=True, text=True)
 
 
 def test_a_scope_repository_keeps_out_another_roots_notes(tmp_path):
@@ -164,11 +170,7 @@ def test_a_scope_repository_keeps_out_another_roots_notes(tmp_path):
 
 
 def test_a_mount_whose_clone_is_gone_leaves_the_others_usable(tmp_path):
-    remotes = team_of_three(tmp_path)
-    bob = workspace(tmp_path, "bob", remotes, ["team/payments", "private/bob"])
-    bob.remember("Billing deploys on Tuesdays", as_user="bob", kind="fact", subject="service:billing",
-                 key="deploy", scope="team", team="payments", now=T0)
-    bob.close()
+    bob, remotes = _closed_with_a_team_note(tmp_path, "bob", ["team/payments", "private/bob"])
     bob.clone_path("private/bob").rename(tmp_path / "moved-away")
     r = mdmem(bob.root, "ls", "--as", "bob")
     assert r.returncode == 0 and "Tuesdays" in r.stdout, (r.stdout, r.stderr)
@@ -228,11 +230,7 @@ def test_an_interrupted_erasure_is_finished_in_a_mount_another_process_wrote_to(
 
 
 def test_a_workspace_sync_whose_push_was_refused_says_failed_in_json_too(tmp_path):
-    remotes = team_of_three(tmp_path)
-    alice = workspace(tmp_path, "alice", remotes, ["team/payments", "private/alice"])
-    alice.remember("Billing deploys on Tuesdays", as_user="alice", kind="fact", subject="service:billing",
-                   key="deploy", scope="team", team="payments", now=T0)
-    alice.close()
+    alice, remotes = _closed_with_a_team_note(tmp_path, "alice", ["team/payments", "private/alice"])
     hook = remotes["team/payments"] / "hooks" / "pre-receive"
     hook.write_text("#!/bin/sh\necho 'host policy: no pushes today'\nexit 1\n")
     hook.chmod(0o755)
@@ -259,30 +257,19 @@ def test_the_guard_refuses_another_root_anywhere_in_a_push_and_whatever_head_nam
     assert run_cli("guard", str(bare)).returncode == 0
     clone = tmp_path / "bob"
     subprocess.run(["git", "clone", "-q", "-b", "main", str(bare), str(clone)], check=True)
-    assert _stray_commit_no_verify(clone)
+    assert _stray_commit(clone, "--no-verify").returncode == 0
     git(clone, "rm", "-rq", "private")
     git(clone, "-c", "user.name=bob", "-c", "user.email=bob@mdmem.invalid", "commit", "-qm", "tidy", "--no-verify")
     push = subprocess.run(["git", "-C", str(clone), "push", "origin", "main"], capture_output=True, text=True)
     assert push.returncode != 0 and "holds only team/payments" in push.stderr, push.stderr
     git(clone, "reset", "-q", "--hard", "origin/main")
-    assert _stray_commit_no_verify(clone)
+    assert _stray_commit(clone, "--no-verify").returncode == 0
     toml = clone / "mdmem.toml"
     toml.write_text(re.sub(r"\[scope\][^\[]*", "", toml.read_text()))
     git(clone, "-c", "user.name=bob", "-c", "user.email=bob@mdmem.invalid", "commit", "-qam", "unscope",
         "--no-verify")
     push = subprocess.run(["git", "-C", str(clone), "push", "origin", "main"], capture_output=True, text=True)
     assert push.returncode != 0 and "holds only team/payments" in push.stderr, push.stderr
-
-
-def _stray_commit_no_verify(clone) -> bool:
-    note = clone / STRAY
-    note.parent.mkdir(parents=True, exist_ok=True)
-    note.write_text("---\nid: 01M9673ARH4ERQJN746YN1D4FW\nkind: fact\nsubject: user:alice\nkey: diary\n"
-                    "scope: private\nowner: alice\nsource: user\nvalid_from: '2026-10-01T09:00:00Z'\n"
-                    "valid_until: null\nexpires_at: null\nderived_from: []\n---\n\nDear diary\n")
-    git(clone, "add", "-A")
-    return subprocess.run(["git", "-C", str(clone), "-c", "user.name=alice", "-c", "user.email=alice@mdmem.invalid",
-                           "commit", "-qm", "diary", "--no-verify"]).returncode == 0
 
 
 def test_a_note_committed_with_crlf_on_every_line_can_be_updated(tmp_path):
