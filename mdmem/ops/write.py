@@ -324,8 +324,11 @@ def prepare(repo: RepoState, user: str, path: str, note: Note, contract: Contrac
         head_version = head_blobs[path]
     else:
         head_version = repo.store.blob_id(path) if repo.store.head() else None
-    gate.check_clean(path, repo.store.worktree_blob_id(path, expect=head_version) if current is not None else None,
-                     head_version)
+    # The file already read gives its version; only one that differs from HEAD's is read again,
+    # byte for byte (a note committed with CRLF is its blob, no edit).
+    worktree = None if current is None else current.version if current.version == head_version \
+        else repo.store.worktree_blob_id(path, expect=head_version)
+    gate.check_clean(path, worktree, head_version)
     gate.check_append_only(path, contract, current is not None)
     gate.check_expected_version(path, expect_version, head_version)
     # Only a new key without new_key=True needs the folder's live keys.
